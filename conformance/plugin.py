@@ -1,0 +1,1 @@
+"""pytest plugin entry point of the conformance harness (filled in by the harness issue)."""

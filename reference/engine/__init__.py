@@ -1,0 +1,1 @@
+"""``ecp.reference.engine``: a reference engine core that speaks the protocol."""

@@ -1,0 +1,14 @@
+"""Maps the top-level folders onto the ``ecp`` namespace (metadata lives in pyproject.toml)."""
+
+from setuptools import find_packages, setup
+
+PARTS = ("spec", "conformance", "reference")
+
+setup(
+    packages=["ecp." + name for name in find_packages(include=[f"{p}*" for p in PARTS])],
+    package_dir={f"ecp.{p}": p for p in PARTS},
+    package_data={
+        "ecp.spec": ["PROTOCOL.md", "schema/*.json", "vectors/*.json", "layouts/*.json"],
+        "ecp.conformance": ["*.json", "schema/*.json"],
+    },
+)

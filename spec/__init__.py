@@ -1,0 +1,39 @@
+"""``ecp.spec``: the vLLM 0.33 engine-core wire protocol as typed messages and a sans-IO codec.
+
+Import what you need from here::
+
+    from ecp.spec import EngineCoreRequest, SamplingParams, encode_add, decode_input
+"""
+
+from .clauses import CLAUSES, Clause
+from .codec import (
+    ENGINE_DEAD, AbortMessage, AddMessage, EngineDead, InputMessage, StartDPWaveMessage, UtilityMessage,
+    decode_any, decode_handshake, decode_init, decode_input, decode_outputs, decode_ready_response,
+    encode_abort, encode_add, encode_engine_dead, encode_handshake, encode_input, encode_outputs,
+    encode_payload, encode_start_dp_wave, encode_utility, to_builtins,
+)
+from .control import CoordinatorPublication, StartDPWave, UtilityRequest
+from .enums import (
+    AUX_FRAME_THRESHOLD, ENGINE_CORE_DEAD, EngineCoreEventType, FinishReason, RequestOutputKind,
+    RequestType,
+)
+from .errors import (
+    DecodeError, FrameCountError, HandshakeError, LimitExceeded, LocalProtocolError, ProtocolError,
+    RemoteProtocolError, UnknownRequestType, UnsafeExtType,
+)
+from .handshake import (
+    COORDINATOR_READY, REQUIRED_READY_KEYS, XSUB_SUBSCRIBE, EngineCoreReadyResponse,
+    EngineHandshakeMetadata, EngineZmqAddresses, Hello, Ready, engine_identity, rank_of_identity,
+)
+from .limits import DEFAULT_LIMITS, DecodeLimits
+from .outputs import (
+    EngineCoreEvent, EngineCoreOutput, EngineCoreOutputs, LogprobsLists, LogprobsTensors, PrefillStats,
+    RequestError, SchedulerStats, UtilityOutput, UtilityResult,
+)
+from .request import EngineCoreRequest, LoRARequest, MultiModalFeatureSpec, PoolingParams
+from .sampling import SamplingParams
+from .tensors import Tensor
+
+VLLM_VERSION = "0.33.0"
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,285 @@
+"""The numbered clauses of the protocol, as data.
+
+``spec/PROTOCOL.md`` is the normative prose; this module is the same catalogue
+in machine-readable form so that code can cite a clause (errors carry
+``clause="ECP-ABORT-3"``, conformance cases name the clause they check) and a
+test can check that every cited id exists and that the prose and the data list
+the same ids.
+
+Rules for editing: ids are stable and never reused. A clause that is withdrawn
+stays here with ``withdrawn=True``. New clauses take the next free number of
+their area.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Level = Literal["MUST", "SHOULD", "MAY"]
+
+AREAS: dict[str, str] = {
+    "SOCK": "Sockets and identities",
+    "HS": "Startup handshake",
+    "FRAME": "Framing and encoding",
+    "REQ": "Requests (ADD)",
+    "OUT": "Outputs",
+    "ABORT": "Aborts",
+    "UTIL": "Utility calls",
+    "DP": "Data parallel",
+    "REJECT": "Rejection notifications (abort_immediately)",
+    "ROB": "Robustness",
+    "SEC": "Security",
+    "COMPAT": "Compatibility",
+}
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One numbered requirement of the protocol."""
+
+    id: str
+    level: Level
+    title: str
+    text: str
+    withdrawn: bool = False
+
+    @property
+    def area(self) -> str:
+        return self.id.split("-")[1]
+
+
+def _c(id: str, level: Level, title: str, text: str) -> Clause:
+    return Clause(id, level, title, " ".join(text.split()))
+
+
+_CLAUSES: tuple[Clause, ...] = (
+    # ---------------------------------------------------------------- SOCK
+    _c("ECP-SOCK-1", "MUST", "Frontend binds", """The frontend binds the handshake ROUTER, every input ROUTER
+       and every output PULL; engines connect. Both sides bind to loopback or ipc unless configured
+       otherwise."""),
+    _c("ECP-SOCK-2", "MUST", "Engine identity", """An engine's ZeroMQ identity is its global data-parallel
+       rank as exactly 2 bytes, little-endian unsigned 16-bit, on the handshake DEALER, every input
+       DEALER and the coordinator XSUB."""),
+    _c("ECP-SOCK-3", "MUST", "One input DEALER per client", """An engine connects one DEALER to every address
+       in INIT ``addresses.inputs`` and one PUSH to every address in ``addresses.outputs``; index i of
+       both lists is client i."""),
+    _c("ECP-SOCK-4", "MUST", "Outputs go to their client", """An output for a request goes to
+       ``outputs[client_index]`` of that request; a utility reply goes to ``outputs[client_index]`` of
+       the UTILITY payload."""),
+    _c("ECP-SOCK-5", "SHOULD", "Unlimited high-water marks", """Both sides set SNDHWM and RCVHWM to 0 so that a
+       burst is never silently dropped."""),
+    # ------------------------------------------------------------------ HS
+    _c("ECP-HS-1", "MUST", "HELLO first", """The engine's first handshake message is HELLO, a map with
+       ``status: "HELLO"``, ``local: bool`` and ``headless: bool``; receivers ignore unknown keys."""),
+    _c("ECP-HS-2", "MUST", "INIT answers HELLO", """The frontend answers HELLO with INIT
+       (``EngineHandshakeMetadata``): ``addresses`` (``inputs``, ``outputs`` of equal non-zero length,
+       optional coordinator addresses) and ``parallel_config``."""),
+    _c("ECP-HS-3", "MUST", "Ready payload on every input", """After INIT the engine sends the ready payload
+       (``EngineCoreReadyResponse``, 17 required keys) as its first message on every input DEALER; this
+       registration makes it addressable by the ROUTER."""),
+    _c("ECP-HS-4", "MUST", "Ready payload keys and types", """The ready payload is a map that carries every
+       required key with its declared type; optional keys may be absent; unknown keys are ignored by
+       the receiver."""),
+    _c("ECP-HS-5", "MUST", "READY after registration", """The engine sends READY (``status: "READY"``, ``local``,
+       ``headless``) on the handshake socket only after the ready payload went out on every input
+       socket and, when INIT names a coordinator, after the coordinator gate."""),
+    _c("ECP-HS-6", "MUST", "Coordinator gate", """When INIT carries coordinator addresses the engine
+       subscribes (``0x01``) to ``coordinator_input`` and waits for the single frame ``READY`` before it
+       sends READY."""),
+    _c("ECP-HS-7", "MUST", "Handshake state order", """HELLO is accepted once per identity and only before
+       INIT; READY only after INIT; a duplicate HELLO or READY, or an unknown ``status``, is a handshake
+       error."""),
+    _c("ECP-HS-8", "MUST", "Bounded handshake", """Every handshake stage is bounded by a timeout; a stage
+       that times out fails with an error naming the stage."""),
+    _c("ECP-HS-9", "MUST", "max_model_len is the minimum", """A frontend serving several engines uses the
+       minimum ``max_model_len`` over their ready payloads."""),
+    _c("ECP-HS-10", "SHOULD", "Consistent engines", """A frontend rejects engines whose ready payloads
+       disagree on LoRA capability (``supports_lora``, ``max_loras``)."""),
+    _c("ECP-HS-11", "MUST", "Unexpected identity", """A frontend rejects a handshake or registration from an
+       identity outside the configured rank range."""),
+    _c("ECP-HS-12", "MAY", "Empty ready payload", """The Python frontend accepts an empty ready payload;
+       engines MUST NOT rely on it (the Rust frontend rejects it)."""),
+    # --------------------------------------------------------------- FRAME
+    _c("ECP-FRAME-1", "MUST", "Request type byte", """Every input message is ``[type, payload, *aux]`` at the
+       engine, where ``type`` is exactly one byte: ADD 0x00, ABORT 0x01, START_DP_WAVE 0x02, UTILITY
+       0x03. 0x04 and 0x05 are engine-internal and never sent."""),
+    _c("ECP-FRAME-2", "MUST", "Output framing", """Every output message is ``[payload, *aux]`` with an
+       ``EngineCoreOutputs`` payload, or the single raw frame ``ENGINE_CORE_DEAD``."""),
+    _c("ECP-FRAME-3", "MUST", "Array structs are full length", """Senders encode array-like structs
+       (``EngineCoreRequest`` 22, ``EngineCoreOutput`` 19, ``EngineCoreOutputs`` 9, ``UtilityOutput`` 3)
+       at full length in declaration order."""),
+    _c("ECP-FRAME-4", "MUST", "Tolerant array decoding", """Receivers accept array-like structs shortened
+       down to their required fields and longer ones with unknown trailing elements."""),
+    _c("ECP-FRAME-5", "MUST", "Tolerant scalars", """Receivers accept float32 or float64 where a float is
+       declared, an int where a float is declared, fixmap or map16 headers, and arrays where sets are
+       declared."""),
+    _c("ECP-FRAME-6", "MUST", "Map structs", """``SamplingParams`` is a map keyed by field name with
+       default-valued keys omitted; receivers treat an absent key as its default and ignore unknown
+       keys; presence of a key does not imply a non-default value."""),
+    _c("ECP-FRAME-7", "MUST", "Tensors", """A tensor or ndarray is ``[dtype, shape, data]`` where ``data`` is
+       msgpack ext type 3 holding the C-contiguous little-endian bytes, or a non-negative int indexing the
+       multipart message (0 = payload, 1 = first aux frame)."""),
+    _c("ECP-FRAME-8", "SHOULD", "Aux-frame threshold", """Senders place tensor buffers of 256 bytes or more in
+       aux frames and smaller ones inline."""),
+    _c("ECP-FRAME-9", "MUST", "Decode limits", """Receivers enforce limits on frame size, collection length
+       and nesting depth before allocating for a declared size."""),
+    _c("ECP-FRAME-10", "MUST", "Identity of request ids", """Request ids are strings; ABORT carries the same
+       internal ids that ADD used."""),
+    # ----------------------------------------------------------------- REQ
+    _c("ECP-REQ-1", "MUST", "ADD payload", """An ADD payload is an ``EngineCoreRequest``; exactly one of
+       ``sampling_params`` and ``pooling_params`` is non-nil."""),
+    _c("ECP-REQ-2", "MUST", "Duplicate request id", """An ADD whose id is already in flight at the engine is
+       answered with an ERROR output carrying a ``RequestError``; the running request is unaffected."""),
+    _c("ECP-REQ-3", "MUST", "Invalid request", """An ADD with invalid parameters, a prompt longer than
+       ``max_model_len`` or a task the engine does not support is answered with one ERROR output with a
+       ``RequestError``; the engine keeps serving."""),
+    _c("ECP-REQ-4", "MUST", "max_tokens", """A request produces at most ``max_tokens`` new tokens and
+       finishes with LENGTH when it reaches ``max_tokens`` or ``max_model_len``."""),
+    _c("ECP-REQ-5", "MUST", "Stop conditions", """A request finishes with STOP on a token in
+       ``stop_token_ids`` or on EOS unless ``ignore_eos``; no stop condition applies before
+       ``min_tokens`` tokens were produced."""),
+    _c("ECP-REQ-6", "MUST", "client_index", """The frontend stamps ``client_index`` with its own client
+       number; the engine routes every output of the request to that client."""),
+    _c("ECP-REQ-7", "MUST", "Paused engine", """An ADD received while the scheduler is paused, other than an
+       ``abort_immediately`` request, is answered with an ERROR output with code ``engine_paused`` and
+       ``retryable: true``."""),
+    _c("ECP-REQ-8", "MUST", "Duplicate ids at the frontend", """A frontend never sends an ADD whose id is
+       already in flight from that frontend."""),
+    # ----------------------------------------------------------------- OUT
+    _c("ECP-OUT-1", "MUST", "Exactly one terminal output", """Every admitted request receives exactly one
+       output with a non-nil ``finish_reason`` and nothing after it, except requests ended by a client
+       ABORT or by ``abort_immediately``."""),
+    _c("ECP-OUT-2", "MUST", "engine_index", """``EngineCoreOutputs.engine_index`` is the sender's global DP
+       rank."""),
+    _c("ECP-OUT-3", "MUST", "Delta tokens", """``new_token_ids`` holds only the tokens produced since the
+       previous output of that request."""),
+    _c("ECP-OUT-4", "MUST", "FinishReason values", """``finish_reason`` is one of STOP 0, LENGTH 1, ABORT 2,
+       ERROR 3, REPETITION 4; any other value is a decode error."""),
+    _c("ECP-OUT-5", "MUST", "ERROR carries RequestError", """An ERROR terminal output carries ``error`` =
+       ``{code, message, retryable}`` and lists the id in ``finished_requests``."""),
+    _c("ECP-OUT-6", "MUST", "One message family", """An ``EngineCoreOutputs`` is a request batch, a utility
+       reply, or a DP control message (``wave_complete`` / ``start_wave``); DP control messages never go
+       to a frontend's output socket."""),
+    _c("ECP-OUT-7", "MAY", "Scheduler stats", """Engines may attach ``scheduler_stats``; frontends must serve
+       engines that never send them."""),
+    _c("ECP-OUT-8", "MUST", "ENGINE_CORE_DEAD", """An engine that fails fatally sends the raw 16-byte frame
+       ``ENGINE_CORE_DEAD`` on every output socket before exiting; a frontend that receives it marks the
+       engine dead and fails every request and waiter on it."""),
+    _c("ECP-OUT-9", "MUST", "Outputs for unknown ids", """A frontend drops outputs for request ids it no longer
+       tracks."""),
+    # --------------------------------------------------------------- ABORT
+    _c("ECP-ABORT-1", "MUST", "ABORT payload", """An ABORT payload is an array of internal request ids, sent
+       only to the engine that owns them."""),
+    _c("ECP-ABORT-2", "MUST", "Abort stops a request", """On ABORT the engine stops producing tokens for each
+       known id and frees its KV blocks."""),
+    _c("ECP-ABORT-3", "MUST", "Unknown ids are no-ops", """Unknown or already finished ids in an ABORT are
+       ignored and do not disturb other requests."""),
+    _c("ECP-ABORT-4", "MAY", "Abort outputs", """An engine may or may not emit an ABORT terminal output for a
+       client-aborted request; frontends must work with both."""),
+    _c("ECP-ABORT-5", "SHOULD", "Coalesced auto-aborts", """A frontend coalesces auto-aborts (dropped streams,
+       frontend stop strings): one drain takes whatever is queued, at most 1024 ids, without waiting for
+       more, and sends one ABORT per engine."""),
+    _c("ECP-ABORT-6", "MUST", "Exact abort set", """The union of ids a frontend sends in ABORT messages equals
+       the set of its dropped in-flight requests; it never aborts ids that already finished and never
+       sends ids it does not know."""),
+    _c("ECP-ABORT-7", "MUST", "Prompt auto-abort", """A frontend forwards a lone auto-abort without waiting for
+       more to batch with it."""),
+    _c("ECP-ABORT-8", "MUST", "Explicit abort", """An explicit abort finalises each known stream locally with
+       an ABORT result and then sends one ABORT per owning engine; a send failure to one engine does not
+       stop the others."""),
+    _c("ECP-ABORT-9", "MUST", "Engine-initiated aborts", """When the engine ends requests itself (sleep or pause
+       with mode ``abort``, shutdown) it emits an ABORT terminal output for each and lists them in
+       ``finished_requests``."""),
+    # ---------------------------------------------------------------- UTIL
+    _c("ECP-UTIL-1", "MUST", "UTILITY payload", """A UTILITY payload is ``[client_index, call_id,
+       method_name, args]``; ``call_id`` is any u64 and is echoed verbatim."""),
+    _c("ECP-UTIL-2", "MUST", "Result envelope", """A successful reply carries ``result = [type_info, value]``
+       (``type_info`` nil) even for methods returning None; a bare value is a decode error."""),
+    _c("ECP-UTIL-3", "MUST", "Failures", """A failing or unknown method is answered with ``failure_message``
+       and a nil result; the engine keeps serving."""),
+    _c("ECP-UTIL-4", "MUST", "Consensus methods", """Under DP ``is_sleeping``, ``is_scheduler_paused`` and
+       ``get_weight_version`` go to every engine; a frontend reports disagreement as an error and never
+       returns one engine's answer."""),
+    _c("ECP-UTIL-5", "MUST", "AND methods", """Under DP ``reset_prefix_cache``, ``wake_up``, ``add_lora`` and
+       ``remove_lora`` go to every engine and their boolean results are combined with AND."""),
+    _c("ECP-UTIL-6", "MUST", "Flattened methods", """Under DP ``collective_rpc`` results are the per-engine
+       lists concatenated in engine order."""),
+    _c("ECP-UTIL-7", "MUST", "Wait for every engine", """A fanned-out utility call completes only when every
+       engine answered (or failed), so partially applied mutations can be compensated."""),
+    _c("ECP-UTIL-8", "MUST", "Sleep state", """``is_sleeping`` is true after ``sleep`` and false after a
+       ``wake_up`` that woke every tag; ``sleep`` with mode ``abort`` ends running requests with ABORT
+       outputs before its reply."""),
+    _c("ECP-UTIL-9", "MUST", "Result types", """Utility results have the types of the method table
+       (``is_sleeping`` bool, ``reset_prefix_cache`` bool, ``get_supported_tasks`` array of str, …); a
+       client reports a mismatch as a typed decode error."""),
+    _c("ECP-UTIL-10", "SHOULD", "Unknown call ids", """A client drops a reply whose call id it does not know,
+       or that is not a u64, with a warning."""),
+    # ------------------------------------------------------------------ DP
+    _c("ECP-DP-1", "MUST", "Distinct identities", """N engines of one deployment have N distinct identities
+       ``start..start+N-1``."""),
+    _c("ECP-DP-2", "MUST", "Pinned rank", """An ADD with ``data_parallel_rank`` set goes to that global rank;
+       a frontend rejects a rank that is not connected with an error listing the connected ranks."""),
+    _c("ECP-DP-3", "SHOULD", "Load-aware routing", """Unpinned requests go to the least-loaded engine (in-flight
+       count, refined by scheduler stats)."""),
+    _c("ECP-DP-4", "MUST", "START_DP_WAVE tolerated", """An engine accepts START_DP_WAVE ``[wave,
+       exclude_engine_index]`` at any time; a wave older than its own is ignored."""),
+    _c("ECP-DP-5", "MUST", "Waves", """``current_wave`` is stamped on ADD; an engine receiving a newer wave
+       adopts it; ``wave_complete`` and ``start_wave`` go only to the coordinator."""),
+    # -------------------------------------------------------------- REJECT
+    _c("ECP-REJECT-1", "MUST", "abort_immediately never runs", """An ADD with ``abort_immediately`` is admitted
+       and aborted at once: the connector's ``request_finished`` hook runs and no token is ever produced;
+       no output is emitted for it."""),
+    _c("ECP-REJECT-2", "MUST", "Rejection notice shape", """The rejection notice is an ADD with the serving-layer
+       request id, prompt ``[0]``, ``max_tokens`` 1, ``extra_args.kv_transfer_params`` equal to the
+       request's params, the pinned rank, and ``abort_immediately`` true."""),
+    _c("ECP-REJECT-3", "MUST", "Rejection notice gating", """A frontend sends the notice exactly when a KV
+       connector is configured, the request carries a truthy ``do_remote_prefill``, and it was rejected
+       before admission; otherwise it sends nothing."""),
+    _c("ECP-REJECT-4", "MUST", "Client still gets its error", """The HTTP client of a rejected request receives
+       the original error whether or not the notice succeeded."""),
+    _c("ECP-REJECT-5", "MUST", "abort_immediately passes a pause", """An ``abort_immediately`` ADD is processed
+       even while the scheduler is paused."""),
+    _c("ECP-REJECT-6", "MUST", "Other requests unaffected", """An ``abort_immediately`` request does not affect
+       other requests in the engine."""),
+    # ----------------------------------------------------------------- ROB
+    _c("ECP-ROB-1", "MUST", "Survive bad input", """An unknown type byte, a wrong frame count, an undecodable
+       or wrongly typed payload, or a declared length beyond the limits never kills the receiver: it
+       rejects that message, reports it with its clause, and keeps serving."""),
+    _c("ECP-ROB-2", "SHOULD", "Answer what can be answered", """When the request id of an invalid ADD is
+       recoverable, the engine answers it with an ERROR output."""),
+    _c("ECP-ROB-3", "MUST", "Fail closed", """A frontend that receives ``ENGINE_CORE_DEAD``, an undecodable
+       output, or a DP control message on its output path, or whose engine disappears, becomes unhealthy;
+       the first error is sticky and reaches every active stream, waiter and later call."""),
+    _c("ECP-ROB-4", "MUST", "Out-of-range client_index", """An engine answers an ADD whose ``client_index`` has
+       no output socket without crashing; outputs it cannot route are dropped and logged."""),
+    _c("ECP-ROB-5", "MUST", "Graceful shutdown", """On SIGTERM/SIGINT an engine finishes or aborts its in-flight
+       requests, sends their outputs and exits 0."""),
+    # ----------------------------------------------------------------- SEC
+    _c("ECP-SEC-1", "MUST", "No code-carrying payloads", """Receivers refuse msgpack ext types 1 (pickle) and
+       2 (cloudpickle) and every unknown ext type with a decode error; they are never executed."""),
+    _c("ECP-SEC-2", "SHOULD", "Loopback by default", """Reference peers bind to loopback or ipc unless told
+       otherwise."""),
+    # -------------------------------------------------------------- COMPAT
+    _c("ECP-COMPAT-1", "MUST", "One pinned version", """There is no version field and no negotiation; both peers
+       pin one vLLM release's layout (here 0.33.0)."""),
+    _c("ECP-COMPAT-2", "MUST", "Python and Rust forms", """Receivers accept both the Python encodings (float64,
+       map16, uuid-derived u64 call ids) and the vllm-rs encodings (float32 sampling floats, fixmap,
+       sequential call ids)."""),
+)
+
+CLAUSES: dict[str, Clause] = {c.id: c for c in _CLAUSES}
+assert len(CLAUSES) == len(_CLAUSES), "duplicate clause id"
+
+
+def get(clause_id: str) -> Clause:
+    """Return the clause with this id; raise ``KeyError`` naming it if unknown."""
+    try:
+        return CLAUSES[clause_id]
+    except KeyError:
+        raise KeyError(f"unknown spec clause {clause_id!r}") from None
+
+
+def must_clauses() -> list[Clause]:
+    """Every live clause at level MUST, in catalogue order."""
+    return [c for c in _CLAUSES if c.level == "MUST" and not c.withdrawn]

@@ -1,0 +1,55 @@
+"""The ``ecp`` console script.
+
+Each part of the project contributes subcommands through a ``commands``
+module with a ``register(subparsers)`` function. ``register`` only declares
+arguments; heavy imports happen inside the handlers, so ``ecp --help`` stays
+fast and works without optional extras installed.
+
+Exit codes: 0 success, 1 the thing checked failed (conformance failures, a
+frame that does not decode, a breaking spec diff), 2 usage or harness error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMAND_MODULES = (
+    "ecp.spec.commands",
+    "ecp.reference.commands",
+    "ecp.conformance.commands",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ecp",
+        description="The vLLM 0.33 engine-core protocol: spec tools, reference peers, conformance suite.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # that part has no commands yet
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,403 @@
+"""The sans-IO framing codec: frame lists in, typed messages out, and back.
+
+Nothing here touches a socket. A transport hands :func:`decode_input` the
+frames an engine DEALER received (``[type, payload, *aux]``), or hands
+:func:`decode_outputs` the frames a frontend PULL received (``[payload, *aux]``),
+and sends what the ``encode_*`` functions return. Identity frames are the
+transport's business (a ROUTER prepends/strips them).
+
+Encoding produces the bytes vLLM 0.33's ``MsgpackEncoder`` produces for the
+same values. Decoding is as tolerant as vLLM's decoder (``ECP-FRAME-4``/``-5``)
+and strictly safer: ext types 1/2 are refused (``ECP-SEC-1``) and limits are
+checked before allocation (``ECP-FRAME-9``). Every failure is a
+:class:`~ecp.spec.errors.RemoteProtocolError` subclass naming its clause.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence, Union
+
+import msgspec
+
+from .control import StartDPWave, UtilityRequest
+from .enums import (
+    AUX_FRAME_THRESHOLD, ENGINE_CORE_DEAD, EXT_CLOUDPICKLE, EXT_PICKLE, EXT_RAW_VIEW, RequestType,
+)
+from .errors import (
+    DecodeError, FrameCountError, HandshakeError, LimitExceeded, LocalProtocolError, ProtocolError,
+    UnknownRequestType, UnsafeExtType,
+)
+from .handshake import EngineCoreReadyResponse, EngineHandshakeMetadata, Hello, Ready
+from .limits import DEFAULT_LIMITS, DecodeLimits, check_frame
+from .outputs import EngineCoreOutputs
+from .request import EngineCoreRequest
+from .tensors import Tensor
+
+Frame = Union[bytes, bytearray, memoryview]
+
+
+# --------------------------------------------------------------------------- messages
+@dataclass(frozen=True, slots=True)
+class AddMessage:
+    """ADD: ``[0x00, EngineCoreRequest, *aux]``."""
+
+    request: EngineCoreRequest
+    type = RequestType.ADD
+
+
+@dataclass(frozen=True, slots=True)
+class AbortMessage:
+    """ABORT: ``[0x01, [request_id, …]]``."""
+
+    request_ids: list[str]
+    type = RequestType.ABORT
+
+
+@dataclass(frozen=True, slots=True)
+class UtilityMessage:
+    """UTILITY: ``[0x03, [client_index, call_id, method_name, args]]``."""
+
+    call: UtilityRequest
+    type = RequestType.UTILITY
+
+
+@dataclass(frozen=True, slots=True)
+class StartDPWaveMessage:
+    """START_DP_WAVE: ``[0x02, [wave, exclude_engine_index]]``."""
+
+    wave: StartDPWave
+    type = RequestType.START_DP_WAVE
+
+
+InputMessage = Union[AddMessage, AbortMessage, UtilityMessage, StartDPWaveMessage]
+
+
+class EngineDead:
+    """The ``ENGINE_CORE_DEAD`` sentinel, as a decoded output message (``ECP-OUT-8``)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "EngineDead()"
+
+
+ENGINE_DEAD = EngineDead()
+
+
+# --------------------------------------------------------------------------- hooks
+# The aux frames of the message being encoded or decoded. Encoding and decoding
+# are synchronous, so a context variable scoped to one call is enough.
+_aux_out: contextvars.ContextVar[list[bytes]] = contextvars.ContextVar("ecp_aux_out")
+_frames_in: contextvars.ContextVar[Sequence[Frame]] = contextvars.ContextVar("ecp_frames_in")
+
+
+def _enc_hook(obj: Any) -> Any:
+    if isinstance(obj, Tensor):
+        data = bytes(obj.data)
+        if len(data) < AUX_FRAME_THRESHOLD:
+            return [obj.dtype, list(obj.shape), msgspec.msgpack.Ext(EXT_RAW_VIEW, data)]
+        aux = _aux_out.get()
+        aux.append(data)
+        return [obj.dtype, list(obj.shape), len(aux)]  # index 0 is the payload frame
+    raise LocalProtocolError(
+        f"cannot encode a value of type {type(obj).__name__}",
+        clause="ECP-FRAME-3", got=type(obj).__name__,
+    )
+
+
+def _ext_hook(code: int, data: memoryview) -> Any:
+    if code == EXT_RAW_VIEW:
+        return bytes(data)
+    name = {EXT_PICKLE: "pickle", EXT_CLOUDPICKLE: "cloudpickle"}.get(code, "unknown")
+    raise UnsafeExtType(f"msgpack ext type {code} ({name}) is refused and never decoded", code=code)
+
+
+def _dec_hook(typ: type, obj: Any) -> Any:
+    if typ is Tensor:
+        if not (isinstance(obj, list) and len(obj) == 3):
+            raise TypeError("expected a tensor [dtype, shape, data]")
+        dtype, shape, data = obj
+        if not isinstance(dtype, str) or not isinstance(shape, list) or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise TypeError("expected a tensor [dtype: str, shape: [int >= 0], data]")
+        if isinstance(data, int) and not isinstance(data, bool):
+            frames = _frames_in.get(())
+            if not 0 <= data < len(frames):
+                raise ValueError(f"tensor refers to frame {data}, message has {len(frames)} frame(s)")
+            if data == 0:
+                raise ValueError("tensor data index 0 is the payload itself, not an aux frame")
+            data = bytes(frames[data])
+        elif not isinstance(data, bytes):
+            raise TypeError("tensor data must be ext type 3 or an aux-frame index")
+        tensor = Tensor(dtype, tuple(shape), data)
+        tensor.check()
+        return tensor
+    raise TypeError(f"unsupported type {typ!r}")
+
+
+def _schema_hook(typ: type) -> dict[str, Any]:
+    if typ is Tensor:
+        return {
+            "title": "Tensor",
+            "description": "[dtype, shape, data]: data is msgpack ext type 3 (raw little-endian bytes) "
+                           "or an int index into the multipart message (1 = first aux frame). "
+                           "In JSON golden vectors the bytes are base64.",
+            "type": "array",
+            "prefixItems": [
+                {"type": "string"},
+                {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                {"anyOf": [{"type": "string", "contentEncoding": "base64"},
+                           {"type": "integer", "minimum": 1}]},
+            ],
+            "minItems": 3, "maxItems": 3,
+        }
+    raise NotImplementedError(typ)
+
+
+_ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
+_PLAIN_ENCODER = msgspec.msgpack.Encoder()
+
+
+def _decoder(typ: Any) -> msgspec.msgpack.Decoder:
+    return msgspec.msgpack.Decoder(typ, dec_hook=_dec_hook, ext_hook=_ext_hook)
+
+
+_DEC_REQUEST = _decoder(EngineCoreRequest)
+_DEC_ABORT = _decoder(list[str])
+_DEC_UTILITY = _decoder(UtilityRequest)
+_DEC_WAVE = _decoder(StartDPWave)
+_DEC_OUTPUTS = _decoder(EngineCoreOutputs)
+_DEC_HANDSHAKE = _decoder(Union[Hello, Ready])
+_DEC_INIT = _decoder(EngineHandshakeMetadata)
+_DEC_READY_RESPONSE = _decoder(EngineCoreReadyResponse)
+_DEC_ANY = msgspec.msgpack.Decoder(ext_hook=_ext_hook)
+
+_PATH_RE = re.compile(r"^(?P<msg>.*?)(?: - at `(?P<path>[^`]*)`)?$", re.S)
+
+
+# --------------------------------------------------------------------------- core helpers
+def encode_payload(obj: Any) -> list[bytes]:
+    """Encode one msgpack document; return ``[payload, *aux]`` (tensors ≥ 256 B in aux)."""
+    aux: list[bytes] = []
+    token = _aux_out.set(aux)
+    try:
+        payload = _ENCODER.encode(obj)
+    except ProtocolError:
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise LocalProtocolError(f"cannot encode {type(obj).__name__}: {exc}", clause="ECP-FRAME-3") from exc
+    finally:
+        _aux_out.reset(token)
+    return [payload, *aux]
+
+
+def decode_payload(decoder: msgspec.msgpack.Decoder, frames: Sequence[Frame], *, payload_index: int,
+                   clause: str, limits: DecodeLimits = DEFAULT_LIMITS, frame_offset: int = 0) -> Any:
+    """Decode ``frames[payload_index]`` with ``decoder``, aux frames after it.
+
+    ``frame_offset`` is added to reported frame indexes (the position of
+    ``frames[0]`` in the message as the transport saw it).
+    """
+    payload = frames[payload_index]
+    check_frame(payload, limits, frame_index=payload_index + frame_offset)
+    for i in range(payload_index + 1, len(frames)):
+        if len(frames[i]) > limits.max_frame_bytes:
+            check_frame(frames[i], limits, frame_index=i + frame_offset)
+    token = _frames_in.set(frames[payload_index:])
+    try:
+        return decoder.decode(payload)
+    except ProtocolError as exc:
+        if exc.frame_index is None:
+            exc.frame_index = payload_index + frame_offset
+        raise
+    except msgspec.ValidationError as exc:
+        m = _PATH_RE.match(str(exc))
+        msg, path = (m.group("msg"), m.group("path")) if m else (str(exc), None)
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, ProtocolError):  # raised inside a hook, re-raise as is
+            cause.frame_index = payload_index + frame_offset
+            cause.field_path = cause.field_path or path
+            raise cause from None
+        raise DecodeError(msg, clause=clause, frame_index=payload_index + frame_offset,
+                          field_path=path, got=msg) from None
+    except msgspec.DecodeError as exc:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, ProtocolError):
+            cause.frame_index = payload_index + frame_offset
+            raise cause from None
+        raise DecodeError(f"malformed msgpack: {exc}", clause="ECP-FRAME-9",
+                          frame_index=payload_index + frame_offset, got=str(exc)) from None
+    except RecursionError:
+        raise LimitExceeded("nesting too deep to decode", clause="ECP-FRAME-9",
+                            frame_index=payload_index + frame_offset) from None
+    finally:
+        _frames_in.reset(token)
+
+
+def _check_frame_count(frames: Sequence[Frame], minimum: int, limits: DecodeLimits, what: str,
+                       clause: str) -> None:
+    if len(frames) < minimum:
+        raise FrameCountError(f"{what} needs at least {minimum} frame(s), got {len(frames)}",
+                              clause=clause, expected=f">= {minimum} frames", got=len(frames))
+    if len(frames) > limits.max_frames:
+        raise LimitExceeded(f"{what} has {len(frames)} frames, limit is {limits.max_frames}",
+                            clause="ECP-FRAME-9", expected=f"<= {limits.max_frames} frames",
+                            got=len(frames))
+
+
+# --------------------------------------------------------------------------- input side
+def encode_input(msg: InputMessage) -> list[bytes]:
+    """Frames for an engine's input DEALER: ``[type, payload, *aux]`` (no identity)."""
+    if isinstance(msg, AddMessage):
+        body: Any = msg.request
+    elif isinstance(msg, AbortMessage):
+        body = list(msg.request_ids)
+    elif isinstance(msg, UtilityMessage):
+        body = msg.call
+    elif isinstance(msg, StartDPWaveMessage):
+        body = msg.wave
+    else:
+        raise LocalProtocolError(f"not an input message: {type(msg).__name__}", clause="ECP-FRAME-1",
+                                 got=type(msg).__name__)
+    return [msg.type.value, *encode_payload(body)]
+
+
+def encode_add(request: EngineCoreRequest) -> list[bytes]:
+    return encode_input(AddMessage(request))
+
+
+def encode_abort(request_ids: Sequence[str]) -> list[bytes]:
+    return encode_input(AbortMessage(list(request_ids)))
+
+
+def encode_utility(client_index: int, call_id: int, method_name: str, args: Sequence[Any] = ()) -> list[bytes]:
+    if not 0 <= call_id < 2**64:
+        raise LocalProtocolError(f"call id {call_id} is not a u64", clause="ECP-UTIL-1",
+                                 expected="0 <= call_id < 2**64", got=call_id)
+    return encode_input(UtilityMessage(UtilityRequest(client_index, call_id, method_name, list(args))))
+
+
+def encode_start_dp_wave(wave: int, exclude_engine_index: int | None = None) -> list[bytes]:
+    return encode_input(StartDPWaveMessage(StartDPWave(wave, exclude_engine_index)))
+
+
+_INPUT_DECODERS = {
+    RequestType.ADD: (_DEC_REQUEST, AddMessage, "ECP-REQ-1"),
+    RequestType.ABORT: (_DEC_ABORT, AbortMessage, "ECP-ABORT-1"),
+    RequestType.UTILITY: (_DEC_UTILITY, UtilityMessage, "ECP-UTIL-1"),
+    RequestType.START_DP_WAVE: (_DEC_WAVE, StartDPWaveMessage, "ECP-DP-4"),
+}
+
+
+def decode_input(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMITS,
+                 frame_offset: int = 0) -> InputMessage:
+    """Decode the frames an engine DEALER received: ``[type, payload, *aux]``.
+
+    Raises :class:`FrameCountError`, :class:`UnknownRequestType`,
+    :class:`DecodeError` (and subclasses); never anything else.
+    """
+    _check_frame_count(frames, 2, limits, "an input message", "ECP-FRAME-1")
+    type_frame = bytes(frames[0])
+    try:
+        rtype = RequestType(type_frame)
+    except ValueError:
+        rtype = None
+    if rtype is None or not rtype.on_wire:
+        raise UnknownRequestType(
+            f"request type frame {type_frame.hex() or '(empty)'} is not ADD/ABORT/START_DP_WAVE/UTILITY",
+            clause="ECP-FRAME-1", frame_index=frame_offset,
+            expected="one byte 00..03", got=type_frame[:8].hex(),
+        )
+    decoder, wrap, clause = _INPUT_DECODERS[rtype]
+    if rtype is not RequestType.ADD and len(frames) != 2:
+        raise FrameCountError(f"{rtype.name} carries exactly 2 frames, got {len(frames)}",
+                              clause="ECP-FRAME-1", expected="2 frames", got=len(frames))
+    body = decode_payload(decoder, frames, payload_index=1, clause=clause, limits=limits,
+                          frame_offset=frame_offset)
+    return wrap(body)
+
+
+# --------------------------------------------------------------------------- output side
+def encode_outputs(outputs: EngineCoreOutputs) -> list[bytes]:
+    """Frames for an engine's output PUSH: ``[payload, *aux]``."""
+    return encode_payload(outputs)
+
+
+def encode_engine_dead() -> list[bytes]:
+    """The single raw ``ENGINE_CORE_DEAD`` frame."""
+    return [ENGINE_CORE_DEAD]
+
+
+def decode_outputs(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMITS
+                   ) -> EngineCoreOutputs | EngineDead:
+    """Decode the frames a frontend PULL received.
+
+    Checks for the ``ENGINE_CORE_DEAD`` sentinel first, as vLLM does.
+    """
+    _check_frame_count(frames, 1, limits, "an output message", "ECP-FRAME-2")
+    if len(frames) == 1 and bytes(frames[0]) == ENGINE_CORE_DEAD:
+        return ENGINE_DEAD
+    return decode_payload(_DEC_OUTPUTS, frames, payload_index=0, clause="ECP-FRAME-2", limits=limits)
+
+
+# --------------------------------------------------------------------------- handshake
+def encode_handshake(msg: Hello | Ready | EngineHandshakeMetadata | EngineCoreReadyResponse) -> bytes:
+    """One handshake frame (HELLO, READY, INIT or the ready payload)."""
+    return _PLAIN_ENCODER.encode(msg)
+
+
+def _decode_single(decoder: msgspec.msgpack.Decoder, frame: Frame, clause: str,
+                   limits: DecodeLimits) -> Any:
+    try:
+        return decode_payload(decoder, [frame], payload_index=0, clause=clause, limits=limits)
+    except DecodeError as exc:
+        raise HandshakeError(exc.message, clause=exc.clause, frame_index=exc.frame_index,
+                             field_path=exc.field_path, expected=exc.expected, got=exc.got) from None
+
+
+def decode_handshake(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS) -> Hello | Ready:
+    """Decode an engine → frontend handshake frame (HELLO or READY by ``status``)."""
+    return _decode_single(_DEC_HANDSHAKE, frame, "ECP-HS-7", limits)
+
+
+def decode_init(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS) -> EngineHandshakeMetadata:
+    """Decode INIT and check ``inputs``/``outputs`` are non-empty and of equal length."""
+    init = _decode_single(_DEC_INIT, frame, "ECP-HS-2", limits)
+    a = init.addresses
+    if not a.inputs or len(a.inputs) != len(a.outputs):
+        raise HandshakeError(
+            f"INIT needs equal, non-empty input/output lists (got {len(a.inputs)} inputs, "
+            f"{len(a.outputs)} outputs)", clause="ECP-HS-2",
+            expected="len(inputs) == len(outputs) >= 1", got=(len(a.inputs), len(a.outputs)))
+    if (a.coordinator_input is None) != (a.coordinator_output is None):
+        raise HandshakeError("INIT names only one coordinator address", clause="ECP-HS-2",
+                             expected="both or neither coordinator address")
+    return init
+
+
+def decode_ready_response(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS
+                          ) -> EngineCoreReadyResponse | None:
+    """Decode a ready payload; an empty frame decodes to ``None`` (``ECP-HS-12``)."""
+    if len(frame) == 0:
+        return None
+    return _decode_single(_DEC_READY_RESPONSE, frame, "ECP-HS-4", limits)
+
+
+def decode_any(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
+    """Decode one frame as plain msgpack (ext 3 → bytes; ext 1/2 refused)."""
+    return decode_payload(_DEC_ANY, [frame], payload_index=0, clause="ECP-FRAME-9", limits=limits)
+
+
+def to_builtins(obj: Any) -> Any:
+    """A JSON-friendly view of a typed message (tensor bytes → base64, sets → lists)."""
+    def hook(o: Any) -> Any:
+        if isinstance(o, Tensor):
+            import base64
+
+            return [o.dtype, list(o.shape), base64.b64encode(o.data).decode()]
+        raise TypeError(f"cannot convert {type(o).__name__}")
+
+    return msgspec.to_builtins(obj, enc_hook=hook)

@@ -1,0 +1,114 @@
+"""The two error families of the protocol, in the style of h11.
+
+* :class:`LocalProtocolError` -- *this* side was asked to do something the
+  protocol forbids (encode an invalid message, send in the wrong state). The
+  caller has a bug; nothing was sent.
+* :class:`RemoteProtocolError` -- the *peer* sent something the protocol
+  forbids (undecodable frame, wrong frame count, refused ext type). The
+  receiver must not crash: it drops or rejects the offending message, reports
+  it, and keeps serving (``ECP-ROB-1``).
+
+Every error names the spec clause it enforces (``clause``, an id from
+:mod:`ecp.spec.clauses`) and carries structured fields next to the prose, so
+that tools (the conformance harness, ``ecp decode``) can report them
+precisely.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ProtocolError(Exception):
+    """Base class of every error raised by :mod:`ecp.spec`.
+
+    Attributes:
+        clause: spec clause id (``ECP-…``) that the offending input violates.
+        frame_index: index of the offending frame within the multipart
+            message, where known (0 = first frame the codec saw).
+        field_path: msgspec-style path inside the payload (``$[3].max_tokens``).
+        expected: what the clause requires, short.
+        got: what was found, short (never a full payload).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        clause: str,
+        frame_index: int | None = None,
+        field_path: str | None = None,
+        expected: Any = None,
+        got: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.clause = clause
+        self.frame_index = frame_index
+        self.field_path = field_path
+        self.expected = expected
+        self.got = got
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly view, used by CLIs and conformance reports."""
+        return {
+            "error": type(self).__name__,
+            "clause": self.clause,
+            "message": self.message,
+            "frame_index": self.frame_index,
+            "field_path": self.field_path,
+            "expected": None if self.expected is None else str(self.expected),
+            "got": None if self.got is None else str(self.got),
+        }
+
+    def __str__(self) -> str:
+        where = []
+        if self.frame_index is not None:
+            where.append(f"frame {self.frame_index}")
+        if self.field_path:
+            where.append(f"at {self.field_path}")
+        suffix = f" ({', '.join(where)})" if where else ""
+        return f"[{self.clause}] {self.message}{suffix}"
+
+
+class LocalProtocolError(ProtocolError):
+    """This side misused the protocol; the message was not produced or sent."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer violated the protocol; the offending message is rejected."""
+
+
+class DecodeError(RemoteProtocolError):
+    """A frame or multipart message could not be decoded into a typed message."""
+
+
+class FrameCountError(DecodeError):
+    """A multipart message has too few or too many frames for its kind."""
+
+
+class LimitExceeded(DecodeError):
+    """A frame exceeds a configured size, collection-length or depth limit.
+
+    Raised *before* the decoder allocates for the declared size.
+    """
+
+
+class UnsafeExtType(DecodeError):
+    """A msgpack ext type that carries code (pickle = 1, cloudpickle = 2) or is
+    unknown. It is refused, never decoded (``ECP-SEC-1``)."""
+
+    def __init__(self, message: str, *, code: int, **kw: Any) -> None:
+        kw.setdefault("clause", "ECP-SEC-1")
+        kw.setdefault("expected", "ext type 3 (raw tensor view)")
+        kw.setdefault("got", f"ext type {code}")
+        super().__init__(message, **kw)
+        self.code = code
+
+
+class UnknownRequestType(DecodeError):
+    """The one-byte request-type frame is not ADD/ABORT/START_DP_WAVE/UTILITY."""
+
+
+class HandshakeError(RemoteProtocolError):
+    """A handshake message is malformed or arrived in the wrong state."""

@@ -1,0 +1,114 @@
+"""Frontend → engine payloads: ``EngineCoreRequest`` (ADD) and its nested types.
+
+``EngineCoreRequest`` is an *array* of 22 elements in vLLM 0.33 wire order.
+Indices 0–8 are required (a decoder needs at least 9 elements, ``ECP-FRAME-4``);
+9–21 have defaults. Senders always emit all 22 (``ECP-FRAME-3``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .sampling import SamplingParams
+from .tensors import Tensor
+
+
+class LoRARequest(msgspec.Struct, array_like=True, omit_defaults=True):
+    """vLLM's LoRA adapter reference (array; the vllm-rs view, trailing fields optional)."""
+
+    lora_name: str
+    lora_int_id: int
+    lora_path: str = ""
+    base_model_name: str | None = None
+    tensorizer_config_dict: dict[str, Any] | None = None
+    load_inplace: bool = False
+    is_3d_lora_weight: bool = False
+
+
+class PoolingParams(msgspec.Struct, array_like=True, omit_defaults=True):
+    """Pooling parameters (array; the 5-element prefix the Rust client sends).
+
+    ``task`` is one of ``embed``, ``classify``, ``token_embed``,
+    ``token_classify``, ``plugin``, ``embed&token_classify``.
+    """
+
+    use_activation: bool | None = None
+    dimensions: int | None = None
+    step_tag_id: int | None = None
+    returned_token_ids: list[int] | None = None
+    task: str | None = None
+
+
+class PlaceholderRange(msgspec.Struct, omit_defaults=False):
+    """Where a multimodal item sits in the prompt."""
+
+    offset: int
+    length: int
+    is_embed: Tensor | None = None
+
+
+class MultiModalFeatureSpec(msgspec.Struct, omit_defaults=False):
+    """One multimodal item of ``mm_features``.
+
+    ``data`` maps kwarg name → ``{data: nested tensors/numbers, field: [factory, kwargs]}``
+    or is nil when the item is already cached in the engine. It is decoded
+    generically (tensors inside resolve to :class:`Tensor`).
+    """
+
+    data: dict[str, Any] | None
+    modality: str
+    identifier: str
+    mm_position: PlaceholderRange
+    mm_hash: str | None = None
+
+
+class KvHintAction(msgspec.Struct, omit_defaults=False):
+    action_id: str
+    action_type: str
+    action_version: str | int | None = None
+    payload: dict[str, Any] | None = None
+
+
+class KvHintsEnvelope(msgspec.Struct, omit_defaults=False):
+    """``kv_hints`` (map form, as the Rust source defines it; OPEN for 0.33 Python)."""
+
+    protocol_version: str
+    message_id: str
+    actions: list[KvHintAction] = []
+
+
+class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
+    """The ADD payload (``ECP-REQ-1``). Field order is the wire order."""
+
+    request_id: str
+    prompt_token_ids: list[int] | None
+    mm_features: list[MultiModalFeatureSpec] | None
+    sampling_params: SamplingParams | None
+    pooling_params: PoolingParams | None
+    arrival_time: float
+    lora_request: LoRARequest | None
+    cache_salt: str | None
+    data_parallel_rank: int | None
+    prompt_embeds: Tensor | None = None
+    prompt_is_token_ids: list[bool] | None = None
+    client_index: int = 0
+    current_wave: int = 0
+    priority: int = 0
+    trace_headers: dict[str, str] | None = None
+    resumable: bool = False
+    external_req_id: str | None = None
+    reasoning_ended: bool | None = None
+    reasoning_parser_kwargs: dict[str, Any] | None = None
+    abort_immediately: bool = False
+    session_id: str | None = None
+    kv_hints: KvHintsEnvelope | None = None
+
+    @property
+    def kv_transfer_params(self) -> dict[str, Any] | None:
+        return self.sampling_params.kv_transfer_params if self.sampling_params else None
+
+
+#: ABORT payload: internal request ids (``ECP-ABORT-1``).
+AbortPayload = list[str]
