@@ -16,9 +16,10 @@ import importlib
 import sys
 
 COMMAND_MODULES = (
-    "ecp.spec.commands",
-    "ecp.reference.commands",
-    "ecp.conformance.commands",
+    "ecp.spec.commands",            # summary, decode, schema, spec layout/diff
+    "ecp.reference.engine.commands",  # engine
+    "ecp.reference.frontend.commands",  # serve, bench serve
+    "ecp.conformance.commands",     # conformance engine|frontend|list
 )
 
 
