@@ -174,17 +174,14 @@ class HarnessFrontend:
             addresses=EngineZmqAddresses(inputs=self.addresses.inputs, outputs=self.addresses.outputs),
             parallel_config={}))
         end = time.monotonic() + timeout
-        ready_seen_at: float | None = None
-        while True:
-            if self._handshake_complete():
-                break
+        settled_at: float | None = None  # when READY (or every registration) was complete
+        grace = max(1.0, 3 * self.quiet_window_s)
+        while not self._handshake_complete():
             now = time.monotonic()
-            if self._all_ready() and ready_seen_at is None:
-                ready_seen_at = now
-            # READY arrived everywhere but a registration is missing: give it a short grace
-            if ready_seen_at is not None and now - ready_seen_at > max(1.0, self.quiet_window_s):
-                break
-            if now >= end:
+            # READY everywhere but a registration missing, or the reverse: record it after a grace
+            if settled_at is None and (self._all_ready() or self._all_registered()):
+                settled_at = now
+            if (settled_at is not None and now - settled_at > grace) or now >= end:
                 break
             for sock, frames in self._poll_once(min(end, now + 0.05)):
                 if sock is self.handshake:
@@ -269,6 +266,11 @@ class HarnessFrontend:
     def _all_ready(self) -> bool:
         ready = [r for r in self.records.values() if r.ready_raw]
         return len(ready) >= self.engine_count
+
+    def _all_registered(self) -> bool:
+        n_inputs = len(self.inputs)
+        done = [r for r in self.records.values() if all(c in r.registrations for c in range(n_inputs))]
+        return len(done) >= self.engine_count
 
     def _handshake_complete(self) -> bool:
         n_inputs = len(self.inputs)

@@ -170,11 +170,15 @@ class EngineManager:
                 self._fresh_crashed = True
             eut.close()
 
-    def set_deadline(self, deadline: float | None) -> None:
-        self.deadline = deadline
+    def begin_case(self) -> None:
+        """Forget which engines the previous case touched."""
+        self.deadline = None
         self.touched = []
         self._fresh = []
         self._fresh_crashed = False
+
+    def set_deadline(self, deadline: float | None) -> None:
+        self.deadline = deadline
         if self._shared is not None:
             self._shared.fe.deadline = deadline
 
