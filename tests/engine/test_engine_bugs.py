@@ -45,7 +45,11 @@ def test_no_terminal_output(rig):
 def test_duplicate_and_tokens_after_finish(rig):
     fe, _ = rig.start(1, bug=["duplicate-output", "tokens-after-finish"])
     fe.add(0, make_request("du", max_tokens=2))
-    assert fe.pump(lambda: sum(o.finish_reason is not None for o in fe.outputs_for("du")) == 2)
+    def both():
+        outs = fe.outputs_for("du")
+        return sum(o.finish_reason is not None for o in outs) == 2 and outs[-1].finish_reason is None
+
+    assert fe.pump(both)
     outs = fe.outputs_for("du")
     assert outs[-1].finish_reason is None and outs[-1].new_token_ids  # a token after the end
 
