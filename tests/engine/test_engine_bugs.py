@@ -55,11 +55,12 @@ def test_duplicate_and_tokens_after_finish(rig):
 
 
 def test_ignore_abort(rig):
-    fe, _ = rig.start(1, bug=["ignore-abort"], step_time_ms=1)
-    fe.add(0, make_request("ia", max_tokens=40))
+    fe, _ = rig.start(1, bug=["ignore-abort"], step_time_ms=2)
+    fe.add(0, make_request("ia", max_tokens=200))
     fe.pump(lambda: fe.tokens("ia"))
     fe.abort(0, ["ia"])
     assert fe.wait_finished(["ia"])["ia"].finish_reason == FinishReason.LENGTH
+    assert len(fe.tokens("ia")) == 200
 
 
 def test_crash_on_bad_frame_sends_engine_core_dead(rig):
