@@ -76,7 +76,7 @@ def test_prefix_cache_hit_reuses_leading_full_blocks():
     ex = make_executor(block_size=4)
     shared = _prompt(8, 5)  # two full blocks
     a = Sequence("a", shared + _prompt(3, 6), blocks=[7, 3, 12])
-    _run(ex, a.span())
+    a.output.append(_greedy_next(_run(ex, a.span())["a"]))
     # b shares a's first two blocks: the scheduler hands them over already filled
     b = Sequence("b", shared + _prompt(5, 7), blocks=[7, 3, 25, 26, 27])
     b.computed = 8
