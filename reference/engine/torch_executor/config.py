@@ -107,6 +107,10 @@ def config_from_hf(cfg: dict[str, Any], path: Path | None = None) -> ModelConfig
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
         raise ModelConfigError(f"hidden_act {act!r} is not supported (SwiGLU needs silu)")
+    missing = [k for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                           "num_attention_heads") if k not in cfg]
+    if missing:
+        raise ModelConfigError(f"config.json lacks {', '.join(missing)}")
     heads = cfg["num_attention_heads"]
     hidden = cfg["hidden_size"]
     eos = cfg.get("eos_token_id")
