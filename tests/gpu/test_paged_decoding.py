@@ -150,3 +150,33 @@ def test_out_of_vocabulary_token_is_rejected(executor):
     seq = Sequence("a", [1, 512], blocks=[0])
     with pytest.raises(InvalidTokenError, match="'a'"):
         executor.execute(StepBatch([seq.span()]))
+
+
+def test_bfloat16_cache_tracks_the_dense_forward():
+    from ecp.reference.engine.torch_executor import TorchExecutor
+
+    from .conftest import DEVICE
+
+    ex = TorchExecutor("random:tiny", DEVICE, 0, "bfloat16")
+    ex.initialize(16, 4)
+    assert ex.cache.tensor.dtype == torch.bfloat16 and ex.dtype == "bfloat16"
+    seq = Sequence("a", _prompt(9, 13), blocks=[3, 0, 7, 9])
+    logits = _run(ex, seq.span())["a"]
+    for _ in range(4):
+        seq.output.append(_greedy_next(logits))
+        start = seq.computed
+        logits = _run(ex, seq.span())["a"]
+        expected = dense_logits(ex, seq.tokens)[start:]
+        torch.testing.assert_close(logits, expected, atol=0.15, rtol=0.05)
+
+
+def test_available_blocks_sizes_the_pool_from_free_device_memory(monkeypatch, executor):
+    gib = 1 << 30
+    monkeypatch.setattr(executor, "device", torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (60 * gib, 80 * gib))
+    per_block = executor.block_bytes(16)
+    # tiny, float32: 2 (K,V) * 2 layers * 16 tokens * 2 kv heads * 16 dims * 4 bytes
+    assert per_block == 2 * 2 * 16 * 2 * 16 * 4
+    # 0.9 * 80 GiB budget, 20 GiB already used, reserve max(1 GiB, 5 % of 80 GiB) = 4 GiB
+    assert executor.available_blocks(16, 0.9) == int((0.9 * 80 * gib - 20 * gib - 4 * gib) // per_block)
+    assert executor.available_blocks(16, 0.2) == 0

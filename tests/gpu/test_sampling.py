@@ -224,3 +224,17 @@ def test_full_vocab_logprobs_travel_in_aux_frames(executor):
     decoded = decode_outputs(frames)
     assert decoded.outputs[0].new_logprobs == lp
     np.testing.assert_allclose(np.exp(lp.logprobs.to_numpy()[0, 1:]).sum(), 1.0, rtol=1e-4)
+
+
+def test_prompt_logprobs_are_sent_once_even_after_preemption(executor):
+    prompt = [5, 9, 14, 3, 77]
+    seq = Sequence("a", prompt, blocks=[0, 1, 2], params=SamplingParams(temperature=0.0, prompt_logprobs=0))
+    res = executor.execute(StepBatch([seq.span()]))
+    assert res.prompt_logprobs["a"].logprobs.shape == (4, 1)
+    seq.output.extend(res.sampled["a"])
+    seq.blocks, seq.computed = [5, 6, 7], 0  # preempted and recomputed from position 0
+    res = executor.execute(StepBatch([seq.span()]))
+    assert res.prompt_logprobs == {} and list(res.sampled) == ["a"]
+    executor.release(["a"])  # a new request reusing the id gets them again
+    fresh = Sequence("a", prompt, blocks=[8, 9], params=SamplingParams(temperature=0.0, prompt_logprobs=0))
+    assert executor.execute(StepBatch([fresh.span()])).prompt_logprobs["a"].logprobs.shape == (4, 1)
