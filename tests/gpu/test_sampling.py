@@ -16,7 +16,7 @@ V = 32
 
 
 def _sampler(seed: int = 0) -> Sampler:
-    return Sampler(V, eos_token_id=2, generator=torch.Generator(device=DEVICE).manual_seed(seed))
+    return Sampler(V, generator=torch.Generator(device=DEVICE).manual_seed(seed))
 
 
 def _logits(seed: int = 0) -> torch.Tensor:
@@ -120,11 +120,14 @@ def test_min_tokens_masks_eos_and_stop_tokens_until_reached():
     logits = torch.zeros(1, V, device=DEVICE)
     logits[0, 2] = 10.0  # eos
     logits[0, 11] = 9.0  # a stop token
-    row = _row(output=[5], min_tokens=2, stop_token_ids=[11], temperature=0.0)
+    row = _row(output=[5], min_tokens=2, stop_token_ids=[11], temperature=0.0, _eos_token_id=2)
     tok = s.sample(logits, [row]).tokens[0]
     assert tok not in (2, 11)
-    row_done = _row(output=[5, 6], min_tokens=2, stop_token_ids=[11], temperature=0.0)
+    row_done = _row(output=[5, 6], min_tokens=2, stop_token_ids=[11], temperature=0.0, _eos_token_id=2)
     assert s.sample(logits, [row_done]).tokens == [2]
+    ignoring = _row(output=[5], min_tokens=2, stop_token_ids=[11], temperature=0.0, _eos_token_id=2,
+                    ignore_eos=True)
+    assert s.sample(logits, [ignoring]).tokens == [2]  # EOS is no stop token then
 
 
 def test_allowed_token_ids_logit_bias_and_bad_words():

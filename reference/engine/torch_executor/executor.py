@@ -89,7 +89,7 @@ class TorchExecutor:
         self.eos_token_id = self.config.eos_token_id
         self.max_model_len = self.config.max_position_embeddings
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self.sampler = Sampler(self.vocab_size, self.eos_token_id, self.generator)
+        self.sampler = Sampler(self.vocab_size, self.generator)
         self.cache: PagedKVCache | None = None
         self._request_generators: dict[str, torch.Generator] = {}
         self._prompt_logprobs: dict[str, _PromptLogprobState] = {}

@@ -6,7 +6,8 @@ Per row (one request about to get a token), from the raw float32 logits:
    ``raw_logprobs`` mode), so the knobs below never change reported logprobs;
 2. hard constraints: ``allowed_token_ids``, ``logit_bias``, bad words
    (``_bad_words_token_ids``), and stop tokens masked while fewer than
-   ``min_tokens`` tokens were generated;
+   ``min_tokens`` tokens were generated (``stop_token_ids`` and the request's
+   ``_eos_token_id`` unless ``ignore_eos``);
 3. penalties: repetition (prompt and output tokens: positive logits divided,
    negative multiplied), frequency (minus ``f * count`` in the output) and
    presence (minus ``p`` once a token occurred in the output);
@@ -51,9 +52,8 @@ def wants_logprobs(params: SamplingParams) -> bool:
 
 
 class Sampler:
-    def __init__(self, vocab_size: int, eos_token_id: int | None, generator: torch.Generator) -> None:
+    def __init__(self, vocab_size: int, generator: torch.Generator) -> None:
         self.vocab_size = vocab_size
-        self.eos_token_id = eos_token_id
         self.generator = generator
 
     # -- the whole step ----------------------------------------------------------
@@ -126,10 +126,10 @@ class Sampler:
                 if 0 <= word[-1] < V:
                     row_logits[word[-1]] = float("-inf")
         if len(row.output_token_ids) < p.min_tokens:
+            # the request's own stop set, as the engine's stop check sees it
             stops = set(p.all_stop_token_ids)
-            eos = p.eos_token_id if p.eos_token_id is not None else self.eos_token_id
-            if eos is not None and not p.ignore_eos:
-                stops.add(eos)
+            if p.eos_token_id is not None and not p.ignore_eos:
+                stops.add(p.eos_token_id)
             for t in stops:
                 if 0 <= t < V:
                     row_logits[t] = float("-inf")
