@@ -165,7 +165,6 @@ class TorchExecutor:
         if self.cache is None:
             raise RuntimeError("TorchExecutor.initialize() must run before execute()")
         ids: list[int] = []
-        positions: list[int] = []
         offsets: list[int] = []
         layouts: list[SpanLayout] = []
         for span in spans:
@@ -176,11 +175,9 @@ class TorchExecutor:
                 raise InvalidTokenError(f"request {span.request_id!r}: {message}")
             offsets.append(len(ids))
             ids.extend(span.token_ids)
-            positions.extend(range(span.start_position, span.start_position + len(span.token_ids)))
             layouts.append(SpanLayout(span.start_position, len(span.token_ids), span.block_table))
         meta = build_metadata(layouts, self.cache.block_size, self.cache.num_blocks, self.device)
-        hidden = self.model(torch.tensor(ids, device=self.device), torch.tensor(positions, device=self.device),
-                            meta, self.cache)
+        hidden = self.model(torch.tensor(ids, device=self.device), meta.positions, meta, self.cache)
         return hidden, offsets
 
     def _sampling_row(self, span: ScheduledSpan) -> SamplingRow:

@@ -47,15 +47,17 @@ class PagedKVCache:
 
 @dataclass
 class AttentionGroup:
-    """Spans attended together: queries ``[B, Q]`` over keys ``[B, L]``, padded."""
+    """Spans attended together: queries ``[B, Q]`` over keys ``[B, L]``.
 
-    #: rows of the flat token batch each query comes from (padding repeats a valid row)
+    Either every decode span of the step (``Q = 1``, keys padded to the longest
+    context and masked) or one prefill chunk (``B = 1``).
+    """
+
+    #: rows of the flat token batch the queries come from
     query_rows: torch.Tensor  # [B, Q] long
-    #: True where ``query_rows`` is a real query (padding rows are discarded)
-    query_valid: torch.Tensor  # [B, Q] bool
-    #: cache slots of positions 0..L-1 of each span (padding points at slot 0)
+    #: cache slots of key positions 0..L-1 (padding points at a real slot, masked)
     key_slots: torch.Tensor  # [B, L] long
-    #: attention mask ``[B, 1, Q, L]``: causal on positions, padding excluded
+    #: ``[B, 1, Q, L]``: True where the query may see the key (causal, within the span)
     mask: torch.Tensor
 
 
@@ -63,6 +65,8 @@ class AttentionGroup:
 class AttentionMetadata:
     """Everything the layers need to write and read the paged cache this step."""
 
+    #: sequence position of every token of the flat batch
+    positions: torch.Tensor  # [T] long
     #: cache slot of every token of the flat batch
     slot_mapping: torch.Tensor  # [T] long
     groups: list[AttentionGroup]
@@ -70,74 +74,69 @@ class AttentionMetadata:
 
 @dataclass
 class SpanLayout:
-    """Where one span sits in the flat batch and the cache (built by the executor)."""
+    """One span as the cache sees it (built by the executor, in flat-batch order)."""
 
     start_position: int
     num_tokens: int
     block_table: list[int]
 
 
-def span_slots(layout: SpanLayout, block_size: int, num_blocks: int, upto: int) -> torch.Tensor:
-    """Cache slots (CPU long tensor) of positions ``0 .. upto-1`` through the span's block table."""
-    needed = -(-upto // block_size)
-    table = layout.block_table
-    if len(table) < needed:
-        raise BlockTableError(
-            f"block table of {len(table)} blocks cannot hold {upto} positions of block size {block_size}")
-    blocks = torch.tensor(table[:needed], dtype=torch.long)
-    if needed and (int(blocks.min()) < 0 or int(blocks.max()) >= num_blocks):
-        raise BlockTableError(f"block table {table[:needed]} names a block outside the KV cache "
-                              f"(0..{num_blocks - 1})")
-    pos = torch.arange(upto)
-    return blocks[pos // block_size] * block_size + pos % block_size
+def block_tables(layouts: list[SpanLayout], block_size: int, num_blocks: int) -> torch.Tensor:
+    """The spans' block tables as one ``[S, W]`` tensor (rows padded with block 0),
+    checked to cover each span's end with blocks that exist."""
+    needed = []
+    for i, lay in enumerate(layouts):
+        end = lay.start_position + lay.num_tokens
+        n = -(-end // block_size)
+        if len(lay.block_table) < n:
+            raise BlockTableError(f"span {i}: block table of {len(lay.block_table)} blocks cannot hold "
+                                  f"{end} positions of block size {block_size}")
+        needed.append(n)
+    width = max(max(len(lay.block_table) for lay in layouts), 1)
+    tables = torch.tensor([lay.block_table + [0] * (width - len(lay.block_table)) for lay in layouts],
+                          dtype=torch.long)
+    used = torch.arange(width)[None, :] < torch.tensor(needed)[:, None]
+    bad = ((tables < 0) | (tables >= num_blocks)) & used
+    if bool(bad.any()):
+        i = int(bad.any(dim=1).nonzero()[0])
+        raise BlockTableError(f"span {i}: block table {layouts[i].block_table[:needed[i]]} names a block "
+                              f"outside the KV cache (0..{num_blocks - 1})")
+    return tables
 
 
 def build_metadata(layouts: list[SpanLayout], block_size: int, num_blocks: int,
                    device: torch.device) -> AttentionMetadata:
-    """Slot mapping and attention groups for spans laid out back to back."""
-    slot_mapping: list[torch.Tensor] = []
-    decode: list[tuple[int, torch.Tensor, int]] = []  # (row, key slots, position)
+    """Positions, slot mapping and attention groups for spans laid out back to back."""
+    tables = block_tables(layouts, block_size, num_blocks)
+    width = tables.shape[1]
+    starts = torch.tensor([lay.start_position for lay in layouts], dtype=torch.long)
+    counts = torch.tensor([lay.num_tokens for lay in layouts], dtype=torch.long)
+    ends = starts + counts
+    offsets = counts.cumsum(0) - counts
+    span_of_token = torch.repeat_interleave(torch.arange(len(layouts)), counts)
+    positions = starts[span_of_token] + torch.arange(int(counts.sum())) - offsets[span_of_token]
+
+    def slots(rows: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        # columns past a short table only occur under the mask; clamp to stay in bounds
+        return rows[..., (pos // block_size).clamp(max=width - 1)] * block_size + pos % block_size
+
+    slot_mapping = tables[span_of_token, positions // block_size] * block_size + positions % block_size
     groups: list[AttentionGroup] = []
-    row = 0
-    for lay in layouts:
-        end = lay.start_position + lay.num_tokens
-        slots = span_slots(lay, block_size, num_blocks, end)
-        slot_mapping.append(slots[lay.start_position:])
-        if lay.num_tokens == 1:
-            decode.append((row, slots, lay.start_position))
-        else:
-            groups.append(_group([list(range(row, row + lay.num_tokens))], [slots],
-                                 [list(range(lay.start_position, end))], device))
-        row += lay.num_tokens
-    if decode:
-        groups.insert(0, _group([[r] for r, _, _ in decode], [s for _, s, _ in decode],
-                                [[p] for _, _, p in decode], device))
-    return AttentionMetadata(torch.cat(slot_mapping).to(device), groups)
-
-
-def _group(rows: list[list[int]], slots: list[torch.Tensor], positions: list[list[int]],
-           device: torch.device) -> AttentionGroup:
-    B = len(rows)
-    Q = max(len(r) for r in rows)
-    L = max(len(s) for s in slots)
-    query_rows = torch.zeros(B, Q, dtype=torch.long)
-    query_valid = torch.zeros(B, Q, dtype=torch.bool)
-    query_pos = torch.zeros(B, Q, dtype=torch.long)
-    key_slots = torch.zeros(B, L, dtype=torch.long)
-    key_len = torch.zeros(B, dtype=torch.long)
-    for b in range(B):
-        n = len(rows[b])
-        query_rows[b, :n] = torch.tensor(rows[b])
-        query_rows[b, n:] = rows[b][-1]
-        query_valid[b, :n] = True
-        query_pos[b, :n] = torch.tensor(positions[b])
-        query_pos[b, n:] = positions[b][-1]
-        key_slots[b, :len(slots[b])] = slots[b]
-        key_len[b] = len(slots[b])
-    key_pos = torch.arange(L)
-    mask = (key_pos[None, None, :] <= query_pos[:, :, None]) & (key_pos[None, None, :] < key_len[:, None, None])
-    return AttentionGroup(query_rows.to(device), query_valid.to(device), key_slots.to(device),
-                          mask[:, None].to(device))
+    decode = (counts == 1).nonzero().flatten()
+    if len(decode):
+        key_pos = torch.arange(int(ends[decode].max()))
+        mask = key_pos[None, :] < ends[decode][:, None]  # the query is the last position
+        groups.append(AttentionGroup(offsets[decode][:, None].to(device),
+                                     slots(tables[decode], key_pos).to(device),
+                                     mask[:, None, None, :].to(device)))
+    for i in (counts > 1).nonzero().flatten().tolist():
+        key_pos = torch.arange(int(ends[i]))
+        query_pos = torch.arange(int(starts[i]), int(ends[i]))
+        mask = key_pos[None, :] <= query_pos[:, None]
+        groups.append(AttentionGroup((offsets[i] + torch.arange(int(counts[i])))[None, :].to(device),
+                                     slots(tables[i], key_pos)[None, :].to(device),
+                                     mask[None, None].to(device)))
+    return AttentionMetadata(positions.to(device), slot_mapping.to(device), groups)
 
 
 def paged_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
@@ -145,29 +144,25 @@ def paged_attention(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor,
                     scale: float) -> torch.Tensor:
     """Write ``k_new``/``v_new`` ``[T, Hkv, D]`` at their slots, then attend.
 
-    ``q`` is ``[T, H, D]``; returns ``[T, H, D]``. Grouped-query attention: each
-    KV head serves ``H // Hkv`` query heads.
+    ``q`` is ``[T, H, D]``; returns ``[T, H, D]``. Grouped-query attention:
+    query head ``h`` uses KV head ``h // (H // Hkv)``. The ``G = H // Hkv``
+    query heads sharing a KV head are folded into the query axis, so K/V are
+    gathered once per KV head and never expanded.
     """
     k_cache.index_copy_(0, meta.slot_mapping, k_new.to(k_cache.dtype))
     v_cache.index_copy_(0, meta.slot_mapping, v_new.to(v_cache.dtype))
     out = torch.empty_like(q)
-    heads, kv_heads = q.shape[1], k_cache.shape[1]
+    T, H, D = q.shape
+    kv_heads = k_cache.shape[1]
+    G = H // kv_heads
     for g in meta.groups:
         B, Q = g.query_rows.shape
-        qg = q[g.query_rows.flatten()].view(B, Q, heads, -1).transpose(1, 2)  # [B, H, Q, D]
-        kg = _expand_kv(k_cache[g.key_slots], heads // kv_heads)  # [B, H, L, D]
-        vg = _expand_kv(v_cache[g.key_slots], heads // kv_heads)
-        og = F.scaled_dot_product_attention(qg, kg.to(qg.dtype), vg.to(qg.dtype), attn_mask=g.mask, scale=scale)
-        og = og.transpose(1, 2)  # [B, Q, H, D]
-        valid = g.query_valid
-        out[g.query_rows[valid]] = og[valid]
+        rows = g.query_rows.flatten()
+        # [B, Q, Hkv, G, D] -> [B, Hkv, G * Q, D] (row index = g * Q + q)
+        qg = q[rows].view(B, Q, kv_heads, G, D).permute(0, 2, 3, 1, 4).reshape(B, kv_heads, G * Q, D)
+        kg = k_cache[g.key_slots].transpose(1, 2).to(q.dtype)  # [B, Hkv, L, D]
+        vg = v_cache[g.key_slots].transpose(1, 2).to(q.dtype)
+        mask = g.mask if Q == 1 else g.mask.repeat(1, 1, G, 1)
+        og = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=mask, scale=scale)
+        out[rows] = og.view(B, kv_heads, G, Q, D).permute(0, 3, 1, 2, 4).reshape(B * Q, H, D)
     return out
-
-
-def _expand_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
-    """``[B, L, Hkv, D]`` -> ``[B, Hkv * groups, L, D]`` (query head h uses KV head h // groups)."""
-    x = x.transpose(1, 2)
-    if groups == 1:
-        return x
-    B, Hkv, L, D = x.shape
-    return x[:, :, None].expand(B, Hkv, groups, L, D).reshape(B, Hkv * groups, L, D)
