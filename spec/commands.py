@@ -176,10 +176,25 @@ def _check_or_write(expected: dict[str, str], out: Path, check: bool, what: str,
 
 
 def _schema(args: argparse.Namespace) -> int:
+    import sys
+
     from .schema import SCHEMA_DIR, render_schemas
+    from .tables import PROTOCOL_MD, refresh_protocol
 
     out = args.out or SCHEMA_DIR
-    return _check_or_write(render_schemas(), out, args.check, "schema", "ecp schema")
+    rc = _check_or_write(render_schemas(), out, args.check, "schema", "ecp schema")
+    if args.out is None and PROTOCOL_MD.exists():
+        # The field tables of PROTOCOL.md are generated from the same types.
+        text = PROTOCOL_MD.read_text(encoding="utf-8")
+        fresh = refresh_protocol(text)
+        if args.check and fresh != text:
+            print(f"field tables in {PROTOCOL_MD} differ from the code; regenerate with: ecp schema",
+                  file=sys.stderr)
+            rc = 1
+        elif not args.check and fresh != text:
+            PROTOCOL_MD.write_text(fresh, encoding="utf-8")
+            print(f"refreshed the field tables in {PROTOCOL_MD}")
+    return rc
 
 
 def _vectors(args: argparse.Namespace) -> int:
