@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from .diff.commands import register_spec
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("summary", help="print a summary of the protocol: sockets, messages, clauses")
     p.set_defaults(func=_summary)
+    register_spec(subparsers)
 
 
 def _summary(args: argparse.Namespace) -> int:
