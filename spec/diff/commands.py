@@ -14,7 +14,7 @@ import sys
 def register_spec(subparsers: argparse._SubParsersAction) -> None:
     spec = subparsers.add_parser("spec", help="protocol layouts: snapshot, diff between releases, compatibility")
     sub = spec.add_subparsers(dest="spec_command", metavar="SPEC_COMMAND")
-    spec.set_defaults(func=lambda args: (spec.print_help(), 2)[1])
+    spec.set_defaults(func=_usage, spec_parser=spec)
 
     p = sub.add_parser("layout", help="write the layout of the current spec (vLLM 0.33) as JSON")
     p.add_argument("--out", metavar="FILE",
@@ -40,6 +40,11 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--layouts", nargs="+", metavar="REF",
                    help="layouts to pair (default: every shipped release)")
     p.set_defaults(func=_compat)
+
+
+def _usage(args: argparse.Namespace) -> int:
+    args.spec_parser.print_help()
+    return 2
 
 
 def _default_layout_path():
