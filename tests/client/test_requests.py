@@ -120,12 +120,12 @@ def test_rejection_notification_bytes_match_vllm():
             assert payload[t] == 0xCB and payload[t + 9:t + 11] == b"\xc0\xc0" and payload[t + 11] == 0x01
             assert payload[t + 12:] == VLLM_REJECTION_NOTICE[t + 12:]
             # without a pin it goes to the least-loaded engine and matches byte for byte but the time
-            await client.add(req("busy", rank=0))
+            busy = await client.add(req("busy", rank=0))  # keep it referenced: a dropped stream aborts
             await engines[0].recv()
             assert await client.notify_kv_transfer_request_rejected("cmpl-rejected-1", KV_PARAMS) == 1
             payload = (await engines[1].recv()).frames[1]
             assert payload[:t] == VLLM_REJECTION_NOTICE[:t] and payload[t + 9:] == VLLM_REJECTION_NOTICE[t + 9:]
-            assert client.in_flight() == {0: 1, 1: 0}  # no stream registered for the notice
+            assert client.in_flight() == {0: 1, 1: 0} and not busy.finished  # the notice registers no stream
         finally:
             await stop(client, engines)
 
