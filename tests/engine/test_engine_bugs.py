@@ -45,22 +45,18 @@ def test_no_terminal_output(rig):
 def test_duplicate_and_tokens_after_finish(rig):
     fe, _ = rig.start(1, bug=["duplicate-output", "tokens-after-finish"])
     fe.add(0, make_request("du", max_tokens=2))
-    def both():
-        outs = fe.outputs_for("du")
-        return sum(o.finish_reason is not None for o in outs) == 2 and outs[-1].finish_reason is None
-
-    assert fe.pump(both)
+    assert fe.pump(lambda: sum(o.finish_reason is not None for o in fe.outputs_for("du")) == 2
+                   and fe.outputs_for("du")[-1].finish_reason is None)
     outs = fe.outputs_for("du")
-    assert outs[-1].finish_reason is None and outs[-1].new_token_ids  # a token after the end
+    assert outs[-1].new_token_ids  # a token after the end
 
 
 def test_ignore_abort(rig):
-    fe, _ = rig.start(1, bug=["ignore-abort"], step_time_ms=2)
-    fe.add(0, make_request("ia", max_tokens=200))
+    fe, _ = rig.start(1, bug=["ignore-abort"], step_time_ms=1)
+    fe.add(0, make_request("ia", max_tokens=40))
     fe.pump(lambda: fe.tokens("ia"))
     fe.abort(0, ["ia"])
     assert fe.wait_finished(["ia"])["ia"].finish_reason == FinishReason.LENGTH
-    assert len(fe.tokens("ia")) == 200
 
 
 def test_crash_on_bad_frame_sends_engine_core_dead(rig):
