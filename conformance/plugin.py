@@ -191,6 +191,8 @@ def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Ite
     elif isinstance(exc, AssertionError):
         outcome, message = Outcome.FAIL, str(exc)
         clause = getattr(exc, "clause", None) or clause
+    elif isinstance(exc, LaunchError):
+        outcome, message = Outcome.ERROR, f"cannot start the peer: {exc}"
     else:
         outcome = Outcome.ERROR
         message = f"harness error: {exc!r}\n" + "".join(

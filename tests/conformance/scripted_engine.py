@@ -38,7 +38,7 @@ BUGS = {
     "no-param-check", "stop-instead-of-length", "wrong-engine-index", "outputs-to-client-0",
     "cumulative-tokens", "ignore-abort", "abort-unknown-errors", "abort-max-16-ids", "error-on-finished-abort",
     "abort-immediately-aborts-all", "bare-utility-result", "unknown-method-nil", "sleep-abort-silent",
-    "bad-supported-tasks", "same-identity", "crash-on-dp-wave", "no-recover-id", "simulate-unpickle",
+    "bad-supported-tasks", "is-sleeping-inverted", "same-identity", "crash-on-dp-wave", "no-recover-id", "simulate-unpickle",
     "reject-bad-client-crash",
 }
 
@@ -236,7 +236,9 @@ class Rank:
             self.emit(call.client_index, utility=UtilityOutput(cid, message, None))
 
         if method == "is_sleeping":
-            ok(not self.sleeping if "inconsistent-is-sleeping" in self.bugs else self.sleeping)
+            inverted = "is-sleeping-inverted" in self.bugs or (
+                "inconsistent-is-sleeping" in self.bugs and self.rank % 2 == 1)
+            ok(not self.sleeping if inverted else self.sleeping)
         elif method == "sleep":
             mode = args[1] if len(args) > 1 else "abort"
             if mode == "abort":

@@ -1,26 +1,9 @@
 """Engine-role utility-call cases."""
 
-from ecp.conformance.engine.cases._common import start_long
+from ecp.conformance.engine.cases._common import expect_bool, ok_value, start_long
 from ecp.conformance.outcomes import Violation
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason
-
-
-def ok_value(reply, method: str):
-    u = reply.utility
-    if u.failure_message is not None:
-        raise Violation(f"{method} failed: {u.failure_message!r}", clause="ECP-UTIL-3")
-    if u.result is None:
-        raise Violation(f"{method} succeeded without a result envelope [type_info, value]", clause="ECP-UTIL-2")
-    return u.result.value
-
-
-def expect_bool(reply, method: str) -> bool:
-    value = ok_value(reply, method)
-    if not isinstance(value, bool):
-        raise Violation(f"{method} returned {value!r} ({type(value).__name__}), expected a bool",
-                        clause="ECP-UTIL-9")
-    return value
 
 
 @case("ENG-UTIL-1")
@@ -91,7 +74,7 @@ def test_reset_prefix_cache_bool(engine):
 def test_sleep_abort_ends_requests(engine, engines):
     fe = engine
     engines.mark_dirty()
-    rid, n = start_long(fe, "sleeper")
+    [(rid, n)] = start_long(fe, "sleeper")
     reply = fe.call("sleep", [1, "abort"], timeout=5.0)
     ok_value(reply, "sleep")
     terms = fe.terminals(rid)
