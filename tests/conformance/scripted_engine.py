@@ -28,6 +28,9 @@ from ecp.spec import (
 )
 
 MAX_MODEL_LEN = 256
+#: the command template that launches this engine as a subprocess
+COMMAND = [sys.executable, __file__, "--handshake-address", "{handshake_address}",
+           "--engine-count", "{engine_count}", "--engine-start-index", "{engine_start_index}"]
 BUGS = {
     # reference-engine knob names
     "ignore-abort-immediately", "no-terminal-output", "duplicate-output", "inconsistent-is-sleeping",

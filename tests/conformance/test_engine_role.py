@@ -17,7 +17,7 @@ from ecp.conformance.registry import load_role
 from ecp.conformance.report import SCHEMA_PATH
 from ecp.reference.engine.config import BUGS as REFERENCE_BUGS
 
-from conftest import SCRIPTED
+from scripted_engine import COMMAND as SCRIPTED
 
 FAST = ["--quiet-window", "0.1", "--startup-timeout", "5"]
 
