@@ -521,7 +521,7 @@ class EngineCoreClient:
     def _on_output_frames(self, frames: list[bytes]) -> None:
         self.stats.output_messages += 1
         try:
-            msg = decode_outputs(frames)
+            msg = decode_outputs(frames, self.config.decode_limits)
         except ProtocolError as exc:
             self._fail(exc)
             return
