@@ -72,8 +72,8 @@ def test_bad_output_fails_every_stream_with_the_first_error(kind):
                     await engines[1].send_raw([b"\xc1not msgpack"])
                 else:
                     await engines[1].send(EngineCoreOutputs(engine_index=1, wave_complete=4))
-                # a later, different failure must not replace the first
-                await engines[0].send_raw([b"ENGINE_CORE_DEAD" if kind != "sentinel" else b"\xc1"])
+                # a later, different failure (same connection, so surely later) must not replace the first
+                await engines[1].send_raw([b"ENGINE_CORE_DEAD" if kind != "sentinel" else b"\xc1"])
 
             expected = {"sentinel": EngineDeadError, "garbage": DecodeError, "dp-control": UnexpectedDPControl}[kind]
             error = await assert_everything_fails(client, streams, failure, expected)
