@@ -149,3 +149,24 @@ def test_shutdown_ends_everything_with_client_closed():
             await stop(client, [engine])
 
     run(main())
+
+
+def test_a_crashed_background_loop_fails_closed():
+    async def main():
+        client, (engine,) = await start_client(1)
+        try:
+            s = await client.add(req("a"))
+            await engine.recv()
+
+            def broken(frames):
+                raise RuntimeError("dispatcher bug")
+
+            client._on_output_frames = broken
+            consumer = asyncio.ensure_future(consume(s))
+            await engine.send_outputs(token_output("a", [1]))
+            outs, exc, _ = await asyncio.wait_for(consumer, 5)
+            assert isinstance(exc, RuntimeError) and exc is client.error and not client.healthy
+        finally:
+            await stop(client, [engine])
+
+    run(main())
