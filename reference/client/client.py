@@ -38,7 +38,7 @@ from .aggregation import UtilityAggregation
 from .config import BUG_ABORT_ONE_PER_REQUEST, BUG_IGNORE_ENGINE_DEAD, ClientConfig
 from .coordinator import Coordinator
 from .errors import (
-    ClientClosed, EngineDeadError, EngineDisconnected, HandshakeTimeout, RequestStreamClosed,
+    ClientClosed, DuplicateRequestId, EngineDeadError, EngineDisconnected, HandshakeTimeout, RequestStreamClosed,
     UnexpectedDPControl, UtilityTimeout,
 )
 from .handshake import STAGE_HELLO, STAGE_READY, HandshakeOwner, HandshakeResult
@@ -325,9 +325,7 @@ class EngineCoreClient:
         ``current_wave`` are stamped here (``ECP-REQ-6``, ``ECP-DP-5``).
         """
         self._check_ready()
-        if request.request_id in self._registry:
-            from .errors import DuplicateRequestId
-
+        if request.request_id in self._registry:  # ECP-REQ-8: before routing, encoding or sending
             raise DuplicateRequestId(request.request_id)
         rank = self._router.choose(self._registry.counts(), request.data_parallel_rank)
         stamped = msgspec.structs.replace(request, client_index=self.config.client_index,

@@ -9,7 +9,7 @@ import time
 import pytest
 import zmq
 
-from ecp.spec import AbortMessage, AddMessage, EngineCoreRequest, FinishReason, SamplingParams
+from ecp.spec import AbortMessage, EngineCoreRequest, FinishReason, SamplingParams
 from ecp_client_testkit import run, start_client, stop, token_output
 
 

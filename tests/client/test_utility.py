@@ -4,7 +4,6 @@ import asyncio
 
 import pytest
 
-from ecp.spec import UtilityMessage
 from ecp.reference.client import (
     InconsistentUtilityResults, UtilityCallFailed, UtilityResultDecode,
 )
