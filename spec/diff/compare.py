@@ -231,9 +231,10 @@ def _compare_request_types(out: _Collector, old: Layout, new: Layout) -> None:
         elif o and n and o.on_wire != n.on_wire:
             where = "on the wire" if n.on_wire else "engine-internal"
             out.add("DIFF-043", subject, f"{n.name} is now {where}", d, "both", o.on_wire, n.on_wire)
-        elif n and not o:
+        # Engine-internal markers that appear or vanish never reach the wire.
+        elif n and not o and n.on_wire:
             out.add("DIFF-040", subject, f"new request type {n.name}", d, "new->old", None, n.name)
-        elif o and not n:
+        elif o and not n and o.on_wire:
             out.add("DIFF-041", subject, f"request type {o.name} removed", d, "old->new", o.name, None)
 
 

@@ -131,3 +131,10 @@ def test_matrix_verdicts():
     assert new_fe["UTILITY methods"].verdict == "rejected"
     assert any("pause_generation" in n for n in new_fe["UTILITY methods"].notes)
     assert new_fe["type bytes"].verdict == "ok"
+    # a frontend of the early V1 revision sends 0x02/0x03 as PROFILE/RESET_PREFIX_CACHE
+    early_fe = results[("vllm-v1-0015f3f", "vllm-0.33")]
+    assert early_fe["type bytes"].verdict == "rejected"
+    assert early_fe["type bytes"].notes == [
+        "0x02 means PROFILE to the frontend, START_DP_WAVE to the engine",
+        "0x03 means RESET_PREFIX_CACHE to the frontend, UTILITY to the engine"]
+    assert early_fe["UTILITY"].verdict == "absent" and early_fe["outputs"].verdict == "rejected"
