@@ -146,3 +146,13 @@ def test_invalid_layouts_are_refused_with_the_offending_entry(mutate, needle):
 def test_not_json_is_refused():
     with pytest.raises(LayoutError, match="not JSON"):
         decode_layout(b"{nope", "fixture")
+
+
+def test_the_reference_client_knows_only_methods_of_the_spec_table():
+    # The client's aggregation table and the spec's UTILITY table describe the same methods.
+    from ecp.reference.client.aggregation import UTILITY_RULES
+
+    assert set(UTILITY_RULES) <= set(UTILITY_METHODS)
+    for name, rule in UTILITY_RULES.items():
+        if rule.result in ("bool", "str"):
+            assert UTILITY_METHODS[name].result == rule.result, name
