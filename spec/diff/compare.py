@@ -102,8 +102,8 @@ def _field_changes(out: _Collector, mname: str, old_f: FieldLayout, new_f: Field
     elif new_f.required and not old_f.required:
         out.add("DIFF-017", subject, "optional field became required", d, "old->new", False, True, file)
     elif not old_f.required and not new_f.required and old_f.default != new_f.default:
-        out.add("DIFF-019", subject, f"default changed from {_json(old_f.default)} to {_json(new_f.default)}", d, "both",
-                old_f.default, new_f.default, file)
+        out.add("DIFF-019", subject, f"default changed from {_json(old_f.default)} to {_json(new_f.default)}",
+                d, "both", old_f.default, new_f.default, file)
 
 
 def _added_field(out: _Collector, mname: str, f: FieldLayout, msg: MessageLayout, inserted: bool,
