@@ -15,7 +15,7 @@ from ecp.spec.frames import decode_frames
 from ecp.spec.outputs import KvFetchStages, PrefixCacheStats
 from ecp.spec.request import KvHintAction, KvHintsEnvelope, PlaceholderRange
 
-FAST = settings(max_examples=40, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=40, deadline=5000, suppress_health_check=[HealthCheck.too_slow])
 
 # ------------------------------------------------------------------ building blocks
 i64 = st.integers(-(2**63), 2**63 - 1)
@@ -206,13 +206,13 @@ def _only_protocol_errors(frames):
             assert exc.clause in spec.CLAUSES
 
 
-@settings(max_examples=200, deadline=2000)
+@settings(max_examples=200, deadline=5000)
 @given(st.lists(st.binary(max_size=64), max_size=4))
 def test_arbitrary_frames_raise_only_protocol_errors(frames):
     _only_protocol_errors(frames)
 
 
-@settings(max_examples=200, deadline=2000)
+@settings(max_examples=200, deadline=5000)
 @given(st.sampled_from(GOLDEN_FRAMES), st.data())
 def test_mutated_golden_frames_raise_only_protocol_errors(frames, data):
     frames = list(frames)
@@ -226,7 +226,7 @@ def test_mutated_golden_frames_raise_only_protocol_errors(frames, data):
     _only_protocol_errors(frames)
 
 
-@settings(max_examples=100, deadline=2000)
+@settings(max_examples=100, deadline=5000)
 @given(json_like)
 def test_wrongly_shaped_msgpack_raises_only_protocol_errors(value):
     payload = codec._PLAIN_ENCODER.encode(value)
