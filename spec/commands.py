@@ -12,10 +12,13 @@ from pathlib import Path
 
 DIRECTIONS = ("auto", "input", "output", "handshake", "init", "ready")
 
+from .diff.commands import register_spec
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("summary", help="print a summary of the protocol: sockets, messages, clauses")
     p.set_defaults(func=_summary)
+    register_spec(subparsers)
 
     p = subparsers.add_parser(
         "decode", help="decode captured frames and print the typed message, or a clause-citing error",
