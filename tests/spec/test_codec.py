@@ -7,6 +7,7 @@ import pytest
 
 from ecp import spec
 from ecp.spec import codec
+from ecp.spec import request as request_module
 
 enc = codec._PLAIN_ENCODER.encode
 
@@ -161,3 +162,23 @@ def test_error_fields_are_structured():
     d = info.value.to_dict()
     assert d["clause"] == "ECP-UTIL-1" and d["frame_index"] == 2 and d["field_path"] == "$[2]"
     assert str(info.value).startswith("[ECP-UTIL-1]")
+
+
+def test_multimodal_tensors_inline_and_in_aux_frames():
+    pixels = spec.Tensor("uint8", (2, 200), bytes(400))
+    small = spec.Tensor("float32", (1,), b"\x00\x00\x80\x3f")
+    feature = spec.MultiModalFeatureSpec(
+        data={"pixel_values": {"data": [pixels, small, 3], "field": ["batched", {"keep_on_cpu": False}]},
+              "image_grid_thw": {"data": small, "field": ["batched", {}]}},
+        modality="image", identifier="img-0", mm_position=request_module.PlaceholderRange(1, 4), mm_hash="h")
+    req = spec.EngineCoreRequest("r", [1, 2, 3, 4, 5], [feature], spec.SamplingParams(), None, 1.0, None,
+                                 None, None)
+    frames = spec.encode_add(req)
+    assert len(frames) == 3 and frames[2] == pixels.data  # the 400-byte tensor went to an aux frame
+    got = spec.decode_input(frames).request.mm_features[0]
+    assert got.data["pixel_values"]["data"] == [pixels, small, 3]
+    assert got.data["image_grid_thw"]["data"] == small and got == feature
+    cached = spec.decode_input(spec.encode_add(spec.EngineCoreRequest(
+        "r", [1], [spec.MultiModalFeatureSpec(None, "image", "img-0", request_module.PlaceholderRange(0, 1))],
+        spec.SamplingParams(), None, 1.0, None, None, None))).request
+    assert cached.mm_features[0].data is None
