@@ -65,7 +65,8 @@ class _SamplingFields(msgspec.Struct, kw_only=True):
 
 
 class CompletionRequest(_SamplingFields, kw_only=True):
-    prompt: Union[str, list[str], list[int], list[list[int]]]
+    #: a string, a list of strings, a token-id list or a list of token-id lists
+    prompt: Union[str, list[Any]]
     max_tokens: int | None = 16
     echo: bool = False
 

@@ -67,13 +67,23 @@ class Prepared:
 
 
 def _prompt_token_lists(prompt: Any, tok: Tokenizer) -> list[list[int]]:
+    """The OpenAI prompt forms: str, [str], [int], [[int]]."""
     if isinstance(prompt, str):
         return [tok.encode(prompt)]
     if not prompt:
         raise bad_request("prompt must not be empty", "prompt")
-    if all(isinstance(p, int) for p in prompt):
+
+    def is_ids(x: Any) -> bool:
+        return isinstance(x, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in x)
+
+    if is_ids(prompt):
         return [list(prompt)]
-    return [tok.encode(p) if isinstance(p, str) else list(p) for p in prompt]
+    if all(isinstance(p, str) for p in prompt):
+        return [tok.encode(p) for p in prompt]
+    if all(is_ids(p) for p in prompt):
+        return [list(p) for p in prompt]
+    raise bad_request("prompt must be a string, a list of strings, a list of token ids or a list of "
+                      "token-id lists", "prompt")
 
 
 class Frontend:
