@@ -162,7 +162,7 @@ class ServeApp:
             body = convert_body(obj, typ)
             prepared = self.frontend.prepare(body, base_id=base, data_parallel_rank=rank)
             if prepared.stream:
-                return await self._start_stream(prepared)
+                return await run_with_cancellation(request, self._start_stream(prepared))
             return json_response(await run_with_cancellation(request, self._collect(prepared)))
         except OpenAIError as err:
             await self._notify_rejection(obj, idconv.response_id(kind, base), rank)

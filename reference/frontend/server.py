@@ -4,7 +4,7 @@
   socket (port 0 = ephemeral), returning once it accepts connections; tests
   and ``ecp serve`` both use it.
 * :func:`spawn_engines` starts the embedded default: N reference engines as
-  subprocesses (``python -m ecp.spec.cli engine …``) pointed at the client's
+  subprocesses (``python -m ecp.reference.engine --local …``) pointed at the client's
   handshake address.
 * :func:`serve` is the ``ecp serve`` main coroutine.
 """
@@ -66,7 +66,7 @@ async def start_http(app: Any, host: str = "127.0.0.1", port: int = 0, log_level
 
 def engine_command(handshake_address: str, engine_count: int, engine_start_index: int = 0,
                    extra: Sequence[str] = ()) -> list[str]:
-    return [sys.executable, "-m", "ecp.spec.cli", "engine", "--handshake-address", handshake_address,
+    return [sys.executable, "-m", "ecp.reference.engine", "--handshake-address", handshake_address,
             "--engine-count", str(engine_count), "--engine-start-index", str(engine_start_index), *extra]
 
 
@@ -124,7 +124,8 @@ async def serve(args: argparse.Namespace) -> int:
             print(f"ecp serve: waiting for {dp} engine(s) to connect to {client.handshake_address}",
                   file=sys.stderr, flush=True)
         else:
-            extra = ["--max-model-len", str(args.max_model_len)] + shlex.split(args.engine_args or "")
+            # Embedded engines are co-located: HELLO local=true, headless=false.
+            extra = ["--local", "--max-model-len", str(args.max_model_len)] + shlex.split(args.engine_args or "")
             if args.kv_connector:
                 extra += ["--kv-connector", args.kv_connector]
             engines = spawn_engines(client.handshake_address, dp, extra)
