@@ -155,6 +155,7 @@ async def serve(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    tokenizer = load_tokenizer(args.tokenizer)
     client = EngineCoreClient(cfg)
     await client.bind()
     engines = None
@@ -164,13 +165,15 @@ async def serve(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
         else:
             # Embedded engines are co-located: HELLO local=true, headless=false.
-            extra = ["--local", "--max-model-len", str(args.max_model_len)] + shlex.split(args.engine_args or "")
+            extra = ["--local", "--max-model-len", str(args.max_model_len)]
+            if args.tokenizer is not None:  # synthetic token ids stay inside the tokenizer's vocabulary
+                extra += ["--vocab-size", str(tokenizer.vocab_size)]
+            extra += shlex.split(args.engine_args or "")
             if args.kv_connector == "reference":  # the one connector the reference engine has
                 extra += ["--kv-connector", args.kv_connector]
             engines = spawn_engines(client.handshake_address, dp, extra)
         if not await _until_stopped(stop, client.wait_ready()):
             return 0
-        tokenizer = load_tokenizer(args.tokenizer)
         fcfg = FrontendConfig(model_name=args.model, max_model_len=client.max_model_len,
                               kv_connector=args.kv_connector, bugs=frozenset(args.bug),
                               dev_mode=args.dev_mode or os.environ.get("VLLM_SERVER_DEV_MODE", "0") not in ("", "0"))

@@ -225,3 +225,30 @@ def test_engine_death_turns_health_503_and_ends_open_streams_with_an_error_event
         assert stream[-1] == "[DONE]" and "error" in stream[-2]
         assert health.status_code == 503 and after.status_code == 503
     run(body, timeout=60)
+
+
+def test_aborting_while_requests_finish_never_raises():
+    async def body():
+        async with deployment(2) as d:
+            async def short(i: int):
+                return await d.http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 3 + i % 5,
+                                                                  "stream": i % 2 == 0})
+
+            requests = [asyncio.ensure_future(short(i)) for i in range(60)]
+            aborts = []
+            for i in range(30):
+                route, payload = (("/v1/abort_requests", {"abort_all": True}) if i % 2
+                                  else ("/abort_requests", {}))
+                aborts.append(await d.http.post(route, json=payload))
+            responses = await asyncio.gather(*requests)
+            await d.wait_engines_idle()
+            assert len(d.frontend.index) == 0 and sum(d.client.in_flight().values()) == 0
+        assert all(a.status_code == 200 for a in aborts)
+        for r in responses:
+            assert r.status_code == 200
+            if r.headers["content-type"].startswith("text/event-stream"):
+                events = sse_events(r.text)
+                assert events[-1] == "[DONE]" and events[-2]["choices"][0]["finish_reason"] in ("length", "abort")
+            else:
+                assert r.json()["choices"][0]["finish_reason"] in ("length", "abort")
+    run(body, timeout=60)
