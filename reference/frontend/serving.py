@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Sequence
 
+import msgspec
+
 from ecp.spec import EngineCoreRequest
 
 from ..tokenizer import Tokenizer
@@ -106,7 +108,7 @@ class Frontend:
         base = base_id
         resp_id = idconv.response_id(kind, base)
         if kind == "chat":
-            text = self.tokenizer.apply_chat_template([msgspec_to_dict(m) for m in body.messages])
+            text = self.tokenizer.apply_chat_template([msgspec.to_builtins(m) for m in body.messages])
             prompts = [self.tokenizer.encode(text)]
         else:
             prompts = _prompt_token_lists(body.prompt, self.tokenizer)
@@ -160,6 +162,7 @@ class Frontend:
         m.running.inc()
         m.waiting.inc()
         m.prompt_tokens.inc(len(choice.prompt_token_ids))
+        failed = False
         try:
             async for out in stream:
                 first_before, last_before = choice.first_token_at, choice.last_token_at
@@ -179,12 +182,17 @@ class Frontend:
                 # The client ended the stream without a terminal output (e.g. an
                 # explicit abort finalised locally): the request ended as aborted.
                 yield choice.finish_locally("abort")
+        except Exception:
+            failed = True  # engine ERROR output, engine death, client failure: already ended
+            raise
         finally:
             self.index.remove(choice)
             m.running.dec()
             if choice.first_token_at is None:
                 m.waiting.dec()
-            if not choice.finished:
+            if failed:
+                m.finished("error")
+            elif not choice.finished:
                 self._close(stream, CAUSE_DROPPED_STREAM)
                 m.aborted(CAUSE_DROPPED_STREAM)
             elif choice.stop_string_matched:
@@ -229,12 +237,6 @@ class Frontend:
         """Let pending auto-aborts reach the client (used at shutdown)."""
         if self._background:
             await asyncio.wait(list(self._background), timeout=timeout)
-
-
-def msgspec_to_dict(obj: Any) -> dict[str, Any]:
-    import msgspec
-
-    return msgspec.to_builtins(obj)
 
 
 _END = object()
