@@ -221,7 +221,7 @@ class ServeApp:
             if isinstance(exc, Exception):
                 raise self._client_error(exc) from None
             raise
-        return StreamingResponse(self._sse_body(p, deltas, first), media_type="text/event-stream")
+        return _SSEResponse(self._sse_body(p, deltas, first), deltas)
 
     def _chunk(self, p: Prepared, d: ChoiceDelta) -> dict[str, Any]:
         if p.kind == "chat":
@@ -455,6 +455,21 @@ class ServeApp:
                 lambda: self.client.collective_rpc(method, timeout, list(args), kwargs))
             return json_response({"results": _jsonable(results)})
         return await self._dev(request, h)
+
+
+class _SSEResponse(StreamingResponse):
+    """A streaming response that closes its :class:`DeltaStream` however it ends,
+    including a disconnect before the body iterator ever started."""
+
+    def __init__(self, body: AsyncIterator[bytes], deltas: DeltaStream) -> None:
+        super().__init__(body, media_type="text/event-stream")
+        self._deltas = deltas
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._deltas.close()
 
 
 class _UtilityHTTPError(Exception):
