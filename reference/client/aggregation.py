@@ -53,11 +53,12 @@ class MethodRule:
 
     rule: Rule
     clause: str
+    #: each engine's value type (layout type grammar), taken from the spec's method table
+    result: str = "any"
 
-    def result_type(self, method: str) -> str:
-        """The per-engine value type, from the spec's method table (``any`` if unknown)."""
-        known = UTILITY_METHODS.get(method)
-        return known.result if known is not None else "any"
+
+def _rule(method: str, rule: Rule, clause: str) -> MethodRule:
+    return MethodRule(rule, clause, UTILITY_METHODS[method].result)
 
 
 _CONS, _AND, _FLAT, _UNIT, _RAW = Rule.CONSENSUS, Rule.AND, Rule.FLATTEN, Rule.UNIT, Rule.RAW
@@ -66,35 +67,35 @@ _CONS, _AND, _FLAT, _UNIT, _RAW = Rule.CONSENSUS, Rule.AND, Rule.FLATTEN, Rule.U
 #: argument and result types live in :data:`ecp.spec.utility_methods.UTILITY_METHODS`.
 UTILITY_RULES: Mapping[str, MethodRule] = {
     # consensus (ECP-UTIL-4)
-    "is_sleeping": MethodRule(_CONS, "ECP-UTIL-4"),
-    "is_scheduler_paused": MethodRule(_CONS, "ECP-UTIL-4"),
-    "get_weight_version": MethodRule(_CONS, "ECP-UTIL-4"),
+    "is_sleeping": _rule("is_sleeping", _CONS, "ECP-UTIL-4"),
+    "is_scheduler_paused": _rule("is_scheduler_paused", _CONS, "ECP-UTIL-4"),
+    "get_weight_version": _rule("get_weight_version", _CONS, "ECP-UTIL-4"),
     # AND (ECP-UTIL-5)
-    "reset_prefix_cache": MethodRule(_AND, "ECP-UTIL-5"),
-    "wake_up": MethodRule(_AND, "ECP-UTIL-5"),
-    "add_lora": MethodRule(_AND, "ECP-UTIL-5"),
-    "remove_lora": MethodRule(_AND, "ECP-UTIL-5"),
+    "reset_prefix_cache": _rule("reset_prefix_cache", _AND, "ECP-UTIL-5"),
+    "wake_up": _rule("wake_up", _AND, "ECP-UTIL-5"),
+    "add_lora": _rule("add_lora", _AND, "ECP-UTIL-5"),
+    "remove_lora": _rule("remove_lora", _AND, "ECP-UTIL-5"),
     # flatten (ECP-UTIL-6)
-    "collective_rpc": MethodRule(_FLAT, "ECP-UTIL-6"),
-    "compute_weight_checksums": MethodRule(_FLAT, "ECP-UTIL-6"),
+    "collective_rpc": _rule("collective_rpc", _FLAT, "ECP-UTIL-6"),
+    "compute_weight_checksums": _rule("compute_weight_checksums", _FLAT, "ECP-UTIL-6"),
     # unit (ECP-UTIL-7: wait for every engine, discard the values)
-    "sleep": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "pause_scheduler": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "pause_generation": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "resume_scheduler": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "profile": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "reset_mm_cache": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "reset_encoder_cache": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "release_kv_cache_memory": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "set_weight_version": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "execute_dummy_batch": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "add_remote_kv_handshake": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "save_sharded_state": MethodRule(_UNIT, "ECP-UTIL-7"),
+    "sleep": _rule("sleep", _UNIT, "ECP-UTIL-7"),
+    "pause_scheduler": _rule("pause_scheduler", _UNIT, "ECP-UTIL-7"),
+    "pause_generation": _rule("pause_generation", _UNIT, "ECP-UTIL-7"),
+    "resume_scheduler": _rule("resume_scheduler", _UNIT, "ECP-UTIL-7"),
+    "profile": _rule("profile", _UNIT, "ECP-UTIL-7"),
+    "reset_mm_cache": _rule("reset_mm_cache", _UNIT, "ECP-UTIL-7"),
+    "reset_encoder_cache": _rule("reset_encoder_cache", _UNIT, "ECP-UTIL-7"),
+    "release_kv_cache_memory": _rule("release_kv_cache_memory", _UNIT, "ECP-UTIL-7"),
+    "set_weight_version": _rule("set_weight_version", _UNIT, "ECP-UTIL-7"),
+    "execute_dummy_batch": _rule("execute_dummy_batch", _UNIT, "ECP-UTIL-7"),
+    "add_remote_kv_handshake": _rule("add_remote_kv_handshake", _UNIT, "ECP-UTIL-7"),
+    "save_sharded_state": _rule("save_sharded_state", _UNIT, "ECP-UTIL-7"),
     # raw: one typed value per engine, {rank: value} (ECP-UTIL-9, ECP-UTIL-11)
-    "get_supported_tasks": MethodRule(_RAW, "ECP-UTIL-9"),
-    "list_loras": MethodRule(_RAW, "ECP-UTIL-9"),
-    "pin_lora": MethodRule(_RAW, "ECP-UTIL-9"),
-    "get_kv_connector_handshake_entries": MethodRule(_RAW, "ECP-UTIL-9"),
+    "get_supported_tasks": _rule("get_supported_tasks", _RAW, "ECP-UTIL-9"),
+    "list_loras": _rule("list_loras", _RAW, "ECP-UTIL-9"),
+    "pin_lora": _rule("pin_lora", _RAW, "ECP-UTIL-9"),
+    "get_kv_connector_handshake_entries": _rule("get_kv_connector_handshake_entries", _RAW, "ECP-UTIL-9"),
 }
 
 #: methods in neither table: sent to every engine, ``{rank: value}`` returned (``ECP-UTIL-11``)
@@ -161,9 +162,8 @@ class UtilityAggregation:
         value = reply.result.value
         if rule.rule in (Rule.UNIT, Rule.FLATTEN):
             return value  # discarded / a non-list counts as one element (the Rust client's reading)
-        expected = rule.result_type(method)
-        if not value_matches(expected, value):
-            raise UtilityResultDecode(method, rank, expected, value)
+        if not value_matches(rule.result, value):
+            raise UtilityResultDecode(method, rank, rule.result, value)
         return value
 
     def aggregate(self, method: str, replies: Mapping[int, UtilityOutput]) -> Any:
