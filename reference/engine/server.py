@@ -62,6 +62,21 @@ def make_executor(config: EngineConfig) -> Any:
         eos_every=config.eos_every, eos_token_id=config.eos_token_id)
 
 
+def with_model_limits(config: EngineConfig, executor: Any) -> EngineConfig:
+    """The config bounded by what a real model can take: its vocabulary (ADD
+    validation, ``ECP-REQ-3``) and its context length (``max_model_len`` is the
+    smaller of the flag and the model's). Executors without these attributes
+    (the synthetic one) leave the config as it is."""
+    changes: dict[str, Any] = {}
+    vocab = getattr(executor, "vocab_size", None)
+    if vocab is not None and vocab != config.vocab_size:
+        changes["vocab_size"] = vocab
+    limit = getattr(executor, "max_model_len", None)
+    if limit is not None and limit < config.max_model_len:
+        changes["max_model_len"] = limit
+    return config.replace(**changes) if changes else config
+
+
 def recover_request_id(payload: bytes) -> str | None:
     """Read just ``request_id`` (element 0) of an ADD payload that failed to decode.
 
@@ -202,6 +217,7 @@ class EngineServer:
             addrs = init.addresses
             has_coord = addrs.coordinator_input is not None
             executor = make_executor(cfg)
+            self.config = cfg = with_model_limits(cfg, executor)
             connector = self._make_connector()
             self.core = EngineCore(cfg, executor, engine_index=self.rank, num_clients=len(addrs.inputs),
                                    has_coordinator=has_coord, connector=connector)
@@ -293,13 +309,13 @@ class EngineServer:
         core = self.core
         kv_tokens = core.num_blocks * cfg.block_size
         return EngineCoreReadyResponse(
-            max_model_len=cfg.max_model_len, num_gpu_blocks=core.num_blocks, block_size=cfg.block_size,
+            max_model_len=core.max_model_len, num_gpu_blocks=core.num_blocks, block_size=cfg.block_size,
             dp_stats_address=None, dtype=core.executor.dtype, vllm_version=VLLM_VERSION, world_size=1,
             data_parallel_size=self.dp_size, tensor_parallel_size=1, pipeline_parallel_size=1,
             decode_context_parallel_size=1, data_parallel_rank=self.rank, max_num_seqs=cfg.max_num_seqs,
             max_num_batched_tokens=cfg.max_num_batched_tokens, instance_id=self.instance_id,
             supports_lora=cfg.max_loras > 0, max_loras=cfg.max_loras, kv_cache_size_tokens=kv_tokens,
-            kv_cache_max_concurrency=kv_tokens / cfg.max_model_len, enable_sleep_mode=True,
+            kv_cache_max_concurrency=kv_tokens / core.max_model_len, enable_sleep_mode=True,
             effective_attention_block_size=cfg.block_size)
 
     def _parallel_config_hash(self) -> str:
