@@ -42,7 +42,7 @@ BUGS = {
     "cumulative-tokens", "ignore-abort", "abort-unknown-errors", "abort-max-16-ids", "error-on-finished-abort",
     "abort-immediately-aborts-all", "bare-utility-result", "unknown-method-nil", "sleep-abort-silent",
     "bad-supported-tasks", "is-sleeping-inverted", "same-identity", "no-coordinator-gate",
-    "wave-complete-to-client", "crash-on-dp-wave", "no-recover-id", "simulate-unpickle",
+    "wave-complete-to-client", "no-sleep-mode", "crash-on-dp-wave", "no-recover-id", "simulate-unpickle",
     "reject-bad-client-crash",
 }
 
@@ -119,7 +119,7 @@ class Rank:
             vllm_version="0.33.0", world_size=1, data_parallel_size=1, tensor_parallel_size=1,
             pipeline_parallel_size=1, decode_context_parallel_size=1, data_parallel_rank=self.rank,
             max_num_seqs=64, max_num_batched_tokens=2048, instance_id=f"scripted-{self.rank}",
-            supports_lora=False, max_loras=0, enable_sleep_mode=True)
+            supports_lora=False, max_loras=0, enable_sleep_mode="no-sleep-mode" not in self.bugs)
         payload = b"" if "empty-ready" in self.bugs else encode_handshake(ready)
         for i, s in enumerate(self.inputs):
             if i > 0 and "first-input-only" in self.bugs:

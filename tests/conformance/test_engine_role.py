@@ -169,3 +169,11 @@ def test_scripted_engine_subprocess_crash_is_reported(run_ecp):
                            *SCRIPTED, "--bug", "crash-on-bad-frame")
     assert code == 1
     assert "CRASH ENG-ROB-1" in stdout, stdout
+
+
+def test_declared_missing_feature_is_unsupported(run_ecp):
+    """An engine whose ready payload says enable_sleep_mode=false is not failed on sleep cases."""
+    code, stdout = run_ecp("conformance", "engine", "--adapter", "scripted_engine:bug_no-sleep-mode",
+                           "--case", "ENG-UTIL-4", "--case", "ENG-UTIL-6", "--case", "ENG-DP-3", *FAST)
+    assert code == 0, stdout
+    assert stdout.count("UNSUPPORTED") >= 3 and "enable_sleep_mode" in stdout, stdout

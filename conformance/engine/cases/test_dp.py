@@ -1,6 +1,6 @@
 """Engine-role data-parallel cases: N engines behind one harness frontend."""
 
-from ecp.conformance.engine.cases._common import expect_bool, ok_value
+from ecp.conformance.engine.cases._common import expect_bool, ok_value, require_feature
 from ecp.conformance.outcomes import Violation
 from ecp.conformance.registry import case
 from ecp.spec import encode_start_dp_wave, engine_identity
@@ -50,6 +50,7 @@ def test_per_rank_sleep_state(engines):
     n = _dp_count(engines)
     with engines.fresh(engine_count=n) as eut:
         fe = eut.fe
+        require_feature(fe, "sleep")
 
         def states() -> list[bool]:
             return [expect_bool(fe.call("is_sleeping", engine=k), f"is_sleeping on rank {fe.start_index + k}")
