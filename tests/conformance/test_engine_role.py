@@ -19,7 +19,7 @@ from ecp.reference.engine.config import BUGS as REFERENCE_BUGS
 
 from scripted_engine import COMMAND as SCRIPTED
 
-FAST = ["--quiet-window", "0.1", "--startup-timeout", "5"]
+FAST = ["--quiet-window", "0.2", "--startup-timeout", "5"]
 
 #: reference-engine knob -> cases that must catch it
 REFERENCE_KNOBS: dict[str, list[str]] = {
@@ -162,6 +162,7 @@ def test_timeout_and_usage_errors(run_ecp):
     assert run_ecp("conformance", "engine")[0] == 2
     assert run_ecp("conformance", "engine", "--attach", "ipc:///tmp/x", "--", "true")[0] == 2
     assert run_ecp("conformance", "engine", "--case", "ENG-HS-1", "--", "/nonexistent/engine")[0] == 2
+    assert run_ecp("conformance", "engine", "--case", "ENG-NOPE-*", "--", "true")[0] == 2
 
 
 def test_scripted_engine_subprocess_crash_is_reported(run_ecp):

@@ -66,7 +66,7 @@ def test_every_case_is_failed_by_some_knob():
 @pytest.mark.parametrize("knob", sorted(PROOF))
 def test_knob_is_caught(knob, run_ecp, tmp_path):
     out = tmp_path / "r.json"
-    args = ["conformance", "engine", "--adapter", f"scripted_engine:bug_{knob}", "--quiet-window", "0.1",
+    args = ["conformance", "engine", "--adapter", f"scripted_engine:bug_{knob}", "--quiet-window", "0.2",
             "--startup-timeout", "1.5", "--case-timeout", "1.5", "--json", str(out)]
     for cid in PROOF[knob]:
         args += ["--case", cid]
