@@ -26,7 +26,14 @@ import pytest
 
 from .registry import MARKER
 
-_STATE_KEY = pytest.StashKey["RunState"]() if hasattr(pytest, "StashKey") else None
+_STATE_KEY = pytest.StashKey["RunState"]()
+
+#: role -> (module, manager class, config class) of the peer manager of that role. A peer
+#: manager starts/stops the peers under test and offers begin_case(), set_deadline(t),
+#: case_crashed(), mark_dirty(), log_tail() and close() to this plugin.
+PEER_MANAGERS: dict[str, tuple[str, str, str]] = {
+    "engine": ("ecp.conformance.engine.session", "EngineManager", "EngineRunConfig"),
+}
 
 
 class RunState:
@@ -52,11 +59,15 @@ class RunState:
         slug = self.catalogue[case_id].slug
         return any(fnmatch.fnmatchcase(case_id, p) or fnmatch.fnmatchcase(slug, p) for p in self.patterns)
 
-    def engine_manager(self) -> Any:
+    def peer_manager(self) -> Any:
+        """The role's peer manager, created on first use."""
         if self.manager is None:
-            from .engine.session import EngineManager, EngineRunConfig
+            import importlib
 
-            self.manager = EngineManager(EngineRunConfig(**self.config["engine"]), self.transcript)
+            module, manager_cls, config_cls = PEER_MANAGERS[self.role]
+            mod = importlib.import_module(module)
+            cfg = getattr(mod, config_cls)(**self.config[self.role])
+            self.manager = getattr(mod, manager_cls)(cfg, self.transcript)
         return self.manager
 
 
@@ -116,9 +127,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 def engines(request: pytest.FixtureRequest):
     """The :class:`~ecp.conformance.engine.session.EngineManager` of this run."""
     state = _state(request.config)
-    if state is None:
-        pytest.fail("engine-role cases need --ecp-config")
-    return state.engine_manager()
+    if state is None or state.role != "engine":
+        pytest.fail("engine-role cases need --ecp-config with role engine")
+    return state.peer_manager()
 
 
 @pytest.fixture
@@ -136,8 +147,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     cid = _case_id(item)
     state.transcript.start_case(cid or item.nodeid)
     state._case_started[item.nodeid] = time.monotonic()
-    if state.role == "engine":
-        state.engine_manager().begin_case()
+    state.peer_manager().begin_case()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -145,8 +155,8 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     state = _state(item.config)
     if state is None:
         return
-    budget = float(state.config["engine"].get("case_timeout_s", 10.0))
-    state.engine_manager().set_deadline(time.monotonic() + budget)
+    budget = float(state.config[state.role].get("case_timeout_s", 10.0))
+    state.peer_manager().set_deadline(time.monotonic() + budget)
 
 
 @pytest.hookimpl(hookwrapper=True)
