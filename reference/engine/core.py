@@ -406,6 +406,9 @@ class EngineCore:
             lp = result.logprobs.get(req.request_id)
             if lp is not None:
                 out.new_logprobs = lp
+            plp = result.prompt_logprobs.get(req.request_id)
+            if plp is not None:
+                out.new_prompt_logprobs_tensors = plp
             if finish is not None:
                 finished_any = True
                 out.kv_transfer_params = self._end(req, aborted=False)
