@@ -1,8 +1,11 @@
 """The synthetic executor: deterministic tokens without a model.
 
 Token ``i`` (0-based among a request's generated tokens) is
-:func:`synthetic_token` ``(seed, key, i, vocab_size)`` where ``key`` is the
-request's sampling ``seed`` when it has one, else its request id. The value
+:func:`synthetic_token` ``(request_key(…), i, vocab_size)``, keyed like a real
+model would be: a **greedy** request (``temperature < 1e-5``) by its prompt
+token ids (the same prompt always continues the same way), any other request
+by its sampling ``seed`` when it has one, else by its request id; all mixed
+with the engine ``seed``. The value
 lies in ``[RESERVED_TOKEN_IDS, vocab_size)``: ids ``0..15`` are never produced
 (that is where tokenizers keep BOS/EOS/padding), and neither is the request's
 ``_eos_token_id``. So a request stops with STOP only when a test asks for it:
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import time
 import zlib
+from array import array
 
 from .executor import StepBatch, StepResult
 
@@ -39,10 +43,17 @@ def _mix(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def request_key(seed: int, request_id: str, sampling_seed: int | None) -> int:
-    """The per-request stream base: from the sampling seed if set, else the id."""
-    key = f"s{sampling_seed}" if sampling_seed is not None else f"r{request_id}"
-    return _mix(zlib.crc32(key.encode()) ^ (seed * 0x100000001B3 & _MASK))
+def request_key(seed: int, request_id: str, sampling_seed: int | None,
+                greedy_prompt: list[int] | None = None) -> int:
+    """The per-request stream base: the prompt for greedy requests (pass
+    ``greedy_prompt``), else the sampling seed if set, else the request id."""
+    if greedy_prompt is not None:
+        data = b"p" + array("q", greedy_prompt).tobytes()
+    elif sampling_seed is not None:
+        data = f"s{sampling_seed}".encode()
+    else:
+        data = f"r{request_id}".encode()
+    return _mix(zlib.crc32(data) ^ (len(data) << 32) ^ (seed * 0x100000001B3 & _MASK))
 
 
 def synthetic_token(base: int, index: int, vocab_size: int, avoid: int | None = None) -> int:
@@ -57,10 +68,11 @@ def synthetic_token(base: int, index: int, vocab_size: int, avoid: int | None = 
 
 
 def expected_tokens(request_id: str, n: int, *, seed: int = 0, sampling_seed: int | None = None,
-                    vocab_size: int = 32000, eos_token_id: int | None = None, eos_every: int = 0) -> list[int]:
+                    greedy_prompt: list[int] | None = None, vocab_size: int = 32000,
+                    eos_token_id: int | None = None, eos_every: int = 0) -> list[int]:
     """The first ``n`` tokens the synthetic executor generates for a request
-    (before any stop condition cuts them)."""
-    base = request_key(seed, request_id, sampling_seed)
+    (before any stop condition cuts them); pass ``greedy_prompt`` for a greedy one."""
+    base = request_key(seed, request_id, sampling_seed, greedy_prompt)
     out = []
     for i in range(n):
         if eos_every and (i + 1) % eos_every == 0 and eos_token_id is not None:
@@ -109,7 +121,9 @@ class SyntheticExecutor:
                 continue
             base = self._bases.get(span.request_id)
             if base is None:
-                base = self._bases[span.request_id] = request_key(self.seed, span.request_id, span.seed)
+                sp = span.sampling_params
+                base = self._bases[span.request_id] = request_key(
+                    self.seed, span.request_id, span.seed, span.prompt_token_ids if sp.is_greedy else None)
             sp = span.sampling_params
             eos = sp._eos_token_id
             first = len(span.output_token_ids)

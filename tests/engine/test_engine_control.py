@@ -46,21 +46,21 @@ def test_sleep_abort_orders_abort_output_before_reply(rig):
 
 def test_sleep_wait_replies_after_in_flight_requests_finish(rig):
     fe, _ = rig.start(1, step_time_ms=2)
-    fe.add(0, make_request("w1", max_tokens=20))
+    fe.add(0, make_request("w1", max_tokens=100))
     fe.pump(lambda: fe.tokens("w1"))
     reply = fe.call(0, "sleep", [2, "wait"], timeout=15)
     assert reply.failure_message is None
     i_fin = _index(fe, lambda m: any(o.request_id == "w1" and o.finish_reason is not None for o in m.outputs))
     i_reply = _index(fe, lambda m: m.utility_output is not None and m.utility_output.call_id == reply.call_id)
     assert i_fin < i_reply and fe.finished("w1").finish_reason == FinishReason.LENGTH
-    assert len(fe.tokens("w1")) == 20
+    assert len(fe.tokens("w1")) == 100
     assert fe.value(0, "is_sleeping") is True
     assert fe.value(0, "wake_up", [None]) is True
 
 
 def test_pause_keep_freezes_and_resume_continues(rig):
     fe, _ = rig.start(1, step_time_ms=2)
-    fe.add(0, make_request("k1", max_tokens=30))
+    fe.add(0, make_request("k1", max_tokens=300))
     fe.pump(lambda: len(fe.tokens("k1")) >= 2)
     assert fe.value(0, "pause_generation", ["keep", True]) is None
     assert fe.value(0, "is_scheduler_paused") is True
@@ -76,7 +76,7 @@ def test_pause_keep_freezes_and_resume_continues(rig):
     assert fe.value(0, "resume_scheduler") is None
     assert fe.value(0, "is_scheduler_paused") is False
     assert fe.wait_finished(["k1"])["k1"].finish_reason == FinishReason.LENGTH
-    assert len(fe.tokens("k1")) == 30 and fe.outputs_for("k3") == []
+    assert len(fe.tokens("k1")) == 300 and fe.outputs_for("k3") == []
 
 
 def test_pause_scheduler_abort_mode(rig):

@@ -102,8 +102,10 @@ def test_prefix_cache_hits_and_reset(rig):
     # reset refuses while a request holds blocks, succeeds when asked to reset running requests
     fe.add(0, make_request("long", list(range(20, 40)), max_tokens=400))
     fe.pump(lambda: fe.tokens("long"), timeout=5)
+    fe.value(0, "pause_generation", ["keep", False])  # hold "long" (and its blocks) in place
     assert fe.value(0, "reset_prefix_cache", [False, False]) is False
     assert fe.value(0, "reset_prefix_cache", [True, False]) is True
+    fe.value(0, "resume_scheduler")
     assert fe.pump(lambda: any(e.type == EngineCoreEventType.PREEMPTED
                                for o in fe.outputs_for("long") for e in (o.events or [])), timeout=5)
     fe.abort(0, ["long"])

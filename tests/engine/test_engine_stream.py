@@ -50,7 +50,7 @@ def test_stream_exact_tokens_events_and_stats(rig):
     fe.pump(lambda: any(not m.outputs and m.scheduler_stats for m in fe.messages[0]), timeout=5)
     outs = fe.outputs_for("r1")
     assert [len(o.new_token_ids) for o in outs] == [1, 1, 1, 1, 1]
-    assert fe.tokens("r1") == expected_tokens("r1", 5, seed=5, vocab_size=1000)
+    assert fe.tokens("r1") == expected_tokens("r1", 5, seed=5, vocab_size=1000, greedy_prompt=[30, 31, 32, 33])
     assert all(RESERVED_TOKEN_IDS <= t < 1000 for t in fe.tokens("r1"))
     assert [o.finish_reason for o in outs] == [None] * 4 + [FinishReason.LENGTH]
     first = outs[0]
@@ -97,9 +97,15 @@ def test_chunked_outputs_and_max_model_len(rig):
     assert done["L1"].finish_reason == FinishReason.LENGTH and len(fe.tokens("L1")) == 4
 
 
-def test_sampling_seed_keys_the_stream(rig):
+def test_streams_are_keyed_like_a_model(rig):
     fe, _ = rig.start(1)
     fe.add(0, make_request("x1", max_tokens=4, seed=99))
-    fe.add(0, make_request("x2", max_tokens=4, seed=99))
-    fe.wait_finished(["x1", "x2"])
+    fe.add(0, make_request("x2", [50, 51], max_tokens=4, seed=99))
+    fe.add(0, make_request("g1", [7, 8, 9], max_tokens=4, temperature=0.0))
+    fe.add(0, make_request("g2", [7, 8, 9], max_tokens=4, temperature=0.0))
+    fe.add(0, make_request("u1", [7, 8, 9], max_tokens=4))
+    fe.wait_finished(["x1", "x2", "g1", "g2", "u1"])
+    # a sampling seed keys the stream; greedy requests continue the same prompt the same way
     assert fe.tokens("x1") == fe.tokens("x2") == expected_tokens("ignored", 4, sampling_seed=99)
+    assert fe.tokens("g1") == fe.tokens("g2") == expected_tokens("g", 4, greedy_prompt=[7, 8, 9])
+    assert fe.tokens("u1") == expected_tokens("u1", 4) != fe.tokens("g1")
