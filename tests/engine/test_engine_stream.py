@@ -109,3 +109,16 @@ def test_streams_are_keyed_like_a_model(rig):
     assert fe.tokens("x1") == fe.tokens("x2") == expected_tokens("ignored", 4, sampling_seed=99)
     assert fe.tokens("g1") == fe.tokens("g2") == expected_tokens("g", 4, greedy_prompt=[7, 8, 9])
     assert fe.tokens("u1") == expected_tokens("u1", 4) != fe.tokens("g1")
+
+
+def test_disable_log_stats_sends_no_stats(rig):
+    fe, _ = rig.start(1, disable_log_stats=True)
+    fe.add(0, make_request("n1", max_tokens=3))
+    fe.add(0, make_request("n2", max_tokens=30))
+    fe.pump(lambda: fe.tokens("n2"))
+    fe.abort(0, ["n2"])
+    fe.wait_finished(["n1"])
+    fe.value(0, "is_sleeping")  # a round trip after the abort: any stats-only message came before it
+    msgs = [m for m in fe.messages[0] if isinstance(m, EngineCoreOutputs)]
+    assert all(m.scheduler_stats is None for m in msgs)
+    assert all(m.outputs or m.utility_output for m in msgs)  # no stats-only messages either
