@@ -136,8 +136,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     cid = _case_id(item)
     state.transcript.start_case(cid or item.nodeid)
     state._case_started[item.nodeid] = time.monotonic()
-    if state.manager is not None or state.role == "engine":
-        state.engine_manager().set_deadline(None)
+    if state.role == "engine":
+        state.engine_manager().begin_case()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -191,12 +191,15 @@ def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Ite
     elif isinstance(exc, AssertionError):
         outcome, message = Outcome.FAIL, str(exc)
         clause = getattr(exc, "clause", None) or clause
+    elif isinstance(exc, LaunchError):
+        outcome, message = Outcome.ERROR, f"cannot start the peer: {exc}"
     else:
         outcome = Outcome.ERROR
         message = f"harness error: {exc!r}\n" + "".join(
             traceback.format_exception(type(exc), exc, exc.__traceback__, limit=6))
     strict = bool(state.config.get("strict"))
-    blocking = case.level == "MUST" or strict
+    # a crash always counts: a dead engine breaks ECP-ROB-1 whatever the case's own level
+    blocking = case.level == "MUST" or strict or outcome is Outcome.CRASH
     entries = state.transcript.case_entries()
     failed = outcome not in (Outcome.PASS, Outcome.UNSUPPORTED)
     if failed and manager is not None:

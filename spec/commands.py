@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-DIRECTIONS = ("auto", "input", "output", "handshake", "init", "ready")
-
 from .diff.commands import register_spec
+
+DIRECTIONS = ("auto", "input", "output", "handshake", "init", "ready")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

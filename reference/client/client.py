@@ -38,10 +38,10 @@ from .aggregation import UtilityAggregation
 from .config import BUG_ABORT_ONE_PER_REQUEST, BUG_IGNORE_ENGINE_DEAD, ClientConfig
 from .coordinator import Coordinator
 from .errors import (
-    ClientClosed, EngineDeadError, EngineDisconnected, HandshakeTimeout, RequestStreamClosed,
+    ClientClosed, DuplicateRequestId, EngineDeadError, EngineDisconnected, HandshakeTimeout, RequestStreamClosed,
     UnexpectedDPControl, UtilityTimeout,
 )
-from .handshake import STAGE_HELLO, HandshakeOwner, HandshakeResult
+from .handshake import STAGE_HELLO, STAGE_READY, HandshakeOwner, HandshakeResult
 from .health import Health
 from .registry import InFlight, RequestRegistry, group_by_engine
 from .router import Router
@@ -60,13 +60,14 @@ class ClientStats:
     outputs_dispatched: int = 0
     outputs_dropped: int = 0
     output_messages: int = 0
-    #: ids sent in ABORT messages, and the number of ABORT messages
+    #: ids sent in ABORT messages (explicit and auto), and the number of ABORT messages
     aborts_sent: int = 0
     abort_messages: int = 0
     abort_send_errors: int = 0
     utility_calls: int = 0
     unknown_utility_replies: int = 0
     rejection_notifications: int = 0
+    unexpected_input_messages: int = 0
     in_flight: dict[int, int] = field(default_factory=dict)
 
 
@@ -111,7 +112,7 @@ class EngineCoreClient:
         self._call_ids = itertools.count((uuid.uuid1().int >> 64) & 0x7FFF_FFFF_FFFF_FFFF)
         self._handshake: HandshakeResult | None = None
         self._last_output_at = 0.0
-        self.stats = ClientStats()
+        self._stats = ClientStats()
         self.handshake_address: str | None = None
         self.input_address: str | None = None
         self.output_address: str | None = None
@@ -224,8 +225,10 @@ class EngineCoreClient:
                 deadline, timeout_s = ready_deadline, cfg.ready_timeout_s
             remaining = deadline - loop.time()
             if remaining <= 0:
-                if stage is None:
-                    raise HandshakeTimeout("coordinator subscriptions", [], timeout_s)
+                if coord is not None and not gate_open and stage in (STAGE_READY, None):
+                    # engines send READY only after the gate: the gate is what is missing
+                    raise HandshakeTimeout("coordinator subscriptions", owner.missing(STAGE_READY), timeout_s)
+                assert stage is not None
                 raise HandshakeTimeout(stage, owner.missing(stage), timeout_s)
             events = dict(await poller.poll(timeout=max(1, int(remaining * 1000))))
             if self._handshake_sock is not None and self._handshake_sock in events:
@@ -238,15 +241,27 @@ class EngineCoreClient:
                 await coord.on_subscription(await coord.xpub.recv_multipart())
         self._handshake = owner.result()
         self._ready = True
-        self._tasks = [
-            asyncio.ensure_future(self._output_loop()),
-            asyncio.ensure_future(self._abort_worker()),
-            asyncio.ensure_future(self._monitor_loop()),
-        ]
+        assert self._monitor is not None
+        while await self._monitor.poll(0):  # connection churn during startup is not a lost engine
+            await self._monitor.recv_multipart()
+        loops = [self._output_loop(), self._abort_worker(), self._monitor_loop(), self._input_loop()]
         if coord is not None:
-            self._tasks.append(asyncio.ensure_future(coord.serve()))
+            loops.append(coord.serve())
+        for coro in loops:
+            task = asyncio.ensure_future(coro)
+            task.add_done_callback(self._on_task_done)
+            self._tasks.append(task)
         log.info("engine-core client ready: ranks %s, max_model_len %s", list(self._ranks),
                  self._handshake.max_model_len)
+
+    def _on_task_done(self, task: asyncio.Task[Any]) -> None:
+        # A background loop only ends by cancellation; anything else must not leave waiters hanging.
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            log.error("engine-core client background task %r crashed", task, exc_info=error)
+            self._fail(error)
 
     # ================================================================== properties
     @property
@@ -275,6 +290,12 @@ class EngineCoreClient:
     @property
     def current_wave(self) -> int:
         return self._coordinator.current_wave if self._coordinator else 0
+
+    @property
+    def stats(self) -> ClientStats:
+        """Counters, with ``in_flight`` (per engine rank) as of now."""
+        self._stats.in_flight = self._registry.counts()
+        return self._stats
 
     def in_flight(self) -> dict[int, int]:
         """In-flight requests per engine rank."""
@@ -305,9 +326,7 @@ class EngineCoreClient:
         ``current_wave`` are stamped here (``ECP-REQ-6``, ``ECP-DP-5``).
         """
         self._check_ready()
-        if request.request_id in self._registry:
-            from .errors import DuplicateRequestId
-
+        if request.request_id in self._registry:  # ECP-REQ-8: before routing, encoding or sending
             raise DuplicateRequestId(request.request_id)
         rank = self._router.choose(self._registry.counts(), request.data_parallel_rank)
         stamped = msgspec.structs.replace(request, client_index=self.config.client_index,
@@ -322,21 +341,25 @@ class EngineCoreClient:
             sink.end()
             raise
         self._router.admitted(rank)
-        self.stats.requests_added += 1
+        self._stats.requests_added += 1
         return RequestStream(sink, self._on_stream_dropped)
 
-    def _on_stream_dropped(self, request_id: str, cause: AbortCause) -> None:
+    def _on_stream_dropped(self, sink: StreamSink, cause: AbortCause) -> None:
         # Called from RequestStream (possibly from a finaliser): only queue work.
-        if self._closed or request_id not in self._registry:
+        entry = self._registry.get(sink.request_id)
+        if self._closed or entry is None or entry.sink is not sink:
             return
-        self._coalescer.push(request_id, cause)
+        self._coalescer.push(sink.request_id, cause, sink)
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._abort_wakeup.set)
 
-    def _take_owner(self, request_id: str) -> int | None:
-        entry = self._registry.take(request_id)
-        return None if entry is None else entry.engine_rank
+    def _take_owner(self, request_id: str, sink: StreamSink) -> int | None:
+        entry = self._registry.get(request_id)
+        if entry is None or entry.sink is not sink:  # finished (and maybe reused) since the drop
+            return None
+        self._registry.take(request_id)
+        return entry.engine_rank
 
     async def _abort_worker(self) -> None:
         max_items = 1 if BUG_ABORT_ONE_PER_REQUEST in self.config.bugs else MAX_DRAIN
@@ -352,11 +375,11 @@ class EngineCoreClient:
             try:
                 await self._send(rank, encode_abort(ids))
             except Exception as exc:  # ECP-ABORT-8: one engine's failure does not stop the others
-                self.stats.abort_send_errors += 1
+                self._stats.abort_send_errors += 1
                 log.warning("failed to send ABORT of %d id(s) to engine %d: %s", len(ids), rank, exc)
                 continue
-            self.stats.abort_messages += 1
-            self.stats.aborts_sent += len(ids)
+            self._stats.abort_messages += 1
+            self._stats.aborts_sent += len(ids)
 
     async def abort(self, request_ids: Iterable[str]) -> list[str]:
         """Abort requests explicitly (``ECP-ABORT-8``).
@@ -407,7 +430,7 @@ class EngineCoreClient:
             abort_immediately=True,
         )
         await self._send(rank, encode_add(notice))
-        self.stats.rejection_notifications += 1
+        self._stats.rejection_notifications += 1
         return rank
 
     # ================================================================== utilities
@@ -434,7 +457,7 @@ class EngineCoreClient:
             fut: asyncio.Future[UtilityOutput] = loop.create_future()
             self._pending_utility[call_id] = (rank, fut)
             calls[rank] = (call_id, fut)
-        self.stats.utility_calls += 1
+        self._stats.utility_calls += 1
         try:
             for rank, (call_id, fut) in calls.items():
                 try:
@@ -519,9 +542,9 @@ class EngineCoreClient:
             self._on_output_frames(frames)
 
     def _on_output_frames(self, frames: list[bytes]) -> None:
-        self.stats.output_messages += 1
+        self._stats.output_messages += 1
         try:
-            msg = decode_outputs(frames)
+            msg = decode_outputs(frames, self.config.decode_limits)
         except ProtocolError as exc:
             self._fail(exc)
             return
@@ -541,16 +564,16 @@ class EngineCoreClient:
         for out in msg.outputs:
             entry = registry.get(out.request_id)
             if entry is None:  # ECP-OUT-9: finished, aborted or unknown
-                self.stats.outputs_dropped += 1
+                self._stats.outputs_dropped += 1
                 continue
             sink = entry.sink
             if out.finish_reason is not None:
                 registry.take(out.request_id)
             if sink.dropped:  # waiting for its auto-abort: nobody listens
-                self.stats.outputs_dropped += 1
+                self._stats.outputs_dropped += 1
                 continue
             sink.push(out)
-            self.stats.outputs_dispatched += 1
+            self._stats.outputs_dispatched += 1
             if out.finish_reason is not None:
                 sink.end()
         if msg.finished_requests:
@@ -561,10 +584,20 @@ class EngineCoreClient:
         if msg.utility_output is not None:
             self._on_utility_output(msg.engine_index, msg.utility_output)
 
+    async def _input_loop(self) -> None:
+        # Engines send nothing on their input DEALER after the registration; read and drop
+        # whatever comes (e.g. a restarted engine registering again) so it cannot pile up unseen.
+        assert self._input is not None
+        while True:
+            frames = await self._input.recv_multipart()
+            self._stats.unexpected_input_messages += 1
+            log.warning("dropping an unexpected %d-frame message from engine identity %s on the input "
+                        "socket after the handshake", len(frames) - 1, frames[0].hex())
+
     def _on_utility_output(self, engine_index: int, reply: UtilityOutput) -> None:
         pending = self._pending_utility.pop(reply.call_id, None)
         if pending is None:  # ECP-UTIL-10
-            self.stats.unknown_utility_replies += 1
+            self._stats.unknown_utility_replies += 1
             log.warning("dropping utility reply with unknown call id %s from engine %d", reply.call_id,
                         engine_index)
             return
@@ -611,7 +644,7 @@ class EngineCoreClient:
             if not fut.done():
                 fut.set_exception(error)
         self._pending_utility.clear()
-        self._coalescer.drain(lambda _id: None, max_items=len(self._coalescer))
+        self._coalescer.drain(lambda _id, _token: None, max_items=len(self._coalescer))
 
     async def shutdown(self) -> None:
         """End every stream and waiter with :class:`ClientClosed`, stop the

@@ -24,7 +24,7 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "diff", help="compare two layouts; exit 1 on breaking changes",
-        description="Each side is a layout file, a shipped release (vllm-0.33, vllm-0.21), 'current' "
+        description="Each side is a layout file, a shipped layout name (spec/layouts/, e.g. vllm-0.33), 'current' "
                     "(the installed code) or a git ref of this repository (REF or REF:PATH; REF alone reads "
                     "spec/layouts/vllm-0.33.json at that ref).")
     p.add_argument("old", metavar="OLD")

@@ -102,8 +102,8 @@ def _field_changes(out: _Collector, mname: str, old_f: FieldLayout, new_f: Field
     elif new_f.required and not old_f.required:
         out.add("DIFF-017", subject, "optional field became required", d, "old->new", False, True, file)
     elif not old_f.required and not new_f.required and old_f.default != new_f.default:
-        out.add("DIFF-019", subject, f"default changed from {_json(old_f.default)} to {_json(new_f.default)}", d, "both",
-                old_f.default, new_f.default, file)
+        out.add("DIFF-019", subject, f"default changed from {_json(old_f.default)} to {_json(new_f.default)}",
+                d, "both", old_f.default, new_f.default, file)
 
 
 def _added_field(out: _Collector, mname: str, f: FieldLayout, msg: MessageLayout, inserted: bool,
@@ -231,9 +231,10 @@ def _compare_request_types(out: _Collector, old: Layout, new: Layout) -> None:
         elif o and n and o.on_wire != n.on_wire:
             where = "on the wire" if n.on_wire else "engine-internal"
             out.add("DIFF-043", subject, f"{n.name} is now {where}", d, "both", o.on_wire, n.on_wire)
-        elif n and not o:
+        # Engine-internal markers that appear or vanish never reach the wire.
+        elif n and not o and n.on_wire:
             out.add("DIFF-040", subject, f"new request type {n.name}", d, "new->old", None, n.name)
-        elif o and not n:
+        elif o and not n and o.on_wire:
             out.add("DIFF-041", subject, f"request type {o.name} removed", d, "old->new", o.name, None)
 
 

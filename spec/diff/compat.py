@@ -28,8 +28,10 @@ VERDICTS = {
     "misaligned": "MISALIGNED",
     "rejected": "REJECTED",
     "not-compared": "n/c",
+    "absent": "-",
 }
-_RANK = {v: i for i, v in enumerate(["ok", "ok-partial", "lossy", "not-compared", "misaligned", "rejected"])}
+_RANK = {v: i for i, v in enumerate(["absent", "ok", "ok-partial", "lossy", "not-compared", "misaligned",
+                                     "rejected"])}
 
 #: payload kinds in protocol order: (column, message, sender role)
 KINDS: tuple[tuple[str, str, str], ...] = (
@@ -65,9 +67,11 @@ def _verdict(issues: list[wire.Issue]) -> str:
 
 def check_message(sender: Layout, receiver: Layout, message: str) -> Cell:
     """Worse of the full and sparse samples of ``message`` sent by ``sender``, read by ``receiver``."""
+    for layout in (sender, receiver):
+        if message not in layout.messages and message not in layout.not_described:
+            return Cell("absent")  # the release has no such payload (e.g. no UTILITY type yet)
     if message not in sender.messages or message not in receiver.messages:
-        missing = sender.name if message not in sender.messages else receiver.name
-        return Cell("not-compared", [f"{message} is not described by {missing}"])
+        return Cell("not-compared")
     issues: list[wire.Issue] = []
     for mode in ("full", "sparse"):
         data = wire.encode(wire.sample(sender, message, mode))
@@ -97,12 +101,15 @@ def check_type_bytes(frontend: Layout, engine: Layout) -> Cell:
 
 
 def check_utility(frontend: Layout, engine: Layout) -> Cell:
+    """Every method of the frontend release's table, as the engine's release answers it."""
     notes, verdict = [], "ok"
+    unknown = [name for name in frontend.utility_methods if name not in engine.utility_methods]
+    if unknown:
+        notes.append(f"unknown to the engine, answered with a failure: {', '.join(unknown)}")
+        verdict = "rejected"
     for name, fm in frontend.utility_methods.items():
         em = engine.utility_methods.get(name)
         if em is None:
-            notes.append(f"{name}: unknown to the engine (answered with a failure)")
-            verdict = "rejected"
             continue
         if fm.params is not None and em.params is not None:
             ft, et = [p.type for p in fm.params], [p.type for p in em.params]
@@ -153,7 +160,9 @@ def render_markdown(layouts: list[Layout], results: list[PairResult]) -> str:
         "the sender does not know with defaults; **MISALIGNED**: array positions carry different fields,",
         "values land in the wrong field; **REJECTED**: the receiver's decoder refuses the message (or, for",
         "UTILITY methods and type bytes, the engine does not know what the frontend sends); **n/c**: one",
-        "layout does not describe the message.",
+        "layout does not describe the message (its source did not show it); **-**: one release has no such",
+        "message kind. *type bytes* checks every on-wire request type the frontend's release sends;",
+        "*UTILITY methods* checks every method of the frontend release's table against the engine's.",
         "",
         "| frontend | engine | " + " | ".join(columns) + " |",
         "|---|---|" + "---|" * len(columns),

@@ -29,15 +29,22 @@ GIT_TIMEOUT_S = 30
 
 
 def shipped_names() -> list[str]:
-    """Names of the layouts shipped in ``spec/layouts/``, oldest release first."""
+    """Names of the layouts shipped in ``spec/layouts/``, oldest first.
+
+    Numbered releases (``vllm-0.21``) sort by version; layouts named after a
+    source revision (``vllm-v1-0015f3f``) describe pre-release engines and
+    come first.
+    """
     folder = resources.files("ecp.spec").joinpath("layouts")
     names = [p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json")]
     return sorted(names, key=_release_key)
 
 
 def _release_key(name: str) -> tuple:
-    version = name.split("-", 1)[-1]
-    return tuple(int(p) if p.isdigit() else p for p in version.split("."))
+    parts = name.split("-", 1)[-1].split(".")
+    if all(p.isdigit() for p in parts):
+        return (1, tuple(int(p) for p in parts), name)
+    return (0, (), name)
 
 
 def load_shipped(name: str) -> Layout:

@@ -22,7 +22,7 @@ def test_checked_in_snapshot_matches_the_code():
     assert (LAYOUTS / "vllm-0.33.json").read_bytes() == current_layout_json()
 
 
-@pytest.mark.parametrize("name", ["vllm-0.21", "vllm-0.33"])
+@pytest.mark.parametrize("name", ["vllm-v1-0015f3f", "vllm-0.21", "vllm-0.33"])
 def test_shipped_layouts_are_valid_and_canonically_formatted(name):
     raw = (LAYOUTS / f"{name}.json").read_bytes()
     layout = decode_layout(raw, name)
@@ -31,7 +31,7 @@ def test_shipped_layouts_are_valid_and_canonically_formatted(name):
 
 
 def test_shipped_names_and_aliases():
-    assert shipped_names() == ["vllm-0.21", "vllm-0.33"]
+    assert shipped_names() == ["vllm-v1-0015f3f", "vllm-0.21", "vllm-0.33"]
     assert load_shipped("vllm-0.33.0").name == "vllm-0.33"
     assert resolve("vllm-0.21").vllm_version == "0.21.0"
     assert resolve("current") == current_layout()
@@ -78,6 +78,10 @@ def test_the_earlier_release_layout_states_its_source():
     assert len(old.messages["EngineCoreOutput"].fields) == 13
     assert len(old.messages["EngineCoreOutputs"].fields) == 8
     assert "SamplingParams" in old.not_described
+    early = load_shipped("vllm-v1-0015f3f")
+    assert "vllm-project/vllm" in early.source and "0015f3f6a0e6ccca781c3f0b127101153c12ebbe" in early.source
+    assert [t.name for t in early.request_types] == ["ADD", "ABORT", "PROFILE", "RESET_PREFIX_CACHE"]
+    assert early.utility_methods == {} and "EngineCoreRequest" in early.not_described
 
 
 # --------------------------------------------------------------------------- type grammar
@@ -142,3 +146,13 @@ def test_invalid_layouts_are_refused_with_the_offending_entry(mutate, needle):
 def test_not_json_is_refused():
     with pytest.raises(LayoutError, match="not JSON"):
         decode_layout(b"{nope", "fixture")
+
+
+def test_the_reference_client_knows_only_methods_of_the_spec_table():
+    # The client's aggregation table and the spec's UTILITY table describe the same methods.
+    from ecp.reference.client.aggregation import UTILITY_RULES
+
+    assert set(UTILITY_RULES) <= set(UTILITY_METHODS)
+    for name, rule in UTILITY_RULES.items():
+        if rule.result in ("bool", "str"):
+            assert UTILITY_METHODS[name].result == rule.result, name

@@ -74,6 +74,29 @@ def test_reverse_direction_mirrors_the_findings():
     assert counts(findings)["breaking"] > 0
 
 
+def test_early_v1_revision_to_0_33_reports_byte_reuse_and_shifted_outputs():
+    findings = diff_layouts(load_shipped("vllm-v1-0015f3f"), load_shipped("vllm-0.33"))
+    serious = [(f.rule.id, f.subject, f.message) for f in findings if f.severity != "info"]
+    assert serious == [
+        ("DIFF-012", "EngineCoreOutputs.engine_index",
+         "field inserted at position 0; shifts outputs, scheduler_stats"),
+        ("DIFF-021", "EngineCoreOutputs.scheduler_stats",
+         "type widened from struct:SchedulerStats to struct:SchedulerStats | nil"),
+        ("DIFF-012", "EngineCoreOutput.pooling_output",
+         "field inserted at position 4; shifts finish_reason, stop_reason"),
+        ("DIFF-032", "enum FinishReason.ERROR", "new value ERROR = 3"),
+        ("DIFF-032", "enum FinishReason.REPETITION", "new value REPETITION = 4"),
+        ("DIFF-042", "request type 0x02", "byte 0x02 reused: was PROFILE, now START_DP_WAVE"),
+        ("DIFF-042", "request type 0x03", "byte 0x03 reused: was RESET_PREFIX_CACHE, now UTILITY"),
+    ]
+    added = [f.subject for f in findings if f.rule.id == "DIFF-001"]
+    assert added == ["UtilityRequest", "StartDPWave", "UtilityOutput", "EngineCoreEvent", "PrefillStats",
+                     "RequestError", "UtilityResult"]
+    # engine-internal type bytes (04, 05) never reach the wire: not reported
+    assert not [f for f in findings if f.subject in ("request type 0x04", "request type 0x05")]
+    assert counts(findings) == {"breaking": 4, "warning": 3, "info": 54}
+
+
 def test_identical_layouts_report_nothing():
-    for name in ("vllm-0.21", "vllm-0.33"):
+    for name in ("vllm-v1-0015f3f", "vllm-0.21", "vllm-0.33"):
         assert diff_layouts(load_shipped(name), load_shipped(name)) == []
