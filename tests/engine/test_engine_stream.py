@@ -122,3 +122,23 @@ def test_disable_log_stats_sends_no_stats(rig):
     msgs = [m for m in fe.messages[0] if isinstance(m, EngineCoreOutputs)]
     assert all(m.scheduler_stats is None for m in msgs)
     assert all(m.outputs or m.utility_output for m in msgs)  # no stats-only messages either
+
+
+def test_synthetic_logprobs_layout(rig):
+    import array
+
+    fe, _ = rig.start(1, output_token_chunk_size=2)
+    fe.add(0, make_request("lp", max_tokens=4, logprobs=3))
+    fe.add(0, make_request("nolp", max_tokens=2))
+    fe.wait_finished(["lp", "nolp"])
+    for o in fe.outputs_for("lp"):
+        lp = o.new_logprobs
+        n = len(o.new_token_ids)
+        assert lp.logprob_token_ids.shape == (n, 4) and lp.logprobs.shape == (n, 4)
+        assert lp.sampled_token_ranks.shape == (n,)
+        ids = array.array("i", lp.logprob_token_ids.data)
+        vals = array.array("f", lp.logprobs.data)
+        for row in range(n):
+            assert ids[row * 4] == o.new_token_ids[row] and len(set(ids[row * 4:row * 4 + 4])) == 4
+            assert list(vals[row * 4:row * 4 + 4]) == sorted(vals[row * 4:row * 4 + 4], reverse=True)
+    assert all(o.new_logprobs is None for o in fe.outputs_for("nolp"))
