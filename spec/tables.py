@@ -50,18 +50,6 @@ STRUCTS: dict[str, type] = {
 _BLOCK_RE = re.compile(r"(<!-- fields:(\w+) -->\n)(.*?)(<!-- /fields -->)", re.S)
 _METHODS_RE = re.compile(r"(<!-- utility-methods -->\n)(.*?)(<!-- /utility-methods -->)", re.S)
 
-#: The DP aggregation a conforming frontend applies (clauses), where it differs from "default".
-CONFORMING_DP_RULE: dict[str, str] = {
-    "is_sleeping": "consensus (ECP-UTIL-4)",
-    "is_scheduler_paused": "consensus (ECP-UTIL-4)",
-    "get_weight_version": "consensus (ECP-UTIL-4)",
-    "reset_prefix_cache": "AND (ECP-UTIL-5)",
-    "wake_up": "AND (ECP-UTIL-5)",
-    "add_lora": "AND (ECP-UTIL-5)",
-    "remove_lora": "AND (ECP-UTIL-5)",
-    "collective_rpc": "flatten (ECP-UTIL-6)",
-    "compute_weight_checksums": "flatten (ECP-UTIL-6)",
-}
 
 
 def type_name(t: mi.Type) -> str:
@@ -137,7 +125,7 @@ def render_utility_methods() -> str:
             args = "(not documented)"
         else:
             args = "`[" + ", ".join(f"{p.name}: {p.type}" if p.name else p.type for p in m.params) + "]`"
-        rule = CONFORMING_DP_RULE.get(m.name, "default (ECP-UTIL-11)")
+        rule = f"{m.aggregation} ({m.aggregation_clause})"
         rows.append(f"| `{m.name}` | {args.replace('|', chr(92) + '|')} | `{m.result}` "
                     f"| {'✓' if m.observed else ''} | {m.dp_rule} | {rule} |")
     return "\n".join(rows) + "\n"

@@ -1,8 +1,8 @@
 """How a fanned-out utility call's per-engine answers become one result.
 
-THE table (:data:`UTILITY_RULES`) is data: method → (rule, clause); each
-engine's value is checked against the result type of the spec's method table
-(:data:`ecp.spec.utility_methods.UTILITY_METHODS`). Every utility call goes to every engine and waits for all of them
+The table (:data:`UTILITY_RULES`) is derived from the spec's method table
+(:data:`ecp.spec.utility_methods.UTILITY_METHODS`): method → (rule, clause,
+result type); each engine's value is checked against that result type. Every utility call goes to every engine and waits for all of them
 (``ECP-UTIL-7``) — except under the ``first-engine-is-sleeping`` bug knob —
 and then:
 
@@ -57,49 +57,16 @@ class MethodRule:
     result: str = "any"
 
 
-def _rule(method: str, rule: Rule, clause: str) -> MethodRule:
-    return MethodRule(rule, clause, UTILITY_METHODS[method].result)
-
-
-_CONS, _AND, _FLAT, _UNIT, _RAW = Rule.CONSENSUS, Rule.AND, Rule.FLATTEN, Rule.UNIT, Rule.RAW
-
-#: method name → the client's rule. The one place the client's aggregation is defined;
-#: argument and result types live in :data:`ecp.spec.utility_methods.UTILITY_METHODS`.
+#: method name → the client's rule, derived from the conforming aggregation recorded in
+#: the spec's method table (:data:`ecp.spec.utility_methods.UTILITY_METHODS`), the one
+#: place where each method's rule, clause and result type are defined.
 UTILITY_RULES: Mapping[str, MethodRule] = {
-    # consensus (ECP-UTIL-4)
-    "is_sleeping": _rule("is_sleeping", _CONS, "ECP-UTIL-4"),
-    "is_scheduler_paused": _rule("is_scheduler_paused", _CONS, "ECP-UTIL-4"),
-    "get_weight_version": _rule("get_weight_version", _CONS, "ECP-UTIL-4"),
-    # AND (ECP-UTIL-5)
-    "reset_prefix_cache": _rule("reset_prefix_cache", _AND, "ECP-UTIL-5"),
-    "wake_up": _rule("wake_up", _AND, "ECP-UTIL-5"),
-    "add_lora": _rule("add_lora", _AND, "ECP-UTIL-5"),
-    "remove_lora": _rule("remove_lora", _AND, "ECP-UTIL-5"),
-    # flatten (ECP-UTIL-6)
-    "collective_rpc": _rule("collective_rpc", _FLAT, "ECP-UTIL-6"),
-    "compute_weight_checksums": _rule("compute_weight_checksums", _FLAT, "ECP-UTIL-6"),
-    # unit (ECP-UTIL-7: wait for every engine, discard the values)
-    "sleep": _rule("sleep", _UNIT, "ECP-UTIL-7"),
-    "pause_scheduler": _rule("pause_scheduler", _UNIT, "ECP-UTIL-7"),
-    "pause_generation": _rule("pause_generation", _UNIT, "ECP-UTIL-7"),
-    "resume_scheduler": _rule("resume_scheduler", _UNIT, "ECP-UTIL-7"),
-    "profile": _rule("profile", _UNIT, "ECP-UTIL-7"),
-    "reset_mm_cache": _rule("reset_mm_cache", _UNIT, "ECP-UTIL-7"),
-    "reset_encoder_cache": _rule("reset_encoder_cache", _UNIT, "ECP-UTIL-7"),
-    "release_kv_cache_memory": _rule("release_kv_cache_memory", _UNIT, "ECP-UTIL-7"),
-    "set_weight_version": _rule("set_weight_version", _UNIT, "ECP-UTIL-7"),
-    "execute_dummy_batch": _rule("execute_dummy_batch", _UNIT, "ECP-UTIL-7"),
-    "add_remote_kv_handshake": _rule("add_remote_kv_handshake", _UNIT, "ECP-UTIL-7"),
-    "save_sharded_state": _rule("save_sharded_state", _UNIT, "ECP-UTIL-7"),
-    # raw: one typed value per engine, {rank: value} (ECP-UTIL-9, ECP-UTIL-11)
-    "get_supported_tasks": _rule("get_supported_tasks", _RAW, "ECP-UTIL-9"),
-    "list_loras": _rule("list_loras", _RAW, "ECP-UTIL-9"),
-    "pin_lora": _rule("pin_lora", _RAW, "ECP-UTIL-9"),
-    "get_kv_connector_handshake_entries": _rule("get_kv_connector_handshake_entries", _RAW, "ECP-UTIL-9"),
+    m.name: MethodRule(Rule(m.aggregation), m.aggregation_clause, m.result)
+    for m in UTILITY_METHODS.values()
 }
 
 #: methods in neither table: sent to every engine, ``{rank: value}`` returned (``ECP-UTIL-11``)
-DEFAULT_RULE = MethodRule(_RAW, "ECP-UTIL-11")
+DEFAULT_RULE = MethodRule(Rule.RAW, "ECP-UTIL-11")
 
 
 def _matches(t: WireType, value: Any) -> bool:

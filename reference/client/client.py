@@ -366,9 +366,28 @@ class EngineCoreClient:
         while True:
             await self._abort_wakeup.wait()
             self._abort_wakeup.clear()
+            await self._settle_burst()
             while len(self._coalescer):
                 grouped = self._coalescer.drain(self._take_owner, max_items=max_items)
                 await self._send_aborts(grouped)
+
+    async def _settle_burst(self, quiet_iterations: int = 2, max_iterations: int = 16) -> None:
+        """Let a burst of drops that started in the same event-loop turn finish
+        queueing before the drain (``ECP-ABORT-5``): HTTP disconnects reach their
+        streams a few loop iterations apart, depending on where each handler
+        was suspended. Waits until the queue stops growing for
+        ``quiet_iterations`` iterations (bounded), so a lone drop still goes out
+        at once."""
+        if BUG_ABORT_ONE_PER_REQUEST in self.config.bugs:
+            return
+        size, quiet = len(self._coalescer), 0
+        for _ in range(max_iterations):
+            await asyncio.sleep(0)
+            now = len(self._coalescer)
+            quiet = quiet + 1 if now == size else 0
+            size = now
+            if quiet >= quiet_iterations:
+                return
 
     async def _send_aborts(self, grouped: dict[int, list[str]]) -> None:
         for rank, ids in grouped.items():
