@@ -15,6 +15,12 @@ lies in ``[RESERVED_TOKEN_IDS, vocab_size)``: ids ``0..15`` are never produced
 * ``stop_token_ids`` naming a token the request will produce (compute it with
   :func:`expected_tokens`).
 
+When a request asks for ``logprobs=K`` each output carries vLLM's layout
+(``[N, K+1]`` int32 ids: the sampled token first, then K alternatives;
+float32 logprobs: the sampled token is the most likely, ``-0.05``,
+alternatives ``-1, -2, …``; int64 ranks ``[N]``, all 1). ``K = -1`` (the whole
+vocabulary) is capped at :data:`MAX_SYNTHETIC_LOGPROBS` entries.
+
 Each sampling span yields ``output_token_chunk_size`` tokens (MTP / spec-decode
 shaped outputs). The step cost model sleeps ``step_time_ms`` plus
 ``prefill_token_cost_us`` per prompt token and ``decode_token_cost_us`` per
@@ -23,14 +29,19 @@ decode token, so benchmarks can model a GPU; everything 0 runs flat out.
 
 from __future__ import annotations
 
+import sys
 import time
 import zlib
 from array import array
+
+from ecp.spec import LogprobsLists, Tensor
 
 from .executor import StepBatch, StepResult
 
 #: Token ids below this are never generated.
 RESERVED_TOKEN_IDS = 16
+#: ``logprobs=-1`` returns this many alternatives at most.
+MAX_SYNTHETIC_LOGPROBS = 1024
 
 _MASK = (1 << 64) - 1
 
@@ -134,11 +145,48 @@ class SyntheticExecutor:
                 else:
                     toks.append(synthetic_token(base, i, self.vocab_size, eos))
             result.sampled[span.request_id] = toks
+            if sp.logprobs is not None:
+                result.logprobs[span.request_id] = self._logprobs(base, first, toks, sp.logprobs)
         self.steps += 1
         cost = self.step_time_s + prefill * self.prefill_cost_s + decode * self.decode_cost_s
         if cost > 0:
             time.sleep(cost)  # models device time; the IO loop queues inputs meanwhile
         return result
+
+    def _logprobs(self, base: int, first: int, toks: list[int], num: int) -> LogprobsLists:
+        k = min(MAX_SYNTHETIC_LOGPROBS, self.vocab_size - 1) if num < 0 else num
+        ids = array("i")
+        lps = array("f")
+        for row, tok in enumerate(toks):
+            ids.append(tok)
+            lps.append(-0.05)
+            alt_base = _mix(base ^ 0xA17E)
+            seen = {tok}
+            j = 0
+            while len(seen) < k + 1:
+                alt = synthetic_token(alt_base, (first + row) * 4099 + j, self.vocab_size)
+                j += 1
+                if alt not in seen:
+                    seen.add(alt)
+                    ids.append(alt)
+                    lps.append(-float(len(seen) - 1))
+                if j > 8 * (k + 1):  # a tiny vocabulary: fill with what is left
+                    for alt in range(self.vocab_size):
+                        if len(seen) >= k + 1:
+                            break
+                        if alt not in seen:
+                            seen.add(alt)
+                            ids.append(alt)
+                            lps.append(-float(len(seen) - 1))
+                    break
+        n = len(toks)
+        width = len(ids) // n
+        ranks = array("q", [1] * n)
+        if sys.byteorder == "big":  # the wire carries little-endian buffers
+            for a in (ids, lps, ranks):
+                a.byteswap()
+        return LogprobsLists(Tensor("<i4", (n, width), ids.tobytes()), Tensor("<f4", (n, width), lps.tobytes()),
+                             Tensor("<i8", (n,), ranks.tobytes()), None)
 
     def release(self, request_ids: list[str]) -> None:
         for rid in request_ids:

@@ -109,3 +109,36 @@ def test_streams_are_keyed_like_a_model(rig):
     assert fe.tokens("x1") == fe.tokens("x2") == expected_tokens("ignored", 4, sampling_seed=99)
     assert fe.tokens("g1") == fe.tokens("g2") == expected_tokens("g", 4, greedy_prompt=[7, 8, 9])
     assert fe.tokens("u1") == expected_tokens("u1", 4) != fe.tokens("g1")
+
+
+def test_disable_log_stats_sends_no_stats(rig):
+    fe, _ = rig.start(1, disable_log_stats=True)
+    fe.add(0, make_request("n1", max_tokens=3))
+    fe.add(0, make_request("n2", max_tokens=30))
+    fe.pump(lambda: fe.tokens("n2"))
+    fe.abort(0, ["n2"])
+    fe.wait_finished(["n1"])
+    fe.value(0, "is_sleeping")  # a round trip after the abort: any stats-only message came before it
+    msgs = [m for m in fe.messages[0] if isinstance(m, EngineCoreOutputs)]
+    assert all(m.scheduler_stats is None for m in msgs)
+    assert all(m.outputs or m.utility_output for m in msgs)  # no stats-only messages either
+
+
+def test_synthetic_logprobs_layout(rig):
+    import array
+
+    fe, _ = rig.start(1, output_token_chunk_size=2)
+    fe.add(0, make_request("lp", max_tokens=4, logprobs=3))
+    fe.add(0, make_request("nolp", max_tokens=2))
+    fe.wait_finished(["lp", "nolp"])
+    for o in fe.outputs_for("lp"):
+        lp = o.new_logprobs
+        n = len(o.new_token_ids)
+        assert lp.logprob_token_ids.shape == (n, 4) and lp.logprobs.shape == (n, 4)
+        assert lp.sampled_token_ranks.shape == (n,)
+        ids = array.array("i", lp.logprob_token_ids.data)
+        vals = array.array("f", lp.logprobs.data)
+        for row in range(n):
+            assert ids[row * 4] == o.new_token_ids[row] and len(set(ids[row * 4:row * 4 + 4])) == 4
+            assert list(vals[row * 4:row * 4 + 4]) == sorted(vals[row * 4:row * 4 + 4], reverse=True)
+    assert all(o.new_logprobs is None for o in fe.outputs_for("nolp"))
