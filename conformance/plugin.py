@@ -34,6 +34,10 @@ _STATE_KEY = pytest.StashKey["RunState"]()
 PEER_MANAGERS: dict[str, tuple[str, str, str]] = {
     "engine": ("ecp.conformance.engine.session", "EngineManager", "EngineRunConfig"),
 }
+#: role -> module with that role's fixtures, registered as a plugin when the role runs
+ROLE_FIXTURES: dict[str, str] = {
+    "engine": "ecp.conformance.engine.fixtures",
+}
 
 
 class RunState:
@@ -77,7 +81,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run the conformance cases with this harness config (written by `ecp conformance`)")
 
 
-def _state(config: pytest.Config) -> RunState | None:
+def state_of(config: pytest.Config) -> RunState | None:
+    """The active run's state (None when the harness is inert)."""
     return config.stash.get(_STATE_KEY, None)
 
 
@@ -85,11 +90,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARKER}(id): the conformance case a test implements")
     path = config.getoption("--ecp-config", None)
     if path:
-        config.stash[_STATE_KEY] = RunState(json.loads(Path(path).read_text()))
+        state = RunState(json.loads(Path(path).read_text()))
+        config.stash[_STATE_KEY] = state
+        config.pluginmanager.import_plugin(ROLE_FIXTURES[state.role])
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    state = _state(config)
+    state = state_of(config)
     if state is not None and state.manager is not None:
         state.manager.close()
 
@@ -100,7 +107,7 @@ def _case_id(item: pytest.Item) -> str | None:
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    state = _state(config)
+    state = state_of(config)
     if state is None:
         return
     from .registry import check_implementations
@@ -122,26 +129,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         items[:] = keep
 
 
-# ---------------------------------------------------------------------- fixtures
-@pytest.fixture
-def engines(request: pytest.FixtureRequest):
-    """The :class:`~ecp.conformance.engine.session.EngineManager` of this run."""
-    state = _state(request.config)
-    if state is None or state.role != "engine":
-        pytest.fail("engine-role cases need --ecp-config with role engine")
-    return state.peer_manager()
-
-
-@pytest.fixture
-def engine(engines):
-    """The shared engine's harness frontend (:class:`HarnessFrontend`)."""
-    return engines.shared().fe
-
-
 # ---------------------------------------------------------------------- per case
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    state = _state(item.config)
+    state = state_of(item.config)
     if state is None:
         return
     cid = _case_id(item)
@@ -152,7 +143,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_call(item: pytest.Item) -> None:
-    state = _state(item.config)
+    state = state_of(item.config)
     if state is None:
         return
     budget = float(state.config[state.role].get("case_timeout_s", 10.0))
@@ -162,7 +153,7 @@ def pytest_runtest_call(item: pytest.Item) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
-    state = _state(item.config)
+    state = state_of(item.config)
     if state is None:
         return
     report = outcome.get_result()
@@ -227,7 +218,7 @@ def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Ite
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
     """Silence pytest's own progress letters for cases; the runner prints its own lines."""
-    if _state(config) is None:
+    if state_of(config) is None:
         return None
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         oc = getattr(report, "ecp_outcome", None)

@@ -39,9 +39,6 @@ class EngineRunConfig:
     quiet_window_s: float = 0.3
     workdir: str = ""
 
-    def mode(self) -> str:
-        return "attach" if self.attach else "adapter" if self.adapter else "command"
-
 
 class EngineUnderTest:
     """One launch: a harness frontend, its bound sockets and the engine handle."""
