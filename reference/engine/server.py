@@ -62,21 +62,6 @@ def make_executor(config: EngineConfig) -> Any:
         eos_every=config.eos_every, eos_token_id=config.eos_token_id)
 
 
-def with_model_limits(config: EngineConfig, executor: Any) -> EngineConfig:
-    """The config bounded by what a real model can take: its vocabulary (ADD
-    validation, ``ECP-REQ-3``) and its context length (``max_model_len`` is the
-    smaller of the flag and the model's). Executors without these attributes
-    (the synthetic one) leave the config as it is."""
-    changes: dict[str, Any] = {}
-    vocab = getattr(executor, "vocab_size", None)
-    if vocab is not None and vocab != config.vocab_size:
-        changes["vocab_size"] = vocab
-    limit = getattr(executor, "max_model_len", None)
-    if limit is not None and limit < config.max_model_len:
-        changes["max_model_len"] = limit
-    return config.replace(**changes) if changes else config
-
-
 def recover_request_id(payload: bytes) -> str | None:
     """Read just ``request_id`` (element 0) of an ADD payload that failed to decode.
 
@@ -217,7 +202,6 @@ class EngineServer:
             addrs = init.addresses
             has_coord = addrs.coordinator_input is not None
             executor = make_executor(cfg)
-            self.config = cfg = with_model_limits(cfg, executor)
             connector = self._make_connector()
             self.core = EngineCore(cfg, executor, engine_index=self.rank, num_clients=len(addrs.inputs),
                                    has_coordinator=has_coord, connector=connector)

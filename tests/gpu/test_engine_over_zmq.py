@@ -122,6 +122,16 @@ def test_engine_serves_the_model_over_zmq(engine_client):
                     np.testing.assert_allclose(values[0], expected[ids[0]], atol=1e-4)
                     tokens.append(tok)
 
+            # prompt logprobs ride on the first output, complete, after a prefix-cache bypass
+            outs = await asyncio.wait_for(
+                _collect(client, _request("p", prompts["b"], max_tokens=1, prompt_logprobs=1)), TIMEOUT_S)
+            plp = outs[0].new_prompt_logprobs_tensors
+            ids, values = plp.logprob_token_ids.to_numpy(), plp.logprobs.to_numpy()
+            assert ids.shape == (len(prompts["b"]) - 1, 2)
+            assert ids[:, 0].tolist() == prompts["b"][1:]
+            expected = torch.log_softmax(dense_logits(oracle, prompts["b"]), -1).cpu().numpy()
+            np.testing.assert_allclose(values[:, 0], expected[np.arange(len(ids)), ids[:, 0]], atol=1e-4)
+
             # outside the model's 512-token vocabulary: an ERROR output, the engine keeps serving
             outs = await asyncio.wait_for(_collect(client, _request("bad", [1, 2, 600])), TIMEOUT_S)
             assert outs[-1].finish_reason == FinishReason.ERROR
