@@ -194,6 +194,22 @@ def encode_payload(obj: Any) -> list[bytes]:
     return [payload, *aux]
 
 
+def _refused_ext(payload: Frame) -> UnsafeExtType | None:
+    """The :class:`UnsafeExtType` for the first ext other than type 3 in ``payload``, if any.
+
+    msgspec rejects an ext in a position whose type admits none before the ext
+    hook sees it; this untyped pass (error path only) lets such a frame still
+    be reported as ``ECP-SEC-1``. Nothing is ever unpickled.
+    """
+    try:
+        _DEC_ANY.decode(payload)
+    except UnsafeExtType as exc:
+        return exc
+    except (msgspec.DecodeError, ProtocolError, RecursionError):
+        pass
+    return None
+
+
 def decode_payload(decoder: msgspec.msgpack.Decoder, frames: Sequence[Frame], *, payload_index: int,
                    clause: str, limits: DecodeLimits = DEFAULT_LIMITS, frame_offset: int = 0) -> Any:
     """Decode ``frames[payload_index]`` with ``decoder``, aux frames after it.
@@ -221,6 +237,12 @@ def decode_payload(decoder: msgspec.msgpack.Decoder, frames: Sequence[Frame], *,
             cause.frame_index = payload_index + frame_offset
             cause.field_path = cause.field_path or path
             raise cause from None
+        if "`ext`" in msg:  # an ext where the type allows none: name a refused ext type as such
+            refused = _refused_ext(payload)
+            if refused is not None:
+                refused.frame_index = payload_index + frame_offset
+                refused.field_path = path
+                raise refused from None
         raise DecodeError(msg, clause=clause, frame_index=payload_index + frame_offset,
                           field_path=path, got=msg) from None
     except msgspec.DecodeError as exc:

@@ -294,13 +294,14 @@ def test_pickle_ext_types_are_refused_and_never_executed(tmp_path):
         for decode in (lambda: spec.decode_outputs([hostile]),
                        lambda: spec.decode_input([b"\x03", b"\x94\x00\x01\xa1m\x91" + ext]),
                        lambda: spec.decode_input([b"\x00", b"\x99\xa1r\x90\xc0\x81\xaaextra_args" + ext
-                                                  + b"\xc0\x01\xc0\xc0\xc0"])):
+                                                  + b"\xc0\x01\xc0\xc0\xc0"]),
+                       # where the type admits no ext at all (sampling_params, a timestamp)
+                       lambda: spec.decode_input([b"\x00", b"\x99\xa1r\x90\xc0" + ext + b"\xc0\x01\xc0\xc0\xc0"]),
+                       lambda: spec.decode_outputs([b"\x94\x00\x90\xc0" + ext])):
             try:
                 decode()
-            except spec.UnsafeExtType as exc:
-                assert exc.code == code and exc.clause == "ECP-SEC-1"
-            except spec.DecodeError as exc:  # refused by type before reaching the ext hook
-                assert "ext" in exc.message
+            except spec.UnsafeExtType as exc:  # also where msgspec refuses the ext by type
+                assert exc.code == code and exc.clause == "ECP-SEC-1" and exc.frame_index is not None
             else:
                 raise AssertionError(f"ext type {code} decoded")
     assert not marker.exists()
