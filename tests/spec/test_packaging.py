@@ -8,8 +8,12 @@ import ast
 import importlib.metadata
 import re
 import sys
-import tomllib
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: pytest itself depends on tomli there
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = "engine-core-protocol"
