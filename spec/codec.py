@@ -194,6 +194,27 @@ def encode_payload(obj: Any) -> list[bytes]:
     return [payload, *aux]
 
 
+_EXPECTED_GOT = (
+    (re.compile(r"^Expected `(?P<e>[^`]*)`(?P<more>[^,]*), got (?P<g>.*)$", re.S), None),
+    (re.compile(r"^Object missing required field `(?P<e>[^`]*)`$"), "missing"),
+    (re.compile(r"^Invalid (?:enum )?value (?P<g>.*)$", re.S), None),
+)
+
+
+def _expected_got(msg: str) -> tuple[str | None, str]:
+    """Split a msgspec validation message into the ``expected`` / ``got`` error fields
+    ("Expected `array` of at least length 9, got 8" -> "array of at least length 9", "8")."""
+    for pattern, got in _EXPECTED_GOT:
+        m = pattern.match(msg)
+        if m:
+            d = m.groupdict()
+            expected = f"{d['e']}{d.get('more') or ''}" if d.get("e") is not None else None
+            if pattern is _EXPECTED_GOT[1][0]:
+                expected = f"required field `{d['e']}`"
+            return expected, (got if got is not None else d["g"].strip("`"))
+    return None, msg
+
+
 def _refused_ext(payload: Frame) -> UnsafeExtType | None:
     """The :class:`UnsafeExtType` for the first ext other than type 3 in ``payload``, if any.
 
@@ -243,8 +264,9 @@ def decode_payload(decoder: msgspec.msgpack.Decoder, frames: Sequence[Frame], *,
                 refused.frame_index = payload_index + frame_offset
                 refused.field_path = path
                 raise refused from None
+        expected, got = _expected_got(msg)
         raise DecodeError(msg, clause=clause, frame_index=payload_index + frame_offset,
-                          field_path=path, got=msg) from None
+                          field_path=path or "$", expected=expected, got=got) from None
     except msgspec.DecodeError as exc:
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, ProtocolError):
