@@ -125,9 +125,9 @@ def _decode(args: argparse.Namespace) -> int:
             print("ecp decode: no frames given (hex arguments, '-' for stdin, or --file)", file=sys.stderr)
             return 2
         try:
-            messages.append(("argv" if args.frames != ["-"] else "stdin", parse_hex_frames(text), args.direction))
+            messages.append(("ecp decode" if args.frames != ["-"] else "stdin", parse_hex_frames(text), args.direction))
         except ProtocolError as exc:
-            messages.append(("argv", exc, args.direction))
+            messages.append(("ecp decode", exc, args.direction))
 
     failed = 0
     indent = None if args.compact or len(messages) > 1 else 2
