@@ -22,7 +22,7 @@ from typing import Any, Sequence, Union
 
 import msgspec
 
-from .control import StartDPWave, UtilityRequest
+from .control import CoordinatorPublication, StartDPWave, UtilityRequest
 from .enums import (
     AUX_FRAME_THRESHOLD, ENGINE_CORE_DEAD, EXT_CLOUDPICKLE, EXT_PICKLE, EXT_RAW_VIEW, RequestType,
 )
@@ -173,6 +173,7 @@ _DEC_OUTPUTS = _decoder(EngineCoreOutputs)
 _DEC_HANDSHAKE = _decoder(Union[Hello, Ready])
 _DEC_INIT = _decoder(EngineHandshakeMetadata)
 _DEC_READY_RESPONSE = _decoder(EngineCoreReadyResponse)
+_DEC_COORDINATOR_PUBLICATION = _decoder(CoordinatorPublication)
 _DEC_ANY = msgspec.msgpack.Decoder(ext_hook=_ext_hook)
 
 _PATH_RE = re.compile(r"^(?P<msg>.*?)(?: - at `(?P<path>[^`]*)`)?$", re.S)
@@ -435,6 +436,14 @@ def decode_ready_response(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS
     if len(frame) == 0:
         return None
     return _decode_single(_DEC_READY_RESPONSE, frame, "ECP-HS-4", limits)
+
+
+def decode_coordinator_publication(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS
+                                   ) -> CoordinatorPublication:
+    """Decode a coordinator -> frontend publication ``(counts, wave, running)`` (``ECP-DP-5``),
+    one frame on the frontend's XSUB (the subscribe frame ``01`` is not a publication)."""
+    return decode_payload(_DEC_COORDINATOR_PUBLICATION, [frame], payload_index=0, clause="ECP-DP-5",
+                          limits=limits)
 
 
 def decode_any(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:

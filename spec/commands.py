@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .diff.commands import register_spec
 
-DIRECTIONS = ("auto", "input", "output", "handshake", "init", "ready")
+DIRECTIONS = ("auto", "input", "output", "handshake", "init", "ready", "coordinator")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--direction", choices=DIRECTIONS, default="auto",
                    help="where the frames were captured: input (engine DEALER: type, payload, *aux), "
                         "output (frontend PULL: payload, *aux), handshake (HELLO/READY), init, "
-                        "ready (ready payload), or auto (guess)")
+                        "ready (ready payload), coordinator (coordinator -> frontend publication), "
+                        "or auto (guess)")
     p.add_argument("--compact", action="store_true", help="one JSON object per line")
     p.add_argument("--wire", action="store_true",
                    help="print array-like structs as arrays in wire order (default: maps keyed by field name)")

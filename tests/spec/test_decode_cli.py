@@ -100,3 +100,20 @@ def test_decode_dump_format_file(tmp_path, capsys):
 def test_decode_usage_errors(capsys, tmp_path):
     assert _run(capsys, "decode")[0] == 2
     assert _run(capsys, "decode", "--file", str(tmp_path / "missing.txt"))[0] == 2
+
+
+def test_decode_coordinator_publication(capsys):
+    """FACTS' example publication ([[0,1],[2,0]], 5, true), by direction and by guess."""
+    for argv in (["--direction", "coordinator"], []):
+        rc, out, _ = _run(capsys, "decode", *argv, "939292000192020005c3")
+        doc = json.loads(out)
+        assert rc == 0 and doc["kind"] == "coordinator_publication"
+        assert doc["value"] == {"counts": [[0, 1], [2, 0]], "wave": 5, "running": True}
+    rc, out, _ = _run(capsys, "decode", "--direction", "coordinator", "93c0c0c0")
+    assert rc == 1 and json.loads(out)["clause"] == "ECP-DP-5"
+
+
+def test_cli_directions_are_the_decoders_directions():
+    from ecp.spec import commands, frames
+
+    assert set(commands.DIRECTIONS) == set(frames.DIRECTIONS)
