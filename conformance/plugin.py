@@ -1,1 +1,225 @@
-"""pytest plugin entry point of the conformance harness (filled in by the harness issue)."""
+"""pytest plugin of the conformance harness (``pytest11`` entry point ``ecp_conformance``).
+
+Inert unless pytest runs with ``--ecp-config FILE`` (the JSON written by
+``ecp conformance <role>``), so loading it into the project's own test runs
+changes nothing. When active it:
+
+* checks the case registry at collection time (duplicate ids, unknown
+  clauses, catalogue entries without a test, tests citing unknown ids);
+* deselects cases not matching the ``cases`` patterns of the config;
+* gives each case a time budget and a fresh transcript section;
+* classifies each case as PASS / FAIL / TIMEOUT / CRASH / UNSUPPORTED /
+  ERROR and writes every :class:`~ecp.conformance.outcomes.CaseResult` to
+  the config's ``results_path`` (JSON lines) for the runner's reports.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .registry import MARKER
+
+_STATE_KEY = pytest.StashKey["RunState"]() if hasattr(pytest, "StashKey") else None
+
+
+class RunState:
+    """Per-run state of an active harness."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        from .registry import load_role
+        from .transcript import Transcript
+
+        self.config = config
+        self.role: str = config["role"]
+        self.catalogue = {c.id: c for c in load_role(self.role)}
+        self.transcript = Transcript()
+        self.results_path = Path(config["results_path"])
+        self.results_path.write_text("")
+        self.patterns: list[str] = config.get("cases") or []
+        self.manager: Any = None
+        self._case_started: dict[str, float] = {}
+
+    def selected(self, case_id: str) -> bool:
+        if not self.patterns:
+            return True
+        slug = self.catalogue[case_id].slug
+        return any(fnmatch.fnmatchcase(case_id, p) or fnmatch.fnmatchcase(slug, p) for p in self.patterns)
+
+    def engine_manager(self) -> Any:
+        if self.manager is None:
+            from .engine.session import EngineManager, EngineRunConfig
+
+            self.manager = EngineManager(EngineRunConfig(**self.config["engine"]), self.transcript)
+        return self.manager
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("ecp-conformance", "ecp conformance harness")
+    group.addoption("--ecp-config", default=None, metavar="FILE",
+                    help="run the conformance cases with this harness config (written by `ecp conformance`)")
+
+
+def _state(config: pytest.Config) -> RunState | None:
+    return config.stash.get(_STATE_KEY, None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{MARKER}(id): the conformance case a test implements")
+    path = config.getoption("--ecp-config", None)
+    if path:
+        config.stash[_STATE_KEY] = RunState(json.loads(Path(path).read_text()))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = _state(config)
+    if state is not None and state.manager is not None:
+        state.manager.close()
+
+
+def _case_id(item: pytest.Item) -> str | None:
+    mark = item.get_closest_marker(MARKER)
+    return mark.args[0] if mark else None
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    state = _state(config)
+    if state is None:
+        return
+    from .registry import check_implementations
+
+    implemented: dict[str, list[str]] = {}
+    for item in items:
+        cid = _case_id(item)
+        if cid is None:
+            raise pytest.UsageError(f"{item.nodeid}: a conformance test without @case(...)")
+        implemented.setdefault(cid, []).append(item.nodeid)
+    try:
+        check_implementations(state.catalogue.values(), implemented)
+    except Exception as exc:  # RegistryError: surfaced as a usage error (exit 2 from the runner)
+        raise pytest.UsageError(str(exc)) from None
+    keep = [i for i in items if state.selected(_case_id(i))]  # type: ignore[arg-type]
+    dropped = [i for i in items if i not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+# ---------------------------------------------------------------------- fixtures
+@pytest.fixture
+def engines(request: pytest.FixtureRequest):
+    """The :class:`~ecp.conformance.engine.session.EngineManager` of this run."""
+    state = _state(request.config)
+    if state is None:
+        pytest.fail("engine-role cases need --ecp-config")
+    return state.engine_manager()
+
+
+@pytest.fixture
+def engine(engines):
+    """The shared engine's harness frontend (:class:`HarnessFrontend`)."""
+    return engines.shared().fe
+
+
+# ---------------------------------------------------------------------- per case
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    state = _state(item.config)
+    if state is None:
+        return
+    cid = _case_id(item)
+    state.transcript.start_case(cid or item.nodeid)
+    state._case_started[item.nodeid] = time.monotonic()
+    if state.manager is not None or state.role == "engine":
+        state.engine_manager().set_deadline(None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    state = _state(item.config)
+    if state is None:
+        return
+    budget = float(state.config["engine"].get("case_timeout_s", 10.0))
+    state.engine_manager().set_deadline(time.monotonic() + budget)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    state = _state(item.config)
+    if state is None:
+        return
+    report = outcome.get_result()
+    cid = _case_id(item)
+    if cid is None:
+        return
+    # one result per case: the call phase, or the setup phase when it failed
+    if call.when == "call" or (call.when == "setup" and call.excinfo is not None):
+        result = _classify(state, cid, call, item)
+        with open(state.results_path, "a") as f:
+            f.write(json.dumps(result.to_dict()) + "\n")
+        report.ecp_outcome = result.outcome.value  # type: ignore[attr-defined]
+
+
+def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Item):
+    from .launch import LaunchError
+    from .outcomes import CaseResult, CaseTimeout, Outcome, PeerCrashed, Unsupported
+    from .transcript import render
+
+    case = state.catalogue[cid]
+    exc = call.excinfo.value if call.excinfo else None
+    manager = state.manager
+    crashed = manager is not None and manager.case_crashed()
+    clause = case.clause
+    if isinstance(exc, Unsupported):
+        outcome, message = Outcome.UNSUPPORTED, str(exc)
+    elif isinstance(exc, PeerCrashed) or (crashed and not isinstance(exc, LaunchError)):
+        outcome = Outcome.CRASH
+        message = str(exc) if exc is not None else "the engine process died during the case"
+        if exc is not None and not isinstance(exc, PeerCrashed):
+            message = f"the engine process died during the case ({exc})"
+    elif exc is None:
+        outcome, message = Outcome.PASS, ""
+    elif isinstance(exc, CaseTimeout):
+        outcome, message = Outcome.TIMEOUT, str(exc)
+    elif isinstance(exc, AssertionError):
+        outcome, message = Outcome.FAIL, str(exc)
+        clause = getattr(exc, "clause", None) or clause
+    else:
+        outcome = Outcome.ERROR
+        message = f"harness error: {exc!r}\n" + "".join(
+            traceback.format_exception(type(exc), exc, exc.__traceback__, limit=6))
+    strict = bool(state.config.get("strict"))
+    blocking = case.level == "MUST" or strict
+    entries = state.transcript.case_entries()
+    failed = outcome not in (Outcome.PASS, Outcome.UNSUPPORTED)
+    if failed and manager is not None:
+        # a failing case may leave the shared engine in any state: restart before reuse
+        manager.mark_dirty()
+    return CaseResult(
+        id=cid, clause=clause, level=case.level, slug=case.slug, requirement=case.requirement,
+        role=state.role, outcome=outcome, message=message, blocking=blocking,
+        duration_s=time.monotonic() - state._case_started.get(item.nodeid, time.monotonic()),
+        transcript=[e.to_dict() for e in entries] if failed else [],
+        transcript_text=render(entries) if failed else "",
+        peer_stderr_tail=(manager.log_tail() if failed and manager is not None else ""),
+    )
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
+    """Silence pytest's own progress letters for cases; the runner prints its own lines."""
+    if _state(config) is None:
+        return None
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        oc = getattr(report, "ecp_outcome", None)
+        if oc is not None:
+            return report.outcome, "", oc
+    if report.when in ("setup", "teardown"):
+        return report.outcome, "", ""
+    return None

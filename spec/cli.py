@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name == name:  # that part has no commands yet
+            if exc.name and (name == exc.name or name.startswith(exc.name + ".")):  # that part has no commands yet
                 continue
             raise
         module.register(subparsers)

@@ -1,0 +1,92 @@
+"""``ecp conformance list|engine`` (the frontend role adds ``frontend``)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("conformance", help="run the conformance suite against an engine or frontend")
+    sub = p.add_subparsers(dest="conformance_command", metavar="ROLE")
+    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+
+    ls = sub.add_parser("list", help="print the case catalogue and the MUST clauses no case covers")
+    ls.add_argument("--role", default=None, help="only this role's cases")
+    ls.add_argument("--json", action="store_true", help="machine-readable output")
+    ls.set_defaults(func=_list)
+
+    eng = sub.add_parser(
+        "engine", help="check an engine: the harness plays the frontend",
+        description="Launch COMMAND (placeholders {handshake_address}, {engine_count}, {engine_start_index}; "
+                    "with --transport tcp also {handshake_host}, {handshake_port}) and run the engine-role "
+                    "cases against it. Exit 0 pass, 1 conformance failures, 2 harness or usage error.")
+    how = eng.add_mutually_exclusive_group()
+    how.add_argument("--attach", metavar="ADDRESS",
+                     help="bind the handshake at ADDRESS and wait for an engine you start yourself")
+    how.add_argument("--adapter", metavar="MODULE:FUNCTION",
+                     help="in-process engine: FUNCTION(handshake_address, engine_count) returns an object with .stop()")
+    eng.add_argument("--transport", choices=("ipc", "tcp"), default="ipc",
+                     help="ipc sockets in a temp dir (default) or tcp on 127.0.0.1")
+    eng.add_argument("--engine-count", type=int, default=1, help="engines (DP ranks) per launch (1)")
+    eng.add_argument("--engine-start-index", type=int, default=0, help="global rank of the first engine (0)")
+    eng.add_argument("--startup-timeout", type=float, default=60.0, metavar="S",
+                     help="handshake budget per launch (60)")
+    eng.add_argument("--quiet-window", type=float, default=0.3, metavar="S",
+                     help="how long the harness watches for stray outputs after a case's last expected one (0.3)")
+    from .runner import add_common_options
+
+    add_common_options(eng)
+    eng.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the engine")
+    eng.set_defaults(func=_engine)
+
+
+def _list(args: argparse.Namespace) -> int:
+    import json
+
+    from .registry import ROLE_CATALOGS, RegistryError, clause_coverage, load_role
+    from ecp.spec import clauses
+
+    try:
+        roles = [args.role] if args.role else list(ROLE_CATALOGS)
+        cases = [c for r in roles for c in load_role(r)]
+    except RegistryError as exc:
+        print(f"ecp conformance: {exc}")
+        return 2
+    by_clause, uncovered = clause_coverage(cases)
+    if args.json:
+        print(json.dumps({"cases": [c.to_dict() for c in cases], "uncovered_must_clauses": uncovered}, indent=1))
+        return 0
+    for c in cases:
+        print(f"{c.id:<13} {c.clause:<14} {c.level:<6} {c.slug:<38} {c.requirement}")
+    print(f"\n{len(cases)} case(s) cite {len(by_clause)} clause(s) "
+          f"({', '.join(roles)} role{'s' if len(roles) > 1 else ''}).")
+    print(f"MUST clauses without a case ({len(uncovered)}):")
+    for cid in uncovered:
+        print(f"  {cid:<14} {clauses.CLAUSES[cid].title}")
+    return 0
+
+
+def _engine(args: argparse.Namespace) -> int:
+    import shlex
+    import sys
+
+    from .runner import run
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    modes = sum(bool(x) for x in (command, args.attach, args.adapter))
+    if modes != 1:
+        print("ecp conformance engine: give exactly one of -- COMMAND ..., --attach ADDRESS, --adapter M:F",
+              file=sys.stderr)
+        return 2
+    if args.engine_count < 1 or not 0 <= args.engine_start_index <= 0xFFFF - args.engine_count:
+        print("ecp conformance engine: bad --engine-count/--engine-start-index", file=sys.stderr)
+        return 2
+    role_config = {
+        "command": command, "attach": args.attach, "adapter": args.adapter, "transport": args.transport,
+        "engine_count": args.engine_count, "engine_start_index": args.engine_start_index,
+        "startup_timeout_s": args.startup_timeout, "quiet_window_s": args.quiet_window,
+    }
+    target = shlex.join(command) if command else f"--attach {args.attach}" if args.attach else f"--adapter {args.adapter}"
+    return run("engine", args, role_config, target)

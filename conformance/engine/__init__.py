@@ -1,0 +1,1 @@
+"""Engine role: the harness plays the frontend."""

@@ -1,0 +1,117 @@
+"""Engine-role handshake cases (HELLO, identities, ready payloads, READY, clients)."""
+
+from ecp.conformance.outcomes import Violation
+from ecp.conformance.registry import case
+from ecp.spec import EngineCoreReadyResponse, REQUIRED_READY_KEYS, decode_any, engine_identity
+
+
+def _records(engines):
+    eut = engines.shared()
+    engines.transcript.include([e for e in eut.fe.transcript.entries if e.channel in ("handshake",)
+                                or e.channel.startswith("input") and e.direction == "recv"][:40],
+                               "the shared engine's handshake")
+    return eut.fe, list(eut.fe.records.values())
+
+
+@case("ENG-HS-1")
+def test_hello_fields(engines):
+    fe, records = _records(engines)
+    for rec in records:
+        if rec.hello_error:
+            raise Violation(f"identity {rec.identity.hex()}: bad HELLO: {rec.hello_error}")
+        raw = decode_any(rec.hello_raw)
+        if not isinstance(raw, dict) or raw.get("status") != "HELLO":
+            raise Violation(f"identity {rec.identity.hex()}: first handshake message is {raw!r}, not a HELLO map")
+        for key in ("local", "headless"):
+            if not isinstance(raw.get(key), bool):
+                raise Violation(f"HELLO key {key!r} is {raw.get(key)!r}, expected a bool")
+
+
+@case("ENG-HS-2")
+def test_identity_per_rank(engines):
+    fe, records = _records(engines)
+    expected = {engine_identity(fe.start_index + k) for k in range(fe.engine_count)}
+    for rec in records:
+        if len(rec.identity) != 2:
+            raise Violation(f"identity {rec.identity.hex()} is {len(rec.identity)} bytes, expected 2")
+        if rec.identity not in expected:
+            raise Violation(f"identity {rec.identity.hex()} is not one of the expected ranks "
+                            f"{sorted(i.hex() for i in expected)}")
+    handshake_ids = {r.identity for r in records if r.hello_raw is not None}
+    input_ids = {r.identity for r in records if r.registrations}
+    if handshake_ids != input_ids:
+        raise Violation(f"handshake identities {sorted(i.hex() for i in handshake_ids)} differ from input "
+                        f"identities {sorted(i.hex() for i in input_ids)}")
+
+
+@case("ENG-HS-3")
+def test_ready_payload_keys(engines):
+    fe, records = _records(engines)
+    for rec in records:
+        for client, payload in rec.ready_payloads.items():
+            if payload is None:
+                raise Violation(f"identity {rec.identity.hex()} sent an empty ready payload on input[{client}]; "
+                                "engines must send the full EngineCoreReadyResponse", clause="ECP-HS-12")
+            if isinstance(payload, str):
+                raise Violation(f"ready payload on input[{client}] does not decode: {payload}")
+            raw = decode_any(rec.registrations[client][0][0])
+            missing = [k for k in REQUIRED_READY_KEYS if k not in raw]
+            if missing:
+                raise Violation(f"ready payload lacks required keys {missing}")
+            assert isinstance(payload, EngineCoreReadyResponse)
+            if payload.max_model_len < 1:
+                raise Violation(f"ready payload max_model_len is {payload.max_model_len}")
+
+
+@case("ENG-HS-4")
+def test_ready_after_registration(engines):
+    fe, records = _records(engines)
+    for rec in records:
+        if not rec.ready_raw:
+            raise Violation(f"identity {rec.identity.hex()} never sent READY")
+        if rec.ready_error:
+            raise Violation(f"READY does not decode: {rec.ready_error}")
+        if "duplicate READY" in rec.anomalies or "duplicate HELLO" in rec.anomalies:
+            raise Violation(f"handshake anomalies: {rec.anomalies}", clause="ECP-HS-7")
+        if fe.late_handshake:
+            raise Violation(f"{len(fe.late_handshake)} handshake message(s) after READY", clause="ECP-HS-7")
+        missing = set(range(len(fe.inputs))) - (rec.registered_at_ready or set())
+        if missing:
+            # ipc/tcp sockets are independent, so allow the registration to be in flight:
+            # it must have arrived by the end of the handshake at the latest.
+            late = [c for c in missing if c not in rec.registrations]
+            if late:
+                raise Violation(f"READY came but no ready payload on input(s) {late}")
+
+
+@case("ENG-HS-5")
+def test_one_registration_per_input(engines):
+    fe, records = _records(engines)
+    # give a duplicate registration the chance to arrive
+    fe.observe()
+    for rec in records:
+        for client, regs in rec.registrations.items():
+            if len(regs) != 1:
+                raise Violation(f"identity {rec.identity.hex()} registered {len(regs)} times on input[{client}]")
+        if any("second message" in a for a in rec.anomalies):
+            raise Violation(f"{rec.anomalies}")
+    if fe.late_inputs:
+        raise Violation(f"{len(fe.late_inputs)} unexpected message(s) from the engine on an input socket")
+
+
+@case("ENG-HS-6")
+def test_multiple_clients(engines):
+    with engines.fresh(clients=2, engine_count=1) as eut:
+        fe = eut.fe
+        for rec in fe.records.values():
+            if sorted(rec.registrations) != [0, 1]:
+                raise Violation(f"registered on inputs {sorted(rec.registrations)}, expected [0, 1]",
+                                clause="ECP-SOCK-3")
+        for client in (0, 1):
+            rid = fe.new_id(f"client{client}")
+            fe.add(fe.request(rid, max_tokens=2, client=client))
+            fe.wait_finished(rid, max_tokens=2)
+            clients = {s.client for s in fe.seen(rid)}
+            if clients != {client}:
+                raise Violation(f"outputs of {rid} (client_index={client}) arrived on outputs {sorted(clients)}",
+                                clause="ECP-SOCK-4")

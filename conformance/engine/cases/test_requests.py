@@ -1,0 +1,190 @@
+"""Engine-role request and output cases. Tokens are unpredictable: assert structure."""
+
+from ecp.conformance.outcomes import Unsupported, Violation
+from ecp.conformance.registry import case
+from ecp.spec import FinishReason
+
+MAX_OVERLONG_PROMPT = 1 << 22  # beyond this max_model_len the case is not practical
+
+
+def _expect_error_output(fe, rid: str, what: str) -> None:
+    term = fe.wait_finished(rid)
+    out = term.output
+    if out.finish_reason != FinishReason.ERROR:
+        raise Violation(f"{what}: request ended with {out.finish_reason!r} after {len(fe.tokens(rid))} "
+                        "token(s), expected ERROR")
+    if out.error is None or not out.error.code or not isinstance(out.error.message, str):
+        raise Violation(f"{what}: ERROR output without a RequestError {{code, message, retryable}}",
+                        clause="ECP-OUT-5")
+    if fe.tokens(rid):
+        raise Violation(f"{what}: {len(fe.tokens(rid))} token(s) produced for a rejected request")
+
+
+@case("ENG-REQ-1")
+def test_exact_max_tokens(engine):
+    fe = engine
+    for n in (1, 7):
+        rid = fe.new_id("len")
+        fe.add(fe.request(rid, max_tokens=n))
+        term = fe.wait_finished(rid, max_tokens=n)
+        fe.observe()
+        got = len(fe.tokens(rid))
+        if got != n:
+            raise Violation(f"max_tokens={n}, ignore_eos: {got} tokens produced")
+        if term.output.finish_reason != FinishReason.LENGTH:
+            raise Violation(f"max_tokens={n} reached but finish_reason is {term.output.finish_reason!r}, "
+                            "expected LENGTH")
+
+
+def _greedy_first_token(fe, prompt):
+    rid = fe.new_id("probe-first")
+    fe.add(fe.request(rid, max_tokens=1, prompt=prompt))
+    fe.wait_finished(rid, max_tokens=1)
+    toks = fe.tokens(rid)
+    if len(toks) != 1:
+        raise Violation(f"max_tokens=1 produced {len(toks)} tokens", clause="ECP-REQ-4")
+    return toks[0]
+
+
+@case("ENG-REQ-2")
+def test_stop_token_finishes_stop(engine):
+    fe = engine
+    prompt = [5, 6, 7, 8]
+    first = _greedy_first_token(fe, prompt)
+    rid = fe.new_id("stop")
+    fe.add(fe.request(rid, max_tokens=8, prompt=prompt, stop_token_ids=[first], ignore_eos=False))
+    term = fe.wait_finished(rid, max_tokens=8)
+    toks = fe.tokens(rid)
+    if term.output.finish_reason != FinishReason.STOP:
+        raise Violation(f"greedy first token {first} is in stop_token_ids but the request ended with "
+                        f"{term.output.finish_reason!r} after {len(toks)} tokens, expected STOP")
+    if len(toks) != 1 or toks[0] != first:
+        raise Violation(f"stopped on token {first}, expected exactly that one token, got {toks}")
+    if term.output.stop_reason not in (first, None):
+        raise Violation(f"stop_reason is {term.output.stop_reason!r}, expected the stop token {first}")
+
+
+@case("ENG-REQ-3")
+def test_min_tokens(engine):
+    fe = engine
+    prompt = [5, 6, 7, 8]
+    first = _greedy_first_token(fe, prompt)
+    rid = fe.new_id("min")
+    fe.add(fe.request(rid, max_tokens=6, min_tokens=4, prompt=prompt, stop_token_ids=[first], ignore_eos=False))
+    term = fe.wait_finished(rid, max_tokens=6)
+    n = len(fe.tokens(rid))
+    if n < 4:
+        raise Violation(f"min_tokens=4 but the request finished ({term.output.finish_reason!r}) after {n} tokens")
+
+
+@case("ENG-REQ-4")
+def test_duplicate_id_error(engine, engines):
+    fe = engine
+    rid = fe.new_id("dup")
+    n = 64
+    fe.add(fe.request(rid, max_tokens=n))
+    fe.wait(lambda: bool(fe.seen(rid)), 5.0, f"a first output for {rid}")
+    if fe.terminals(rid):
+        raise Unsupported(f"the engine finished {n} tokens before a second ADD could be sent")
+    fe.add(fe.request(rid, max_tokens=n))
+    fe.wait(lambda: any(s.output.finish_reason is not None for s in fe.seen(rid)), 5.0,
+            f"an ERROR output for the duplicate ADD of {rid}")
+    fe.wait(lambda: len(fe.terminals(rid)) >= 2, 5.0, f"both terminal outputs for {rid}")
+    fe.observe()
+    terms = fe.terminals(rid)
+    reasons = sorted(int(t.output.finish_reason) for t in terms)
+    if reasons != [FinishReason.LENGTH, FinishReason.ERROR]:
+        raise Violation(f"duplicate in-flight id: terminal outputs {reasons}, expected one ERROR (the "
+                        "duplicate) and one LENGTH (the running request)")
+    err = next(t for t in terms if t.output.finish_reason == FinishReason.ERROR).output
+    if err.error is None:
+        raise Violation("the ERROR output for the duplicate ADD carries no RequestError", clause="ECP-OUT-5")
+    if len(fe.tokens(rid)) != n:
+        raise Violation(f"the running request produced {len(fe.tokens(rid))} tokens, expected {n}: "
+                        "the duplicate ADD disturbed it")
+
+
+@case("ENG-REQ-5")
+def test_over_long_prompt_error(engine):
+    fe = engine
+    if fe.max_model_len is None:
+        raise Violation("no max_model_len known from the ready payload", clause="ECP-HS-4")
+    if fe.max_model_len >= MAX_OVERLONG_PROMPT:
+        raise Unsupported(f"max_model_len {fe.max_model_len} is too large to send a longer prompt")
+    rid = fe.new_id("long")
+    fe.add(fe.request(rid, max_tokens=1, prompt=[1] * (fe.max_model_len + 1)))
+    _expect_error_output(fe, rid, f"prompt of {fe.max_model_len + 1} tokens (max_model_len {fe.max_model_len})")
+    if len(fe.terminals(rid)) != 1:
+        raise Violation(f"{len(fe.terminals(rid))} terminal outputs for one rejected request", clause="ECP-OUT-1")
+    fe.serves(after="an over-long prompt")
+
+
+@case("ENG-REQ-6")
+def test_invalid_params_error(engine):
+    fe = engine
+    rid = fe.new_id("badparams")
+    fe.add(fe.request(rid, max_tokens=2, temperature=-1.0))
+    _expect_error_output(fe, rid, "temperature=-1.0")
+    fe.serves(after="invalid sampling parameters")
+
+
+@case("ENG-OUT-1")
+def test_one_terminal_output(engine):
+    fe = engine
+    ids = {fe.new_id("conc"): n for n in (1, 3, 5, 9)}
+    for rid, n in ids.items():
+        fe.add(fe.request(rid, max_tokens=n))
+    for rid, n in ids.items():
+        fe.wait_finished(rid, max_tokens=n)
+    fe.observe()
+    for rid, n in ids.items():
+        seen = fe.seen(rid)
+        terms = [i for i, s in enumerate(seen) if s.output.finish_reason is not None]
+        if len(terms) != 1:
+            raise Violation(f"{rid}: {len(terms)} terminal outputs, expected exactly 1")
+        if terms[0] != len(seen) - 1:
+            raise Violation(f"{rid}: {len(seen) - 1 - terms[0]} output(s) after the terminal output")
+
+
+@case("ENG-OUT-2")
+def test_engine_index(engine):
+    fe = engine
+    rid = fe.new_id("idx")
+    fe.add(fe.request(rid, max_tokens=3))
+    fe.wait_finished(rid, max_tokens=3)
+    fe.call("is_sleeping")
+    expected = {fe.start_index + k for k in range(fe.engine_count)}
+    for client, msg in fe.messages:
+        if msg.engine_index not in expected:
+            raise Violation(f"an output message carries engine_index {msg.engine_index}; this engine's "
+                            f"rank is {sorted(expected)}")
+
+
+@case("ENG-OUT-3")
+def test_outputs_to_client(engines):
+    with engines.fresh(clients=2, engine_count=1) as eut:
+        fe = eut.fe
+        rid = fe.new_id("c1")
+        fe.add(fe.request(rid, max_tokens=3, client=1))
+        fe.wait_finished(rid, max_tokens=3)
+        reply = fe.call("is_sleeping", client=1)
+        fe.observe()
+        wrong = sorted({s.client for s in fe.seen(rid)} - {1})
+        if wrong:
+            raise Violation(f"outputs of a client_index=1 request arrived on output(s) {wrong}")
+        if reply.client != 1 or len(fe.replies[reply.utility.call_id]) != 1:
+            raise Violation(f"the utility reply for client 1 arrived on output[{reply.client}]")
+
+
+@case("ENG-OUT-4")
+def test_delta_tokens(engine):
+    fe = engine
+    rid = fe.new_id("delta")
+    n = 10
+    fe.add(fe.request(rid, max_tokens=n))
+    fe.wait_finished(rid, max_tokens=n)
+    fe.observe()
+    per_output = [len(s.output.new_token_ids) for s in fe.seen(rid)]
+    if sum(per_output) != n:
+        raise Violation(f"new_token_ids per output {per_output} sum to {sum(per_output)}, expected {n} "
+                        "(cumulative instead of delta?)")

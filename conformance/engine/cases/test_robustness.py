@@ -1,0 +1,125 @@
+"""Engine-role robustness cases: bad frames must never kill the engine.
+
+These run after the functional cases (module order); each bad message is
+followed by a liveness probe, and the plugin reports CRASH when the engine
+process died.
+"""
+
+import msgspec
+
+from ecp.conformance.outcomes import Violation
+from ecp.conformance.registry import case
+from ecp.spec import FinishReason, decode_any, encode_abort, encode_add, encode_utility
+
+enc = msgspec.msgpack.encode
+
+
+def _add_payload(fe, rid: str) -> bytes:
+    return encode_add(fe.request(rid, max_tokens=2))[1]
+
+
+def _each_survived(fe, messages, what: str) -> None:
+    for label, frames in messages:
+        fe.send_raw(frames, decode=lambda: "(deliberately malformed)")
+        fe.serves(after=f"{what}: {label}")
+
+
+@case("ENG-ROB-1")
+def test_unknown_type_byte(engine):
+    fe = engine
+    _each_survived(fe, [
+        ("type 0x7f", [b"\x7f", encode_abort(["x"])[1]]),
+        ("type 0x04 (EXECUTOR_FAILED, engine-internal)", [b"\x04", b"\x90"]),
+        ("type 0x05 (WAKEUP, engine-internal)", [b"\x05", b"\x90"]),
+        ("two-byte type frame", [b"\x00\x00", _add_payload(fe, fe.new_id("twobyte"))]),
+        ("empty type frame", [b"", encode_abort(["x"])[1]]),
+    ], "an unknown request type")
+
+
+@case("ENG-ROB-2")
+def test_wrong_frame_count(engine):
+    fe = engine
+    _each_survived(fe, [
+        ("ADD without payload", [b"\x00"]),
+        ("UTILITY without payload", [b"\x03"]),
+        ("ABORT with a surplus frame", [*encode_abort(["x"]), b"surplus"]),
+        ("UTILITY with two surplus frames", [*encode_utility(0, 9, "is_sleeping"), b"a", b"b"]),
+    ], "a wrong frame count")
+
+
+@case("ENG-ROB-3")
+def test_truncated_msgpack(engine):
+    fe = engine
+    full = _add_payload(fe, fe.new_id("trunc"))
+    _each_survived(fe, [
+        ("ADD cut in half", [b"\x00", full[: len(full) // 2]]),
+        ("ADD missing its last byte", [b"\x00", full[:-1]]),
+        ("empty ADD payload", [b"\x00", b""]),
+        ("invalid marker 0xc1", [b"\x00", b"\xc1"]),
+        ("UTILITY cut short", [b"\x03", encode_utility(0, 7, "is_sleeping")[1][:5]]),
+        ("ABORT with trailing garbage", [b"\x01", encode_abort(["x"])[1] + b"\xff\xff"]),
+    ], "truncated msgpack")
+
+
+@case("ENG-ROB-4")
+def test_wrong_types(engine):
+    fe = engine
+    add = decode_any(_add_payload(fe, fe.new_id("types")))
+    int_id = list(add)
+    int_id[0] = 12345
+    short = list(add)[:8]
+    _each_survived(fe, [
+        ("ADD with an int request_id", [b"\x00", enc(int_id)]),
+        ("ADD with 8 elements", [b"\x00", enc(short)]),
+        ("ADD that is a map", [b"\x00", enc({"request_id": "x"})]),
+        ("ABORT that is a map", [b"\x01", enc({"ids": ["x"]})]),
+        ("ABORT of ints", [b"\x01", enc([1, 2, 3])]),
+        ("UTILITY with a str client_index", [b"\x03", enc(["zero", 1, "is_sleeping", []])]),
+        ("UTILITY with a negative call_id", [b"\x03", enc([0, -5, "is_sleeping", []])]),
+        ("UTILITY with args that are a str", [b"\x03", enc([0, 11, "is_sleeping", "args"])]),
+        ("START_DP_WAVE that is a str", [b"\x02", enc("wave")]),
+    ], "a wrongly typed payload")
+
+
+@case("ENG-ROB-5")
+def test_huge_declared_lengths(engine):
+    fe = engine
+    _each_survived(fe, [
+        ("array32 declaring 2**32-1 elements", [b"\x00", b"\xdd\xff\xff\xff\xff\xc0\xc0"]),
+        ("map32 declaring 2**32-1 entries", [b"\x03", b"\xdf\xff\xff\xff\xff\xc0\xc0"]),
+        ("str32 declaring 2 GiB", [b"\x01", b"\x91\xdb\x7f\xff\xff\xff" + b"x" * 16]),
+        ("bin32 declaring 4 GiB", [b"\x01", b"\x91\xc6\xff\xff\xff\xff" + b"x" * 16]),
+        ("ext32 declaring 4 GiB", [b"\x00", b"\xc9\xff\xff\xff\xff\x03" + b"x" * 16]),
+        ("100,000 nested arrays", [b"\x01", b"\x91" * 100_000 + b"\xc0"]),
+    ], "a huge declared length")
+
+
+@case("ENG-ROB-6")
+def test_client_index_out_of_range(engine):
+    fe = engine
+    rid = fe.new_id("nowhere")
+    req = msgspec.structs.replace(fe.request(rid, max_tokens=2), client_index=7)
+    fe.send_raw(encode_add(req), client=0)
+    fe.serves(after="an ADD with client_index 7 (one client)")
+    fe.send_raw(encode_utility(7, 4242, "is_sleeping"), client=0)
+    fe.serves(after="a UTILITY with client_index 7 (one client)")
+    if fe.seen(rid) and any(s.client != 0 for s in fe.seen(rid)):
+        raise Violation("outputs for an unroutable client_index arrived on another client's socket",
+                        clause="ECP-SOCK-4")
+
+
+@case("ENG-ROB-7")
+def test_invalid_add_answered(engine):
+    fe = engine
+    rid = fe.new_id("typed-wrong")
+    add = decode_any(_add_payload(fe, rid))
+    add[3]["temperature"] = "hot"  # wrong type deep inside; the request id is intact
+    fe.send_raw([b"\x00", enc(add)], decode=lambda: "(deliberately mistyped ADD)")
+    try:
+        fe.wait(lambda: bool(fe.terminals(rid)), 3.0, f"an ERROR output for {rid}")
+    except Exception:
+        raise Violation(f"an ADD with a recoverable id ({rid}) but a mistyped field got no ERROR output") from None
+    if fe.terminals(rid)[0].output.finish_reason != FinishReason.ERROR:
+        raise Violation(f"mistyped ADD {rid} ended with {fe.terminals(rid)[0].output.finish_reason!r}, "
+                        "expected ERROR")
+    fe.serves(after="a mistyped ADD")

@@ -1,0 +1,117 @@
+"""Engine-role utility-call cases."""
+
+from ecp.conformance.engine.cases._common import start_long
+from ecp.conformance.outcomes import Violation
+from ecp.conformance.registry import case
+from ecp.spec import FinishReason
+
+
+def ok_value(reply, method: str):
+    u = reply.utility
+    if u.failure_message is not None:
+        raise Violation(f"{method} failed: {u.failure_message!r}", clause="ECP-UTIL-3")
+    if u.result is None:
+        raise Violation(f"{method} succeeded without a result envelope [type_info, value]", clause="ECP-UTIL-2")
+    return u.result.value
+
+
+def expect_bool(reply, method: str) -> bool:
+    value = ok_value(reply, method)
+    if not isinstance(value, bool):
+        raise Violation(f"{method} returned {value!r} ({type(value).__name__}), expected a bool",
+                        clause="ECP-UTIL-9")
+    return value
+
+
+@case("ENG-UTIL-1")
+def test_result_envelope(engine):
+    fe = engine
+    for method in ("is_sleeping", "reset_mm_cache"):
+        reply = fe.call(method)
+        ok_value(reply, method)
+        raw = reply.raw_result
+        if not isinstance(raw, list) or len(raw) != 2:
+            raise Violation(f"{method}: result is {raw!r}, expected the 2-element envelope [type_info, value]")
+
+
+@case("ENG-UTIL-2")
+def test_call_id_echo_u64(engine):
+    fe = engine
+    for cid in (0, 1, 0x1234567890ABCDEF, 2**63, 2**64 - 1):
+        reply_ids = set(fe.replies)
+        fe.send_utility("is_sleeping", call_id=cid)
+        try:
+            fe.wait(lambda: cid in fe.replies, 3.0, f"a reply echoing call_id {cid}")
+        except Exception:
+            new = sorted(set(fe.replies) - reply_ids)
+            if new:
+                raise Violation(f"call_id {cid} was answered with call_id(s) {new}") from None
+            raise
+
+
+@case("ENG-UTIL-3")
+def test_unknown_method_failure(engine):
+    fe = engine
+    reply = fe.call("ecp_no_such_method", [1, "x"])
+    u = reply.utility
+    if not isinstance(u.failure_message, str) or not u.failure_message:
+        raise Violation(f"unknown method answered with failure_message={u.failure_message!r}, "
+                        f"result={u.result!r}; expected a failure message")
+    if u.result is not None:
+        raise Violation(f"a failed call carries a result {u.result!r}; it must be nil")
+    expect_bool(fe.call("is_sleeping"), "is_sleeping")
+    fe.serves(after="an unknown utility method")
+
+
+@case("ENG-UTIL-4")
+def test_sleep_wake_transitions(engine, engines):
+    fe = engine
+    engines.mark_dirty()  # whatever happens, the next case gets an engine that never slept
+    if expect_bool(fe.call("is_sleeping"), "is_sleeping") is not False:
+        raise Violation("a freshly started engine reports is_sleeping = true")
+    ok_value(fe.call("sleep", [1, "wait"]), "sleep")
+    if expect_bool(fe.call("is_sleeping"), "is_sleeping") is not True:
+        raise Violation("is_sleeping is false right after sleep(1, 'wait')")
+    woke = ok_value(fe.call("wake_up", [None]), "wake_up")
+    if woke is not None and not isinstance(woke, bool):
+        raise Violation(f"wake_up returned {woke!r}, expected a bool", clause="ECP-UTIL-9")
+    if expect_bool(fe.call("is_sleeping"), "is_sleeping") is not False:
+        raise Violation("is_sleeping is still true after wake_up(None)")
+    fe.serves(after="sleep and wake_up")
+
+
+@case("ENG-UTIL-5")
+def test_reset_prefix_cache_bool(engine):
+    fe = engine
+    value = expect_bool(fe.call("reset_prefix_cache", [False, False]), "reset_prefix_cache")
+    if value is not True:
+        raise Violation("reset_prefix_cache on an idle engine returned false")
+
+
+@case("ENG-UTIL-6")
+def test_sleep_abort_ends_requests(engine, engines):
+    fe = engine
+    engines.mark_dirty()
+    rid, n = start_long(fe, "sleeper")
+    reply = fe.call("sleep", [1, "abort"], timeout=5.0)
+    ok_value(reply, "sleep")
+    terms = fe.terminals(rid)
+    if not terms:
+        raise Violation(f"sleep(1, 'abort') replied but running request {rid} got no terminal output")
+    term = terms[0]
+    if term.output.finish_reason != FinishReason.ABORT:
+        raise Violation(f"sleep with mode abort ended {rid} with {term.output.finish_reason!r}, expected ABORT")
+    if term.t > reply.t:
+        raise Violation(f"the ABORT output for {rid} arrived after the sleep reply")
+    if not term.finished_requests or rid not in term.finished_requests:
+        raise Violation(f"the ABORT output for {rid} is not listed in finished_requests "
+                        f"({term.finished_requests!r})")
+    ok_value(fe.call("wake_up", [None]), "wake_up")
+
+
+@case("ENG-UTIL-7")
+def test_supported_tasks_type(engine):
+    fe = engine
+    value = ok_value(fe.call("get_supported_tasks"), "get_supported_tasks")
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise Violation(f"get_supported_tasks returned {value!r}, expected an array of strings")

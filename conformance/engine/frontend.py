@@ -1,0 +1,450 @@
+"""The harness's frontend: binds every socket, runs the handshake leniently,
+speaks raw frames through :mod:`ecp.spec` and records everything.
+
+It is deliberately a *bad-input-capable* frontend: :meth:`HarnessFrontend.send_raw`
+sends arbitrary frames (wrong type bytes, truncated msgpack, pickle ext types),
+so robustness and security cases can misbehave on purpose.
+
+It is synchronous pyzmq with poll timeouts: a case is a sequential script,
+and every wait is bounded by both its own timeout and the case budget
+(:attr:`HarnessFrontend.deadline`). The handshake is lenient on purpose: it
+records what the engine did (HELLO decode errors, identities, ready payloads,
+READY) instead of aborting, so the handshake cases can report each problem
+against its own clause while the other cases still run.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import zmq
+
+from ecp.spec import (
+    ENGINE_DEAD, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest,
+    EngineHandshakeMetadata, EngineZmqAddresses, Hello, ProtocolError, Ready, SamplingParams,
+    UtilityOutput, decode_any, decode_handshake, decode_input, decode_outputs, decode_ready_response,
+    encode_abort, encode_add, encode_handshake, encode_utility, engine_identity,
+)
+from ecp.spec.enums import RequestOutputKind
+
+from ..outcomes import CaseTimeout, PeerCrashed, Violation
+from ..transcript import Transcript
+
+
+@dataclass
+class Addresses:
+    handshake: str
+    inputs: list[str]
+    outputs: list[str]
+
+
+@dataclass
+class EngineRecord:
+    """What one engine (one identity) did during the handshake."""
+
+    identity: bytes
+    hello_raw: bytes | None = None
+    hello: Hello | None = None
+    hello_error: str | None = None
+    init_sent: bool = False
+    ready_raw: list[bytes] = field(default_factory=list)
+    ready: Ready | None = None
+    ready_error: str | None = None
+    #: client index -> every payload frame list received on that input ROUTER
+    registrations: dict[int, list[list[bytes]]] = field(default_factory=dict)
+    #: client index -> decoded ready payload (None = empty payload) or error text
+    ready_payloads: dict[int, EngineCoreReadyResponse | None | str] = field(default_factory=dict)
+    #: clients whose registration had arrived when READY was received
+    registered_at_ready: set[int] | None = None
+    anomalies: list[str] = field(default_factory=list)
+
+    @property
+    def rank(self) -> int | None:
+        return int.from_bytes(self.identity, "little") if len(self.identity) == 2 else None
+
+
+@dataclass
+class Seen:
+    """One request output as the harness received it."""
+
+    client: int
+    engine_index: int
+    output: EngineCoreOutput
+    finished_requests: set[str] | None
+    t: float
+
+
+@dataclass
+class Reply:
+    client: int
+    engine_index: int
+    utility: UtilityOutput
+    raw_result: Any
+    t: float
+
+
+class HarnessFrontend:
+    """One frontend instance serving ``engine_count`` engines and ``clients`` clients."""
+
+    def __init__(self, ctx: zmq.Context, addresses: Addresses, engine_count: int, start_index: int,
+                 transcript: Transcript, quiet_window_s: float = 0.3) -> None:
+        self.ctx = ctx
+        self.engine_count = engine_count
+        self.start_index = start_index
+        self.transcript = transcript
+        self.quiet_window_s = quiet_window_s
+        self.deadline: float | None = None
+        #: returns False once the engine process is gone (waits then fail fast with PeerCrashed)
+        self.alive_check: Callable[[], bool] | None = None
+        self._sockets: list[zmq.Socket] = []
+        self.handshake = self._bind(zmq.ROUTER, addresses.handshake)
+        self.inputs = [self._bind(zmq.ROUTER, a) for a in addresses.inputs]
+        self.outputs = [self._bind(zmq.PULL, a) for a in addresses.outputs]
+        # tcp binds with port 0 resolve here; INIT carries the real addresses
+        self.addresses = Addresses(
+            self.handshake.getsockopt_string(zmq.LAST_ENDPOINT),
+            [s.getsockopt_string(zmq.LAST_ENDPOINT) for s in self.inputs],
+            [s.getsockopt_string(zmq.LAST_ENDPOINT) for s in self.outputs],
+        )
+        self.poller = zmq.Poller()
+        for s in self._sockets:
+            self.poller.register(s, zmq.POLLIN)
+        self.records: dict[bytes, EngineRecord] = {}
+        self.route: list[bytes] = []  # engine k (0-based) -> identity to address it with
+        self.messages: list[tuple[int, EngineCoreOutputs]] = []
+        self.by_request: dict[str, list[Seen]] = {}
+        self.replies: dict[int, list[Reply]] = {}
+        self.late_handshake: list[list[bytes]] = []
+        self.late_inputs: list[tuple[int, list[bytes]]] = []
+        self._ids = itertools.count(1)
+        self._call_ids = itertools.count(0x5EC0_0001)
+        self.max_model_len: int | None = None
+
+    # ------------------------------------------------------------------ sockets
+    def _bind(self, kind: int, address: str) -> zmq.Socket:
+        sock = self.ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 0)
+        sock.setsockopt(zmq.RCVHWM, 0)
+        if kind == zmq.ROUTER:
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        sock.bind(address)
+        self._sockets.append(sock)
+        return sock
+
+    def close(self) -> None:
+        for s in self._sockets:
+            s.close(0)
+        self._sockets.clear()
+
+    def _channel(self, sock: zmq.Socket) -> str:
+        if sock is self.handshake:
+            return "handshake"
+        if sock in self.inputs:
+            return f"input[{self.inputs.index(sock)}]"
+        return f"output[{self.outputs.index(sock)}]"
+
+    # ------------------------------------------------------------------ time
+    def _poll_once(self, end: float) -> list[tuple[zmq.Socket, list[bytes]]]:
+        if self.alive_check is not None and not self.alive_check():
+            raise PeerCrashed("the engine process exited")
+        ms = max(0, int((end - time.monotonic()) * 1000))
+        events = dict(self.poller.poll(ms))
+        got = []
+        for sock in self._sockets:
+            if sock in events:
+                while True:
+                    try:
+                        got.append((sock, sock.recv_multipart(zmq.NOBLOCK)))
+                    except zmq.Again:
+                        break
+        return got
+
+    # ------------------------------------------------------------------ handshake
+    def run_handshake(self, timeout: float) -> None:
+        """Serve HELLO -> INIT -> registrations -> READY for ``engine_count`` engines.
+
+        Raises :class:`CaseTimeout` if not every expected engine registered on
+        every input within ``timeout``; everything else is recorded.
+        """
+        init = encode_handshake(EngineHandshakeMetadata(
+            addresses=EngineZmqAddresses(inputs=self.addresses.inputs, outputs=self.addresses.outputs),
+            parallel_config={}))
+        end = time.monotonic() + timeout
+        ready_seen_at: float | None = None
+        while True:
+            if self._handshake_complete():
+                break
+            now = time.monotonic()
+            if self._all_ready() and ready_seen_at is None:
+                ready_seen_at = now
+            # READY arrived everywhere but a registration is missing: give it a short grace
+            if ready_seen_at is not None and now - ready_seen_at > max(1.0, self.quiet_window_s):
+                break
+            if now >= end:
+                break
+            for sock, frames in self._poll_once(min(end, now + 0.05)):
+                if sock is self.handshake:
+                    self._on_handshake(frames, init)
+                elif sock in self.inputs:
+                    self._on_registration(self.inputs.index(sock), frames)
+                else:
+                    self.transcript.record("recv", self._channel(sock), frames,
+                                           lambda f=frames: decode_outputs(f))
+                    self.late_inputs.append((-1, frames))
+        self._build_route()
+        if len(self.route) < self.engine_count:
+            raise CaseTimeout(
+                f"handshake: {len(self.route)} of {self.engine_count} engine(s) registered on every input "
+                f"within {timeout:.0f}s (identities seen: {[r.identity.hex() for r in self.records.values()]})")
+        sizes = [p.max_model_len for r in self.records.values() for p in r.ready_payloads.values()
+                 if isinstance(p, EngineCoreReadyResponse)]
+        self.max_model_len = min(sizes) if sizes else None
+
+    def _record(self, identity: bytes) -> EngineRecord:
+        if identity not in self.records:
+            self.records[identity] = EngineRecord(identity)
+        return self.records[identity]
+
+    def _on_handshake(self, frames: list[bytes], init: bytes) -> None:
+        self.transcript.record("recv", "handshake", frames,
+                               lambda: decode_any(frames[1]) if len(frames) > 1 else "(no payload)")
+        identity = frames[0]
+        rec = self._record(identity)
+        if len(frames) != 2:
+            rec.anomalies.append(f"handshake message with {len(frames) - 1} frame(s) after the identity")
+            if len(frames) < 2:
+                return
+        payload = frames[1]
+        try:
+            msg: Hello | Ready | None = decode_handshake(payload)
+            error = None
+        except ProtocolError as exc:
+            msg, error = None, str(exc)
+        if rec.hello_raw is None:
+            rec.hello_raw = payload
+            if isinstance(msg, Ready):
+                rec.hello_error = "the first handshake message is READY, not HELLO"
+            elif error:
+                rec.hello_error = error
+            else:
+                rec.hello = msg
+            # INIT goes out even after a bad HELLO: the other cases can still run
+            self.handshake.send_multipart([identity, init])
+            rec.init_sent = True
+            self.transcript.record("sent", "handshake", [init])
+            return
+        if isinstance(msg, Hello):
+            rec.anomalies.append("duplicate HELLO")
+            return
+        rec.ready_raw.append(payload)
+        if len(rec.ready_raw) > 1:
+            rec.anomalies.append("duplicate READY")
+            return
+        rec.registered_at_ready = set(rec.registrations)
+        if error:
+            rec.ready_error = error
+        else:
+            rec.ready = msg
+
+    def _on_registration(self, client: int, frames: list[bytes]) -> None:
+        self.transcript.record("recv", f"input[{client}]", frames,
+                               lambda: decode_ready_response(frames[1]) if len(frames) > 1 else "(no payload)")
+        rec = self._record(frames[0])
+        rec.registrations.setdefault(client, []).append(frames[1:])
+        if len(rec.registrations[client]) > 1:
+            rec.anomalies.append(f"second message on input[{client}] during the handshake")
+            return
+        if len(frames) != 2:
+            rec.ready_payloads[client] = f"registration has {len(frames) - 1} payload frame(s), expected 1"
+            return
+        try:
+            rec.ready_payloads[client] = decode_ready_response(frames[1])
+        except ProtocolError as exc:
+            rec.ready_payloads[client] = str(exc)
+
+    def _all_ready(self) -> bool:
+        ready = [r for r in self.records.values() if r.ready_raw]
+        return len(ready) >= self.engine_count
+
+    def _handshake_complete(self) -> bool:
+        n_inputs = len(self.inputs)
+        done = [r for r in self.records.values()
+                if r.ready_raw and all(c in r.registrations for c in range(n_inputs))]
+        return len(done) >= self.engine_count
+
+    def _build_route(self) -> None:
+        n_inputs = len(self.inputs)
+        registered = [i for i, r in self.records.items() if all(c in r.registrations for c in range(n_inputs))]
+        expected = [engine_identity(self.start_index + k) for k in range(self.engine_count)]
+        route = [i for i in expected if i in registered]
+        route += sorted(i for i in registered if i not in route)
+        self.route = route[: self.engine_count]
+
+    # ------------------------------------------------------------------ sending
+    def identity(self, engine: int) -> bytes:
+        return self.route[engine]
+
+    def send_raw(self, frames: Sequence[bytes], engine: int = 0, client: int = 0,
+                 decode: Callable[[], Any] | None = None) -> None:
+        """Send ``frames`` (no identity) to an engine's input DEALER, exactly as given."""
+        frames = [bytes(f) for f in frames]
+        self.transcript.record("sent", f"input[{client}]", frames,
+                               decode or (lambda: decode_input(frames)))
+        try:
+            self.inputs[client].send_multipart([self.identity(engine), *frames])
+        except zmq.ZMQError as exc:  # ROUTER_MANDATORY: the peer is gone
+            raise PeerCrashed(f"cannot reach engine {engine} on input[{client}]: {exc}") from exc
+
+    def new_id(self, tag: str) -> str:
+        return f"ecp-{tag}-{next(self._ids)}"
+
+    def request(self, rid: str, *, max_tokens: int = 4, prompt: Sequence[int] | None = None,
+                client: int = 0, ignore_eos: bool = True, **sampling: Any) -> EngineCoreRequest:
+        """A plain greedy text request, as a Python frontend would send it."""
+        sampling.setdefault("temperature", 0.0)
+        sp = SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos,
+                            output_kind=RequestOutputKind.DELTA, **sampling)
+        return EngineCoreRequest(
+            request_id=rid, prompt_token_ids=list(prompt if prompt is not None else (1, 2, 3, 4)),
+            mm_features=None, sampling_params=sp, pooling_params=None, arrival_time=time.time(),
+            lora_request=None, cache_salt=None, data_parallel_rank=None, client_index=client,
+            external_req_id=rid)
+
+    def add(self, request: EngineCoreRequest, engine: int = 0, client: int | None = None) -> str:
+        self.send_raw(encode_add(request), engine, request.client_index if client is None else client)
+        return request.request_id
+
+    def abort(self, ids: Sequence[str], engine: int = 0, client: int = 0) -> None:
+        self.send_raw(encode_abort(ids), engine, client)
+
+    def send_utility(self, method: str, args: Sequence[Any] = (), *, engine: int = 0, client: int = 0,
+                     call_id: int | None = None) -> int:
+        cid = next(self._call_ids) if call_id is None else call_id
+        self.send_raw(encode_utility(client, cid, method, list(args)), engine, client)
+        return cid
+
+    def call(self, method: str, args: Sequence[Any] = (), *, engine: int = 0, client: int = 0,
+             call_id: int | None = None, timeout: float = 5.0) -> Reply:
+        """Send a UTILITY call and wait for the reply carrying its call id."""
+        cid = self.send_utility(method, args, engine=engine, client=client, call_id=call_id)
+        self.wait(lambda: bool(self.replies.get(cid)), timeout,
+                  f"the reply to utility {method}{tuple(args)!r} (call_id {cid})")
+        return self.replies[cid][0]
+
+    # ------------------------------------------------------------------ receiving
+    def pump(self, end: float) -> None:
+        """Receive and index everything that arrives before ``end`` (or the case deadline)."""
+        if self.deadline is not None:
+            end = min(end, self.deadline)
+        for sock, frames in self._poll_once(end):
+            if sock is self.handshake:
+                self.transcript.record("recv", "handshake", frames)
+                self.late_handshake.append(frames)
+            elif sock in self.inputs:
+                self.transcript.record("recv", self._channel(sock), frames)
+                self.late_inputs.append((self.inputs.index(sock), frames))
+            else:
+                self._on_output(self.outputs.index(sock), frames)
+
+    def _on_output(self, client: int, frames: list[bytes]) -> None:
+        decoded: list[Any] = []
+
+        def decode() -> Any:
+            decoded.append(decode_outputs(frames))
+            return decoded[0]
+
+        self.transcript.record("recv", f"output[{client}]", frames, decode)
+        if not decoded:
+            try:
+                decode()
+            except ProtocolError as exc:
+                raise Violation(f"undecodable output message on output[{client}]: {exc}",
+                                clause=exc.clause) from None
+        msg = decoded[0]
+        if msg is ENGINE_DEAD:
+            raise PeerCrashed(f"engine sent ENGINE_CORE_DEAD on output[{client}]")
+        now = time.monotonic()
+        self.messages.append((client, msg))
+        for out in msg.outputs:
+            self.by_request.setdefault(out.request_id, []).append(
+                Seen(client, msg.engine_index, out, msg.finished_requests, now))
+        if msg.utility_output is not None:
+            raw = None
+            try:
+                raw = decode_any(frames[0])[4][2]
+            except (ProtocolError, IndexError, TypeError, KeyError):
+                pass
+            self.replies.setdefault(msg.utility_output.call_id, []).append(
+                Reply(client, msg.engine_index, msg.utility_output, raw, now))
+
+    def wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
+        """Pump until ``predicate()`` holds; raise :class:`CaseTimeout` naming ``what`` if it never does."""
+        end = time.monotonic() + timeout
+        while not predicate():
+            now = time.monotonic()
+            if self.deadline is not None and now >= self.deadline:
+                raise CaseTimeout(f"case time budget exhausted while waiting for {what}")
+            if now >= end:
+                raise CaseTimeout(f"no {what} within {timeout:.1f}s")
+            self.pump(min(end, now + 0.1))
+
+    def observe(self, window: float | None = None) -> None:
+        """Keep receiving for ``window`` seconds (default: the quiet window) to see what else arrives."""
+        end = time.monotonic() + (self.quiet_window_s if window is None else window)
+        while time.monotonic() < end and (self.deadline is None or time.monotonic() < self.deadline):
+            self.pump(end)
+
+    # ------------------------------------------------------------------ request views
+    def seen(self, rid: str) -> list[Seen]:
+        return self.by_request.get(rid, [])
+
+    def tokens(self, rid: str) -> list[int]:
+        return [t for s in self.seen(rid) for t in s.output.new_token_ids]
+
+    def terminals(self, rid: str) -> list[Seen]:
+        return [s for s in self.seen(rid) if s.output.finish_reason is not None]
+
+    def wait_finished(self, rid: str, timeout: float = 5.0, max_tokens: int | None = None) -> Seen:
+        """Wait for the terminal output of ``rid``.
+
+        When ``max_tokens`` tokens arrived and the engine then stays quiet for
+        the quiet window without a terminal output, that is a violation of
+        ``ECP-OUT-1``, not a timeout.
+        """
+        end = time.monotonic() + timeout
+        while not self.terminals(rid):
+            if max_tokens is not None and len(self.tokens(rid)) >= max_tokens:
+                last = self.seen(rid)[-1].t
+                if time.monotonic() - last >= self.quiet_window_s:
+                    raise Violation(f"request {rid} produced {len(self.tokens(rid))} tokens "
+                                    f"(max_tokens={max_tokens}) but no terminal output followed",
+                                    clause="ECP-OUT-1")
+            now = time.monotonic()
+            if self.deadline is not None and now >= self.deadline:
+                raise CaseTimeout(f"case time budget exhausted while waiting for the end of {rid}")
+            if now >= end:
+                raise CaseTimeout(f"request {rid} did not finish within {timeout:.1f}s "
+                                  f"({len(self.tokens(rid))} tokens so far)")
+            self.pump(min(end, now + 0.05))
+        return self.terminals(rid)[0]
+
+    def serves(self, engine: int = 0, client: int = 0, after: str = "", timeout: float = 5.0,
+               clause: str = "ECP-ROB-1") -> None:
+        """Liveness probe: a 2-token request completes with LENGTH; a Violation citing ``clause`` if not."""
+        from ecp.spec import FinishReason
+
+        rid = self.new_id("probe")
+        self.add(self.request(rid, max_tokens=2, client=client), engine)
+        try:
+            term = self.wait_finished(rid, timeout, max_tokens=2)
+        except CaseTimeout as exc:
+            raise Violation(f"the engine stopped serving{' after ' + after if after else ''}: {exc}",
+                            clause=clause) from None
+        if term.output.finish_reason != FinishReason.LENGTH or len(self.tokens(rid)) != 2:
+            raise Violation(f"probe request after {after or 'the case'} ended with "
+                            f"{term.output.finish_reason!r} and {len(self.tokens(rid))} tokens "
+                            "(expected LENGTH after 2)", clause=clause)

@@ -1,0 +1,195 @@
+"""Engine lifetimes for the engine role: one shared engine, fresh ones on demand.
+
+Starting an engine per case would be too slow, so cases share one engine
+(``engine_count`` ranks, one client) and get it through :meth:`EngineManager.shared`.
+It is restarted when it died or a case marked it dirty (a case that leaves
+work running or may have broken it). Cases that need a different topology
+(two clients, N engines) use :meth:`EngineManager.fresh`, which launches a
+dedicated engine and stops it afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import zmq
+
+from ..launch import AdapterPeer, AttachedPeer, CommandPeer, LaunchError, PeerHandle
+from ..outcomes import PeerCrashed, Unsupported
+from ..transcript import Transcript
+from .frontend import Addresses, HarnessFrontend
+
+
+@dataclass
+class EngineRunConfig:
+    """Everything the engine role needs to start and talk to engines (JSON-serialisable)."""
+
+    command: list[str] = field(default_factory=list)
+    attach: str | None = None
+    adapter: str | None = None
+    transport: str = "ipc"
+    engine_count: int = 1
+    engine_start_index: int = 0
+    startup_timeout_s: float = 60.0
+    case_timeout_s: float = 10.0
+    quiet_window_s: float = 0.3
+    workdir: str = ""
+
+    def mode(self) -> str:
+        return "attach" if self.attach else "adapter" if self.adapter else "command"
+
+
+class EngineUnderTest:
+    """One launch: a harness frontend, its bound sockets and the engine handle."""
+
+    def __init__(self, cfg: EngineRunConfig, ctx: zmq.Context, transcript: Transcript, launch_no: int,
+                 clients: int, engine_count: int) -> None:
+        self.cfg = cfg
+        self.engine_count = engine_count
+        self.handle: PeerHandle | None = None
+        addresses = self._addresses(launch_no, clients)
+        self.fe = HarnessFrontend(ctx, addresses, engine_count, cfg.engine_start_index, transcript,
+                                  cfg.quiet_window_s)
+        try:
+            self.handle = self._start(launch_no)
+            self.fe.alive_check = self.alive
+            self.fe.run_handshake(cfg.startup_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def _addresses(self, launch_no: int, clients: int) -> Addresses:
+        if self.cfg.attach and launch_no == 1:
+            hs = self.cfg.attach
+        elif self.cfg.transport == "tcp":
+            hs = "tcp://127.0.0.1:*"
+        else:
+            hs = f"ipc://{self.cfg.workdir}/l{launch_no}-hs"
+        if self.cfg.transport == "tcp":
+            return Addresses(hs, ["tcp://127.0.0.1:*"] * clients, ["tcp://127.0.0.1:*"] * clients)
+        base = f"ipc://{self.cfg.workdir}/l{launch_no}"
+        return Addresses(hs, [f"{base}-in{i}" for i in range(clients)],
+                         [f"{base}-out{i}" for i in range(clients)])
+
+    def _start(self, launch_no: int) -> PeerHandle:
+        hs = self.fe.addresses.handshake
+        if self.cfg.attach:
+            return AttachedPeer(hs)
+        if self.cfg.adapter:
+            return AdapterPeer(self.cfg.adapter, hs, self.engine_count)
+        host, _, port = hs.rpartition(":") if hs.startswith("tcp://") else ("", "", "")
+        values = {
+            "handshake_address": hs,
+            "handshake_host": host.removeprefix("tcp://"),
+            "handshake_port": port,
+            "engine_count": self.engine_count,
+            "engine_start_index": self.cfg.engine_start_index,
+        }
+        return CommandPeer(self.cfg.command, values, Path(self.cfg.workdir) / f"engine-{launch_no}.log")
+
+    def alive(self) -> bool:
+        return self.handle is None or self.handle.alive()
+
+    def log_tail(self) -> str:
+        return self.handle.log_tail() if self.handle else ""
+
+    def close(self) -> None:
+        try:
+            if self.handle is not None:
+                self.handle.stop()
+        finally:
+            self.fe.close()
+
+
+class EngineManager:
+    """Owns the zmq context, the shared engine and every fresh engine of a run."""
+
+    def __init__(self, cfg: EngineRunConfig, transcript: Transcript) -> None:
+        self.cfg = cfg
+        self.transcript = transcript
+        self.ctx = zmq.Context()
+        self._launches = 0
+        self._shared: EngineUnderTest | None = None
+        self._dirty = False
+        self.deadline: float | None = None
+        #: engines a case touched: the plugin checks they are still alive afterwards
+        self.touched: list[EngineUnderTest] = []
+        self._fresh: list[EngineUnderTest] = []
+        self._fresh_crashed = False
+        self.logs: list[EngineUnderTest] = []
+
+    # ------------------------------------------------------------------ lifetimes
+    def _launch(self, clients: int, engine_count: int) -> EngineUnderTest:
+        if self.cfg.attach and self._launches >= 1:
+            raise Unsupported("needs another engine launch, which --attach cannot do")
+        self._launches += 1
+        self.transcript.note(f"launch {self._launches}: {engine_count} engine(s), {clients} client(s)")
+        started = time.monotonic()
+        eut = EngineUnderTest(self.cfg, self.ctx, self.transcript, self._launches, clients, engine_count)
+        self.logs.append(eut)
+        # startup time does not eat the case budget
+        if self.deadline is not None:
+            self.deadline += time.monotonic() - started
+        eut.fe.deadline = self.deadline
+        return eut
+
+    def shared(self) -> EngineUnderTest:
+        """The shared engine, (re)started if needed."""
+        if self._shared is not None and (self._dirty or not self._shared.alive()):
+            if self.cfg.attach:
+                raise PeerCrashed("the attached engine is gone or unusable and cannot be restarted")
+            self._shared.close()
+            self._shared = None
+        self._dirty = False
+        if self._shared is None:
+            self._shared = self._launch(1, self.cfg.engine_count)
+        self._shared.fe.deadline = self.deadline
+        self.touched.append(self._shared)
+        return self._shared
+
+    def mark_dirty(self) -> None:
+        """The shared engine may hold leftovers (running requests, sleep state): restart before reuse."""
+        self._dirty = True
+
+    @contextlib.contextmanager
+    def fresh(self, clients: int = 1, engine_count: int | None = None) -> Iterator[EngineUnderTest]:
+        """A dedicated engine for one case, stopped afterwards."""
+        if self.cfg.attach:
+            raise Unsupported("needs a harness-launched engine with its own topology (not possible with --attach)")
+        eut = self._launch(clients, engine_count or self.cfg.engine_count)
+        self._fresh.append(eut)
+        try:
+            yield eut
+        finally:
+            eut.fe.alive_check = None
+            if not eut.alive():
+                self._fresh_crashed = True
+            eut.close()
+
+    def set_deadline(self, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.touched = []
+        self._fresh = []
+        self._fresh_crashed = False
+        if self._shared is not None:
+            self._shared.fe.deadline = deadline
+
+    def case_crashed(self) -> bool:
+        return self._fresh_crashed or any(not e.alive() for e in self.touched)
+
+    def log_tail(self) -> str:
+        """The log tails of the engines this case used."""
+        return "\n".join(t for t in (e.log_tail() for e in [*self.touched[-1:], *self._fresh]) if t)
+
+    def close(self) -> None:
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
+        self.ctx.term()
+
+
+__all__ = ["EngineManager", "EngineRunConfig", "EngineUnderTest", "LaunchError"]

@@ -1,0 +1,145 @@
+"""Starting and stopping the peer under test (role-neutral).
+
+Three launch modes:
+
+* :class:`CommandPeer` -- the harness runs a command template after filling in
+  placeholders (``{handshake_address}``, ``{engine_count}`` …), captures its
+  stdout+stderr into a log file for the report, and kills its process group
+  at the end;
+* :class:`AttachedPeer` -- the user started the peer (e.g. under a debugger);
+  the harness only binds and waits, and cannot restart it;
+* :class:`AdapterPeer` -- an in-process Python adapter ``module:function``,
+  called as ``function(handshake_address, engine_count)``; it returns an
+  object with ``.stop()`` (and optionally ``.alive()``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+STDERR_TAIL_BYTES = 16 * 1024
+
+
+class LaunchError(Exception):
+    """The peer could not be started (a harness/usage error, exit 2)."""
+
+
+def fill_template(command: Sequence[str], values: Mapping[str, Any]) -> list[str]:
+    """Replace ``{name}`` placeholders in each argument; unknown ``{…}`` text is left as is
+    (commands may legitimately contain braces, e.g. JSON arguments)."""
+    out = []
+    for arg in command:
+        for name, value in values.items():
+            arg = arg.replace("{" + name + "}", str(value))
+        out.append(arg)
+    return out
+
+
+class PeerHandle:
+    """What the harness needs from a running peer."""
+
+    restartable = True
+    log_path: Path | None = None
+
+    def alive(self) -> bool:
+        return True
+
+    def exit_status(self) -> int | None:
+        return None
+
+    def stop(self) -> None:
+        pass
+
+    def log_tail(self, limit: int = STDERR_TAIL_BYTES) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        with open(self.log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            return f.read().decode("utf-8", "replace")
+
+
+class CommandPeer(PeerHandle):
+    def __init__(self, command: Sequence[str], values: Mapping[str, Any], log_path: Path,
+                 env: Mapping[str, str] | None = None) -> None:
+        if not command:
+            raise LaunchError("no command given after --")
+        self.argv = fill_template(command, values)
+        self.log_path = log_path
+        self._log = open(log_path, "ab")
+        self._log.write(f"$ {' '.join(self.argv)}\n".encode())
+        self._log.flush()
+        try:
+            self.proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                start_new_session=True, env={**os.environ, **(env or {})},
+            )
+        except OSError as exc:
+            self._log.close()
+            raise LaunchError(f"cannot start {self.argv[0]!r}: {exc}") from exc
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def exit_status(self) -> int | None:
+        return self.proc.poll()
+
+    def stop(self, grace_s: float = 3.0) -> None:
+        """SIGTERM the process group we created, then SIGKILL it after ``grace_s``."""
+        if self.proc.poll() is None:
+            self._signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGKILL)
+                self.proc.wait(5)
+        else:
+            # the leader is gone; make sure children it left in its group go too
+            self._signal(signal.SIGKILL)
+        self._log.close()
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)  # the group we created with start_new_session
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class AttachedPeer(PeerHandle):
+    restartable = False
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+
+class AdapterPeer(PeerHandle):
+    def __init__(self, spec: str, handshake_address: str, engine_count: int) -> None:
+        module_name, _, func_name = spec.partition(":")
+        if not module_name or not func_name:
+            raise LaunchError(f"--adapter wants module:function, got {spec!r}")
+        try:
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            func = getattr(importlib.import_module(module_name), func_name)
+        except (ImportError, AttributeError) as exc:
+            raise LaunchError(f"cannot load adapter {spec!r}: {exc}") from exc
+        try:
+            self.obj = func(handshake_address, engine_count)
+        except Exception as exc:  # noqa: BLE001 - any adapter failure is a launch failure
+            raise LaunchError(f"adapter {spec!r} failed to start: {exc!r}") from exc
+        if not callable(getattr(self.obj, "stop", None)):
+            raise LaunchError(f"adapter {spec!r} returned {type(self.obj).__name__} without .stop()")
+
+    def alive(self) -> bool:
+        probe = getattr(self.obj, "alive", None)
+        return bool(probe()) if callable(probe) else True
+
+    def stop(self) -> None:
+        self.obj.stop()

@@ -1,0 +1,109 @@
+"""Case outcomes and the exceptions cases raise to produce them.
+
+A case body signals its outcome by raising:
+
+* :class:`Violation` (an ``AssertionError``) -> FAIL, citing a clause;
+* :class:`CaseTimeout` -> TIMEOUT (the peer never answered within the budget);
+* :class:`PeerCrashed` -> CRASH (the peer process died or announced death);
+* :class:`Unsupported` -> UNSUPPORTED (an optional feature the peer lacks, or
+  a case the chosen launch mode cannot run).
+
+Anything else escaping a case is a harness error (ERROR, exit code 2).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Outcome(str, enum.Enum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    TIMEOUT = "TIMEOUT"
+    CRASH = "CRASH"
+    UNSUPPORTED = "UNSUPPORTED"
+    #: failed as listed in the expected-failures file
+    XFAIL = "XFAIL"
+    #: listed as expected to fail, but passed: the list is stale
+    XPASS = "XPASS"
+    #: the harness itself broke (bug, environment)
+    ERROR = "ERROR"
+
+    @property
+    def is_failure(self) -> bool:
+        return self in (Outcome.FAIL, Outcome.TIMEOUT, Outcome.CRASH)
+
+
+class Violation(AssertionError):
+    """The peer broke a requirement. ``clause`` overrides the case's own clause
+    when the violation found is a different one (e.g. an undecodable output)."""
+
+    def __init__(self, message: str, clause: str | None = None) -> None:
+        super().__init__(message)
+        self.clause = clause
+
+
+class CaseTimeout(Exception):
+    """A bounded wait ran out: names what the harness was waiting for."""
+
+
+class PeerCrashed(Exception):
+    """The peer under test died (process exit, or ENGINE_CORE_DEAD)."""
+
+
+class Unsupported(Exception):
+    """The case cannot run against this peer or in this launch mode."""
+
+
+@dataclass
+class CaseResult:
+    """The result of one case, as every report writes it."""
+
+    id: str
+    clause: str
+    level: str
+    slug: str
+    requirement: str
+    role: str
+    outcome: Outcome
+    message: str = ""
+    #: False for a SHOULD/MAY failure in non-strict mode: reported, not counted
+    blocking: bool = True
+    duration_s: float = 0.0
+    expected_failure_reason: str | None = None
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+    transcript_text: str = ""
+    peer_stderr_tail: str = ""
+
+    @property
+    def counts_as_failure(self) -> bool:
+        if self.outcome is Outcome.XPASS:
+            return True
+        return self.outcome.is_failure and self.blocking
+
+    def to_dict(self, with_transcript: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id, "clause": self.clause, "level": self.level, "slug": self.slug,
+            "requirement": self.requirement, "role": self.role, "outcome": self.outcome.value,
+            "blocking": self.blocking, "message": self.message, "duration_s": round(self.duration_s, 4),
+            "expected_failure_reason": self.expected_failure_reason,
+        }
+        if with_transcript and self.transcript:
+            out["transcript"] = self.transcript
+            out["transcript_text"] = self.transcript_text
+        if self.peer_stderr_tail:
+            out["peer_stderr_tail"] = self.peer_stderr_tail
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CaseResult":
+        return cls(
+            id=d["id"], clause=d["clause"], level=d["level"], slug=d["slug"], requirement=d["requirement"],
+            role=d["role"], outcome=Outcome(d["outcome"]), message=d.get("message", ""),
+            blocking=d.get("blocking", True), duration_s=d.get("duration_s", 0.0),
+            expected_failure_reason=d.get("expected_failure_reason"),
+            transcript=d.get("transcript", []), transcript_text=d.get("transcript_text", ""),
+            peer_stderr_tail=d.get("peer_stderr_tail", ""),
+        )

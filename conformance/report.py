@@ -1,0 +1,180 @@
+"""Reports of a conformance run: console, JSON (with a published schema), JUnit XML,
+Markdown, HTML and per-case transcript files."""
+
+from __future__ import annotations
+
+import html
+import json
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from .outcomes import CaseResult, Outcome
+
+SCHEMA_PATH = Path(__file__).parent / "schema" / "results.schema.json"
+SCHEMA_ID = "https://ecp.invalid/conformance/results.schema.json"
+
+
+@dataclass
+class RunSummary:
+    role: str
+    target: str
+    results: list[CaseResult]
+    strict: bool = False
+    problems: list[str] = field(default_factory=list)
+    started: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    duration_s: float = 0.0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        c = Counter(r.outcome.value for r in self.results)
+        return {o.value: c.get(o.value, 0) for o in Outcome}
+
+    @property
+    def failures(self) -> list[CaseResult]:
+        return [r for r in self.results if r.counts_as_failure]
+
+    @property
+    def errors(self) -> list[CaseResult]:
+        return [r for r in self.results if r.outcome is Outcome.ERROR]
+
+    @property
+    def exit_code(self) -> int:
+        if self.errors:
+            return 2
+        return 1 if self.failures or self.problems else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "$schema": SCHEMA_ID,
+            "schema_version": 1,
+            "role": self.role,
+            "target": self.target,
+            "started": self.started,
+            "duration_s": round(self.duration_s, 3),
+            "strict": self.strict,
+            "exit_code": self.exit_code,
+            "counts": self.counts,
+            "problems": self.problems,
+            "cases": [r.to_dict() for r in self.results],
+        }
+
+
+def _status(r: CaseResult) -> str:
+    if r.outcome.is_failure and not r.blocking:
+        return f"{r.outcome.value} (non-strict {r.level})"
+    return r.outcome.value
+
+
+def write_console(s: RunSummary, out: TextIO) -> None:
+    for r in s.results:
+        out.write(f"  {r.id:<13} {r.slug:<38} {_status(r)}\n")
+    out.write("\n")
+    for r in s.results:
+        if r.outcome in (Outcome.PASS, Outcome.UNSUPPORTED, Outcome.XFAIL):
+            continue
+        out.write(f"{_status(r)} {r.id} [{r.clause} {r.level}] {r.requirement}\n")
+        for line in (r.message or "").splitlines()[:12]:
+            out.write(f"    {line}\n")
+    for p in s.problems:
+        out.write(f"PROBLEM {p}\n")
+    parts = [f"{n} {k}" for k, n in s.counts.items() if n]
+    out.write(f"\n{s.role} role against {s.target}: {', '.join(parts) or 'no cases'} "
+              f"in {s.duration_s:.1f}s -> exit {s.exit_code}\n")
+
+
+def write_json(s: RunSummary, path: Path) -> None:
+    path.write_text(json.dumps(s.to_json(), indent=1) + "\n")
+
+
+def write_junit(s: RunSummary, path: Path) -> None:
+    suite = ET.Element("testsuite", name=f"ecp-conformance-{s.role}", tests=str(len(s.results)),
+                       failures=str(sum(1 for r in s.results if r.counts_as_failure)),
+                       errors=str(len(s.errors)),
+                       skipped=str(sum(1 for r in s.results if r.outcome in (Outcome.UNSUPPORTED, Outcome.XFAIL))),
+                       time=f"{s.duration_s:.3f}", timestamp=s.started)
+    for r in s.results:
+        tc = ET.SubElement(suite, "testcase", classname=f"{s.role}.{r.id.split('-')[1]}",
+                           name=f"{r.id} {r.slug}", time=f"{r.duration_s:.3f}")
+        props = ET.SubElement(tc, "properties")
+        for k, v in (("case", r.id), ("clause", r.clause), ("level", r.level), ("outcome", r.outcome.value)):
+            ET.SubElement(props, "property", name=k, value=v)
+        text = f"[{r.clause} {r.level}] {r.requirement}\n{r.message}"
+        if r.outcome is Outcome.ERROR:
+            ET.SubElement(tc, "error", message=r.message.splitlines()[0] if r.message else "").text = text
+        elif r.counts_as_failure:
+            ET.SubElement(tc, "failure", message=f"{r.outcome.value}: {r.message.splitlines()[0] if r.message else ''}",
+                          type=r.outcome.value).text = text
+        elif r.outcome in (Outcome.UNSUPPORTED, Outcome.XFAIL) or r.outcome.is_failure:
+            ET.SubElement(tc, "skipped", message=f"{_status(r)}: {r.expected_failure_reason or r.message}")
+        if r.transcript_text:
+            ET.SubElement(tc, "system-out").text = r.transcript_text
+        if r.peer_stderr_tail:
+            ET.SubElement(tc, "system-err").text = r.peer_stderr_tail
+    ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def markdown(s: RunSummary) -> str:
+    lines = [f"# ecp conformance: {s.role} role", "",
+             f"- target: `{s.target}`", f"- started: {s.started}, {s.duration_s:.1f}s, strict: {s.strict}",
+             f"- result: **exit {s.exit_code}** ({', '.join(f'{n} {k}' for k, n in s.counts.items() if n)})", ""]
+    if s.problems:
+        lines += ["## Problems", ""] + [f"- {p}" for p in s.problems] + [""]
+    lines += ["| case | clause | level | outcome | requirement |", "|---|---|---|---|---|"]
+    for r in s.results:
+        lines.append(f"| {r.id} `{r.slug}` | {r.clause} | {r.level} | {_status(r)} | {r.requirement} |")
+    failed = [r for r in s.results if r.transcript_text or (r.message and r.outcome is not Outcome.PASS)]
+    if failed:
+        lines += ["", "## Details", ""]
+    for r in failed:
+        lines += [f"### {r.id} {r.slug}: {_status(r)}", "", f"{r.clause} ({r.level}): {r.requirement}", ""]
+        if r.expected_failure_reason:
+            lines += [f"Expected failure: {r.expected_failure_reason}", ""]
+        if r.message:
+            lines += ["```", r.message, "```", ""]
+        if r.transcript_text:
+            lines += ["<details><summary>transcript</summary>", "", "```", r.transcript_text, "```", "",
+                      "</details>", ""]
+        if r.peer_stderr_tail:
+            lines += ["<details><summary>engine log (tail)</summary>", "", "```", r.peer_stderr_tail[-4000:],
+                      "```", "", "</details>", ""]
+    return "\n".join(lines) + "\n"
+
+
+def write_html(s: RunSummary, path: Path) -> None:
+    colour = {"PASS": "#cfc", "FAIL": "#fcc", "TIMEOUT": "#fdb", "CRASH": "#f99", "UNSUPPORTED": "#eee",
+              "XFAIL": "#eef", "XPASS": "#fcf", "ERROR": "#f66"}
+    rows = []
+    for r in s.results:
+        detail = ""
+        if r.message or r.transcript_text:
+            detail = (f"<details><summary>details</summary><pre>{html.escape(r.message)}</pre>"
+                      f"<pre>{html.escape(r.transcript_text)}</pre>"
+                      f"<pre>{html.escape(r.peer_stderr_tail[-4000:])}</pre></details>")
+        rows.append(f"<tr style='background:{colour.get(r.outcome.value, '#fff')}'><td>{r.id}</td>"
+                    f"<td>{html.escape(r.slug)}</td><td>{r.clause}</td><td>{r.level}</td>"
+                    f"<td>{html.escape(_status(r))}</td><td>{html.escape(r.requirement)}{detail}</td></tr>")
+    counts = ", ".join(f"{n} {k}" for k, n in s.counts.items() if n)
+    doc = (f"<!doctype html><meta charset='utf-8'><title>ecp conformance {s.role}</title>"
+           f"<h1>ecp conformance: {s.role} role</h1><p>target <code>{html.escape(s.target)}</code>; "
+           f"exit {s.exit_code}; {counts}</p>"
+           + "".join(f"<p><b>problem</b> {html.escape(p)}</p>" for p in s.problems)
+           + "<table border=1 cellspacing=0 cellpadding=3><tr><th>case</th><th>slug</th><th>clause</th>"
+           "<th>level</th><th>outcome</th><th>requirement</th></tr>" + "".join(rows) + "</table>")
+    path.write_text(doc)
+
+
+def write_transcripts(s: RunSummary, directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for r in s.results:
+        if not r.transcript_text:
+            continue
+        p = directory / f"{r.id}.txt"
+        p.write_text(f"{r.id} {r.slug}: {_status(r)}\n[{r.clause} {r.level}] {r.requirement}\n{r.message}\n\n"
+                     f"{r.transcript_text}\n\n--- engine log (tail) ---\n{r.peer_stderr_tail}\n")
+        written.append(p)
+    return written

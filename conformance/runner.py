@@ -1,0 +1,133 @@
+"""Runs a role's cases in-process with ``pytest.main`` and writes the reports.
+
+Role-neutral: a role contributes its case modules (:data:`CASE_MODULES`) and
+a JSON-serialisable config section; everything else (selection, outcomes,
+expected failures, reports, exit codes) is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from . import expected as xf
+from .outcomes import CaseResult, Outcome
+from .registry import RegistryError, load_role
+from .report import RunSummary, markdown, write_console, write_html, write_json, write_junit, write_transcripts
+
+#: role -> case modules, in run order (cases that may kill the peer last)
+CASE_MODULES: dict[str, tuple[str, ...]] = {
+    "engine": ("handshake", "requests", "abort", "reject", "utility", "dp", "robustness", "security"),
+}
+CASE_PACKAGES = {"engine": Path(__file__).parent / "engine" / "cases"}
+
+
+class UsageError(Exception):
+    """Bad command line or input files: exit 2."""
+
+
+def add_common_options(p: argparse.ArgumentParser) -> None:
+    """Options every role shares: selection, strictness, expected failures, reports."""
+    p.add_argument("--case", action="append", default=[], metavar="PATTERN",
+                   help="run only cases whose id or slug matches this glob (repeatable)")
+    p.add_argument("--strict", action="store_true", help="SHOULD/MAY violations fail the run")
+    p.add_argument("--case-timeout", type=float, default=10.0, metavar="S", help="time budget per case (10)")
+    p.add_argument("--expected-failures", metavar="FILE",
+                   help="known failures: '<case id or glob> <reason>' per line")
+    p.add_argument("--update-expected-failures", action="store_true",
+                   help="rewrite --expected-failures FILE to list exactly the cases failing now")
+    p.add_argument("--junit-xml", metavar="FILE", help="write a JUnit XML report")
+    p.add_argument("--json", dest="json_path", metavar="FILE", help="write JSON results (conformance/schema/results.schema.json)")
+    p.add_argument("--markdown", metavar="FILE", help="write a Markdown report")
+    p.add_argument("--html", metavar="FILE", help="write an HTML report")
+    p.add_argument("--transcripts", metavar="DIR", help="write one transcript file per failing case")
+    p.add_argument("--keep-workdir", action="store_true", help="keep the temp dir with sockets and peer logs")
+    p.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output too")
+
+
+def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target: str) -> int:
+    """Run ``role``'s cases; print the summary; return the exit code (0/1/2)."""
+    try:
+        catalogue = load_role(role)
+        entries = xf.load(args.expected_failures) if args.expected_failures else []
+        if args.update_expected_failures and not args.expected_failures:
+            raise UsageError("--update-expected-failures needs --expected-failures FILE")
+    except (RegistryError, xf.ExpectedFailuresError, UsageError) as exc:
+        print(f"ecp conformance: {exc}", file=sys.stderr)
+        return 2
+
+    workdir = Path(tempfile.mkdtemp(prefix="ecp-conf-"))
+    started = time.monotonic()
+    try:
+        results_path = workdir / "results.jsonl"
+        role_config = {**role_config, "workdir": str(workdir), "case_timeout_s": args.case_timeout}
+        config = {"role": role, "results_path": str(results_path), "cases": args.case,
+                  "strict": args.strict, role: role_config}
+        config_path = workdir / "config.json"
+        config_path.write_text(json.dumps(config))
+        ini = workdir / "pytest.ini"
+        ini.write_text("[pytest]\n")  # isolate from the caller's project configuration
+        modules = [str(CASE_PACKAGES[role] / f"test_{m}.py") for m in CASE_MODULES[role]]
+        pytest_args = [*modules, f"--ecp-config={config_path}", "-c", str(ini), f"--rootdir={workdir}",
+                       "-p", "no:cacheprovider", "--import-mode=importlib", "--tb=short" if args.verbose else "--tb=no",
+                       "-q" if args.verbose else "-qq", "--disable-warnings"]
+        if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+            pytest_args += ["-p", "ecp.conformance.plugin"]
+        import pytest
+
+        code = pytest.main(pytest_args) if args.verbose else _quiet(pytest.main, pytest_args)
+        results = [CaseResult.from_dict(json.loads(line))
+                   for line in results_path.read_text().splitlines() if line.strip()]
+        if int(code) not in (0, 1) or (not results and not args.case):
+            print(f"ecp conformance: the harness could not run the cases (pytest exit {int(code)}); "
+                  "rerun with -v for details", file=sys.stderr)
+            return 2
+        problems = xf.apply(results, entries, [c.id for c in catalogue])
+        if args.update_expected_failures:
+            n = xf.rewrite(args.expected_failures, results, entries)
+            print(f"rewrote {args.expected_failures}: {n} expected failure(s)")
+            problems = []
+            for r in results:
+                if r.outcome.is_failure:
+                    r.outcome = Outcome.XFAIL
+                elif r.outcome is Outcome.XPASS:
+                    r.outcome = Outcome.PASS
+        summary = RunSummary(role=role, target=target, results=results, strict=args.strict, problems=problems,
+                             duration_s=time.monotonic() - started)
+        write_console(summary, sys.stdout)
+        if args.json_path:
+            write_json(summary, Path(args.json_path))
+        if args.junit_xml:
+            write_junit(summary, Path(args.junit_xml))
+        if args.markdown:
+            Path(args.markdown).write_text(markdown(summary))
+        if args.html:
+            write_html(summary, Path(args.html))
+        if args.transcripts:
+            write_transcripts(summary, Path(args.transcripts))
+        return summary.exit_code
+    finally:
+        if args.keep_workdir:
+            print(f"work dir kept: {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _quiet(fn, argv):
+    """Run pytest with its own output dropped (our reports say everything); errors still reach stderr."""
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        code = fn(argv)
+    if int(code) not in (0, 1):
+        sys.stderr.write(buf.getvalue()[-4000:])
+    return code

@@ -1,0 +1,362 @@
+"""A small scripted engine speaking raw frames through ``ecp.spec``: the harness's raw-frame peer.
+
+It behaves correctly by default and misbehaves on purpose with ``--bug NAME``
+(the names the reference engine uses where they overlap, plus more), so the
+conformance suite can prove that each case catches the fault it exists for.
+Tokens are a deterministic function of the prompt and position (greedy); one
+step every ``--step-ms`` produces one token for every running request.
+
+Run: ``python scripted_engine.py --handshake-address ADDR --engine-count N [--bug NAME]...``
+or in-process through :func:`start` (the ``--adapter`` form).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import msgspec
+import zmq
+
+from ecp.spec import (
+    AbortMessage, AddMessage, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, FinishReason,
+    Hello, ProtocolError, Ready, RequestError, StartDPWaveMessage, UtilityMessage, UtilityOutput, UtilityResult,
+    decode_any, decode_init, decode_input, encode_handshake, encode_outputs, engine_identity,
+)
+
+MAX_MODEL_LEN = 512
+BUGS = {
+    # reference-engine knob names
+    "ignore-abort-immediately", "no-terminal-output", "duplicate-output", "inconsistent-is-sleeping",
+    "reset-prefix-cache-fails", "crash-on-bad-frame", "wrong-call-id",
+    # raw-frame peer variants
+    "bad-hello", "wrong-identity", "empty-ready", "no-ready", "double-registration", "first-input-only",
+    "ignore-max-tokens", "no-stop-token", "no-min-tokens", "no-duplicate-check", "no-length-check",
+    "no-param-check", "stop-instead-of-length", "wrong-engine-index", "outputs-to-client-0",
+    "cumulative-tokens", "ignore-abort", "abort-unknown-errors", "abort-max-16-ids", "error-on-finished-abort",
+    "abort-immediately-aborts-all", "bare-utility-result", "unknown-method-nil", "sleep-abort-silent",
+    "bad-supported-tasks", "same-identity", "crash-on-dp-wave", "no-recover-id", "simulate-unpickle",
+    "reject-bad-client-crash",
+}
+
+
+@dataclass
+class Running:
+    rid: str
+    prompt: list[int]
+    client: int
+    max_tokens: int
+    min_tokens: int
+    stop: set[int]
+    ignore_eos: bool
+    produced: list[int] = field(default_factory=list)
+
+
+def token(prompt: list[int], pos: int) -> int:
+    return (sum(prompt) * 31 + pos * 7) % 997 + 3
+
+
+class Rank:
+    def __init__(self, ctx: zmq.Context, address: str, rank: int, bugs: set[str], step_s: float,
+                 stop: threading.Event) -> None:
+        self.ctx, self.address, self.rank, self.bugs, self.step_s, self.stop = ctx, address, rank, bugs, step_s, stop
+        self.running: dict[str, Running] = {}
+        self.finished: set[str] = set()
+        self.sleeping = False
+        self.identity = engine_identity(0 if "same-identity" in bugs else rank)
+        if "wrong-identity" in bugs:
+            self.identity = rank.to_bytes(3, "little")
+
+    def log(self, msg: str) -> None:
+        print(f"[rank {self.rank}] {msg}", file=sys.stderr, flush=True)
+
+    def crash(self, why: str) -> None:
+        self.log(f"crashing ({why})")
+        os._exit(3)
+
+    # ---------------------------------------------------------------- handshake
+    def handshake(self) -> None:
+        hs = self.ctx.socket(zmq.DEALER)
+        hs.setsockopt(zmq.IDENTITY, self.identity)
+        hs.setsockopt(zmq.LINGER, 1000)
+        hs.connect(self.address)
+        hello = b"\x81\xa6status\xa5HELLO" if "bad-hello" in self.bugs else encode_handshake(Hello(local=True, headless=True))
+        hs.send(hello)
+        if not hs.poll(30_000):
+            self.crash("no INIT")
+        init = decode_init(hs.recv())
+        a = init.addresses
+        self.inputs, self.outputs = [], []
+        for addr in a.inputs:
+            s = self.ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.IDENTITY, self.identity)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(addr)
+            self.inputs.append(s)
+        for addr in a.outputs:
+            s = self.ctx.socket(zmq.PUSH)
+            s.setsockopt(zmq.LINGER, 1000)
+            s.connect(addr)
+            self.outputs.append(s)
+        ready = EngineCoreReadyResponse(
+            max_model_len=MAX_MODEL_LEN, num_gpu_blocks=64, block_size=16, dp_stats_address=None, dtype="float32",
+            vllm_version="0.33.0", world_size=1, data_parallel_size=1, tensor_parallel_size=1,
+            pipeline_parallel_size=1, decode_context_parallel_size=1, data_parallel_rank=self.rank,
+            max_num_seqs=64, max_num_batched_tokens=2048, instance_id=f"scripted-{self.rank}",
+            supports_lora=False, max_loras=0, enable_sleep_mode=True)
+        payload = b"" if "empty-ready" in self.bugs else encode_handshake(ready)
+        for i, s in enumerate(self.inputs):
+            if i > 0 and "first-input-only" in self.bugs:
+                continue
+            s.send(payload)
+            if "double-registration" in self.bugs:
+                s.send(payload)
+        if "no-ready" not in self.bugs:
+            hs.send(encode_handshake(Ready(local=True, headless=True)))
+        self.hs = hs
+
+    # ---------------------------------------------------------------- outputs
+    def emit(self, client: int, outs=(), utility=None, finished=None) -> None:
+        if not 0 <= client < len(self.outputs):
+            self.log(f"dropping output for client {client}: no such output socket")
+            return
+        if "outputs-to-client-0" in self.bugs:
+            client = 0
+        idx = self.rank + 100 if "wrong-engine-index" in self.bugs else self.rank
+        msg = EngineCoreOutputs(engine_index=idx, outputs=list(outs), timestamp=time.monotonic(),
+                                utility_output=utility, finished_requests=finished)
+        frames = encode_outputs(msg)
+        if utility is not None and "bare-utility-result" in self.bugs and utility.result is not None:
+            raw = decode_any(frames[0])
+            raw[4][2] = utility.result.value
+            frames = [msgspec.msgpack.encode(raw)]
+        self.outputs[client].send_multipart(frames)
+
+    def error(self, rid: str, client: int, code: str, message: str) -> None:
+        self.emit(client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ERROR,
+                                            error=RequestError(code, message))], finished={rid})
+
+    # ---------------------------------------------------------------- inputs
+    def on_bad(self, frames: list[bytes], exc: ProtocolError, client: int) -> None:
+        self.log(f"rejected input: {exc}")
+        if "crash-on-bad-frame" in self.bugs:
+            self.crash("bad frame")
+        if "simulate-unpickle" in self.bugs and exc.clause == "ECP-SEC-1":
+            # simulates a peer that unpickles: finds the marker path in the opcodes, no unpickling
+            for f in frames:
+                i = f.find(b"open\n(V")
+                if i >= 0:
+                    path = f[i + 7:f.index(b"\n", i + 7)].decode()
+                    open(path, "w").close()
+        if len(frames) >= 2 and frames[0] == b"\x00" and "no-recover-id" not in self.bugs:
+            try:
+                raw = decode_any(frames[1])
+                rid = raw[0] if isinstance(raw, list) and raw and isinstance(raw[0], str) else None
+                cidx = raw[11] if isinstance(raw, list) and len(raw) > 11 and isinstance(raw[11], int) else client
+            except (ProtocolError, IndexError, TypeError):
+                rid = None
+            if rid is not None:
+                self.error(rid, cidx, "invalid_request", str(exc))
+
+    def on_input(self, client: int, frames: list[bytes]) -> None:
+        try:
+            msg = decode_input(frames)
+        except ProtocolError as exc:
+            self.on_bad(frames, exc, client)
+            return
+        if isinstance(msg, AddMessage):
+            self.on_add(msg.request)
+        elif isinstance(msg, AbortMessage):
+            self.on_abort(msg.request_ids)
+        elif isinstance(msg, UtilityMessage):
+            self.on_utility(msg.call)
+        elif isinstance(msg, StartDPWaveMessage) and "crash-on-dp-wave" in self.bugs:
+            self.crash("START_DP_WAVE")
+
+    def on_add(self, req) -> None:
+        rid, client, sp = req.request_id, req.client_index, req.sampling_params
+        if not 0 <= client < len(self.outputs) and "reject-bad-client-crash" in self.bugs:
+            self.crash("client_index out of range")
+        if req.abort_immediately:
+            if "abort-immediately-aborts-all" in self.bugs:
+                self.running.clear()
+            if "ignore-abort-immediately" not in self.bugs:
+                return
+        if rid in self.running and "no-duplicate-check" not in self.bugs:
+            self.error(rid, client, "duplicate_request_id", f"request {rid} is already running")
+            return
+        if sp is None:
+            self.error(rid, client, "unsupported_task", "pooling is not supported")
+            return
+        problems = [] if "no-param-check" in self.bugs else sp.validation_errors()
+        if problems:
+            self.error(rid, client, "invalid_params", "; ".join(problems))
+            return
+        prompt = list(req.prompt_token_ids or [])
+        if len(prompt) > MAX_MODEL_LEN and "no-length-check" not in self.bugs:
+            self.error(rid, client, "prompt_too_long", f"prompt of {len(prompt)} > {MAX_MODEL_LEN}")
+            return
+        self.running[rid] = Running(rid, prompt, client, min(sp.max_tokens or 16, MAX_MODEL_LEN),
+                                    sp.min_tokens, set(sp.stop_token_ids or []), sp.ignore_eos)
+
+    def on_abort(self, ids: list[str]) -> None:
+        if "ignore-abort" in self.bugs:
+            return
+        if "abort-max-16-ids" in self.bugs:
+            ids = ids[:16]
+        for rid in ids:
+            r = self.running.pop(rid, None)
+            if r is not None:
+                self.emit(r.client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ABORT)], finished={rid})
+            elif rid in self.finished and "error-on-finished-abort" in self.bugs:
+                self.error(rid, 0, "not_running", "already finished")
+            elif rid not in self.finished and "abort-unknown-errors" in self.bugs:
+                self.error(rid, 0, "unknown", "no such request")
+
+    def on_utility(self, call) -> None:
+        method, args, cid = call.method_name, call.args, call.call_id
+        if "wrong-call-id" in self.bugs:
+            cid = (cid + 1) % 2**64
+
+        def ok(value=None) -> None:
+            self.emit(call.client_index, utility=UtilityOutput(cid, None, UtilityResult(None, value)))
+
+        def fail(message: str) -> None:
+            self.emit(call.client_index, utility=UtilityOutput(cid, message, None))
+
+        if method == "is_sleeping":
+            ok(not self.sleeping if "inconsistent-is-sleeping" in self.bugs else self.sleeping)
+        elif method == "sleep":
+            mode = args[1] if len(args) > 1 else "abort"
+            if mode == "abort":
+                for rid, r in list(self.running.items()):
+                    del self.running[rid]
+                    self.finished.add(rid)
+                    if "sleep-abort-silent" not in self.bugs:
+                        self.emit(r.client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ABORT)],
+                                  finished={rid})
+            self.sleeping = True
+            ok(None)
+        elif method == "wake_up":
+            self.sleeping = False
+            ok(True)
+        elif method == "reset_prefix_cache":
+            if "reset-prefix-cache-fails" in self.bugs:
+                fail("Call to reset_prefix_cache method failed: injected fault")
+            else:
+                ok(True)
+        elif method in ("reset_mm_cache", "reset_encoder_cache"):
+            ok(None)
+        elif method == "get_supported_tasks":
+            ok("generate" if "bad-supported-tasks" in self.bugs else ["generate"])
+        elif "unknown-method-nil" in self.bugs:
+            ok(None)
+        else:
+            fail(f"Call to {method} method failed: 'ScriptedEngine' object has no attribute '{method}'")
+
+    # ---------------------------------------------------------------- steps
+    def step(self) -> None:
+        by_client: dict[int, list[EngineCoreOutput]] = {}
+        for rid, r in list(self.running.items()):
+            t = token(r.prompt, len(r.produced))
+            r.produced.append(t)
+            reason = None
+            n = len(r.produced)
+            limit = r.max_tokens + (1 if "ignore-max-tokens" in self.bugs else 0)
+            stops = r.stop if "no-stop-token" not in self.bugs else set()
+            if t in stops and (n >= r.min_tokens or "no-min-tokens" in self.bugs):
+                reason = FinishReason.STOP
+            elif n >= limit:
+                reason = FinishReason.STOP if "stop-instead-of-length" in self.bugs else FinishReason.LENGTH
+            toks = list(r.produced) if "cumulative-tokens" in self.bugs else [t]
+            out = EngineCoreOutput(rid, toks, finish_reason=reason,
+                                   stop_reason=t if reason == FinishReason.STOP else None)
+            if reason is not None:
+                del self.running[rid]
+                self.finished.add(rid)
+                if "no-terminal-output" in self.bugs:
+                    out = EngineCoreOutput(rid, toks)
+            by_client.setdefault(r.client, []).append(out)
+            if reason is not None and "duplicate-output" in self.bugs:
+                by_client[r.client].append(EngineCoreOutput(rid, [], finish_reason=reason))
+        for client, outs in by_client.items():
+            self.emit(client, outs)
+
+    def run(self) -> None:
+        self.handshake()
+        poller = zmq.Poller()
+        for s in self.inputs:
+            poller.register(s, zmq.POLLIN)
+        next_step = time.monotonic()
+        while not self.stop.is_set():
+            timeout = max(0.0, next_step - time.monotonic()) if self.running else 0.05
+            for sock, _ in poller.poll(int(timeout * 1000)):
+                while True:
+                    try:
+                        frames = sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self.on_input(self.inputs.index(sock), frames)
+            if self.running and time.monotonic() >= next_step:
+                self.step()
+                next_step = time.monotonic() + self.step_s
+        for s in [*self.inputs, *self.outputs, self.hs]:
+            s.close(0)
+
+
+class ScriptedEngines:
+    """N ranks on threads; ``.stop()`` ends them (the ``--adapter`` contract)."""
+
+    def __init__(self, address: str, count: int, start_index: int = 0, bugs=(), step_ms: float = 1.0) -> None:
+        unknown = set(bugs) - BUGS
+        if unknown:
+            raise ValueError(f"unknown bug knob(s) {sorted(unknown)}")
+        self.ctx = zmq.Context()
+        self._stop = threading.Event()
+        self.threads = [threading.Thread(target=Rank(self.ctx, address, start_index + k, set(bugs), step_ms / 1000,
+                                                     self._stop).run, daemon=True) for k in range(count)]
+        for t in self.threads:
+            t.start()
+
+    def alive(self) -> bool:
+        return all(t.is_alive() for t in self.threads)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self.threads:
+            t.join(2)
+        self.ctx.term()
+
+
+def start(handshake_address: str, engine_count: int) -> ScriptedEngines:
+    """``--adapter`` entry point (a correct engine)."""
+    return ScriptedEngines(handshake_address, engine_count)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--handshake-address", required=True)
+    p.add_argument("--engine-count", type=int, default=1)
+    p.add_argument("--engine-start-index", type=int, default=0)
+    p.add_argument("--bug", action="append", default=[], choices=sorted(BUGS))
+    p.add_argument("--step-ms", type=float, default=1.0)
+    a = p.parse_args(argv)
+    engines = ScriptedEngines(a.handshake_address, a.engine_count, a.engine_start_index, a.bug, a.step_ms)
+    try:
+        while engines.alive():
+            engines.threads[0].join(0.5)
+    except KeyboardInterrupt:
+        pass
+    engines.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    sys.exit(main())
