@@ -1,0 +1,652 @@
+"""``EngineCoreClient``: the asyncio + pyzmq layer over the sans-IO pieces.
+
+Sockets (``ECP-SOCK-1``): the client binds the handshake ROUTER (unless
+bootstrapped), one input ROUTER and one output PULL, and with
+``coordinator=True`` the coordinator XPUB/PULL pair. Engines connect.
+Background tasks: the output loop (decode, dispatch, health), the auto-abort
+worker (coalesced ABORTs), the peer monitor (engine disappearance) and the
+coordinator loop. Every await in the public API is bounded or ends when the
+client fails or shuts down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import msgspec
+import zmq
+import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
+
+from ecp.spec import (
+    ENGINE_DEAD, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest,
+    EngineHandshakeMetadata, EngineZmqAddresses, FinishReason, ProtocolError, SamplingParams,
+    UtilityOutput, decode_outputs, encode_abort, encode_add, encode_utility, engine_identity,
+)
+
+from .abort_coalescer import MAX_DRAIN, AbortCause, AbortCoalescer
+from .aggregation import UtilityAggregation
+from .config import BUG_ABORT_ONE_PER_REQUEST, BUG_IGNORE_ENGINE_DEAD, ClientConfig
+from .coordinator import Coordinator
+from .errors import (
+    ClientClosed, EngineDeadError, EngineDisconnected, HandshakeTimeout, RequestStreamClosed,
+    UnexpectedDPControl, UtilityTimeout,
+)
+from .handshake import STAGE_HELLO, HandshakeOwner, HandshakeResult
+from .health import Health
+from .registry import InFlight, RequestRegistry, group_by_engine
+from .router import Router
+from .stream import RequestStream, StreamSink
+
+log = logging.getLogger("ecp.reference.client")
+
+_SHUTDOWN_WAIT_S = 2.0
+
+
+@dataclass
+class ClientStats:
+    """Counters for operators and benchmarks (read-only for callers)."""
+
+    requests_added: int = 0
+    outputs_dispatched: int = 0
+    outputs_dropped: int = 0
+    output_messages: int = 0
+    #: ids sent in ABORT messages, and the number of ABORT messages
+    aborts_sent: int = 0
+    abort_messages: int = 0
+    abort_send_errors: int = 0
+    utility_calls: int = 0
+    unknown_utility_replies: int = 0
+    rejection_notifications: int = 0
+    in_flight: dict[int, int] = field(default_factory=dict)
+
+
+def _abort_output(request_id: str) -> EngineCoreOutput:
+    return EngineCoreOutput(request_id=request_id, new_token_ids=[], finish_reason=FinishReason.ABORT)
+
+
+class EngineCoreClient:
+    """The frontend side of the engine-core protocol for one client index.
+
+    Use ``client = await EngineCoreClient.start(config)``, or, to launch
+    engines after the sockets exist::
+
+        client = EngineCoreClient(config)
+        await client.bind()
+        launch_engines(client.handshake_address)
+        await client.wait_ready()
+    """
+
+    def __init__(self, config: ClientConfig | None = None) -> None:
+        self.config = config or ClientConfig()
+        self._ranks = self.config.engine_ranks
+        self._health = Health()
+        self._closed = False
+        self._bound = False
+        self._ready = False
+        self._ctx: zmq.asyncio.Context | None = None
+        self._tmpdir: str | None = None
+        self._handshake_sock: zmq.asyncio.Socket | None = None
+        self._input: zmq.asyncio.Socket | None = None
+        self._output: zmq.asyncio.Socket | None = None
+        self._monitor: zmq.asyncio.Socket | None = None
+        self._coordinator: Coordinator | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._registry: RequestRegistry[StreamSink] = RequestRegistry(self._ranks)
+        self._router = Router(self._ranks)
+        self._coalescer = AbortCoalescer()
+        self._abort_wakeup = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._aggregation = UtilityAggregation(self.config.bugs)
+        self._pending_utility: dict[int, tuple[int, asyncio.Future[UtilityOutput]]] = {}
+        self._call_ids = itertools.count((uuid.uuid1().int >> 64) & 0x7FFF_FFFF_FFFF_FFFF)
+        self._handshake: HandshakeResult | None = None
+        self._last_output_at = 0.0
+        self.stats = ClientStats()
+        self.handshake_address: str | None = None
+        self.input_address: str | None = None
+        self.output_address: str | None = None
+
+    # ================================================================== startup
+    @classmethod
+    async def start(cls, config: ClientConfig | None = None) -> "EngineCoreClient":
+        """Bind, then complete the handshake with every configured engine."""
+        client = cls(config)
+        await client.bind()
+        try:
+            await client.wait_ready()
+        except BaseException:
+            await client.shutdown()
+            raise
+        return client
+
+    def _pick_address(self, explicit: str | None, tag: str) -> str:
+        if explicit is not None:
+            return explicit
+        if self.config.transport == "tcp":
+            return f"tcp://{self.config.host}:*"
+        if self._tmpdir is None:
+            self._tmpdir = tempfile.mkdtemp(prefix="ecp-client-")
+        return f"ipc://{os.path.join(self._tmpdir, tag)}"
+
+    def _bind(self, kind: int, address: str) -> tuple[zmq.asyncio.Socket, str]:
+        assert self._ctx is not None
+        sock = self._ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 0)  # ECP-SOCK-5: never drop a burst
+        sock.setsockopt(zmq.RCVHWM, 0)
+        if kind == zmq.ROUTER:
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unknown peer → error, not a silent drop
+        sock.bind(address)
+        return sock, sock.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    async def bind(self) -> None:
+        """Bind every socket; afterwards ``handshake_address`` (or, bootstrapped,
+        ``input_address``/``output_address``) is where engines connect."""
+        if self._bound:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._ctx = zmq.asyncio.Context()
+        try:
+            cfg = self.config
+            if not cfg.bootstrapped:
+                self._handshake_sock, self.handshake_address = self._bind(
+                    zmq.ROUTER, self._pick_address(cfg.handshake_address, "handshake"))
+            self._input, self.input_address = self._bind(zmq.ROUTER, self._pick_address(cfg.input_address, "input"))
+            self._output, self.output_address = self._bind(zmq.PULL, self._pick_address(cfg.output_address, "output"))
+            self._monitor = self._input.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            if cfg.coordinator:
+                self._coordinator = Coordinator(self._ctx, len(self._ranks),
+                                                self._pick_address(None, "coord-in"),
+                                                self._pick_address(None, "coord-out"))
+        except BaseException:
+            self._close_sockets()
+            raise
+        self._bound = True
+
+    def _init_message(self) -> EngineHandshakeMetadata:
+        assert self.input_address and self.output_address
+        coord = self._coordinator
+        return EngineHandshakeMetadata(
+            addresses=EngineZmqAddresses(
+                inputs=[self.input_address], outputs=[self.output_address],
+                coordinator_input=coord.input_address if coord else None,
+                coordinator_output=coord.output_address if coord else None,
+            ),
+            parallel_config={},
+        )
+
+    async def wait_ready(self) -> None:
+        """Run the handshake until every engine is registered and READY.
+
+        Raises :class:`HandshakeTimeout` naming the stage that did not finish,
+        or the typed handshake error an engine provoked. Either way the
+        client is left unusable (call :meth:`shutdown`).
+        """
+        if self._ready:
+            return
+        if not self._bound:
+            await self.bind()
+        self._check_open()
+        cfg = self.config
+        owner = HandshakeOwner(self._ranks, None if cfg.bootstrapped else self._init_message(),
+                               bootstrapped=cfg.bootstrapped)
+        poller = zmq.asyncio.Poller()
+        assert self._input is not None
+        poller.register(self._input, zmq.POLLIN)
+        if self._handshake_sock is not None:
+            poller.register(self._handshake_sock, zmq.POLLIN)
+        coord = self._coordinator
+        if coord is not None:
+            poller.register(coord.xpub, zmq.POLLIN)
+        loop = asyncio.get_running_loop()
+        hello_deadline = loop.time() + cfg.handshake_timeout_s
+        ready_deadline: float | None = None
+        while True:
+            stage = owner.stage
+            gate_open = coord is None or coord.gate_open
+            if stage is None and gate_open:
+                break
+            if stage == STAGE_HELLO:
+                deadline, timeout_s = hello_deadline, cfg.handshake_timeout_s
+            else:
+                if ready_deadline is None:
+                    ready_deadline = loop.time() + cfg.ready_timeout_s
+                deadline, timeout_s = ready_deadline, cfg.ready_timeout_s
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                if stage is None:
+                    raise HandshakeTimeout("coordinator subscriptions", [], timeout_s)
+                raise HandshakeTimeout(stage, owner.missing(stage), timeout_s)
+            events = dict(await poller.poll(timeout=max(1, int(remaining * 1000))))
+            if self._handshake_sock is not None and self._handshake_sock in events:
+                frames = await self._handshake_sock.recv_multipart()
+                for reply in owner.on_handshake_frames(frames):
+                    await self._handshake_sock.send_multipart(reply)
+            if self._input in events:
+                owner.on_registration(await self._input.recv_multipart())
+            if coord is not None and coord.xpub in events:
+                await coord.on_subscription(await coord.xpub.recv_multipart())
+        self._handshake = owner.result()
+        self._ready = True
+        self._tasks = [
+            asyncio.ensure_future(self._output_loop()),
+            asyncio.ensure_future(self._abort_worker()),
+            asyncio.ensure_future(self._monitor_loop()),
+        ]
+        if coord is not None:
+            self._tasks.append(asyncio.ensure_future(coord.serve()))
+        log.info("engine-core client ready: ranks %s, max_model_len %s", list(self._ranks),
+                 self._handshake.max_model_len)
+
+    # ================================================================== properties
+    @property
+    def engine_ranks(self) -> tuple[int, ...]:
+        return self._ranks
+
+    @property
+    def max_model_len(self) -> int | None:
+        """Minimum ``max_model_len`` over the engines (``ECP-HS-9``)."""
+        return self._handshake.max_model_len if self._handshake else None
+
+    @property
+    def ready_responses(self) -> dict[int, EngineCoreReadyResponse | None]:
+        """Each engine's ready payload by rank (``None`` = empty payload)."""
+        return dict(self._handshake.ready_responses) if self._handshake else {}
+
+    @property
+    def healthy(self) -> bool:
+        return self._health.healthy and not self._closed
+
+    @property
+    def error(self) -> BaseException | None:
+        """The first fatal error (sticky), or ``None``."""
+        return self._health.error
+
+    @property
+    def current_wave(self) -> int:
+        return self._coordinator.current_wave if self._coordinator else 0
+
+    def in_flight(self) -> dict[int, int]:
+        """In-flight requests per engine rank."""
+        return self._registry.counts()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed()
+        self._health.check()
+
+    def _check_ready(self) -> None:
+        self._check_open()
+        if not self._ready:
+            raise ClientClosed("the client has not completed its handshake (call wait_ready())")
+
+    # ================================================================== sending
+    async def _send(self, rank: int, frames: list[bytes]) -> None:
+        assert self._input is not None
+        await self._input.send_multipart([engine_identity(rank), *frames], copy=False)
+
+    # ================================================================== requests
+    async def add(self, request: EngineCoreRequest) -> RequestStream:
+        """Send ADD and return the request's stream.
+
+        Raises :class:`DuplicateRequestId` (nothing sent) for an id already in
+        flight, :class:`InvalidDataParallelRank` for a pinned rank that is not
+        connected, or the client's sticky error. ``client_index`` and
+        ``current_wave`` are stamped here (``ECP-REQ-6``, ``ECP-DP-5``).
+        """
+        self._check_ready()
+        if request.request_id in self._registry:
+            from .errors import DuplicateRequestId
+
+            raise DuplicateRequestId(request.request_id)
+        rank = self._router.choose(self._registry.counts(), request.data_parallel_rank)
+        stamped = msgspec.structs.replace(request, client_index=self.config.client_index,
+                                          current_wave=self.current_wave)
+        frames = encode_add(stamped)
+        sink = StreamSink(request.request_id, rank)
+        self._registry.add(request.request_id, rank, sink)
+        try:
+            await self._send(rank, frames)
+        except BaseException:
+            self._registry.take(request.request_id)
+            sink.end()
+            raise
+        self._router.admitted(rank)
+        self.stats.requests_added += 1
+        return RequestStream(sink, self._on_stream_dropped)
+
+    def _on_stream_dropped(self, request_id: str, cause: AbortCause) -> None:
+        # Called from RequestStream (possibly from a finaliser): only queue work.
+        if self._closed or request_id not in self._registry:
+            return
+        self._coalescer.push(request_id, cause)
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._abort_wakeup.set)
+
+    def _take_owner(self, request_id: str) -> int | None:
+        entry = self._registry.take(request_id)
+        return None if entry is None else entry.engine_rank
+
+    async def _abort_worker(self) -> None:
+        max_items = 1 if BUG_ABORT_ONE_PER_REQUEST in self.config.bugs else MAX_DRAIN
+        while True:
+            await self._abort_wakeup.wait()
+            self._abort_wakeup.clear()
+            while len(self._coalescer):
+                grouped = self._coalescer.drain(self._take_owner, max_items=max_items)
+                await self._send_aborts(grouped)
+
+    async def _send_aborts(self, grouped: dict[int, list[str]]) -> None:
+        for rank, ids in grouped.items():
+            try:
+                await self._send(rank, encode_abort(ids))
+            except Exception as exc:  # ECP-ABORT-8: one engine's failure does not stop the others
+                self.stats.abort_send_errors += 1
+                log.warning("failed to send ABORT of %d id(s) to engine %d: %s", len(ids), rank, exc)
+                continue
+            self.stats.abort_messages += 1
+            self.stats.aborts_sent += len(ids)
+
+    async def abort(self, request_ids: Iterable[str]) -> list[str]:
+        """Abort requests explicitly (``ECP-ABORT-8``).
+
+        Each id still in flight is finalised locally first (its stream gets
+        an ABORT terminal output), then one ABORT per owning engine is sent;
+        unknown or finished ids are never sent. Returns the aborted ids.
+        """
+        self._check_ready()
+        entries: list[InFlight[StreamSink]] = []
+        for request_id in dict.fromkeys(request_ids):
+            entry = self._registry.take(request_id)
+            if entry is None:
+                continue
+            entries.append(entry)
+            if not entry.sink.dropped:
+                entry.sink.push(_abort_output(request_id))
+            entry.sink.end()
+        await self._send_aborts(group_by_engine(entries))
+        return [e.request_id for e in entries]
+
+    async def abort_all(self) -> list[str]:
+        """Abort every in-flight request."""
+        return await self.abort(self._registry.ids())
+
+    async def notify_kv_transfer_request_rejected(self, request_id: str, kv_transfer_params: dict[str, Any],
+                                                  data_parallel_rank: int | None = None) -> int:
+        """Send vLLM's rejection notice (``ECP-REJECT-2``): an ``abort_immediately``
+        ADD with prompt ``[0]``, ``max_tokens`` 1 and the request's
+        ``kv_transfer_params``, to the pinned or least-loaded engine, without
+        registering a stream. Returns the engine rank it went to."""
+        self._check_ready()
+        rank = self._router.choose(self._registry.counts(), data_parallel_rank)
+        notice = EngineCoreRequest(
+            request_id=request_id,
+            prompt_token_ids=[0],
+            mm_features=None,
+            sampling_params=SamplingParams(
+                max_tokens=1, extra_args={"kv_transfer_params": dict(kv_transfer_params)},
+                watermarking=False),
+            pooling_params=None,
+            arrival_time=time.time(),
+            lora_request=None,
+            cache_salt=None,
+            data_parallel_rank=data_parallel_rank,
+            client_index=self.config.client_index,
+            current_wave=self.current_wave,
+            abort_immediately=True,
+        )
+        await self._send(rank, encode_add(notice))
+        self.stats.rejection_notifications += 1
+        return rank
+
+    # ================================================================== utilities
+    def _next_call_id(self) -> int:
+        while True:
+            call_id = next(self._call_ids) & 0xFFFF_FFFF_FFFF_FFFF
+            if call_id not in self._pending_utility:
+                return call_id
+
+    async def call_utility(self, method: str, *args: Any) -> Any:
+        """Call ``method(*args)`` on every engine and aggregate (see :mod:`.aggregation`).
+
+        Waits for every engine (``ECP-UTIL-7``), bounded by
+        ``utility_timeout_s``. Raises :class:`UtilityCallFailed`,
+        :class:`UtilityResultDecode`, :class:`InconsistentUtilityResults`,
+        :class:`UtilityTimeout` or the client's sticky error.
+        """
+        self._check_ready()
+        loop = asyncio.get_running_loop()
+        targets = self._aggregation.targets(method, self._ranks)
+        calls: dict[int, tuple[int, asyncio.Future[UtilityOutput]]] = {}
+        for rank in targets:
+            call_id = self._next_call_id()
+            fut: asyncio.Future[UtilityOutput] = loop.create_future()
+            self._pending_utility[call_id] = (rank, fut)
+            calls[rank] = (call_id, fut)
+        self.stats.utility_calls += 1
+        try:
+            for rank, (call_id, fut) in calls.items():
+                try:
+                    await self._send(rank, encode_utility(self.config.client_index, call_id, method, list(args)))
+                except ProtocolError:
+                    raise
+                except Exception as exc:  # count it as that engine's failure; still wait for the others
+                    if not fut.done():
+                        fut.set_result(UtilityOutput(call_id, f"could not send {method} to engine {rank}: {exc}"))
+            futures = [fut for _, fut in calls.values()]
+            done, pending = await asyncio.wait(futures, timeout=self.config.utility_timeout_s)
+            for fut in done:
+                if fut.exception() is not None:
+                    raise fut.exception()  # type: ignore[misc]
+            if pending:
+                missing = [rank for rank, (_, fut) in calls.items() if fut in pending]
+                raise UtilityTimeout(method, missing, self.config.utility_timeout_s)
+        finally:
+            for call_id, fut in calls.values():
+                self._pending_utility.pop(call_id, None)
+                if not fut.done():
+                    fut.cancel()
+        self._check_open()
+        return self._aggregation.aggregate(method, {rank: fut.result() for rank, (_, fut) in calls.items()})
+
+    async def is_sleeping(self) -> bool:
+        return await self.call_utility("is_sleeping")
+
+    async def sleep(self, level: int = 1, mode: str = "abort") -> None:
+        await self.call_utility("sleep", level, mode)
+
+    async def wake_up(self, tags: Sequence[str] | None = None) -> bool:
+        return await self.call_utility("wake_up", None if tags is None else list(tags))
+
+    async def reset_prefix_cache(self, reset_running_requests: bool = False, reset_external: bool = False) -> bool:
+        return await self.call_utility("reset_prefix_cache", reset_running_requests, reset_external)
+
+    async def reset_mm_cache(self) -> None:
+        await self.call_utility("reset_mm_cache")
+
+    async def reset_encoder_cache(self) -> None:
+        await self.call_utility("reset_encoder_cache")
+
+    async def is_scheduler_paused(self) -> bool:
+        return await self.call_utility("is_scheduler_paused")
+
+    async def pause_generation(self, mode: str = "abort", clear_cache: bool = True) -> None:
+        await self.call_utility("pause_generation", mode, clear_cache)
+
+    async def pause_scheduler(self, mode: str = "abort", clear_cache: bool = True) -> None:
+        await self.call_utility("pause_scheduler", mode, clear_cache)
+
+    async def resume_scheduler(self) -> None:
+        await self.call_utility("resume_scheduler")
+
+    async def get_weight_version(self) -> str:
+        return await self.call_utility("get_weight_version")
+
+    async def profile(self, is_start: bool = True, prefix: str | None = None) -> None:
+        await self.call_utility("profile", is_start, prefix)
+
+    async def collective_rpc(self, method: str, timeout: float | None = None, args: Sequence[Any] = (),
+                             kwargs: dict[str, Any] | None = None) -> list[Any]:
+        return await self.call_utility("collective_rpc", method, timeout, list(args), kwargs)
+
+    async def get_supported_tasks(self) -> tuple[str, ...]:
+        """Tasks every engine supports, in the first engine's order."""
+        per_engine: dict[int, list[str]] = await self.call_utility("get_supported_tasks")
+        lists = list(per_engine.values())
+        common = set(lists[0]).intersection(*lists[1:]) if lists else set()
+        return tuple(t for t in lists[0] if t in common) if lists else ()
+
+    # ================================================================== receiving
+    async def _output_loop(self) -> None:
+        assert self._output is not None
+        sock = self._output
+        loop = asyncio.get_running_loop()
+        while True:
+            frames = await sock.recv_multipart()
+            self._last_output_at = loop.time()
+            self._on_output_frames(frames)
+
+    def _on_output_frames(self, frames: list[bytes]) -> None:
+        self.stats.output_messages += 1
+        try:
+            msg = decode_outputs(frames)
+        except ProtocolError as exc:
+            self._fail(exc)
+            return
+        if msg is ENGINE_DEAD:
+            if BUG_IGNORE_ENGINE_DEAD in self.config.bugs:
+                log.warning("ignoring ENGINE_CORE_DEAD (bug knob ignore-engine-dead)")
+                return
+            self._fail(EngineDeadError())
+            return
+        assert isinstance(msg, EngineCoreOutputs)
+        if msg.is_dp_control:
+            self._fail(UnexpectedDPControl(msg.engine_index))
+            return
+        if msg.scheduler_stats is not None:
+            self._router.on_stats(msg.engine_index, msg.scheduler_stats)
+        registry = self._registry
+        for out in msg.outputs:
+            entry = registry.get(out.request_id)
+            if entry is None:  # ECP-OUT-9: finished, aborted or unknown
+                self.stats.outputs_dropped += 1
+                continue
+            sink = entry.sink
+            if out.finish_reason is not None:
+                registry.take(out.request_id)
+            if sink.dropped:  # waiting for its auto-abort: nobody listens
+                self.stats.outputs_dropped += 1
+                continue
+            sink.push(out)
+            self.stats.outputs_dispatched += 1
+            if out.finish_reason is not None:
+                sink.end()
+        if msg.finished_requests:
+            for request_id in msg.finished_requests:
+                entry = registry.take(request_id)
+                if entry is not None and not entry.sink.dropped:
+                    entry.sink.end(RequestStreamClosed(request_id, msg.engine_index))
+        if msg.utility_output is not None:
+            self._on_utility_output(msg.engine_index, msg.utility_output)
+
+    def _on_utility_output(self, engine_index: int, reply: UtilityOutput) -> None:
+        pending = self._pending_utility.pop(reply.call_id, None)
+        if pending is None:  # ECP-UTIL-10
+            self.stats.unknown_utility_replies += 1
+            log.warning("dropping utility reply with unknown call id %s from engine %d", reply.call_id,
+                        engine_index)
+            return
+        rank, fut = pending
+        if rank != engine_index:
+            log.warning("utility reply for engine %d arrived from engine %d", rank, engine_index)
+        if not fut.done():
+            fut.set_result(reply)
+
+    async def _monitor_loop(self) -> None:
+        assert self._monitor is not None
+        while True:
+            event = parse_monitor_message(await self._monitor.recv_multipart())
+            if event["event"] != zmq.EVENT_DISCONNECTED:
+                continue
+            endpoint = event["endpoint"]
+            endpoint = endpoint.decode(errors="replace") if isinstance(endpoint, bytes) else endpoint
+            await self._on_peer_lost(f"input connection on {endpoint} closed")
+            return
+
+    async def _on_peer_lost(self, detail: str) -> None:
+        # "No output and a dead peer": let outputs the engine sent before it died
+        # arrive first (bounded), then fail closed.
+        loop = asyncio.get_running_loop()
+        grace = self.config.peer_loss_grace_s
+        give_up = loop.time() + 5 * grace
+        while loop.time() < give_up:
+            await asyncio.sleep(grace)
+            if loop.time() - self._last_output_at >= grace:
+                break
+        self._fail(EngineDisconnected(detail))
+
+    # ================================================================== failure and shutdown
+    def _fail(self, error: BaseException) -> None:
+        """Fail closed (``ECP-ROB-3``): the first error reaches every stream and waiter."""
+        if not self._health.fail(error):
+            return
+        self._end_everything(error)
+
+    def _end_everything(self, error: BaseException) -> None:
+        for entry in self._registry.take_all():
+            entry.sink.end(error)
+        for _, fut in list(self._pending_utility.values()):
+            if not fut.done():
+                fut.set_exception(error)
+        self._pending_utility.clear()
+        self._coalescer.drain(lambda _id: None, max_items=len(self._coalescer))
+
+    async def shutdown(self) -> None:
+        """End every stream and waiter with :class:`ClientClosed`, stop the
+        background tasks and close the sockets. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._end_everything(ClientClosed())
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=_SHUTDOWN_WAIT_S)
+        self._close_sockets()
+
+    def _close_sockets(self) -> None:
+        if self._input is not None and self._monitor is not None:
+            try:
+                self._input.disable_monitor()
+            except zmq.ZMQError:
+                pass
+        for sock in (self._monitor, self._handshake_sock, self._input, self._output):
+            if sock is not None:
+                sock.close(linger=0)
+        if self._coordinator is not None:
+            self._coordinator.close()
+        self._monitor = self._handshake_sock = self._input = self._output = None
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    async def __aenter__(self) -> "EngineCoreClient":
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.shutdown()

@@ -1,0 +1,95 @@
+"""Client configuration and the conformance bug knobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+#: No coalescing: one ABORT message per auto-aborted id.
+BUG_ABORT_ONE_PER_REQUEST = "abort-one-per-request"
+#: Consensus methods (``is_sleeping`` …) ask only the first engine (vLLM's Python DP behaviour).
+BUG_FIRST_ENGINE_IS_SLEEPING = "first-engine-is-sleeping"
+#: ``reset_prefix_cache`` aggregates with OR instead of AND.
+BUG_RESET_PREFIX_CACHE_ANY = "reset-prefix-cache-any"
+#: The ``ENGINE_CORE_DEAD`` sentinel is ignored instead of failing the client.
+BUG_IGNORE_ENGINE_DEAD = "ignore-engine-dead"
+
+#: Every bug knob the client implements. The frontend owns two more
+#: (``no-rejection-notification``, ``notify-without-connector``).
+CLIENT_BUGS = frozenset({
+    BUG_ABORT_ONE_PER_REQUEST, BUG_FIRST_ENGINE_IS_SLEEPING, BUG_RESET_PREFIX_CACHE_ANY,
+    BUG_IGNORE_ENGINE_DEAD,
+})
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """How an :class:`~ecp.reference.client.EngineCoreClient` binds and talks to its engines.
+
+    Attributes:
+        engine_count: N engines, with global ranks ``engine_start_index .. +N-1`` (``ECP-DP-1``).
+        engine_start_index: rank of the first engine.
+        handshake_address: where to bind the handshake ROUTER; ``None`` picks a
+            fresh ipc path (``transport="ipc"``) or an ephemeral tcp port on ``host``.
+        transport: ``"ipc"`` or ``"tcp"`` for the sockets the client picks itself.
+        host: the interface for tcp binds (loopback by default, ``ECP-SEC-2``).
+        input_address, output_address: explicit input ROUTER / output PULL bind
+            addresses (needed by engines in bootstrapped mode); ``None`` = pick.
+        client_index: this client's index, stamped on every ADD and UTILITY
+            (``ECP-REQ-6``). A handshake-owning client advertises one input/output
+            pair, so it must be 0 unless ``bootstrapped``.
+        handshake_timeout_s: bound on waiting for every engine's HELLO.
+        ready_timeout_s: bound on waiting, after the last HELLO, for every
+            ready payload, READY and the coordinator gate.
+        bootstrapped: no handshake socket; engines with known ranks register
+            directly on the input socket.
+        coordinator: run the in-process DP coordinator (startup gate, wave
+            rebroadcast) and advertise its addresses in INIT.
+        kv_connector: name of the KV connector the deployment uses (``None`` =
+            none); informational for the frontend's rejection-notice gating.
+        utility_timeout_s: bound on a utility call waiting for every engine.
+        peer_loss_grace_s: after an engine connection closes, how long the
+            client keeps draining outputs before it fails closed.
+        bugs: conformance bug knobs (see :data:`CLIENT_BUGS`); unknown names are
+            ignored here so the frontend can pass its whole set.
+    """
+
+    engine_count: int = 1
+    engine_start_index: int = 0
+    handshake_address: str | None = None
+    transport: Literal["ipc", "tcp"] = "ipc"
+    host: str = "127.0.0.1"
+    input_address: str | None = None
+    output_address: str | None = None
+    client_index: int = 0
+    handshake_timeout_s: float = 60.0
+    ready_timeout_s: float = 600.0
+    bootstrapped: bool = False
+    coordinator: bool = False
+    kv_connector: str | None = None
+    utility_timeout_s: float = 300.0
+    peer_loss_grace_s: float = 0.1
+    bugs: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if self.engine_count < 1:
+            raise ValueError(f"engine_count must be at least 1, got {self.engine_count}")
+        if not 0 <= self.engine_start_index or self.engine_start_index + self.engine_count > 0x10000:
+            raise ValueError("engine ranks must fit the 2-byte identity (0..65535)")
+        if self.transport not in ("ipc", "tcp"):
+            raise ValueError(f"transport must be 'ipc' or 'tcp', got {self.transport!r}")
+        if self.client_index < 0:
+            raise ValueError("client_index must be non-negative")
+        if self.client_index != 0 and not self.bootstrapped:
+            raise ValueError("a handshake-owning client advertises one input/output pair: "
+                             "client_index must be 0 (use bootstrapped mode for other indexes)")
+        if self.bootstrapped and self.coordinator:
+            raise ValueError("bootstrapped mode has no handshake, so it cannot gate on a coordinator")
+        object.__setattr__(self, "bugs", frozenset(self.bugs))
+
+    @property
+    def engine_ranks(self) -> tuple[int, ...]:
+        return tuple(range(self.engine_start_index, self.engine_start_index + self.engine_count))
+
+    def has_bug(self, name: str) -> bool:
+        return name in self.bugs

@@ -1,0 +1,134 @@
+"""``RequestStream``: one request's outputs, as an async iterator.
+
+The client keeps only the stream's :class:`StreamSink` in its registry, never
+the :class:`RequestStream` itself, so a stream the caller forgets is
+garbage-collected and auto-aborted (``ECP-ABORT-5``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Callable
+
+from ecp.spec import EngineCoreOutput
+
+from .abort_coalescer import AbortCause
+
+DropCallback = Callable[[str, AbortCause], None]
+
+
+class StreamSink:
+    """The client-side end of a stream: outputs go in, the end is set once."""
+
+    __slots__ = ("request_id", "engine_rank", "items", "ended", "dropped", "error", "waiter")
+
+    def __init__(self, request_id: str, engine_rank: int) -> None:
+        self.request_id = request_id
+        self.engine_rank = engine_rank
+        self.items: deque[EngineCoreOutput] = deque()
+        self.ended = False      # no more outputs will be pushed
+        self.dropped = False    # the consumer closed it before its end
+        self.error: BaseException | None = None
+        self.waiter: asyncio.Future[None] | None = None
+
+    def push(self, output: EngineCoreOutput) -> None:
+        self.items.append(output)
+        self._wake()
+
+    def end(self, error: BaseException | None = None) -> None:
+        """End the stream (after the queued outputs), optionally with an error. Idempotent."""
+        if self.ended:
+            return
+        self.ended = True
+        self.error = error
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class RequestStream:
+    """Async iterator of :class:`~ecp.spec.EngineCoreOutput` for one request.
+
+    It yields every output the engine sent for the request, the terminal one
+    (``finish_reason`` set) last, then stops. A failure of the client (engine
+    dead, undecodable output, shutdown) is raised from the iteration after
+    the outputs already received. Closing it early (:meth:`aclose`,
+    leaving ``async with``, cancelling the task that awaits it, or dropping
+    the last reference) auto-aborts the request at its engine.
+    """
+
+    __slots__ = ("_sink", "_on_drop", "__weakref__")
+
+    def __init__(self, sink: StreamSink, on_drop: DropCallback) -> None:
+        self._sink = sink
+        self._on_drop = on_drop
+
+    @property
+    def request_id(self) -> str:
+        return self._sink.request_id
+
+    @property
+    def engine_rank(self) -> int:
+        """The global DP rank of the engine serving the request."""
+        return self._sink.engine_rank
+
+    @property
+    def finished(self) -> bool:
+        """True once no more outputs can arrive (terminal output, error, abort or close)."""
+        return self._sink.ended
+
+    def __aiter__(self) -> "RequestStream":
+        return self
+
+    async def __anext__(self) -> EngineCoreOutput:
+        sink = self._sink
+        while True:
+            if sink.items:
+                return sink.items.popleft()
+            if sink.ended:
+                if sink.error is not None:
+                    raise sink.error
+                raise StopAsyncIteration
+            waiter = asyncio.get_running_loop().create_future()
+            sink.waiter = waiter
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                self._drop(AbortCause.DROPPED_STREAM)
+                raise
+            finally:
+                sink.waiter = None
+
+    def _drop(self, cause: AbortCause) -> None:
+        sink = self._sink
+        if sink.ended:
+            return
+        sink.dropped = True
+        sink.items.clear()
+        sink.end()
+        self._on_drop(sink.request_id, cause)
+
+    async def aclose(self, cause: AbortCause | str = AbortCause.DROPPED_STREAM) -> None:
+        """Stop consuming. If the request is still running it is auto-aborted
+        with ``cause`` (``"dropped_stream"`` or ``"stop_string_matched"``)."""
+        self._drop(AbortCause(cause))
+
+    async def __aenter__(self) -> "RequestStream":
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._drop(AbortCause.DROPPED_STREAM)
+
+    def __del__(self) -> None:
+        try:
+            self._drop(AbortCause.DROPPED_STREAM)
+        except Exception:  # never raise from a finaliser (e.g. the loop is gone)
+            pass
+
+    def __repr__(self) -> str:
+        return (f"RequestStream({self.request_id!r}, engine_rank={self.engine_rank}, "
+                f"finished={self.finished})")

@@ -1,0 +1,698 @@
+"""The engine core (sans-IO): admission, abort, stepping, utilities, pause/sleep, DP waves.
+
+:class:`EngineCore` consumes decoded input messages and produces
+:class:`Outbound` messages (``EngineCoreOutputs`` addressed to a client index,
+or to :data:`COORDINATOR`) in :attr:`EngineCore.outbox`; the IO layer
+(:mod:`.server`) encodes and sends them in order. Behaviour follows vLLM 0.33:
+
+* ADD: validation failures, duplicates, a paused engine and an out-of-range
+  ``client_index`` are answered with one ERROR output (``finished_requests``
+  set, no stats, no ``weight_version``); ``abort_immediately`` admits and
+  aborts at once with no output, running the KV connector hook.
+* client ABORT: no output; blocks freed at once; unknown ids ignored.
+* steps: one message per client with outputs; QUEUED/SCHEDULED(/PREEMPTED)
+  events and ``prefill_stats`` ride on a request's first output after they
+  happen; ``weight_version`` is set; a stats-only message follows finishes and
+  aborts once the engine is idle.
+* engine-initiated aborts (sleep/pause with mode ``abort``, shutdown): ABORT
+  outputs with ``finished_requests``, then a stats-only message, then the
+  utility reply.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import msgspec
+
+from ecp.spec import (
+    EngineCoreEvent, EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason, LoRARequest,
+    PrefillStats, RequestError, SchedulerStats, UtilityOutput, UtilityRequest, UtilityResult,
+)
+from ecp.spec.outputs import PrefixCacheStats
+
+from .config import EngineConfig
+from .kv_connector import ReferenceKVConnector
+from .scheduler import EngineRequest, Scheduler, SchedulerOutput, Status
+
+log = logging.getLogger("ecp.engine")
+
+#: ``Outbound.client_index`` of messages for the DP coordinator.
+COORDINATOR = -1
+DEFAULT_NUM_GPU_BLOCKS = 8192
+SLEEP_TAGS = ("weights", "kv_cache")
+PAUSED_MESSAGE = "Generation is paused. Please retry after it resumes."
+
+
+class PauseState(enum.Enum):
+    UNPAUSED = "unpaused"
+    PAUSED_NEW = "paused_new"  # new ADDs are refused; admitted requests run on
+    PAUSED_ALL = "paused_all"  # nothing is scheduled (mode "keep")
+
+
+@dataclass
+class Outbound:
+    """One message to send: ``payload`` is an ``EngineCoreOutputs`` (or, for a
+    bug knob, a raw list) for ``outputs[client_index]`` or the coordinator."""
+
+    client_index: int
+    payload: Any
+
+
+@dataclass
+class _Deferred:
+    call: UtilityRequest
+    client_index: int
+    ready: Callable[[], bool]
+    complete: Callable[[], Any]
+
+
+class UtilityFailure(Exception):
+    """A utility method refused its arguments or state; becomes ``failure_message``."""
+
+
+class EngineCore:
+    """One engine core (one DP rank). Drive it with :meth:`add_request`,
+    :meth:`abort_requests`, :meth:`handle_utility`, :meth:`start_dp_wave` and
+    :meth:`step`; send what :meth:`take_outbox` returns."""
+
+    def __init__(self, config: EngineConfig, executor: Any, *, engine_index: int = 0,
+                 num_clients: int = 1, has_coordinator: bool = False,
+                 connector: ReferenceKVConnector | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.executor = executor
+        self.engine_index = engine_index
+        self.num_clients = num_clients
+        self.has_coordinator = has_coordinator
+        self.clock = clock
+        num_blocks = config.num_gpu_blocks
+        if num_blocks is None:
+            num_blocks = executor.available_blocks(config.block_size, config.gpu_memory_utilization)
+        self.num_blocks = int(num_blocks or DEFAULT_NUM_GPU_BLOCKS)
+        if self.num_blocks * config.block_size < config.max_model_len:
+            raise ValueError(
+                f"the KV cache ({self.num_blocks} blocks x {config.block_size} tokens) cannot hold one "
+                f"sequence of max_model_len={config.max_model_len}; lower --max-model-len")
+        executor.initialize(self.num_blocks, config.block_size)
+        self.scheduler = Scheduler(
+            num_blocks=self.num_blocks, block_size=config.block_size, max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens, max_model_len=config.max_model_len,
+            enable_chunked_prefill=config.enable_chunked_prefill,
+            enable_prefix_caching=config.enable_prefix_caching, policy=config.scheduling_policy,
+            clock=clock)
+        self.connector = connector
+        if connector is not None:
+            connector.free_blocks = self.scheduler.free_blocks
+        self.outbox: list[Outbound] = []
+        self.pause = PauseState.UNPAUSED
+        self.sleeping_tags: set[str] = set()
+        self.sleep_level = 0
+        self.weight_version = "default"
+        self.current_wave = 0
+        self.engines_running = False
+        self.step_counter = 0
+        self.profiling = False
+        self.loras: dict[int, LoRARequest] = {}
+        self.pinned_loras: set[int] = set()
+        self._deferred: list[_Deferred] = []
+        self._stats_dirty = False
+        self._finished_for_client: dict[int, set[str]] = {}
+        self._last_coord_counts: tuple[int, int] | None = None
+        self.log_stats = not config.disable_log_stats
+        self.include_finished_set = has_coordinator
+        self.num_errors = 0
+        self.num_finished = 0
+
+    # ------------------------------------------------------------------ outbox
+    def take_outbox(self) -> list[Outbound]:
+        out, self.outbox = self.outbox, []
+        return out
+
+    def _emit(self, client_index: int, msg: Any) -> None:
+        self.outbox.append(Outbound(client_index, msg))
+
+    def _valid_client(self, client_index: int) -> bool:
+        return 0 <= client_index < self.num_clients
+
+    # ------------------------------------------------------------------ ADD
+    def add_request(self, req: EngineCoreRequest, arrival_client: int = 0) -> None:
+        """Admit an ADD, or answer it with an ERROR output."""
+        rid = req.request_id
+        client = req.client_index
+        if not self._valid_client(client):
+            log.warning("[ECP-ROB-4] ADD %r names client_index %d; engine has %d client(s)",
+                        rid, client, self.num_clients)
+            self.reject(rid, arrival_client, "invalid_client_index",
+                        f"client_index {client} has no output socket (engine has {self.num_clients})")
+            return
+        abort_now = req.abort_immediately and not self.config.has_bug("ignore-abort-immediately")
+        params = req.kv_transfer_params
+        if self.pause is not PauseState.UNPAUSED and not abort_now:
+            self.reject(rid, client, "engine_paused", PAUSED_MESSAGE, retryable=True)
+            if params and self.connector is not None:
+                # as vLLM: the refused request still lets the connector clean up
+                self.connector.request_finished(rid, params, [], aborted=True)
+            return
+        problem = self._validate(req)
+        if problem is not None:
+            code, message = problem
+            self.reject(rid, client, code, message)
+            if abort_now and params and self.connector is not None:
+                self.connector.request_finished(rid, params, [], aborted=True)
+            return
+        if rid in self.scheduler.requests:
+            self.reject(rid, client, "duplicate_request_id",
+                        f"request id {rid!r} is already in flight at this engine")
+            return
+        sp = req.sampling_params
+        prompt = list(req.prompt_token_ids or ())
+        room = self.config.max_model_len - len(prompt)
+        max_tokens = room if sp.max_tokens is None else min(sp.max_tokens, room)
+        er = EngineRequest(
+            request_id=rid, prompt_token_ids=prompt, sampling_params=sp, client_index=client,
+            priority=req.priority, arrival_time=req.arrival_time, cache_salt=req.cache_salt,
+            lora_name=req.lora_request.lora_name if req.lora_request else None,
+            kv_transfer_params=params, max_tokens=max(1, max_tokens))
+        self._track_wave(req.current_wave)
+        if self.connector is not None:
+            self.connector.forget(rid)
+        self.scheduler.add(er)
+        if abort_now:
+            self._end(er, aborted=True)
+            self._stats_dirty = True
+
+    def _validate(self, req: EngineCoreRequest) -> tuple[str, str] | None:
+        cfg = self.config
+        if req.pooling_params is not None or req.sampling_params is None:
+            return "unsupported_task", "this engine supports only the 'generate' task (got a pooling request)"
+        if req.prompt_token_ids is None:
+            return "invalid_request", "prompt_token_ids is required (prompt_embeds are not supported)"
+        if req.mm_features:
+            return "unsupported_task", "multimodal inputs are not supported by this engine"
+        n = len(req.prompt_token_ids)
+        if n == 0:
+            return "invalid_request", "the prompt is empty"
+        if n > cfg.max_model_len:
+            return ("prompt_too_long", f"The decoder prompt (length {n}) is longer than the maximum "
+                    f"model length of {cfg.max_model_len}.")
+        for t in req.prompt_token_ids:
+            if not 0 <= t < cfg.vocab_size:
+                return "invalid_request", f"Token id {t} is out of vocabulary (vocab_size={cfg.vocab_size})"
+        errors = req.sampling_params.validation_errors()
+        if errors:
+            return "invalid_request", "; ".join(errors)
+        if req.lora_request is not None and req.lora_request.lora_int_id not in self.loras:
+            return "invalid_request", f"LoRA adapter {req.lora_request.lora_name!r} is not loaded"
+        return None
+
+    def reject(self, request_id: str, client_index: int, code: str, message: str,
+               retryable: bool = False) -> None:
+        """Answer a request that is not admitted with one ERROR output (``ECP-REQ-3``)."""
+        self.num_errors += 1
+        out = EngineCoreOutput(request_id=request_id, new_token_ids=[], finish_reason=FinishReason.ERROR,
+                               error=RequestError(code=code, message=message, retryable=retryable))
+        self._emit(client_index, EngineCoreOutputs(
+            engine_index=self.engine_index, outputs=[out], timestamp=self.clock(),
+            finished_requests={request_id}))
+
+    # ------------------------------------------------------------------ ABORT
+    def abort_requests(self, request_ids: list[str]) -> int:
+        """Client ABORT: end every known id without output. Returns how many ended."""
+        if self.config.has_bug("ignore-abort"):
+            return 0
+        found = []
+        seen = set()
+        for rid in request_ids:
+            req = self.scheduler.requests.get(rid)
+            if req is not None and rid not in seen:
+                seen.add(rid)
+                found.append(req)
+        if not found:
+            return 0
+        plain = []
+        for req in found:
+            if self.connector is not None and req.kv_transfer_params:
+                self._end(req, aborted=True)
+            else:
+                plain.append(req)
+        if plain:
+            self.scheduler.finish_many(plain)
+            self.executor.release([r.request_id for r in plain])
+        if self.include_finished_set:
+            for req in found:
+                self._finished_for_client.setdefault(req.client_index, set()).add(req.request_id)
+        self._stats_dirty = True
+        return len(found)
+
+    def _end(self, req: EngineRequest, *, aborted: bool) -> dict[str, Any] | None:
+        """Finish ``req`` in the scheduler, running the connector hook first."""
+        keep, out_params = False, None
+        if self.connector is not None and req.kv_transfer_params:
+            keep, out_params = self.connector.request_finished(
+                req.request_id, req.kv_transfer_params, req.block_ids, aborted=aborted)
+        self.scheduler.finish(req, free_blocks=not keep)
+        self.executor.release([req.request_id])
+        self.num_finished += 1
+        return out_params
+
+    def abort_all_with_outputs(self) -> list[str]:
+        """Engine-initiated abort of everything in flight (``ECP-ABORT-9``)."""
+        reqs = list(self.scheduler.requests.values())
+        if not reqs:
+            return []
+        by_client: dict[int, list[EngineRequest]] = {}
+        for req in reqs:
+            by_client.setdefault(req.client_index, []).append(req)
+            self._end(req, aborted=True)
+        now = self.clock()
+        for client, group in by_client.items():
+            self._emit(client, EngineCoreOutputs(
+                engine_index=self.engine_index,
+                outputs=[EngineCoreOutput(request_id=r.request_id, new_token_ids=[],
+                                          finish_reason=FinishReason.ABORT) for r in group],
+                timestamp=now, finished_requests={r.request_id for r in group}))
+        self._stats_dirty = True
+        self._emit_stats_only()
+        return [r.request_id for r in reqs]
+
+    # ------------------------------------------------------------------ DP
+    def _track_wave(self, wave: int) -> None:
+        if not self.has_coordinator:
+            self.current_wave = max(self.current_wave, wave)
+            return
+        if wave > self.current_wave:
+            self.current_wave = wave
+        elif wave < self.current_wave and not self.engines_running:
+            # a stale-wave request to an idle engine starts a new wave (ECP-DP-5)
+            self._emit(COORDINATOR, EngineCoreOutputs(
+                engine_index=self.engine_index, timestamp=self.clock(), start_wave=self.current_wave))
+        self.engines_running = True
+
+    def start_dp_wave(self, wave: int, exclude_engine_index: int | None) -> None:
+        """START_DP_WAVE: a wave older than ours is ignored (``ECP-DP-4``)."""
+        if wave >= self.current_wave and exclude_engine_index != self.engine_index:
+            self.current_wave = wave
+            self.engines_running = True
+
+    def _maybe_complete_wave(self) -> None:
+        if not self.has_coordinator or not self.engines_running or self.scheduler.has_unfinished():
+            return
+        target = 0 if self.config.has_bug("wave-complete-to-client") else COORDINATOR
+        self._emit(target, EngineCoreOutputs(engine_index=self.engine_index, timestamp=self.clock(),
+                                             wave_complete=self.current_wave))
+        self.current_wave += 1
+        self.engines_running = False
+
+    # ------------------------------------------------------------------ stats
+    def make_stats(self) -> SchedulerStats:
+        s = self.scheduler
+        pc = s.pool.take_stats()
+        return SchedulerStats(
+            num_running_reqs=s.num_running, num_waiting_reqs=s.num_waiting,
+            step_counter=self.step_counter, current_wave=self.current_wave,
+            kv_cache_usage=s.pool.usage,
+            prefix_cache_stats=PrefixCacheStats(reset=pc["reset"], requests=pc["requests"],
+                                                queries=pc["queries"], hits=pc["hits"]),
+            kv_connector_stats=self.connector.snapshot() if self.connector is not None else None,
+        )
+
+    def _emit_stats_only(self) -> None:
+        if self.log_stats and self._stats_dirty:
+            self._emit(0, EngineCoreOutputs(engine_index=self.engine_index, scheduler_stats=self.make_stats(),
+                                            timestamp=self.clock(), weight_version=self.weight_version,
+                                            finished_requests=self._take_finished(0)))
+        self._stats_dirty = False
+
+    def _take_finished(self, client: int) -> set[str] | None:
+        if not self.include_finished_set:
+            return None
+        return self._finished_for_client.pop(client, None)
+
+    def _publish_counts(self) -> None:
+        if not self.has_coordinator:
+            return
+        counts = (self.scheduler.num_waiting, self.scheduler.num_running)
+        if counts != self._last_coord_counts:
+            self._last_coord_counts = counts
+            self._emit(COORDINATOR, EngineCoreOutputs(
+                engine_index=self.engine_index, scheduler_stats=self.make_stats() if self.log_stats else
+                SchedulerStats(num_running_reqs=counts[1], num_waiting_reqs=counts[0],
+                               current_wave=self.current_wave),
+                timestamp=self.clock()))
+
+    # ------------------------------------------------------------------ step
+    def step(self) -> bool:
+        """Run one scheduler step. Returns True when it did work (call again soon)."""
+        if self.connector is not None and self.connector.leases:
+            self.connector.expire()
+        busy = False
+        if self.pause is not PauseState.PAUSED_ALL and self.scheduler.has_unfinished():
+            sched = self.scheduler.schedule()
+            if not sched.empty:
+                self._run(sched)
+                busy = True
+        if not busy:
+            self._emit_stats_only()
+        self._check_deferred()
+        self._maybe_complete_wave()
+        self._publish_counts()
+        return busy
+
+    def _run(self, sched: SchedulerOutput) -> None:
+        result = self.executor.execute(sched.batch)
+        self.scheduler.update(sched)
+        self.step_counter += 1
+        now = self.clock()
+        cfg = self.config
+        per_client: dict[int, list[EngineCoreOutput]] = {}
+        finished_any = False
+        extra_msgs: list[tuple[int, EngineCoreOutput]] = []
+        for req, _n in sched.scheduled:
+            if req.status is not Status.RUNNING:
+                continue
+            toks = result.sampled.get(req.request_id)
+            new: list[int] = []
+            finish: FinishReason | None = None
+            stop_reason: int | None = None
+            if toks:
+                for t in toks:
+                    req.output_token_ids.append(t)
+                    new.append(t)
+                    finish, stop_reason = self._check_stop(req, t)
+                    if finish is not None:
+                        break
+            if not new and finish is None:
+                continue
+            out = EngineCoreOutput(request_id=req.request_id, new_token_ids=new)
+            if req.events:
+                out.events = [EngineCoreEvent(type=t, timestamp=ts) for t, ts in req.events]
+                req.events = []
+            if not req.prefill_stats_sent:
+                req.prefill_stats_sent = True
+                p = len(req.prompt_token_ids)
+                cached = req.num_prefix_cached_tokens
+                out.prefill_stats = PrefillStats(
+                    num_prompt_tokens=p, num_computed_tokens=p, num_cached_tokens=cached,
+                    num_local_cached_tokens=cached,
+                    num_cache_creation_tokens=max(0, (p // cfg.block_size) * cfg.block_size - cached))
+            nans = result.num_nans.get(req.request_id)
+            if nans:
+                out.num_nans_in_logits = nans
+            lp = result.logprobs.get(req.request_id)
+            if lp is not None:
+                out.new_logprobs = lp
+            if finish is not None:
+                finished_any = True
+                out.kv_transfer_params = self._end(req, aborted=False)
+                if not cfg.has_bug("no-terminal-output"):
+                    out.finish_reason = finish
+                    out.stop_reason = stop_reason
+                if self.include_finished_set:
+                    self._finished_for_client.setdefault(req.client_index, set()).add(req.request_id)
+                if cfg.has_bug("duplicate-output"):
+                    extra_msgs.append((req.client_index, out))
+                if cfg.has_bug("tokens-after-finish"):
+                    extra_msgs.append((req.client_index, EngineCoreOutput(
+                        request_id=req.request_id, new_token_ids=[new[-1] if new else 17])))
+            per_client.setdefault(req.client_index, []).append(out)
+        stats_attached = not self.log_stats
+        for client, outs in per_client.items():
+            msg = EngineCoreOutputs(engine_index=self.engine_index, outputs=outs, timestamp=now,
+                                    weight_version=self.weight_version,
+                                    finished_requests=self._take_finished(client))
+            if not stats_attached:
+                msg.scheduler_stats = self.make_stats()
+                stats_attached = True
+            self._emit(client, msg)
+        for client, out in extra_msgs:
+            self._emit(client, EngineCoreOutputs(engine_index=self.engine_index, outputs=[out],
+                                                 timestamp=now, weight_version=self.weight_version))
+        if per_client:
+            self._stats_dirty = finished_any
+        elif finished_any or sched.preempted:
+            self._stats_dirty = True
+
+    def _check_stop(self, req: EngineRequest, token: int) -> tuple[FinishReason | None, int | None]:
+        # vLLM's order: length caps first, then (after min_tokens) EOS, then stop tokens
+        n_out = len(req.output_token_ids)
+        if n_out >= req.max_tokens or req.num_tokens >= self.config.max_model_len:
+            return FinishReason.LENGTH, None
+        sp = req.sampling_params
+        if n_out < sp.min_tokens:
+            return None, None
+        if not sp.ignore_eos and sp._eos_token_id is not None and token == sp._eos_token_id:
+            return FinishReason.STOP, None
+        if sp.stop_token_ids and token in sp.stop_token_ids:
+            return FinishReason.STOP, token
+        return None, None
+
+    def shutdown(self) -> list[str]:
+        """Abort everything in flight with ABORT outputs (vLLM's default ``timeout=0``)."""
+        return self.abort_all_with_outputs()
+
+    # ------------------------------------------------------------------ utilities
+    def handle_utility(self, call: UtilityRequest, arrival_client: int = 0) -> None:
+        """Run a UTILITY call; the reply (or a deferred reply) goes to the outbox."""
+        client = call.client_index
+        if not self._valid_client(client):
+            log.warning("[ECP-ROB-4] UTILITY %s names client_index %d; replying on client %d",
+                        call.method_name, client, arrival_client)
+            client = arrival_client
+        name = call.method_name
+        method = _UTILITIES.get(name)
+        if method is None:
+            self._reply(call, client, failure=(
+                f"Call to {name} method failed: 'EngineCoreProc' object has no attribute '{name}'"))
+            return
+        try:
+            result = method(self, *call.args)
+        except Exception as exc:  # any failure is reported to the caller, never fatal
+            log.info("Invocation of %s method failed: %s", name, exc)
+            self._reply(call, client, failure=f"Call to {name} method failed: {exc}")
+            return
+        if isinstance(result, _Wait):
+            self._deferred.append(_Deferred(call, client, result.ready, result.complete))
+            self._check_deferred()
+        else:
+            self._reply(call, client, value=result)
+
+    def _reply(self, call: UtilityRequest, client: int, *, value: Any = None, failure: str | None = None) -> None:
+        call_id = call.call_id
+        if self.config.has_bug("wrong-call-id"):
+            call_id = (call_id + 1) % 2**64
+        now = self.clock()
+        if failure is not None:
+            self._emit(client, EngineCoreOutputs(engine_index=self.engine_index, timestamp=now,
+                                                 utility_output=UtilityOutput(call_id, failure, None)))
+        elif self.config.has_bug("bare-utility-result"):
+            self._emit(client, [self.engine_index, [], None, now, [call_id, None, value],
+                                None, None, None, None])
+        else:
+            self._emit(client, EngineCoreOutputs(
+                engine_index=self.engine_index, timestamp=now,
+                utility_output=UtilityOutput(call_id, None, UtilityResult(None, value))))
+
+    def _check_deferred(self) -> None:
+        if not self._deferred:
+            return
+        still = []
+        for d in self._deferred:
+            if d.ready():
+                try:
+                    value = d.complete()
+                except Exception as exc:
+                    self._reply(d.call, d.client_index, failure=f"Call to {d.call.method_name} method failed: {exc}")
+                else:
+                    self._reply(d.call, d.client_index, value=value)
+            else:
+                still.append(d)
+        self._deferred = still
+
+    def _idle(self) -> bool:
+        return not self.scheduler.has_unfinished()
+
+    def _enter_pause(self, mode: str) -> None:
+        if mode not in ("abort", "wait", "keep"):
+            raise UtilityFailure(f"mode must be 'abort', 'wait' or 'keep', got {mode!r}")
+        if mode == "keep":
+            self.pause = PauseState.PAUSED_ALL
+        else:
+            if self.pause is not PauseState.PAUSED_ALL:
+                self.pause = PauseState.PAUSED_NEW
+            if mode == "abort":
+                self.abort_all_with_outputs()
+
+    # -- the methods (wire names) -------------------------------------------
+    def u_is_sleeping(self) -> bool:
+        value = bool(self.sleeping_tags)
+        if self.config.has_bug("inconsistent-is-sleeping") and self.engine_index % 2 == 1:
+            value = not value
+        return value
+
+    def u_sleep(self, level: int = 1, mode: str = "abort") -> Any:
+        if not isinstance(level, int) or level not in (0, 1, 2):
+            raise UtilityFailure(f"sleep level must be 0, 1 or 2, got {level!r}")
+        self._enter_pause(mode)
+
+        def complete() -> None:
+            self.scheduler.pool.reset()  # best effort: kept requests still hold blocks
+            self.sleeping_tags = set(SLEEP_TAGS)
+            self.sleep_level = level
+
+        if mode == "wait" and not self._idle():
+            return _Wait(self._idle, complete)
+        complete()
+        return None
+
+    def u_wake_up(self, tags: list[str] | None = None) -> bool:
+        was_sleeping = bool(self.sleeping_tags)
+        if tags is None:
+            self.sleeping_tags.clear()
+        else:
+            if isinstance(tags, str) or not isinstance(tags, list):
+                raise UtilityFailure(f"tags must be a list of strings or nil, got {tags!r}")
+            bad = [t for t in tags if t not in SLEEP_TAGS]
+            if bad:
+                raise UtilityFailure(f"unknown wake_up tags {bad}; known: {list(SLEEP_TAGS)}")
+            self.sleeping_tags.difference_update(tags)
+        awake = not self.sleeping_tags
+        if awake and was_sleeping:
+            self.sleep_level = 0
+            self.pause = PauseState.UNPAUSED
+        return awake
+
+    def u_reset_prefix_cache(self, reset_running_requests: bool = False, reset_connector: bool = False) -> bool:
+        if self.config.has_bug("reset-prefix-cache-fails"):
+            return False
+        if reset_running_requests:
+            self.scheduler.preempt_all_running()
+        if reset_connector and self.connector is not None:
+            self.connector.reset()
+        return self.scheduler.pool.reset()
+
+    def u_get_supported_tasks(self) -> list[str]:
+        return ["generate"]
+
+    def u_reset_mm_cache(self) -> None:
+        return None
+
+    def u_reset_encoder_cache(self) -> None:
+        return None
+
+    def u_profile(self, is_start: bool = True, profile_prefix: str | None = None) -> None:
+        self.profiling = bool(is_start)
+
+    def u_pause_generation(self, mode: str = "abort", clear_cache: bool = True) -> Any:
+        self._enter_pause(mode)
+
+        def complete() -> None:
+            if clear_cache:
+                self.scheduler.pool.reset()
+
+        if mode == "wait" and not self._idle():
+            return _Wait(self._idle, complete)
+        complete()
+        return None
+
+    def u_resume_scheduler(self) -> None:
+        self.pause = PauseState.UNPAUSED
+
+    def u_is_scheduler_paused(self) -> bool:
+        return self.pause is not PauseState.UNPAUSED
+
+    def u_get_weight_version(self) -> str:
+        return self.weight_version
+
+    def u_set_weight_version(self, version: str) -> None:
+        if not isinstance(version, str):
+            raise UtilityFailure(f"weight version must be a string, got {version!r}")
+        self.weight_version = version
+
+    def u_collective_rpc(self, method: str, timeout: float | None = None, args: list | None = None,
+                         kwargs: dict | None = None) -> list[Any]:
+        """One result per worker (this engine has one worker)."""
+        args = list(args or ())
+        kwargs = dict(kwargs or {})
+        worker = {
+            "echo": lambda *a, **k: [list(a), k],
+            "ping": lambda: "pong",
+            "get_num_blocks": lambda: self.num_blocks,
+            "get_model_info": lambda: {"executor": self.config.executor, "dtype": self.executor.dtype,
+                                       "vocab_size": self.config.vocab_size},
+        }.get(method)
+        if worker is None:
+            raise UtilityFailure(f"'Worker' object has no attribute '{method}'")
+        return [worker(*args, **kwargs)]
+
+    def _lora_enabled(self) -> None:
+        if self.config.max_loras < 1:
+            raise UtilityFailure("LoRA is not enabled (start the engine with --max-loras N)")
+
+    def u_add_lora(self, lora_request: Any) -> bool:
+        self._lora_enabled()
+        try:
+            lora = msgspec.convert(lora_request, LoRARequest)
+        except msgspec.ValidationError as exc:
+            raise UtilityFailure(f"invalid LoRARequest: {exc}") from None
+        if lora.lora_int_id < 1:
+            raise UtilityFailure(f"lora_int_id must be > 0, got {lora.lora_int_id}")
+        if lora.lora_int_id not in self.loras and len(self.loras) >= self.config.max_loras:
+            evictable = [i for i in self.loras if i not in self.pinned_loras]
+            if not evictable:
+                return False
+            del self.loras[evictable[0]]
+        self.loras[lora.lora_int_id] = lora
+        return True
+
+    def u_remove_lora(self, lora_id: int) -> bool:
+        self._lora_enabled()
+        self.pinned_loras.discard(lora_id)
+        return self.loras.pop(lora_id, None) is not None
+
+    def u_list_loras(self) -> list[int]:
+        return sorted(self.loras)
+
+    def u_pin_lora(self, lora_id: int) -> bool:
+        self._lora_enabled()
+        if lora_id not in self.loras:
+            return False
+        self.pinned_loras.add(lora_id)
+        return True
+
+    def u_execute_dummy_batch(self) -> None:
+        return None
+
+    def u_get_kv_connector_stats(self) -> dict[str, Any] | None:
+        """ecp extension: pinned/freed block counts of the reference KV connector."""
+        return self.connector.snapshot() if self.connector is not None else None
+
+    def u_get_engine_state(self) -> dict[str, Any]:
+        """ecp extension: queue lengths and block-pool occupancy (for tests and tools)."""
+        s = self.scheduler
+        return {
+            "engine_index": self.engine_index, "num_running": s.num_running, "num_waiting": s.num_waiting,
+            "num_blocks": self.num_blocks, "num_free_blocks": s.pool.num_free,
+            "num_used_blocks": s.pool.num_used, "num_cached_blocks": s.pool.num_cached,
+            "num_preemptions": s.num_preempted_total, "step_counter": self.step_counter,
+            "current_wave": self.current_wave, "paused": self.pause.value,
+            "sleeping_tags": sorted(self.sleeping_tags), "num_finished": self.num_finished,
+            "num_errors": self.num_errors,
+        }
+
+
+@dataclass
+class _Wait:
+    """A utility result that is sent once ``ready()`` holds (sleep/pause with mode ``wait``)."""
+
+    ready: Callable[[], bool]
+    complete: Callable[[], Any]
+
+
+_UTILITIES: dict[str, Callable[..., Any]] = {
+    name[2:]: fn for name, fn in vars(EngineCore).items() if name.startswith("u_") and callable(fn)
+}

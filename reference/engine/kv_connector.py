@@ -1,0 +1,188 @@
+"""The reference KV connector for prefill/decode disaggregation (sans-IO).
+
+It implements the one hook the protocol makes observable, ``request_finished``:
+
+* **producer** (prefill engine): a request whose ``kv_transfer_params`` say
+  ``do_remote_decode`` finishes normally → its KV blocks stay *pinned* under a
+  lease (default 480 s, NIXL's abort timeout) and its terminal output carries
+  ``kv_transfer_params = {do_remote_prefill: true, do_remote_decode: false,
+  remote_engine_id, remote_block_ids, remote_host, remote_port,
+  remote_request_id, tp_size}``. The blocks are freed when the consumer's
+  notice arrives on the side channel, or when the lease expires.
+* **consumer** (decode engine): a request whose params say
+  ``do_remote_prefill`` is finished or aborted, including by
+  ``abort_immediately`` → the connector queues a ``free`` notice for the
+  producer named by ``remote_host``/``remote_port``.
+
+Side-channel message (msgpack map, one frame, PUSH → PULL):
+``{"type": "free", "request_id": str, "engine_id": str}``. The address is
+``tcp://{remote_host}:{remote_port}``, or ``remote_host`` itself when it is an
+``ipc://`` address. The IO layer (:mod:`.server`) moves the notices.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+@dataclass
+class Lease:
+    request_id: str
+    blocks: list[int]
+    deadline: float
+
+
+@dataclass
+class Notice:
+    """A notice for a producer: send ``payload`` to ``address``."""
+
+    address: str
+    payload: dict[str, Any]
+
+
+@dataclass
+class ConnectorStats:
+    pinned_requests: int = 0
+    pinned_blocks: int = 0
+    pinned_blocks_total: int = 0
+    freed_blocks_total: int = 0
+    freed_by_notice: int = 0
+    freed_by_expiry: int = 0
+    freed_by_reset: int = 0
+    notices_sent: int = 0
+    notices_received: int = 0
+    unknown_notices: int = 0
+
+
+def side_channel_address(remote_host: str, remote_port: int | None) -> str:
+    if remote_host.startswith(("ipc://", "tcp://", "inproc://")):
+        return remote_host
+    return f"tcp://{remote_host}:{remote_port}"
+
+
+@dataclass
+class ReferenceKVConnector:
+    """Producer and/or consumer state of one engine.
+
+    ``free_blocks`` is called with the block ids of a lease that ends.
+    ``host``/``port`` are where this engine's side channel listens (producer).
+    """
+
+    engine_id: str
+    role: str
+    free_blocks: Callable[[list[int]], None]
+    host: str | None = None
+    port: int | None = None
+    lease_s: float = 480.0
+    clock: Callable[[], float] = time.monotonic
+    leases: dict[str, Lease] = field(default_factory=dict)
+    outbox: list[Notice] = field(default_factory=list)
+    stats: ConnectorStats = field(default_factory=ConnectorStats)
+    _notified: set[str] = field(default_factory=set)
+
+    @property
+    def is_producer(self) -> bool:
+        return self.role in ("producer", "both")
+
+    @property
+    def is_consumer(self) -> bool:
+        return self.role in ("consumer", "both")
+
+    # -- the hook -----------------------------------------------------------
+    def request_finished(self, request_id: str, params: dict[str, Any] | None, blocks: list[int],
+                         *, aborted: bool) -> tuple[bool, dict[str, Any] | None]:
+        """Called once when a request ends (finish, abort, abort_immediately).
+
+        Returns ``(keep_blocks, kv_transfer_params_for_output)``. With
+        ``keep_blocks`` the connector owns ``blocks`` and frees them later.
+        """
+        if not params:
+            return False, None
+        if self.is_consumer and params.get("do_remote_prefill"):
+            self._notify_producer(request_id, params)
+        if self.is_producer and params.get("do_remote_decode") and not aborted and blocks:
+            self.leases[request_id] = Lease(request_id, list(blocks), self.clock() + self.lease_s)
+            self.stats.pinned_requests = len(self.leases)
+            self.stats.pinned_blocks += len(blocks)
+            self.stats.pinned_blocks_total += len(blocks)
+            return True, {
+                "do_remote_prefill": True,
+                "do_remote_decode": False,
+                "remote_engine_id": self.engine_id,
+                "remote_block_ids": list(blocks),
+                "remote_host": self.host,
+                "remote_port": self.port,
+                "remote_request_id": request_id,
+                "tp_size": 1,
+            }
+        return False, None
+
+    def _notify_producer(self, request_id: str, params: dict[str, Any]) -> None:
+        host = params.get("remote_host")
+        if not isinstance(host, str) or request_id in self._notified:
+            return
+        self._notified.add(request_id)
+        rid = params.get("remote_request_id") or request_id
+        self.outbox.append(Notice(side_channel_address(host, params.get("remote_port")), {
+            "type": "free", "request_id": str(rid), "engine_id": str(params.get("remote_engine_id", "")),
+        }))
+        self.stats.notices_sent += 1
+
+    def forget(self, request_id: str) -> None:
+        """Drop per-request memory once a request id may be reused."""
+        self._notified.discard(request_id)
+
+    # -- producer side ------------------------------------------------------
+    def on_notice(self, payload: Any) -> bool:
+        """Handle a side-channel message; True when it freed a lease."""
+        self.stats.notices_received += 1
+        if not isinstance(payload, dict) or payload.get("type") != "free":
+            self.stats.unknown_notices += 1
+            return False
+        lease = self.leases.pop(str(payload.get("request_id")), None)
+        if lease is None:
+            self.stats.unknown_notices += 1
+            return False
+        self._release(lease)
+        self.stats.freed_by_notice += len(lease.blocks)
+        return True
+
+    def expire(self) -> int:
+        """Free leases past their deadline; returns how many ended."""
+        now = self.clock()
+        done = [lease for lease in self.leases.values() if lease.deadline <= now]
+        for lease in done:
+            del self.leases[lease.request_id]
+            self._release(lease)
+            self.stats.freed_by_expiry += len(lease.blocks)
+        return len(done)
+
+    def next_deadline(self) -> float | None:
+        return min((lease.deadline for lease in self.leases.values()), default=None)
+
+    def reset(self) -> None:
+        """Release every lease (``reset_prefix_cache(reset_connector=True)``)."""
+        for lease in list(self.leases.values()):
+            self._release(lease)
+            self.stats.freed_by_reset += len(lease.blocks)
+        self.leases.clear()
+        self.stats.pinned_requests = 0
+
+    def _release(self, lease: Lease) -> None:
+        self.free_blocks(lease.blocks)
+        self.stats.pinned_blocks -= len(lease.blocks)
+        self.stats.freed_blocks_total += len(lease.blocks)
+        self.stats.pinned_requests = len(self.leases)
+
+    def snapshot(self) -> dict[str, Any]:
+        s = self.stats
+        return {
+            "engine_id": self.engine_id, "role": self.role,
+            "pinned_requests": len(self.leases), "pinned_blocks": s.pinned_blocks,
+            "pinned_blocks_total": s.pinned_blocks_total, "freed_blocks_total": s.freed_blocks_total,
+            "freed_by_notice": s.freed_by_notice, "freed_by_expiry": s.freed_by_expiry,
+            "freed_by_reset": s.freed_by_reset, "notices_sent": s.notices_sent,
+            "notices_received": s.notices_received, "unknown_notices": s.unknown_notices,
+        }

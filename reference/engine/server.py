@@ -1,0 +1,449 @@
+"""The pyzmq layer of one engine core (one DP rank): handshake, sockets, IO loop.
+
+:class:`EngineServer` joins a frontend-owned handshake as a vLLM engine does
+(FACTS §2): HELLO on a DEALER whose identity is the 2-byte rank, INIT, one
+input DEALER and one output PUSH per client, the ready payload on every input,
+the coordinator gate when INIT names a coordinator, READY. Then it loops:
+drain every readable socket, feed the decoded messages to the sans-IO
+:class:`~ecp.reference.engine.core.EngineCore`, run one step, send what the
+core queued. A malformed message is logged with its clause and, when its
+request id can be read, answered with an ERROR output; the loop keeps serving
+(``ECP-ROB-1``). An unexpected exception sends ``ENGINE_CORE_DEAD`` on every
+output socket before the server returns 1 (``ECP-OUT-8``). Setting the stop
+event aborts in-flight requests with ABORT outputs, flushes and returns 0
+(``ECP-ROB-5``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import random
+import threading
+import time
+from typing import Any
+
+import msgspec
+import zmq
+
+from ecp.spec import (
+    COORDINATOR_READY, VLLM_VERSION, XSUB_SUBSCRIBE, AbortMessage, AddMessage, EngineCoreOutputs,
+    EngineCoreReadyResponse, Hello, Ready, RemoteProtocolError, StartDPWaveMessage, UtilityMessage,
+    decode_any, decode_init, decode_input, encode_engine_dead, encode_handshake, encode_outputs,
+    encode_payload, engine_identity,
+)
+from ecp.spec.enums import RequestType
+
+from .config import EngineConfig
+from .core import COORDINATOR, EngineCore
+from .kv_connector import ReferenceKVConnector
+
+log = logging.getLogger("ecp.engine")
+
+IDLE_POLL_MS = 50  # how often an idle engine looks at its stop event
+MAX_DRAIN = 4096  # messages taken from one socket per loop turn, so outputs keep flowing
+
+
+class EngineStartupError(Exception):
+    """The handshake or startup failed; the engine never became ready."""
+
+
+def make_executor(config: EngineConfig) -> Any:
+    """The configured executor; the torch one is imported only when asked for."""
+    if config.executor == "torch":
+        module = importlib.import_module("ecp.reference.engine.torch_executor")
+        return module.TorchExecutor(config.model, config.device, config.seed, config.dtype)
+    from .synthetic import SyntheticExecutor
+
+    return SyntheticExecutor(
+        seed=config.seed, vocab_size=config.vocab_size,
+        output_token_chunk_size=config.output_token_chunk_size, step_time_ms=config.step_time_ms,
+        prefill_token_cost_us=config.prefill_token_cost_us, decode_token_cost_us=config.decode_token_cost_us,
+        eos_every=config.eos_every, eos_token_id=config.eos_token_id)
+
+
+def recover_request_id(payload: bytes) -> str | None:
+    """Read just ``request_id`` (element 0) of an ADD payload that failed to decode.
+
+    Parses the array header and the first string by hand so that a bad
+    element later on (a pickle ext, a wrong type) does not hide the id.
+    """
+    b = bytes(payload)
+    if not b:
+        return None
+    i = 0
+    h = b[0]
+    if 0x90 <= h <= 0x9F:
+        i = 1
+    elif h == 0xDC:
+        i = 3
+    elif h == 0xDD:
+        i = 5
+    else:
+        return None
+    if i >= len(b):
+        return None
+    h = b[i]
+    if 0xA0 <= h <= 0xBF:
+        n, i = h & 0x1F, i + 1
+    elif h == 0xD9 and i + 1 < len(b):
+        n, i = b[i + 1], i + 2
+    elif h == 0xDA and i + 2 < len(b):
+        n, i = int.from_bytes(b[i + 1:i + 3], "big"), i + 3
+    else:
+        return None
+    if i + n > len(b) or n > 4096:
+        return None
+    try:
+        return b[i:i + n].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def rank_side_channel(address: str, local_index: int) -> str:
+    """Rank ``local_index``'s side-channel address: tcp ports count up, ipc paths get a suffix."""
+    if local_index == 0:
+        return address
+    if address.startswith("tcp://"):
+        host, _, port = address[6:].rpartition(":")
+        if port.isdigit() and int(port) != 0:
+            return f"tcp://{host}:{int(port) + local_index}"
+        return address
+    return f"{address}-{local_index}"
+
+
+def _set_hwm(sock: zmq.Socket) -> None:
+    sock.setsockopt(zmq.SNDHWM, 0)
+    sock.setsockopt(zmq.RCVHWM, 0)
+
+
+class EngineServer:
+    """One engine core process (or thread) for global DP rank ``rank``."""
+
+    def __init__(self, config: EngineConfig, *, rank: int, handshake_address: str,
+                 data_parallel_size: int | None = None, local_index: int = 0,
+                 stop_event: threading.Event | None = None) -> None:
+        self.config = config
+        self.rank = rank
+        self.local_index = local_index
+        self.handshake_address = handshake_address
+        self.dp_size = data_parallel_size or config.data_parallel_size or (rank + 1)
+        self.stop_event = stop_event or threading.Event()
+        self.identity = engine_identity(rank)
+        self.instance_id = str(random.getrandbits(63))
+        self.core: EngineCore | None = None
+        self.ready = threading.Event()
+        self.exit_code: int | None = None
+        self.bad_frames = 0
+        self._ctx: zmq.Context | None = None
+        self._inputs: list[zmq.Socket] = []
+        self._outputs: list[zmq.Socket] = []
+        self._coord_sub: zmq.Socket | None = None
+        self._coord_push: zmq.Socket | None = None
+        self._side_pull: zmq.Socket | None = None
+        self._side_push: dict[str, zmq.Socket] = {}
+
+    # ------------------------------------------------------------------ entry
+    def run(self) -> int:
+        """Handshake, serve until stopped; returns the exit code (0 graceful, 1 failure)."""
+        self._ctx = zmq.Context()
+        try:
+            try:
+                self._startup()
+            except EngineStartupError as exc:
+                log.error("engine rank %d failed to start: %s", self.rank, exc)
+                self.exit_code = 1
+                return 1
+            if self.stop_event.is_set() and self.core is None:
+                self.exit_code = 0
+                return 0
+            self.exit_code = self._serve()
+            return self.exit_code
+        finally:
+            self._close()
+
+    # ------------------------------------------------------------------ startup
+    def _wait_readable(self, sock: zmq.Socket, timeout_s: float, what: str) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not self.stop_event.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise EngineStartupError(f"timed out after {timeout_s:.0f}s waiting for {what} (ECP-HS-8)")
+            if sock.poll(min(IDLE_POLL_MS, int(left * 1000) + 1)):
+                return True
+        return False
+
+    def _wait_writable(self, sock: zmq.Socket, timeout_s: float, what: str) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not self.stop_event.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise EngineStartupError(f"timed out after {timeout_s:.0f}s waiting for {what} (ECP-HS-8)")
+            if sock.poll(min(IDLE_POLL_MS, int(left * 1000) + 1), zmq.POLLOUT):
+                return True
+        return False
+
+    def _startup(self) -> None:
+        cfg = self.config
+        ctx = self._ctx
+        hs = ctx.socket(zmq.DEALER)
+        hs.setsockopt(zmq.IDENTITY, self.identity)
+        hs.setsockopt(zmq.LINGER, 5000)
+        hs.connect(self.handshake_address)
+        try:
+            hs.send(encode_handshake(Hello(local=cfg.local, headless=not cfg.local)))
+            if not self._wait_readable(hs, cfg.handshake_timeout_s, "INIT"):
+                return
+            frames = hs.recv_multipart()
+            try:
+                init = decode_init(frames[-1])
+            except RemoteProtocolError as exc:
+                raise EngineStartupError(f"bad INIT: {exc}") from None
+            addrs = init.addresses
+            has_coord = addrs.coordinator_input is not None
+            executor = make_executor(cfg)
+            connector = self._make_connector()
+            self.core = EngineCore(cfg, executor, engine_index=self.rank, num_clients=len(addrs.inputs),
+                                   has_coordinator=has_coord, connector=connector)
+            for in_addr, out_addr in zip(addrs.inputs, addrs.outputs):
+                d = ctx.socket(zmq.DEALER)
+                d.setsockopt(zmq.IDENTITY, self.identity)
+                d.setsockopt(zmq.LINGER, 0)
+                _set_hwm(d)
+                d.connect(in_addr)
+                self._inputs.append(d)
+                p = ctx.socket(zmq.PUSH)
+                p.setsockopt(zmq.LINGER, 4000)
+                _set_hwm(p)
+                p.connect(out_addr)
+                self._outputs.append(p)
+            ready_payload = encode_handshake(self._ready_response())
+            for d in self._inputs:
+                # A DEALER is writable once its peer is connected: sending then puts the
+                # ready payload on the wire before READY goes out on the handshake socket.
+                if not self._wait_writable(d, cfg.handshake_timeout_s, "an input ROUTER connection"):
+                    return
+                d.send(ready_payload)
+            if has_coord:
+                self._coordinator_gate(addrs.coordinator_input, addrs.coordinator_output)
+                if self.stop_event.is_set():
+                    return
+            ready = Ready(local=cfg.local, headless=not cfg.local,
+                          parallel_config_hash=self._parallel_config_hash() if self.dp_size > 1 else None)
+            hs.send(encode_handshake(ready))
+        finally:
+            hs.close()
+        self.ready.set()
+        log.info("engine rank %d ready: %d client(s), %d KV blocks x %d, coordinator=%s",
+                 self.rank, len(self._inputs), self.core.num_blocks, cfg.block_size, has_coord)
+
+    def _coordinator_gate(self, coord_in: str, coord_out: str | None) -> None:
+        sub = self._ctx.socket(zmq.XSUB)
+        sub.setsockopt(zmq.IDENTITY, self.identity)
+        sub.setsockopt(zmq.LINGER, 0)
+        _set_hwm(sub)
+        sub.connect(coord_in)
+        sub.send(XSUB_SUBSCRIBE)
+        self._coord_sub = sub
+        push = self._ctx.socket(zmq.PUSH)
+        push.setsockopt(zmq.LINGER, 4000)
+        _set_hwm(push)
+        push.connect(coord_out)
+        self._coord_push = push
+        deadline = time.monotonic() + self.config.coordinator_timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise EngineStartupError("timed out waiting for the coordinator's READY (ECP-HS-6)")
+            if not self._wait_readable(sub, left, "the coordinator's READY"):
+                return
+            frames = sub.recv_multipart()
+            if len(frames) == 1 and frames[0] == COORDINATOR_READY:
+                return
+            self._on_coordinator(frames)  # a wave broadcast before READY: keep it
+
+    def _make_connector(self) -> ReferenceKVConnector | None:
+        cfg = self.config
+        if cfg.kv_connector != "reference":
+            return None
+        engine_id = cfg.kv_engine_id or f"ecp-{self.instance_id}-{self.rank}"
+        host = port = None
+        if cfg.kv_role in ("producer", "both"):
+            address = rank_side_channel(cfg.kv_side_channel or "tcp://127.0.0.1:0", self.local_index)
+            pull = self._ctx.socket(zmq.PULL)
+            pull.setsockopt(zmq.LINGER, 0)
+            try:
+                pull.bind(address)
+            except zmq.ZMQError as exc:
+                pull.close()
+                raise EngineStartupError(f"cannot bind the KV side channel {address}: {exc}") from None
+            self._side_pull = pull
+            bound = pull.getsockopt_string(zmq.LAST_ENDPOINT)
+            if bound.startswith("tcp://"):
+                h, _, p = bound[6:].rpartition(":")
+                host, port = h, int(p)
+            else:
+                host = bound
+            log.info("KV side channel (producer) at %s", bound)
+        return ReferenceKVConnector(engine_id=engine_id, role=cfg.kv_role, free_blocks=lambda b: None,
+                                    host=host, port=port, lease_s=cfg.kv_lease_s)
+
+    def _ready_response(self) -> EngineCoreReadyResponse:
+        cfg = self.config
+        core = self.core
+        kv_tokens = core.num_blocks * cfg.block_size
+        return EngineCoreReadyResponse(
+            max_model_len=cfg.max_model_len, num_gpu_blocks=core.num_blocks, block_size=cfg.block_size,
+            dp_stats_address=None, dtype=core.executor.dtype, vllm_version=VLLM_VERSION, world_size=1,
+            data_parallel_size=self.dp_size, tensor_parallel_size=1, pipeline_parallel_size=1,
+            decode_context_parallel_size=1, data_parallel_rank=self.rank, max_num_seqs=cfg.max_num_seqs,
+            max_num_batched_tokens=cfg.max_num_batched_tokens, instance_id=self.instance_id,
+            supports_lora=cfg.max_loras > 0, max_loras=cfg.max_loras, kv_cache_size_tokens=kv_tokens,
+            kv_cache_max_concurrency=kv_tokens / cfg.max_model_len, enable_sleep_mode=True,
+            effective_attention_block_size=cfg.block_size)
+
+    def _parallel_config_hash(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(f"dp={self.dp_size};tp=1;pp=1".encode()).hexdigest()[:16]
+
+    # ------------------------------------------------------------------ serving
+    def _serve(self) -> int:
+        core = self.core
+        poller = zmq.Poller()
+        for s in self._inputs:
+            poller.register(s, zmq.POLLIN)
+        for s in (self._coord_sub, self._side_pull):
+            if s is not None:
+                poller.register(s, zmq.POLLIN)
+        client_of = {s: i for i, s in enumerate(self._inputs)}
+        busy = False
+        try:
+            while not self.stop_event.is_set():
+                timeout = 0 if busy else IDLE_POLL_MS
+                if not busy and core.connector is not None:
+                    deadline = core.connector.next_deadline()
+                    if deadline is not None:
+                        timeout = max(0, min(timeout, int((deadline - core.clock()) * 1000) + 1))
+                for sock, _ in poller.poll(timeout):
+                    for _ in range(MAX_DRAIN):
+                        try:
+                            frames = sock.recv_multipart(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        if sock is self._side_pull:
+                            self._on_side_channel(frames)
+                        elif sock is self._coord_sub:
+                            self._on_coordinator(frames)
+                        else:
+                            self._on_input(frames, client_of[sock])
+                    self._flush()
+                busy = core.step()
+                self._flush()
+            core.shutdown()
+            self._flush()
+            return 0
+        except _Fatal as exc:
+            log.error("engine rank %d: fatal: %s; sending ENGINE_CORE_DEAD", self.rank, exc)
+        except Exception:
+            log.exception("engine rank %d: fatal error; sending ENGINE_CORE_DEAD", self.rank)
+        self._send_dead()
+        return 1
+
+    def _on_input(self, frames: list[bytes], client: int) -> None:
+        core = self.core
+        try:
+            msg = decode_input(frames)
+        except RemoteProtocolError as exc:
+            self.bad_frames += 1
+            log.warning("[%s] dropped a bad input message from client %d: %s", exc.clause, client, exc)
+            if self.config.has_bug("crash-on-bad-frame"):
+                raise _Fatal(f"bad input frame ({exc.clause})") from None
+            if len(frames) >= 2 and bytes(frames[0]) == RequestType.ADD.value:
+                rid = recover_request_id(frames[1])
+                if rid is not None:
+                    core.reject(rid, client, "invalid_request", f"[{exc.clause}] {exc.message}")
+            return
+        if isinstance(msg, AddMessage):
+            core.add_request(msg.request, client)
+        elif isinstance(msg, AbortMessage):
+            core.abort_requests(msg.request_ids)
+        elif isinstance(msg, UtilityMessage):
+            core.handle_utility(msg.call, client)
+        elif isinstance(msg, StartDPWaveMessage):
+            core.start_dp_wave(msg.wave.wave, msg.wave.exclude_engine_index)
+
+    def _on_coordinator(self, frames: list[bytes]) -> None:
+        if len(frames) == 1 and frames[0] == COORDINATOR_READY:
+            return
+        try:
+            msg = decode_input(frames)
+        except RemoteProtocolError as exc:
+            log.warning("[%s] dropped a bad coordinator message: %s", exc.clause, exc)
+            return
+        if isinstance(msg, StartDPWaveMessage):
+            self.core.start_dp_wave(msg.wave.wave, msg.wave.exclude_engine_index)
+        else:
+            log.warning("[ECP-DP-4] ignored a %s from the coordinator", type(msg).__name__)
+
+    def _on_side_channel(self, frames: list[bytes]) -> None:
+        try:
+            payload = decode_any(frames[0])
+        except RemoteProtocolError as exc:
+            log.warning("[%s] dropped a bad KV side-channel message: %s", exc.clause, exc)
+            return
+        self.core.connector.on_notice(payload)
+
+    # ------------------------------------------------------------------ sending
+    def _flush(self) -> None:
+        core = self.core
+        for ob in core.take_outbox():
+            if ob.client_index == COORDINATOR:
+                sock = self._coord_push
+            elif 0 <= ob.client_index < len(self._outputs):
+                sock = self._outputs[ob.client_index]
+            else:
+                sock = None
+            if sock is None:
+                log.warning("[ECP-ROB-4] dropped an output for client %d (no such output socket)",
+                            ob.client_index)
+                continue
+            if isinstance(ob.payload, EngineCoreOutputs):
+                frames = encode_outputs(ob.payload)
+            else:
+                frames = encode_payload(ob.payload)
+            sock.send_multipart(frames, copy=len(frames[0]) < 65536)
+        connector = core.connector
+        if connector is not None and connector.outbox:
+            for notice in connector.outbox:
+                push = self._side_push.get(notice.address)
+                if push is None:
+                    push = self._ctx.socket(zmq.PUSH)
+                    push.setsockopt(zmq.LINGER, 1000)
+                    push.connect(notice.address)
+                    self._side_push[notice.address] = push
+                try:
+                    push.send(msgspec.msgpack.encode(notice.payload), zmq.NOBLOCK)
+                except zmq.ZMQError as exc:
+                    log.warning("KV side-channel notice to %s not sent: %s", notice.address, exc)
+            connector.outbox.clear()
+
+    def _send_dead(self) -> None:
+        for sock in self._outputs:
+            try:
+                sock.send_multipart(encode_engine_dead(), zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+
+    def _close(self) -> None:
+        socks = [*self._inputs, *self._outputs, self._coord_sub, self._coord_push, self._side_pull,
+                 *self._side_push.values()]
+        for s in socks:
+            if s is not None:
+                s.close()
+        if self._ctx is not None:
+            self._ctx.term()
+
+
+class _Fatal(Exception):
+    """Raised inside the loop to take the ENGINE_CORE_DEAD exit."""

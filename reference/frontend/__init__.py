@@ -1,0 +1,14 @@
+"""``ecp.reference.frontend``: the reference OpenAI-compatible frontend (``ecp serve``).
+
+Layers, one concept per module:
+
+* :mod:`.protocol` -- OpenAI bodies (msgspec), validation, OpenAI-style errors;
+* :mod:`.ids` -- request-id conventions (FACTS §11.4);
+* :mod:`.stop_strings` -- incremental stop-string matching;
+* :mod:`.choice` -- one engine request's text state and partial result (sans-IO);
+* :mod:`.registry` -- in-flight index for the abort APIs (base/response/external/internal ids);
+* :mod:`.metrics` -- Prometheus metrics;
+* :mod:`.serving` -- :class:`Frontend`: runs choices through the engine-core client;
+* :mod:`.app` -- the Starlette routes; :mod:`.server` -- uvicorn, engine processes, ``serve()``;
+* :mod:`.bench` -- ``ecp bench serve``.
+"""

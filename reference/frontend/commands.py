@@ -1,0 +1,73 @@
+"""``ecp serve`` and ``ecp bench serve``."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "serve", help="OpenAI-compatible reference frontend over N engine cores",
+        description="With no engine flags, spawns --data-parallel-size local reference engines (synthetic "
+                    "executor, byte-level tokenizer). With --data-parallel-size-local 0 it waits for external "
+                    "engines on tcp://--data-parallel-address:--data-parallel-rpc-port, as `vllm serve` does.")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--model", "--served-model-name", dest="model", default="ecp-synthetic",
+                   help="model name served at /v1/models (default: %(default)s)")
+    p.add_argument("--tokenizer", default=None,
+                   help="a tokenizer.json (needs the 'tokenizers' extra); default: byte-level tokenizer")
+    p.add_argument("--data-parallel-size", "-dp", type=int, default=1, help="number of engines (default 1)")
+    p.add_argument("--data-parallel-size-local", "-dpl", type=int, default=None,
+                   help="0 = start no engines; wait for external ones")
+    p.add_argument("--data-parallel-start-rank", type=int, default=0,
+                   help="global rank of the first external engine (default 0)")
+    p.add_argument("--data-parallel-address", default=None, help="handshake host for external engines")
+    p.add_argument("--data-parallel-rpc-port", "--handshake-port", dest="data_parallel_rpc_port", type=int,
+                   default=None, help="handshake port for external engines")
+    p.add_argument("--handshake-timeout", type=float, default=600.0,
+                   help="seconds to wait for every engine's HELLO (default %(default)s)")
+    p.add_argument("--max-model-len", type=int, default=4096, help="for the embedded engines (default 4096)")
+    p.add_argument("--engine-args", default="",
+                   help="extra flags for the embedded engines, e.g. \"--step-time-ms 2\"")
+    p.add_argument("--kv-connector", default=None,
+                   help="KV connector name; enables rejection notifications (ECP-REJECT-3)")
+    p.add_argument("--dev-mode", action="store_true",
+                   help="register the dev endpoints (also VLLM_SERVER_DEV_MODE=1)")
+    p.add_argument("--bug", action="append", default=[], metavar="NAME",
+                   help="conformance bug knob (repeatable): no-rejection-notification, notify-without-connector, "
+                        "abort-one-per-request, first-engine-is-sleeping, reset-prefix-cache-any, ignore-engine-dead")
+    p.add_argument("--log-level", default="warning")
+    p.set_defaults(func=_serve)
+
+    bench = subparsers.add_parser("bench", help="benchmarks")
+    bsub = bench.add_subparsers(dest="bench_command", metavar="BENCH")
+    b = bsub.add_parser("serve", help="load-test any OpenAI-compatible /v1/completions endpoint")
+    b.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL (default %(default)s)")
+    b.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
+    b.add_argument("--concurrency", "-c", type=int, default=1)
+    b.add_argument("--num-requests", "-n", type=int, default=None,
+                   help="requests to send (default: max(64, 4 x concurrency))")
+    b.add_argument("--prompt-len", type=int, default=32, help="prompt length in characters")
+    b.add_argument("--max-tokens", type=int, default=64)
+    b.add_argument("--timeout", type=float, default=120.0, help="per-request timeout in seconds")
+    b.add_argument("--json", action="store_true", help="print the result as JSON")
+    b.add_argument("--no-progress", action="store_true")
+    b.set_defaults(func=_bench_serve)
+    bench.set_defaults(func=lambda args: (bench.print_help(), 2)[1])
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from .server import serve
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    return asyncio.run(serve(args))
+
+
+def _bench_serve(args: argparse.Namespace) -> int:
+    from .bench import main
+
+    return main(args)

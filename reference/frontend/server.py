@@ -1,0 +1,147 @@
+"""Running ``ecp serve``: client + engines + HTTP, wired together.
+
+* :func:`start_http` runs a Starlette app under uvicorn on an already bound
+  socket (port 0 = ephemeral), returning once it accepts connections; tests
+  and ``ecp serve`` both use it.
+* :func:`spawn_engines` starts the embedded default: N reference engines as
+  subprocesses (``python -m ecp.reference.engine --local …``) pointed at the client's
+  handshake address.
+* :func:`serve` is the ``ecp serve`` main coroutine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import shlex
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+log = logging.getLogger("ecp.serve")
+
+
+@dataclass
+class HttpServer:
+    server: Any  # uvicorn.Server
+    task: asyncio.Task
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        self.server.should_exit = True
+        try:
+            await asyncio.wait_for(asyncio.shield(self.task), timeout)
+        except asyncio.TimeoutError:
+            self.server.force_exit = True
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+
+
+async def start_http(app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> HttpServer:
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    config = uvicorn.Config(app, log_level=log_level, lifespan="off", timeout_graceful_shutdown=5,
+                            backlog=2048)
+    server = uvicorn.Server(config)
+    task = asyncio.ensure_future(server.serve(sockets=[sock]))
+    # The socket already listens, so connections made from now on wait in the
+    # backlog until uvicorn accepts them: no readiness polling is needed.
+    await asyncio.sleep(0)
+    return HttpServer(server, task, host, sock.getsockname()[1])
+
+
+def engine_command(handshake_address: str, engine_count: int, engine_start_index: int = 0,
+                   extra: Sequence[str] = ()) -> list[str]:
+    return [sys.executable, "-m", "ecp.reference.engine", "--handshake-address", handshake_address,
+            "--engine-count", str(engine_count), "--engine-start-index", str(engine_start_index), *extra]
+
+
+def spawn_engines(handshake_address: str, engine_count: int, extra: Sequence[str] = ()) -> subprocess.Popen:
+    """The embedded default: one supervisor process for N local reference engines."""
+    return subprocess.Popen(engine_command(handshake_address, engine_count, 0, extra),
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
+
+
+def client_bugs(bugs: Sequence[str]) -> frozenset[str]:
+    from .serving import FRONTEND_BUGS
+
+    return frozenset(b for b in bugs if b not in FRONTEND_BUGS)
+
+
+async def serve(args: argparse.Namespace) -> int:
+    from ecp.reference.client import ClientConfig, EngineCoreClient
+
+    from ..tokenizer import load_tokenizer
+    from .app import ServeApp
+    from .serving import Frontend, FrontendConfig
+
+    external = args.data_parallel_size_local == 0
+    dp = args.data_parallel_size
+    if external:
+        if args.data_parallel_rpc_port is None:
+            print("ecp serve: --data-parallel-size-local 0 needs --data-parallel-rpc-port (or --handshake-port)",
+                  file=sys.stderr)
+            return 2
+        host = args.data_parallel_address or "127.0.0.1"
+        handshake = f"tcp://{host}:{args.data_parallel_rpc_port}"
+        cfg = ClientConfig(engine_count=dp, engine_start_index=args.data_parallel_start_rank,
+                           handshake_address=handshake, transport="tcp", host=host,
+                           handshake_timeout_s=args.handshake_timeout, kv_connector=args.kv_connector,
+                           bugs=client_bugs(args.bug))
+    else:
+        cfg = ClientConfig(engine_count=dp, transport="ipc", handshake_timeout_s=args.handshake_timeout,
+                           kv_connector=args.kv_connector, bugs=client_bugs(args.bug))
+    client = EngineCoreClient(cfg)
+    await client.bind()
+    engines = None
+    try:
+        if external:
+            print(f"ecp serve: waiting for {dp} engine(s) to connect to {client.handshake_address}",
+                  file=sys.stderr, flush=True)
+        else:
+            # Embedded engines are co-located: HELLO local=true, headless=false.
+            extra = ["--local", "--max-model-len", str(args.max_model_len)] + shlex.split(args.engine_args or "")
+            if args.kv_connector:
+                extra += ["--kv-connector", args.kv_connector]
+            engines = spawn_engines(client.handshake_address, dp, extra)
+        await client.wait_ready()
+        tokenizer = load_tokenizer(args.tokenizer)
+        fcfg = FrontendConfig(model_name=args.model, max_model_len=client.max_model_len,
+                              kv_connector=args.kv_connector, bugs=frozenset(args.bug),
+                              dev_mode=args.dev_mode or os.environ.get("VLLM_SERVER_DEV_MODE", "0") not in ("", "0"))
+        frontend = Frontend(client, tokenizer, fcfg)
+        app = ServeApp(frontend).build()
+        http = await start_http(app, args.host, args.port, log_level=args.log_level)
+        print(f"ecp serve: serving {args.model!r} on {http.url} with {dp} engine(s)"
+              f"{' (dev mode)' if fcfg.dev_mode else ''}", file=sys.stderr, flush=True)
+        await http.task
+        return 0
+    finally:
+        await client.shutdown()
+        if engines is not None:
+            stop_process(engines)

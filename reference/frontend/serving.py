@@ -1,0 +1,269 @@
+"""The serving core: OpenAI bodies in, engine requests through the client, deltas out.
+
+:class:`Frontend` knows nothing about HTTP. It turns a validated body into
+:class:`~.choice.Choice` objects and ``EngineCoreRequest``s, runs each through
+the engine-core client, and yields :class:`~.choice.ChoiceDelta`s. It owns
+the three ways a request ends early:
+
+* the consumer goes away (HTTP disconnect, cancelled task): the engine
+  request is auto-aborted with cause ``dropped_stream`` through the client's
+  coalescer (``ECP-ABORT-5``, ``ECP-ABORT-7``);
+* a stop string matched here: auto-abort with cause ``stop_string_matched``;
+* an abort API named it: the client aborts it explicitly (``ECP-ABORT-8``)
+  and the stream ends with ``finish_reason: "abort"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Sequence
+
+from ecp.spec import EngineCoreRequest
+
+from ..tokenizer import Tokenizer
+from . import ids as idconv
+from .choice import Choice, ChoiceDelta
+from .metrics import FrontendMetrics
+from .protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, bad_request, max_tokens_of, to_sampling
+from .registry import InFlightIndex
+from .stop_strings import StopStringMatcher
+
+#: Frontend-owned conformance bug knobs (the rest go to the client).
+BUG_NO_REJECTION_NOTIFICATION = "no-rejection-notification"
+BUG_NOTIFY_WITHOUT_CONNECTOR = "notify-without-connector"
+FRONTEND_BUGS = frozenset({BUG_NO_REJECTION_NOTIFICATION, BUG_NOTIFY_WITHOUT_CONNECTOR})
+
+CAUSE_DROPPED_STREAM = "dropped_stream"
+CAUSE_STOP_STRING = "stop_string_matched"
+CAUSE_ABORT_API = "abort_api"
+
+
+@dataclass
+class FrontendConfig:
+    model_name: str = "ecp-synthetic"
+    max_model_len: int = 4096
+    kv_connector: str | None = None
+    bugs: frozenset[str] = frozenset()
+    dev_mode: bool = False
+
+
+@dataclass
+class Prepared:
+    """A validated HTTP request, ready to run."""
+
+    kind: str  # "completion" | "chat"
+    base_id: str
+    response_id: str
+    model: str
+    stream: bool
+    include_usage: bool
+    prompts: list[list[int]]
+    echo_texts: list[str]
+    choices: list[Choice]
+    requests: list[EngineCoreRequest]
+    created: int = field(default_factory=lambda: int(time.time()))
+
+
+def _prompt_token_lists(prompt: Any, tok: Tokenizer) -> list[list[int]]:
+    """The OpenAI prompt forms: str, [str], [int], [[int]]."""
+    if isinstance(prompt, str):
+        return [tok.encode(prompt)]
+    if not prompt:
+        raise bad_request("prompt must not be empty", "prompt")
+
+    def is_ids(x: Any) -> bool:
+        return isinstance(x, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in x)
+
+    if is_ids(prompt):
+        return [list(prompt)]
+    if all(isinstance(p, str) for p in prompt):
+        return [tok.encode(p) for p in prompt]
+    if all(is_ids(p) for p in prompt):
+        return [list(p) for p in prompt]
+    raise bad_request("prompt must be a string, a list of strings, a list of token ids or a list of "
+                      "token-id lists", "prompt")
+
+
+class Frontend:
+    def __init__(self, client: Any, tokenizer: Tokenizer, config: FrontendConfig,
+                 metrics: FrontendMetrics | None = None) -> None:
+        self.client = client
+        self.tokenizer = tokenizer
+        self.config = config
+        self.metrics = metrics or FrontendMetrics(config.model_name)
+        self.index = InFlightIndex()
+        self._background: set[asyncio.Task] = set()
+
+    # ------------------------------------------------------------------ preparation
+    def prepare(self, body: CompletionRequest | ChatCompletionRequest, *, base_id: str,
+                data_parallel_rank: int | None) -> Prepared:
+        """Validate and build the engine requests; raise :class:`OpenAIError` on a rejection."""
+        kind = "chat" if isinstance(body, ChatCompletionRequest) else "completion"
+        if body.model is not None and body.model != self.config.model_name:
+            raise OpenAIError(404, f"The model `{body.model}` does not exist.", "NotFoundError", "model")
+        base = base_id
+        resp_id = idconv.response_id(kind, base)
+        if kind == "chat":
+            text = self.tokenizer.apply_chat_template([msgspec_to_dict(m) for m in body.messages])
+            prompts = [self.tokenizer.encode(text)]
+        else:
+            prompts = _prompt_token_lists(body.prompt, self.tokenizer)
+        requested = max_tokens_of(body)
+        max_len = self.config.max_model_len
+        choices: list[Choice] = []
+        requests: list[EngineCoreRequest] = []
+        stops = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+        for p_index, prompt in enumerate(prompts):
+            if not prompt:
+                raise bad_request("prompt must contain at least one token", "prompt")
+            if requested is None:
+                max_tokens = max_len - len(prompt)
+            else:
+                max_tokens = requested
+            if len(prompt) + max(max_tokens, 0) > max_len or len(prompt) >= max_len:
+                raise bad_request(
+                    f"This model's maximum context length is {max_len} tokens. However, you requested "
+                    f"{len(prompt) + max(max_tokens, 0)} tokens ({len(prompt)} in the messages, "
+                    f"{max_tokens} in the completion). Please reduce the length of the messages or completion.",
+                    "max_tokens" if requested is not None else "messages")
+            external = idconv.external_id(kind, resp_id, p_index)
+            for i in range(body.n):
+                sp = to_sampling(body, max_tokens=max_tokens, eos_token_id=self.tokenizer.eos_token_id,
+                                 seed_offset=i)
+                internal = idconv.internal_id(external)
+                choices.append(Choice(
+                    index=len(choices), internal_id=internal, external_id=external, response_id=resp_id,
+                    base_id=base, prompt_token_ids=prompt, detok=self.tokenizer.decode_stream(),
+                    stop=StopStringMatcher(stops, body.include_stop_str_in_output),
+                    data_parallel_rank=data_parallel_rank))
+                requests.append(EngineCoreRequest(
+                    request_id=internal, prompt_token_ids=prompt, mm_features=None, sampling_params=sp,
+                    pooling_params=None, arrival_time=time.time(), lora_request=None, cache_salt=None,
+                    data_parallel_rank=data_parallel_rank, priority=body.priority, external_req_id=external))
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        echo = [self.tokenizer.decode(p) for p in prompts] if getattr(body, "echo", False) else []
+        return Prepared(kind, base, resp_id, self.config.model_name, body.stream, include_usage, prompts,
+                        echo, choices, requests)
+
+    # ------------------------------------------------------------------ running
+    def run(self, prepared: Prepared) -> AsyncIterator[ChoiceDelta]:
+        """All choices' deltas, interleaved as they arrive."""
+        gens = [self._run_choice(c, r) for c, r in zip(prepared.choices, prepared.requests)]
+        return gens[0] if len(gens) == 1 else _merge(gens)
+
+    async def _run_choice(self, choice: Choice, request: EngineCoreRequest) -> AsyncIterator[ChoiceDelta]:
+        m = self.metrics
+        stream = await self.client.add(request)
+        self.index.add(choice)
+        m.running.inc()
+        m.waiting.inc()
+        m.prompt_tokens.inc(len(choice.prompt_token_ids))
+        try:
+            async for out in stream:
+                first_before, last_before = choice.first_token_at, choice.last_token_at
+                delta = choice.apply(out)
+                if choice.last_token_at is not None and choice.last_token_at != last_before:
+                    if first_before is None:
+                        m.waiting.dec()
+                        m.ttft.observe(choice.first_token_at - choice.arrival)
+                    else:
+                        m.itl.observe(choice.last_token_at - last_before)
+                    m.generation_tokens.inc(len(out.new_token_ids))
+                if delta is not None:
+                    yield delta
+                if choice.finished:
+                    break
+            if not choice.finished:
+                # The client ended the stream without a terminal output (e.g. an
+                # explicit abort finalised locally): the request ended as aborted.
+                yield choice.finish_locally("abort")
+        finally:
+            self.index.remove(choice)
+            m.running.dec()
+            if choice.first_token_at is None:
+                m.waiting.dec()
+            if not choice.finished:
+                self._close(stream, CAUSE_DROPPED_STREAM)
+                m.aborted(CAUSE_DROPPED_STREAM)
+            elif choice.stop_string_matched:
+                self._close(stream, CAUSE_STOP_STRING)
+                m.aborted(CAUSE_STOP_STRING)
+                m.finished("stop")
+            else:
+                m.finished(choice.finish_reason)
+
+    def _close(self, stream: Any, cause: str) -> None:
+        """Auto-abort a stream without awaiting: this runs in ``finally`` blocks of
+        cancelled tasks, where an await would be cancelled again."""
+        task = asyncio.get_running_loop().create_task(stream.aclose(cause=cause))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # ------------------------------------------------------------------ abort APIs
+    async def abort(self, request_ids: Sequence[str] | None) -> tuple[list[dict[str, Any]], list[str]]:
+        """Abort the named requests (``None`` = all in flight).
+
+        Returns the partial result of every request that was still running and
+        the ids that matched nothing (reported, not errors). Safe against
+        requests finishing concurrently: the match, the partial results and the
+        ``abort_requested`` marks happen without an await in between, and the
+        client skips ids that are no longer in flight.
+        """
+        if request_ids is None:
+            choices, not_found = self.index.all(), []
+        else:
+            choices, not_found = self.index.resolve(request_ids)
+        choices = [c for c in choices if not c.finished and not c.abort_requested]
+        for c in choices:
+            c.abort_requested = True
+        partials = [c.partial_result() for c in choices]
+        if choices:
+            await self.client.abort([c.internal_id for c in choices])
+            for _ in choices:
+                self.metrics.aborted(CAUSE_ABORT_API)
+        return partials, not_found
+
+    async def wait_background(self, timeout: float = 5.0) -> None:
+        """Let pending auto-aborts reach the client (used at shutdown)."""
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=timeout)
+
+
+def msgspec_to_dict(obj: Any) -> dict[str, Any]:
+    import msgspec
+
+    return msgspec.to_builtins(obj)
+
+
+async def _merge(gens: list[AsyncIterator[ChoiceDelta]]) -> AsyncIterator[ChoiceDelta]:
+    """Interleave several choice generators; the first error wins and the
+    others are cancelled (their ``finally`` blocks auto-abort them)."""
+    queue: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    async def pump(gen: AsyncIterator[ChoiceDelta]) -> None:
+        try:
+            async for d in gen:
+                queue.put_nowait(d)
+            queue.put_nowait(done)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # handed to the consumer
+            queue.put_nowait(exc)
+
+    tasks = [asyncio.ensure_future(pump(g)) for g in gens]
+    remaining = len(tasks)
+    try:
+        while remaining:
+            item = await queue.get()
+            if item is done:
+                remaining -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        for t in tasks:
+            t.cancel()

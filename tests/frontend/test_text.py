@@ -1,0 +1,121 @@
+"""Tokenizer streaming, stop strings, id conventions and the abort index (no IO)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ecp.reference.frontend import ids
+from ecp.reference.frontend.choice import Choice, EngineRequestFailed
+from ecp.reference.frontend.registry import InFlightIndex
+from ecp.reference.frontend.stop_strings import StopStringMatcher
+from ecp.reference.tokenizer import ByteTokenizer
+from ecp.spec import EngineCoreOutput, FinishReason, RequestError
+
+
+def test_byte_tokenizer_roundtrip_and_total_decoding():
+    tok = ByteTokenizer()
+    text = "héllo, wörld ✓"
+    assert tok.decode(tok.encode(text)) == text
+    # Special ids are skipped, ids beyond the byte range decode to printable ASCII.
+    assert tok.decode([tok.BOS, tok.EOS, 0]) == ""
+    assert tok.decode([259, 259 + 94, 259 + 95]) == " ~ "
+    assert all(t >= 3 for t in tok.encode(text))
+
+
+def test_streaming_decode_never_splits_a_utf8_character():
+    tok = ByteTokenizer()
+    stream = tok.decode_stream()
+    ids_ = tok.encode("a✓b")  # ✓ is 3 bytes: it arrives in three separate steps
+    pieces = [stream.step([i]) for i in ids_]
+    assert pieces == ["a", "", "", "✓", "b"]
+    assert stream.flush() == ""
+
+
+@pytest.mark.parametrize("deltas, stops, include, shown, matched", [
+    (["hel", "lo wo", "rld"], ["world"], False, "hello ", "world"),
+    (["hel", "lo wo", "rld"], ["world"], True, "hello world", "world"),
+    (["abc", "def"], ["cd", "bcdx"], False, "ab", "cd"),
+    (["xyz"], ["q"], False, "xyz", None),
+    (["w", "o", "r", "l", "d!"], ["world"], False, "", "world"),
+])
+def test_stop_strings_across_deltas(deltas, stops, include, shown, matched):
+    m = StopStringMatcher(stops, include)
+    out = "".join(m.feed(d) for d in deltas) + m.flush()
+    assert out == shown
+    assert m.matched == matched
+
+
+def test_stop_matcher_holds_back_only_a_possible_prefix_length():
+    m = StopStringMatcher(["STOP"])
+    assert m.feed("abcdef") == "abc"  # 3 = len("STOP") - 1 characters held back
+    assert m.feed("g") == "d"
+    assert m.flush() == "efg"
+
+
+def test_request_id_conventions():
+    assert ids.base_request_id("hdr", "body") == "hdr"
+    assert ids.base_request_id(None, "body") == "body"
+    rnd = ids.base_request_id(None, None)
+    assert len(rnd) == 16 and int(rnd, 16) >= 0
+    assert ids.response_id("completion", "x") == "cmpl-x"
+    assert ids.response_id("chat", "x") == "chatcmpl-x"
+    assert ids.external_id("completion", "cmpl-x", 2) == "cmpl-x-2"
+    assert ids.external_id("chat", "chatcmpl-x", 0) == "chatcmpl-x"
+    internal = ids.internal_id("cmpl-x-0")
+    assert internal.startswith("cmpl-x-0-") and len(internal.rsplit("-", 1)[1]) == 8
+
+
+def _choice(base: str, index: int, prompt_index: int = 0, stops=()) -> Choice:
+    tok = ByteTokenizer()
+    resp = ids.response_id("completion", base)
+    ext = ids.external_id("completion", resp, prompt_index)
+    return Choice(index=index, internal_id=ids.internal_id(ext), external_id=ext, response_id=resp,
+                  base_id=base, prompt_token_ids=[5], detok=tok.decode_stream(),
+                  stop=StopStringMatcher(list(stops)))
+
+
+def test_index_matches_base_response_external_and_internal_ids():
+    idx = InFlightIndex()
+    a0, a1, b = _choice("a", 0, 0), _choice("a", 1, 1), _choice("b", 0)
+    for c in (a0, a1, b):
+        idx.add(c)
+    for key, expected in [("a", [a0, a1]), ("cmpl-a", [a0, a1]), ("cmpl-a-1", [a1]),
+                          (a0.internal_id, [a0]), ("b", [b])]:
+        found, missing = idx.resolve([key])
+        assert {c.internal_id for c in found} == {c.internal_id for c in expected} and not missing
+    found, missing = idx.resolve(["a", "cmpl-a-0", "nope"])
+    assert len(found) == 2 and missing == ["nope"]  # each choice once
+    idx.remove(a0)
+    idx.remove(a0)  # idempotent
+    assert [c.internal_id for c in idx.resolve(["a"])[0]] == [a1.internal_id]
+    assert len(idx) == 2
+
+
+def test_choice_folds_outputs_and_reports_partial_results():
+    tok = ByteTokenizer()
+    c = _choice("p", 0, stops=["lo w"])
+    d1 = c.apply(EngineCoreOutput(c.internal_id, tok.encode("hel")))
+    assert d1.text == "" and not c.finished  # up to len("lo w") - 1 characters are held back
+    d2 = c.apply(EngineCoreOutput(c.internal_id, tok.encode("lo world")))
+    assert c.finished and c.finish_reason == "stop" and c.stop_reason == "lo w"
+    assert d1.text + d2.text == "hel" == c.text
+    assert c.apply(EngineCoreOutput(c.internal_id, tok.encode("x"))) is None  # ignored after the match
+    part = c.partial_result()
+    assert part["finish_reason"] == "abort" and part["token_ids"] == tok.encode("hello world")
+
+
+def test_choice_abort_requested_freezes_the_partial_result():
+    tok = ByteTokenizer()
+    c = _choice("p", 0)
+    c.apply(EngineCoreOutput(c.internal_id, tok.encode("ab")))
+    c.abort_requested = True
+    d = c.apply(EngineCoreOutput(c.internal_id, tok.encode("cd"), finish_reason=FinishReason.ABORT))
+    assert d.finish_reason == "abort" and c.text == "ab" and c.token_ids == tok.encode("ab")
+
+
+def test_choice_error_output_raises_typed_failure():
+    c = _choice("p", 0)
+    with pytest.raises(EngineRequestFailed) as ei:
+        c.apply(EngineCoreOutput(c.internal_id, [], finish_reason=FinishReason.ERROR,
+                                 error=RequestError("engine_paused", "paused", True)))
+    assert ei.value.code == "engine_paused" and ei.value.retryable
