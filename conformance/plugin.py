@@ -59,6 +59,17 @@ class RunState:
             self.manager = EngineManager(EngineRunConfig(**self.config["engine"]), self.transcript)
         return self.manager
 
+    def frontend_manager(self) -> Any:
+        if self.manager is None:
+            from .frontend.session import FrontendManager, FrontendRunConfig
+
+            self.manager = FrontendManager(FrontendRunConfig(**self.config["frontend"]), self.transcript)
+        return self.manager
+
+    def role_manager(self) -> Any:
+        """The manager of this run's role (both have ``set_deadline``, ``mark_dirty``, ``log_tail``)."""
+        return self.frontend_manager() if self.role == "frontend" else self.engine_manager()
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("ecp-conformance", "ecp conformance harness")
@@ -122,6 +133,15 @@ def engines(request: pytest.FixtureRequest):
 
 
 @pytest.fixture
+def frontends(request: pytest.FixtureRequest):
+    """The :class:`~ecp.conformance.frontend.session.FrontendManager` of this run."""
+    state = _state(request.config)
+    if state is None:
+        pytest.fail("frontend-role cases need --ecp-config")
+    return state.frontend_manager()
+
+
+@pytest.fixture
 def engine(engines):
     """The shared engine's harness frontend (:class:`HarnessFrontend`)."""
     return engines.shared().fe
@@ -136,8 +156,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     cid = _case_id(item)
     state.transcript.start_case(cid or item.nodeid)
     state._case_started[item.nodeid] = time.monotonic()
-    if state.manager is not None or state.role == "engine":
-        state.engine_manager().set_deadline(None)
+    state.role_manager().set_deadline(None)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -145,8 +164,8 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     state = _state(item.config)
     if state is None:
         return
-    budget = float(state.config["engine"].get("case_timeout_s", 10.0))
-    state.engine_manager().set_deadline(time.monotonic() + budget)
+    budget = float(state.config[state.role].get("case_timeout_s", 10.0))
+    state.role_manager().set_deadline(time.monotonic() + budget)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -71,13 +71,19 @@ class LoopThread:
         self._thread = threading.Thread(target=self.loop.run_forever, name="ecp-frontend-role", daemon=True)
         self._thread.start()
 
-    def run(self, coro: Awaitable[T], timeout: float, what: str) -> T:
+    def run(self, coro: Awaitable[T], deadline: Callable[[], float], what: str) -> T:
+        """Run ``coro`` on the loop; cancel it at ``deadline()`` (re-read, so it may be extended)."""
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
-        try:
-            return future.result(timeout)
-        except TimeoutError:
-            future.cancel()
-            raise CaseTimeout(f"{what} did not finish within {timeout:.1f} s") from None
+        started = time.monotonic()
+        while True:
+            remaining = deadline() - time.monotonic()
+            try:
+                return future.result(max(0.0, min(remaining, 0.5)))
+            except TimeoutError:
+                if future.done() or time.monotonic() < deadline():
+                    continue
+                future.cancel()
+                raise CaseTimeout(f"{what} did not finish within {time.monotonic() - started:.1f} s") from None
 
     def close(self) -> None:
         async def drain() -> None:
@@ -259,14 +265,24 @@ class FrontendManager:
         self._shared: FrontendUnderTest | None = None
         self._dirty = False
         self.touched: list[FrontendUnderTest] = []
-        self._fresh_crashed = False
         self.deadline: float | None = None
 
     # -- running case bodies -------------------------------------------------------
-    def run(self, body: Callable[["FrontendManager"], Awaitable[T]], timeout: float | None = None) -> T:
-        """Run an ``async def body(manager)`` on the loop under the case budget."""
-        budget = timeout if timeout is not None else self.cfg.case_timeout_s
-        return self.loop.run(body(self), budget, f"case body {getattr(body, '__name__', body)}")
+    def run(self, body: Callable[["FrontendManager"], Awaitable[T]]) -> T:
+        """Run an ``async def body(manager)`` on the loop under the case budget.
+
+        The budget is the plugin's deadline (``set_deadline``), or
+        ``case_timeout_s`` from now; time spent launching frontends extends it.
+        """
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.cfg.case_timeout_s
+        return self.loop.run(body(self), lambda: self.deadline, "the case")
+
+    def set_deadline(self, deadline: float | None) -> None:
+        """Called by the plugin: ``None`` before a case (resets per-case state), then its deadline."""
+        self.deadline = deadline
+        if deadline is None:
+            self.begin_case()
 
     # -- lifetimes -------------------------------------------------------------------
     async def _launch(self, *, engine_count: int | None = None, argv: list[str] | None = None,
@@ -276,6 +292,7 @@ class FrontendManager:
         if not self.cfg.attach and not self.cfg.command:
             raise LaunchError("no frontend command given after --")
         self._launches += 1
+        started = time.monotonic()
         fut = FrontendUnderTest(self.cfg, self.ctx, self.transcript, self._launches,
                                 engine_count=engine_count or self.cfg.engine_count,
                                 argv=list(argv if argv is not None else self.cfg.command), scripts=scripts)
@@ -283,10 +300,12 @@ class FrontendManager:
         try:
             await fut.start(wait_healthy=wait_healthy)
         except BaseException:
-            if not fut.alive():
-                self._fresh_crashed = True
             await fut.close()
             raise
+        finally:
+            # Startup time does not eat the case budget.
+            if self.deadline is not None:
+                self.deadline += time.monotonic() - started
         return fut
 
     async def shared(self) -> FrontendUnderTest:
@@ -332,10 +351,11 @@ class FrontendManager:
 
     def begin_case(self) -> None:
         self.touched = []
-        self._fresh_crashed = False
 
     def case_crashed(self) -> bool:
-        return self._fresh_crashed
+        """The shared frontend died during the case (fresh launches are judged by their cases)."""
+        shared = self._shared
+        return shared is not None and shared in self.touched and not shared.alive()
 
     def log_tail(self) -> str:
         return "\n".join(t for t in (f.log_tail() for f in self.touched[-2:]) if t)
@@ -347,7 +367,8 @@ class FrontendManager:
                 self._shared = None
 
         try:
-            self.loop.run(close_all(), 30, "closing the shared frontend")
+            deadline = time.monotonic() + 30
+            self.loop.run(close_all(), lambda: deadline, "closing the shared frontend")
         finally:
             self.loop.close()
             self.ctx.term()
