@@ -37,11 +37,11 @@ SHORT_MAX_TOKENS = 2
 #: How long an auto-abort may take (issue 7: "a single dropped stream is aborted within 1 s").
 PROMPT_ABORT_S = 1.0
 #: How long the harness waits for something that must happen, before calling it missing.
-EXPECT_S = 5.0
+EXPECT_S = 3.0
 #: The model name no frontend serves: requests naming it are rejected before admission.
 NO_SUCH_MODEL = "ecp-conformance-no-such-model"
 #: How long FE-HS-4 watches a frontend whose engine never sent READY.
-NO_READY_WINDOW_S = 2.0
+NO_READY_WINDOW_S = 1.5
 
 
 def expect(condition: Any, message: str, clause: str | None = None) -> None:

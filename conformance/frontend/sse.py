@@ -4,7 +4,7 @@ Each :class:`SseStream` is one HTTP/1.1 connection carrying one streaming
 POST. The harness opens thousands of them at once (the burst-abort cases) and
 must drop them all in one instant; httpx's connection pool costs about 20 ms
 per concurrent stream at that scale (measured: 2,000 streams took 39 s to
-open, against 3 s here), and an httpx response cannot be aborted
+open, against 7.5 s here, on the same loaded 2-core machine), and an httpx response cannot be aborted
 synchronously. So streams use asyncio directly, with just enough HTTP/1.1:
 a request with ``Content-Length``, a status line and headers, a chunked or
 close-delimited body. Plain requests stay on httpx (:mod:`.http_driver`).
