@@ -100,6 +100,10 @@ _CLAUSES: tuple[Clause, ...] = (
        identity outside the configured rank range."""),
     _c("ECP-HS-12", "MAY", "Empty ready payload", """The Python frontend accepts an empty ready payload;
        engines MUST NOT rely on it (the Rust frontend rejects it)."""),
+    _c("ECP-HS-13", "MUST", "Startup utilities", """An engine answers the utilities a Python frontend sends right
+       after READY: ``reset_mm_cache []`` (result nil) and ``get_supported_tasks []`` (array of str; it
+       contains ``"generate"`` for a generating model, which the frontend needs to mount its completion
+       routes)."""),
     # --------------------------------------------------------------- FRAME
     _c("ECP-FRAME-1", "MUST", "Request type byte", """Every input message is ``[type, payload, *aux]`` at the
        engine, where ``type`` is exactly one byte: ADD 0x00, ABORT 0x01, START_DP_WAVE 0x02, UTILITY
@@ -215,6 +219,13 @@ _CLAUSES: tuple[Clause, ...] = (
        client reports a mismatch as a typed decode error."""),
     _c("ECP-UTIL-10", "SHOULD", "Unknown call ids", """A client drops a reply whose call id it does not know,
        or that is not a u64, with a warning."""),
+    _c("ECP-UTIL-11", "MAY", "Other methods under DP", """Under DP a frontend may send any other utility method
+       to engine 0 only (Python external LB), to every engine returning engine 0's result (Python internal
+       LB), or to every engine checking every result (vllm-rs); engines give the same answer whichever way
+       they are asked."""),
+    _c("ECP-UTIL-12", "MUST", "Reserved negative call ids", """Call ids -1 and -2 are reserved for
+       engine-initiated notices (elastic EP, fault-tolerance status); a frontend never sends them, and a
+       client that receives a reply with an id it did not issue drops it without failing."""),
     # ------------------------------------------------------------------ DP
     _c("ECP-DP-1", "MUST", "Distinct identities", """N engines of one deployment have N distinct identities
        ``start..start+N-1``."""),
@@ -260,12 +271,19 @@ _CLAUSES: tuple[Clause, ...] = (
        2 (cloudpickle) and every unknown ext type with a decode error; they are never executed."""),
     _c("ECP-SEC-2", "SHOULD", "Loopback by default", """Reference peers bind to loopback or ipc unless told
        otherwise."""),
+    _c("ECP-SEC-3", "MUST", "No authentication on the wire", """The protocol has no authentication or
+       encryption; a deployment exposing tcp sockets restricts who can reach them, and a receiver treats
+       every frame as untrusted input (``ECP-FRAME-9``, ``ECP-SEC-1``)."""),
     # -------------------------------------------------------------- COMPAT
     _c("ECP-COMPAT-1", "MUST", "One pinned version", """There is no version field and no negotiation; both peers
        pin one vLLM release's layout (here 0.33.0)."""),
     _c("ECP-COMPAT-2", "MUST", "Python and Rust forms", """Receivers accept both the Python encodings (float64,
        map16, uuid-derived u64 call ids) and the vllm-rs encodings (float32 sampling floats, fixmap,
        sequential call ids)."""),
+    _c("ECP-COMPAT-3", "MUST", "Satisfy the stricter peer", """Where the Python and Rust peers of vLLM 0.33 differ,
+       a conforming sender produces what both accept (full-length arrays, the result envelope, a terminal
+       output for every admitted request, a non-empty ready payload) and a conforming receiver accepts
+       what either sends."""),
 )
 
 CLAUSES: dict[str, Clause] = {c.id: c for c in _CLAUSES}

@@ -33,8 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
+            # That part (or its package) has no commands yet; any other missing module is a bug.
             if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
-                # that part (or its commands module) does not exist yet
                 continue
             raise
         module.register(subparsers)

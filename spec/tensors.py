@@ -11,7 +11,6 @@ resolves indexes on decode, so users only ever see bytes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 # dtype name -> item size in bytes. Torch names (without ``torch.``) and numpy
 # ``dtype.str`` forms both occur on the wire.
@@ -24,17 +23,37 @@ DTYPE_ITEMSIZE: dict[str, int] = {
 }
 
 
-@dataclass(frozen=True, eq=True)
 class Tensor:
     """A dense array: dtype name, shape, and its raw little-endian bytes.
 
     Receivers must check ``len(data) == prod(shape) * itemsize`` before
     interpreting the buffer; :meth:`check` does so for known dtypes.
+
+    Deliberately a plain immutable class, not a dataclass or Struct: msgspec
+    would encode those natively as a map, while the wire form is the array
+    ``[dtype, shape, data]`` produced by the codec's hooks.
     """
 
-    dtype: str
-    shape: tuple[int, ...]
-    data: bytes
+    __slots__ = ("dtype", "shape", "data")
+
+    def __init__(self, dtype: str, shape: tuple[int, ...] | list[int], data: bytes) -> None:
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "shape", tuple(shape))
+        object.__setattr__(self, "data", bytes(data))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Tensor is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return (self.dtype, self.shape, self.data) == (other.dtype, other.shape, other.data)
+
+    def __hash__(self) -> int:
+        return hash((self.dtype, self.shape, self.data))
+
+    def __repr__(self) -> str:
+        return f"Tensor(dtype={self.dtype!r}, shape={self.shape!r}, nbytes={len(self.data)})"
 
     @property
     def nbytes(self) -> int:

@@ -453,9 +453,10 @@ class EngineCoreClient:
                         fut.set_result(UtilityOutput(call_id, f"could not send {method} to engine {rank}: {exc}"))
             futures = [fut for _, fut in calls.values()]
             done, pending = await asyncio.wait(futures, timeout=self.config.utility_timeout_s)
-            for fut in done:
-                if fut.exception() is not None:
-                    raise fut.exception()  # type: ignore[misc]
+            errors = [fut.exception() for fut in done]  # retrieve every one: none is left unobserved
+            for error in errors:
+                if error is not None:
+                    raise error.with_traceback(None)
             if pending:
                 missing = [rank for rank, (_, fut) in calls.items() if fut in pending]
                 raise UtilityTimeout(method, missing, self.config.utility_timeout_s)

@@ -39,4 +39,4 @@ class Health:
     def check(self) -> None:
         """Raise the sticky error, if any."""
         if self._error is not None:
-            raise self._error
+            raise self._error.with_traceback(None)  # raised again and again: do not grow its traceback

@@ -91,7 +91,8 @@ class RequestStream:
                 return sink.items.popleft()
             if sink.ended:
                 if sink.error is not None:
-                    raise sink.error
+                    # one error instance reaches many streams: keep its traceback short
+                    raise sink.error.with_traceback(None)
                 raise StopAsyncIteration
             waiter = asyncio.get_running_loop().create_future()
             sink.waiter = waiter

@@ -599,6 +599,8 @@ class EngineCore:
         complete()
         return None
 
+    u_pause_scheduler = u_pause_generation  # vllm-rs calls this name (FACTS §9)
+
     def u_resume_scheduler(self) -> None:
         self.pause = PauseState.UNPAUSED
 

@@ -233,23 +233,30 @@ class Scheduler:
         scheduled: list[tuple[EngineRequest, int]] = []
         preempted: list[EngineRequest] = []
         pool = self.pool
+        bs = self.block_size
+        running = self.running
         i = 0
-        while run_running and i < len(self.running) and budget > 0:
-            req = self.running[i]
-            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+        while run_running and i < len(running) and budget > 0:
+            req = running[i]
+            computed = req.num_computed_tokens
+            num_new = len(req.prompt_token_ids) + len(req.output_token_ids) - computed
+            if num_new > budget:
+                num_new = budget
             if num_new <= 0:
                 i += 1
                 continue
-            need = self._blocks_needed(req, num_new)
+            # blocks to add so that the table covers computed + num_new positions (inlined: hot path)
+            need = -(-(computed + num_new) // bs) - len(req.block_ids)
             while need > pool.num_free:
-                victim = self._pick_victim(self.running[i:])
+                victim = self._pick_victim(running[i:])
                 self.preempt(victim)
                 preempted.append(victim)
                 if victim is req:
                     break
             if req.status is not Status.RUNNING:
+                running = self.running
                 continue  # req itself was preempted; running[i] is now the next one
-            if need:
+            if need > 0:
                 req.block_ids.extend(pool.allocate(need))
             scheduled.append((req, num_new))
             budget -= num_new
@@ -308,14 +315,16 @@ class Scheduler:
         for req, n in scheduled:
             start = req.num_computed_tokens
             end = start + n
-            sample = end >= req.num_tokens
             prompt_len = len(req.prompt_token_ids)
+            sample = end >= prompt_len + len(req.output_token_ids)
             if start < prompt_len:
                 n_prefill += n
+                toks = req.token_slice(start, end)
             else:
                 n_decode += n
+                toks = req.output_token_ids[start - prompt_len:end - prompt_len]
             spans.append(ScheduledSpan(
-                request_id=req.request_id, token_ids=req.token_slice(start, end), start_position=start,
+                request_id=req.request_id, token_ids=toks, start_position=start,
                 block_table=req.block_ids, sample=sample, sampling_params=req.sampling_params,
                 prompt_token_ids=req.prompt_token_ids, output_token_ids=req.output_token_ids,
                 is_first_chunk=start == 0, seed=req.sampling_params.seed,

@@ -73,15 +73,19 @@ class ScriptedEngine:
     def _ready_frame(self) -> bytes:
         return self.ready if isinstance(self.ready, bytes) else encode_handshake(self.ready)
 
-    async def hello(self, handshake_address: str) -> None:
-        """Send HELLO and wait for INIT."""
+    async def send_hello(self, handshake_address: str) -> None:
         sock = self.ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.IDENTITY, self.identity)
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(handshake_address)
         self.handshake_sock = sock
         await sock.send(encode_handshake(Hello(local=self.local, headless=self.headless)))
-        frame = await asyncio.wait_for(sock.recv(), RECV_TIMEOUT_S)
+
+    async def hello(self, handshake_address: str) -> None:
+        """Send HELLO and wait for INIT."""
+        await self.send_hello(handshake_address)
+        assert self.handshake_sock is not None
+        frame = await asyncio.wait_for(self.handshake_sock.recv(), RECV_TIMEOUT_S)
         self.init = decode_init(frame)
 
     def connect_io(self, input_address: str, output_address: str) -> None:

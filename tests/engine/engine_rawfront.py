@@ -148,6 +148,17 @@ class RawFrontend:
         assert out.failure_message is None, out.failure_message
         return out.result.value
 
+    def poll_value(self, rank: int, method: str, pred: Callable[[Any], bool], args: list | tuple = (),
+                   timeout: float = 10.0) -> Any:
+        """Call ``method`` until ``pred(result)`` holds; returns the last result.
+        Each round trip paces the loop; the whole wait is bounded by ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.value(rank, method, args, timeout=max(0.1, deadline - time.monotonic()))
+            if pred(value) or time.monotonic() >= deadline:
+                return value
+            self.pump(lambda: False, timeout=0.005)
+
     def _find_reply(self, client: int, call_id: int, rank: int) -> EngineCoreOutputs | None:
         for m in self.messages[client]:
             if (isinstance(m, EngineCoreOutputs) and m.utility_output is not None

@@ -1,0 +1,174 @@
+"""Throughput of one synthetic reference engine driven flat out, and the scheduler's per-step cost.
+
+    .venv/bin/python benchmarks/engine_throughput.py [--seconds 5] [--concurrency 1 64 512]
+
+Part 1 starts one engine as its own OS process (``mode="process"``, synthetic
+executor, zero step cost) behind a raw-frame frontend in this process that
+keeps C requests in flight (prompt 32 tokens, ``max_tokens`` 128) and decodes
+every output with ``ecp.spec``. It reports output tokens/s and steps/s.
+
+Part 2 measures the sans-IO scheduler alone (``Scheduler.schedule`` +
+``update``, no executor, no IO) with R running decode requests: microseconds
+per step and per scheduled request.
+
+Not a test: figures go to docs/engine.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+import zmq
+
+from ecp.spec import (
+    EngineCoreOutputs, EngineCoreRequest, EngineHandshakeMetadata, EngineZmqAddresses, Hello,
+    SamplingParams, decode_handshake, decode_outputs, encode_add, encode_handshake, encode_utility,
+    engine_identity,
+)
+from ecp.reference.engine import launch
+
+PROMPT = list(range(100, 132))
+MAX_TOKENS = 128
+
+
+def _drive(concurrency: int, seconds: float, tmp: str) -> dict:
+    ctx = zmq.Context()
+    hs = ctx.socket(zmq.ROUTER)
+    hs.bind(f"ipc://{tmp}/hs-{concurrency}")
+    inp = ctx.socket(zmq.ROUTER)
+    inp.bind(f"ipc://{tmp}/in-{concurrency}")
+    out = ctx.socket(zmq.PULL)
+    out.bind(f"ipc://{tmp}/out-{concurrency}")
+    for s in (hs, inp, out):
+        s.setsockopt(zmq.LINGER, 0)
+    handle = launch(f"ipc://{tmp}/hs-{concurrency}", 1, 0, mode="process", max_model_len=512,
+                    num_gpu_blocks=max(4096, concurrency * 16), max_num_seqs=max(256, concurrency),
+                    max_num_batched_tokens=max(2048, concurrency * 33), disable_log_stats=False,
+                    log_level="WARNING", stderr=subprocess.DEVNULL)
+    try:
+        ident = engine_identity(0)
+        init = encode_handshake(EngineHandshakeMetadata(
+            EngineZmqAddresses([f"ipc://{tmp}/in-{concurrency}"], [f"ipc://{tmp}/out-{concurrency}"]), {}))
+        got_ready = registered = False
+        deadline = time.monotonic() + 60
+        while not (got_ready and registered):
+            assert time.monotonic() < deadline, "engine did not start"
+            if hs.poll(100):
+                i, payload = hs.recv_multipart()
+                msg = decode_handshake(payload)
+                if isinstance(msg, Hello):
+                    hs.send_multipart([i, init])
+                else:
+                    got_ready = True
+            if inp.poll(0):
+                inp.recv_multipart()
+                registered = True
+        sp = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+        seq = 0
+
+        def submit() -> None:
+            nonlocal seq
+            seq += 1
+            req = EngineCoreRequest(f"b{seq}", PROMPT, None, sp, None, time.time(), None, None, None)
+            inp.send_multipart([ident, *encode_add(req)])
+
+        for _ in range(concurrency):
+            submit()
+        tokens = finished = 0
+        steps_before = None
+        t0 = time.perf_counter()
+        warm_until = t0 + min(1.0, seconds / 5)
+        measuring = False
+        while True:
+            now = time.perf_counter()
+            if not measuring and now >= warm_until:
+                measuring, tokens, finished, t_start = True, 0, 0, now
+                inp.send_multipart([ident, *encode_utility(0, 1, "get_engine_state", [])])
+            if measuring and now - t_start >= seconds:
+                break
+            if not out.poll(1000):
+                raise RuntimeError("engine stopped producing")
+            while True:
+                try:
+                    frames = out.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                msg = decode_outputs(frames)
+                if not isinstance(msg, EngineCoreOutputs):
+                    raise RuntimeError("engine died")
+                if msg.utility_output is not None and msg.utility_output.call_id == 1:
+                    steps_before = msg.utility_output.result.value["step_counter"]
+                for o in msg.outputs:
+                    tokens += len(o.new_token_ids)
+                    if o.finish_reason is not None:
+                        finished += 1
+                        submit()
+        elapsed = time.perf_counter() - t_start
+        inp.send_multipart([ident, *encode_utility(0, 2, "get_engine_state", [])])
+        steps_after = None
+        while steps_after is None and out.poll(5000):
+            msg = decode_outputs(out.recv_multipart())
+            if msg.utility_output is not None and msg.utility_output.call_id == 2:
+                steps_after = msg.utility_output.result.value["step_counter"]
+        steps = (steps_after - steps_before) if (steps_after is not None and steps_before is not None) else 0
+        return {"concurrency": concurrency, "seconds": elapsed, "output_tokens": tokens,
+                "tokens_per_s": tokens / elapsed, "requests_per_s": finished / elapsed,
+                "steps_per_s": steps / elapsed}
+    finally:
+        handle.stop(timeout=10)
+        ctx.destroy(linger=0)
+
+
+def _scheduler_cost(running: int, steps: int = 200) -> dict:
+    from ecp.reference.engine.scheduler import EngineRequest, Scheduler, Status
+
+    s = Scheduler(num_blocks=running * 40 + 64, block_size=16, max_num_seqs=running,
+                  max_num_batched_tokens=max(2048, running * 33), max_model_len=4096)
+    for i in range(running):
+        s.add(EngineRequest(request_id=f"r{i}", prompt_token_ids=list(range(100 + i, 132 + i)),
+                            sampling_params=SamplingParams(max_tokens=10_000), max_tokens=10_000))
+
+    def one_step() -> None:
+        out = s.schedule()
+        s.update(out)
+        for span, (req, _) in zip(out.batch.spans, out.scheduled):
+            if span.sample and req.status is Status.RUNNING:
+                req.output_token_ids.append(17)
+
+    one_step()  # the prefill step
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        one_step()
+    per_step = (time.perf_counter() - t0) / steps
+    return {"running": running, "us_per_step": per_step * 1e6, "us_per_request": per_step * 1e6 / running}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 512])
+    args = ap.parse_args()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"{platform.system()}")
+    print("\n# one synthetic engine (own process), flat out; prompt 32, max_tokens 128, ignore_eos")
+    print(f"{'concurrency':>11} {'output tok/s':>13} {'requests/s':>11} {'steps/s':>9}")
+    with tempfile.TemporaryDirectory(prefix="ecp-bench-") as tmp:
+        for c in args.concurrency:
+            r = _drive(c, args.seconds, tmp)
+            print(f"{c:>11} {r['tokens_per_s']:>13,.0f} {r['requests_per_s']:>11,.1f} {r['steps_per_s']:>9,.0f}")
+    print("\n# scheduler alone (schedule + update per decode step)")
+    print(f"{'running':>7} {'us/step':>9} {'us/request':>11}")
+    for n in (1, 64, 512):
+        r = _scheduler_cost(n)
+        print(f"{n:>7} {r['us_per_step']:>9,.1f} {r['us_per_request']:>11,.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

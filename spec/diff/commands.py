@@ -1,0 +1,120 @@
+"""``ecp spec layout``, ``ecp spec diff`` and ``ecp spec compat``.
+
+Only argparse declarations live at module level; the work is imported inside
+the handlers. Exit codes: 0 ok, 1 the check failed (breaking findings, a
+stale checked-in file), 2 usage error (a reference that names no layout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register_spec(subparsers: argparse._SubParsersAction) -> None:
+    spec = subparsers.add_parser("spec", help="protocol layouts: snapshot, diff between releases, compatibility")
+    sub = spec.add_subparsers(dest="spec_command", metavar="SPEC_COMMAND")
+    spec.set_defaults(func=_usage, spec_parser=spec)
+
+    p = sub.add_parser("layout", help="write the layout of the current spec (vLLM 0.33) as JSON")
+    p.add_argument("--out", metavar="FILE",
+                   help="where to write it (default: spec/layouts/vllm-0.33.json of this package; '-' = stdout)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file differs from the code")
+    p.set_defaults(func=_layout)
+
+    p = sub.add_parser(
+        "diff", help="compare two layouts; exit 1 on breaking changes",
+        description="Each side is a layout file, a shipped layout name (spec/layouts/, e.g. vllm-0.33), 'current' "
+                    "(the installed code) or a git ref of this repository (REF or REF:PATH; REF alone reads "
+                    "spec/layouts/vllm-0.33.json at that ref).")
+    p.add_argument("old", metavar="OLD")
+    p.add_argument("new", metavar="NEW")
+    p.add_argument("--format", choices=("text", "json", "github"), default="text")
+    p.add_argument("--fail-on", choices=("breaking", "warning", "never"), default="breaking",
+                   help="lowest severity that makes the exit status 1 (default: breaking)")
+    p.set_defaults(func=_diff)
+
+    p = sub.add_parser("compat", help="the cross-version interoperability table (Markdown)")
+    p.add_argument("--out", metavar="FILE", help="write it here (default: stdout)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if --out differs from the output")
+    p.add_argument("--layouts", nargs="+", metavar="REF",
+                   help="layouts to pair (default: every shipped release)")
+    p.set_defaults(func=_compat)
+
+
+def _usage(args: argparse.Namespace) -> int:
+    args.spec_parser.print_help()
+    return 2
+
+
+def _default_layout_path():
+    from pathlib import Path
+
+    from ..layout.introspect import NAME
+
+    return Path(__file__).resolve().parents[1] / "layouts" / f"{NAME}.json"
+
+
+def _write_or_check(text: bytes, out: str | None, check: bool, what: str) -> int:
+    from pathlib import Path
+
+    if out in (None, "-") and not check:
+        sys.stdout.write(text.decode())
+        return 0
+    if out in (None, "-"):
+        print(f"--check needs a file to compare {what} with", file=sys.stderr)
+        return 2
+    path = Path(out)
+    if check:
+        current = path.read_bytes() if path.is_file() else None
+        if current != text:
+            print(f"{path} is out of date; regenerate it with the same command without --check", file=sys.stderr)
+            return 1
+        print(f"{path} is up to date")
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _layout(args: argparse.Namespace) -> int:
+    from ..layout.introspect import current_layout_json
+
+    out = args.out if args.out is not None else str(_default_layout_path())
+    return _write_or_check(current_layout_json(), out, args.check, "the layout")
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from ..layout.model import LayoutError
+    from ..layout.resolve import resolve
+    from .compare import counts, diff_layouts
+    from .report import render
+
+    try:
+        old, new = resolve(args.old), resolve(args.new)
+    except LayoutError as exc:
+        print(f"ecp spec diff: {exc}", file=sys.stderr)
+        return 2
+    findings = diff_layouts(old, new)
+    sys.stdout.write(render(args.format, old, new, findings))
+    c = counts(findings)
+    if args.fail_on == "breaking":
+        return 1 if c["breaking"] else 0
+    if args.fail_on == "warning":
+        return 1 if c["breaking"] or c["warning"] else 0
+    return 0
+
+
+def _compat(args: argparse.Namespace) -> int:
+    from ..layout.model import LayoutError
+    from ..layout.resolve import resolve, shipped_names
+    from .compat import compat_matrix, render_markdown
+
+    try:
+        layouts = [resolve(ref) for ref in (args.layouts or shipped_names())]
+    except LayoutError as exc:
+        print(f"ecp spec compat: {exc}", file=sys.stderr)
+        return 2
+    text = render_markdown(layouts, compat_matrix(layouts)).encode()
+    return _write_or_check(text, args.out, args.check, "the table")

@@ -1,0 +1,73 @@
+"""Render diff findings as text, JSON or GitHub Actions workflow commands."""
+
+from __future__ import annotations
+
+import json
+
+from ..layout.model import Layout
+from .compare import Finding, counts
+
+FORMATS = ("text", "json", "github")
+
+_ORDER = {"breaking": 0, "warning": 1, "info": 2}
+
+
+def _ordered(findings: list[Finding]) -> list[Finding]:
+    # Stable: most severe first, otherwise in comparison order.
+    return sorted(findings, key=lambda f: _ORDER[f.severity])
+
+
+def _summary(findings: list[Finding]) -> str:
+    c = counts(findings)
+    return f"{c['breaking']} breaking, {c['warning']} warning(s), {c['info']} info"
+
+
+def render_text(old: Layout, new: Layout, findings: list[Finding]) -> str:
+    lines = [f"ecp spec diff: OLD {old.name} ({old.vllm_version}) -> NEW {new.name} ({new.vllm_version})"]
+    if not findings:
+        lines.append("no differences")
+        return "\n".join(lines) + "\n"
+    for f in _ordered(findings):
+        lines.append(f"{f.severity.upper():<8} {f.rule.id} {f.subject}: {f.message}")
+        lines.append(f"         {f.rule.name}; {f.impact()}")
+    lines.append(_summary(findings))
+    return "\n".join(lines) + "\n"
+
+
+def render_json(old: Layout, new: Layout, findings: list[Finding]) -> str:
+    doc = {
+        "old": {"name": old.name, "vllm_version": old.vllm_version, "source": old.source},
+        "new": {"name": new.name, "vllm_version": new.vllm_version, "source": new.source},
+        "summary": counts(findings),
+        "findings": [f.to_dict() for f in findings],
+    }
+    return json.dumps(doc, indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+_COMMAND = {"breaking": "error", "warning": "warning", "info": "notice"}
+
+
+def render_github(old: Layout, new: Layout, findings: list[Finding]) -> str:
+    """One ``::error``/``::warning``/``::notice`` workflow command per finding."""
+    lines = []
+    for f in _ordered(findings):
+        props = []
+        if f.file:
+            props.append(f"file={_escape_property(f.file)}")
+        props.append(f"title={_escape_property(f'{f.rule.id} {f.rule.name}')}")
+        body = f"{f.subject}: {f.message} ({f.impact()}; {old.name} -> {new.name})"
+        lines.append(f"::{_COMMAND[f.severity]} {','.join(props)}::{_escape_data(body)}")
+    lines.append(f"ecp spec diff {old.name} -> {new.name}: {_summary(findings) if findings else 'no differences'}")
+    return "\n".join(lines) + "\n"
+
+
+def render(fmt: str, old: Layout, new: Layout, findings: list[Finding]) -> str:
+    return {"text": render_text, "json": render_json, "github": render_github}[fmt](old, new, findings)

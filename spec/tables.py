@@ -1,0 +1,120 @@
+"""Field tables of ``spec/PROTOCOL.md``, generated from the typed definitions.
+
+PROTOCOL.md holds blocks delimited by ``<!-- fields:Name -->`` and
+``<!-- /fields -->``; :func:`refresh_protocol` rewrites each block with the
+current field table of the struct ``Name``, in wire order, so the prose can
+never drift from the code. ``ecp schema`` refreshes them; ``ecp schema
+--check`` (and a test) fail when they are stale.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import msgspec.inspect as mi
+
+from . import control, handshake, outputs, request, sampling
+
+PROTOCOL_MD = Path(__file__).resolve().parent / "PROTOCOL.md"
+
+STRUCTS: dict[str, type] = {
+    "EngineCoreRequest": request.EngineCoreRequest,
+    "SamplingParams": sampling.SamplingParams,
+    "PoolingParams": request.PoolingParams,
+    "LoRARequest": request.LoRARequest,
+    "MultiModalFeatureSpec": request.MultiModalFeatureSpec,
+    "PlaceholderRange": request.PlaceholderRange,
+    "KvHintsEnvelope": request.KvHintsEnvelope,
+    "EngineCoreOutputs": outputs.EngineCoreOutputs,
+    "EngineCoreOutput": outputs.EngineCoreOutput,
+    "EngineCoreEvent": outputs.EngineCoreEvent,
+    "RequestError": outputs.RequestError,
+    "PrefillStats": outputs.PrefillStats,
+    "SchedulerStats": outputs.SchedulerStats,
+    "LogprobsLists": outputs.LogprobsLists,
+    "UtilityOutput": outputs.UtilityOutput,
+    "UtilityResult": outputs.UtilityResult,
+    "UtilityRequest": control.UtilityRequest,
+    "StartDPWave": control.StartDPWave,
+    "CoordinatorPublication": control.CoordinatorPublication,
+    "Hello": handshake.Hello,
+    "Ready": handshake.Ready,
+    "EngineHandshakeMetadata": handshake.EngineHandshakeMetadata,
+    "EngineZmqAddresses": handshake.EngineZmqAddresses,
+    "EngineCoreReadyResponse": handshake.EngineCoreReadyResponse,
+}
+
+_BLOCK_RE = re.compile(r"(<!-- fields:(\w+) -->\n)(.*?)(<!-- /fields -->)", re.S)
+
+
+def type_name(t: mi.Type) -> str:
+    """A short wire-oriented name of a msgspec type."""
+    if isinstance(t, mi.UnionType):
+        return " \\| ".join(type_name(x) for x in t.types)
+    if isinstance(t, mi.NoneType):
+        return "nil"
+    if isinstance(t, mi.BoolType):
+        return "bool"
+    if isinstance(t, mi.IntType):
+        return "int"
+    if isinstance(t, mi.FloatType):
+        return "float"
+    if isinstance(t, mi.StrType):
+        return "str"
+    if isinstance(t, mi.AnyType):
+        return "any"
+    if isinstance(t, mi.SetType):
+        return f"array[{type_name(t.item_type)}] (set)"
+    if isinstance(t, (mi.ListType, mi.VarTupleType)):
+        return f"array[{type_name(t.item_type)}]"
+    if isinstance(t, mi.DictType):
+        return f"map[{type_name(t.key_type)} → {type_name(t.value_type)}]"
+    if isinstance(t, mi.EnumType):
+        return f"int `{t.cls.__name__}`"
+    if isinstance(t, mi.StructType):
+        return f"`{t.cls.__name__}` ({'array' if t.array_like else 'map'})"
+    if isinstance(t, mi.CustomType):
+        return "tensor `[dtype, shape, data]`" if t.cls.__name__ == "Tensor" else t.cls.__name__
+    return type(t).__name__
+
+
+def _default(f: mi.Field) -> str:
+    if f.required:
+        return "**required**"
+    value: Any = f.default if f.default is not mi.NODEFAULT else f.default_factory()
+    if isinstance(value, msgspec.Struct):
+        return f"`{type(value).__name__}()`"
+    if value is None:
+        return "nil"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (set, frozenset)):
+        return "[] (empty set)" if not value else repr(sorted(value))
+    if hasattr(value, "value") and hasattr(value, "name"):  # enum member
+        return f"{value.value} ({value.name})"
+    return f"`{msgspec.json.encode(value).decode()}`"
+
+
+def render_table(name: str) -> str:
+    info = mi.type_info(STRUCTS[name])
+    layout = "array" if info.array_like else "map"
+    rows = ["| # | field | wire type | default |", "|---|---|---|---|"]
+    if info.tag_field is not None:
+        rows.append(f"| – | `{info.tag_field}` | str `\"{info.tag}\"` | **required** (tag) |")
+    for i, f in enumerate(info.fields):
+        rows.append(f"| {i} | `{f.encode_name}` | {type_name(f.type)} | {_default(f)} |")
+    head = (f"`{name}`: msgpack **{layout}** of {len(info.fields)} fields"
+            + (f", {sum(f.required for f in info.fields)} required" if any(f.required for f in info.fields)
+               else "") + ".")
+    return head + "\n\n" + "\n".join(rows) + "\n"
+
+
+def refresh_protocol(text: str) -> str:
+    """``text`` with every generated field-table block brought up to date."""
+    def repl(m: re.Match) -> str:
+        return m.group(1) + render_table(m.group(2)) + m.group(4)
+
+    return _BLOCK_RE.sub(repl, text)

@@ -1,0 +1,91 @@
+"""The UTILITY method table of vLLM 0.33, as data (FACTS section 9).
+
+A UTILITY call is ``[client_index, call_id, method_name, args]``; the engine
+looks ``method_name`` up on itself and calls it with ``args`` *positionally*
+(``ECP-UTIL-1``). So on the wire a signature is an ordered list of argument
+types; argument names are documentation only. Frontends observed in 0.33
+always send every argument, so the table records no engine-side defaults.
+
+Clients use :data:`UTILITY_METHODS` to build calls and to combine per-engine
+replies under data parallelism (:attr:`UtilityMethod.dp_rule`); engines use it
+to know which names they must answer; ``ecp spec layout`` snapshots it so that
+``ecp spec diff`` can flag a removed method or a changed signature.
+
+Types use the layout type grammar of :mod:`ecp.spec.layout.types`
+(``int``, ``str | nil``, ``array[str]``, ``struct:LoRARequest`` ...).
+Methods whose wire arguments FACTS does not document have ``params=None``;
+an argument whose type it does not give is ``any``.
+The weight-transfer routes are not listed: 0.33 reaches them through
+``collective_rpc`` as far as the fact sheet shows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+#: How a frontend combines the replies of several engines (Python 0.33 client):
+#: ``default`` = engine 0's answer (all engines under internal DP load balancing),
+#: ``consensus`` = all engines must agree, ``all`` = logical AND of every result,
+#: ``flatten`` = per-engine lists concatenated in engine order.
+DPRule = Literal["default", "consensus", "all", "flatten"]
+
+
+@dataclass(frozen=True)
+class UtilityParam:
+    """One positional argument. ``name`` is ``None`` where the source gives none."""
+
+    name: str | None
+    type: str
+
+
+@dataclass(frozen=True)
+class UtilityMethod:
+    """One engine method reachable through UTILITY."""
+
+    name: str
+    params: tuple[UtilityParam, ...] | None
+    result: str
+    dp_rule: DPRule = "default"
+    #: seen on the wire against, or from, a vLLM 0.33 peer (FACTS: ✓)
+    observed: bool = False
+
+
+def _m(name: str, params: list[tuple[str | None, str]] | None, result: str,
+       dp_rule: DPRule = "default", observed: bool = False) -> UtilityMethod:
+    ps = None if params is None else tuple(UtilityParam(n, t) for n, t in params)
+    return UtilityMethod(name, ps, result, dp_rule, observed)
+
+
+_METHODS: tuple[UtilityMethod, ...] = (
+    _m("get_supported_tasks", [], "array[str]", observed=True),
+    _m("reset_mm_cache", [], "nil", observed=True),
+    _m("reset_encoder_cache", [], "nil"),
+    _m("is_sleeping", [], "bool", "consensus", observed=True),
+    _m("sleep", [("level", "int"), ("mode", "str")], "nil", observed=True),
+    _m("wake_up", [("tags", "array[str] | nil")], "bool", "all", observed=True),
+    _m("reset_prefix_cache", [("reset_running_requests", "bool"), ("reset_external", "bool")], "bool", "all",
+       observed=True),
+    _m("pause_generation", [("mode", "str"), ("clear_cache", "bool")], "nil", observed=True),
+    _m("pause_scheduler", [("mode", "str"), ("clear_cache", "bool")], "nil"),
+    _m("resume_scheduler", [], "nil", observed=True),
+    _m("is_scheduler_paused", [], "bool", "consensus", observed=True),
+    _m("get_weight_version", [], "str", "consensus"),
+    _m("set_weight_version", [("version", "str")], "nil"),
+    _m("compute_weight_checksums", None, "array[any]", "flatten"),
+    _m("profile", [("is_start", "bool"), ("prefix", "str | nil")], "nil"),
+    _m("add_lora", [(None, "struct:LoRARequest")], "bool"),
+    _m("remove_lora", [("lora_id", "int")], "bool"),
+    _m("list_loras", [], "array[int]"),
+    _m("pin_lora", [("lora_id", "int")], "bool"),
+    _m("collective_rpc", [("method", "str"), ("timeout", "float | nil"), ("args", "array[any]"),
+                          ("kwargs", "map[str, any] | nil")], "array[any]"),
+    _m("release_kv_cache_memory", [], "nil"),
+    _m("execute_dummy_batch", [], "nil"),
+    _m("save_sharded_state", [("path", "str"), ("pattern", "str | nil"), ("max_size", "int | nil")], "nil"),
+    _m("get_kv_connector_handshake_entries", [], "array[map[str, any]]"),
+    _m("add_remote_kv_handshake", [("remote_engine_id", "any"), ("entries", "any")], "nil"),
+)
+
+#: name -> method, in FACTS order.
+UTILITY_METHODS: dict[str, UtilityMethod] = {m.name: m for m in _METHODS}

@@ -1,0 +1,68 @@
+"""The in-process coordinator: startup gate (ECP-HS-6) and waves (ECP-DP-5)."""
+
+import asyncio
+import time
+
+import zmq
+
+from ecp.spec import (
+    COORDINATOR_READY, XSUB_SUBSCRIBE, EngineCoreOutputs, EngineCoreRequest, SamplingParams, decode_input,
+    encode_outputs,
+)
+from ecp_client_testkit import ScriptedEngine, run, stop
+
+
+async def gated_handshake(engine: ScriptedEngine, address: str, gate_seen: list):
+    await engine.hello(address)
+    a = engine.init.addresses
+    engine.connect_io(a.inputs[0], a.outputs[0])
+    await engine.register()
+    engine.xsub = engine.ctx.socket(zmq.XSUB)
+    engine.xsub.setsockopt(zmq.LINGER, 0)
+    engine.xsub.connect(a.coordinator_input)
+    await engine.xsub.send(XSUB_SUBSCRIBE)
+    assert await asyncio.wait_for(engine.xsub.recv(), 10) == COORDINATOR_READY
+    gate_seen.append(engine.rank)
+    engine.coord_push = engine.ctx.socket(zmq.PUSH)
+    engine.coord_push.setsockopt(zmq.LINGER, 0)
+    engine.coord_push.connect(a.coordinator_output)
+    await engine.send_ready()
+
+
+def test_gate_then_wave_rebroadcast_and_stamping():
+    async def main():
+        from ecp.reference.client import ClientConfig, EngineCoreClient
+
+        client = EngineCoreClient(ClientConfig(engine_count=2, coordinator=True, handshake_timeout_s=10,
+                                               ready_timeout_s=10))
+        await client.bind()
+        engines = [ScriptedEngine(0), ScriptedEngine(1)]
+        gate_seen: list = []
+        try:
+            await asyncio.gather(client.wait_ready(),
+                                 *(gated_handshake(e, client.handshake_address, gate_seen) for e in engines))
+            assert sorted(gate_seen) == [0, 1]
+            init = engines[0].init.addresses
+            assert init.coordinator_input and init.coordinator_output and init.frontend_stats_publish_address is None
+            await engines[1].coord_push.send_multipart(encode_outputs(EngineCoreOutputs(engine_index=1,
+                                                                                        wave_complete=3)))
+            await engines[1].coord_push.send_multipart(encode_outputs(EngineCoreOutputs(engine_index=1,
+                                                                                        start_wave=4)))
+            for e in engines:
+                frames = await asyncio.wait_for(e.xsub.recv_multipart(), 10)
+                wave = decode_input(frames).wave
+                assert (wave.wave, wave.exclude_engine_index) == (4, 1)
+            assert client.current_wave == 4
+            stream = await client.add(EngineCoreRequest("w", [1], None, SamplingParams(), None, time.time(), None,
+                                                        None, 0))
+            got = await engines[0].recv()
+            assert got.message.request.current_wave == 4
+            await stream.aclose()
+        finally:
+            for e in engines:
+                for sock in (getattr(e, "xsub", None), getattr(e, "coord_push", None)):
+                    if sock is not None:
+                        sock.close(linger=0)
+            await stop(client, engines)
+
+    run(main())

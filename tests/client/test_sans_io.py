@@ -1,0 +1,111 @@
+"""The sans-IO pieces on their own: coalescer, registry, router, aggregation table."""
+
+import pytest
+
+from ecp.spec import CLAUSES, SchedulerStats, UtilityOutput, UtilityResult
+from ecp.reference.client import (
+    UTILITY_RULES, AbortCoalescer, DuplicateRequestId, InconsistentUtilityResults, InvalidDataParallelRank,
+    RequestRegistry, Router, Rule, UtilityAggregation, UtilityCallFailed, UtilityResultDecode,
+)
+from ecp.reference.client.health import Health
+
+
+def ok(value):
+    return UtilityOutput(1, None, UtilityResult(None, value))
+
+
+def test_coalescer_drains_at_most_max_in_drop_order_skipping_finished():
+    registry = RequestRegistry((0, 1))
+    for i in range(3000):
+        registry.add(f"r{i}", i % 2, None)
+    coalescer = AbortCoalescer()
+    for i in reversed(range(3000)):
+        coalescer.push(f"r{i}", "dropped_stream")
+    registry.take("r2999")  # finished before the drain: never aborted
+
+    def take_owner(rid):
+        entry = registry.take(rid)
+        return None if entry is None else entry.engine_rank
+
+    first = coalescer.drain(take_owner)
+    assert list(first) == [0, 1]  # ranks ascending
+    assert sum(map(len, first.values())) == 1023 and len(coalescer) == 3000 - 1024
+    assert first[1][:2] == ["r2997", "r2995"]  # drop order within an engine
+    second = coalescer.drain(take_owner)
+    third = coalescer.drain(take_owner)
+    assert sum(map(len, second.values())) == 1024 and sum(map(len, third.values())) == 3000 - 2048
+    assert len(coalescer) == 0 and len(registry) == 0
+    assert coalescer.drain(take_owner) == {}
+    coalescer.push("r0")  # no longer in flight
+    assert coalescer.drain(take_owner) == {}
+    with pytest.raises(ValueError):
+        coalescer.push("x", "bored")
+
+
+def test_registry_counts_and_duplicates():
+    registry = RequestRegistry((0, 1))
+    registry.add("a", 1, "sink")
+    with pytest.raises(DuplicateRequestId):
+        registry.add("a", 0, "sink")
+    assert registry.counts() == {0: 0, 1: 1}
+    assert registry.take("a").sink == "sink" and registry.take("a") is None
+    assert registry.counts() == {0: 0, 1: 0}
+
+
+def test_router_least_loaded_then_stats():
+    router = Router((1, 0))
+    assert router.choose({0: 0, 1: 0}) == 0  # tie → lowest rank
+    assert router.choose({0: 2, 1: 1}) == 1
+    with pytest.raises(InvalidDataParallelRank) as info:
+        router.choose({}, pinned=5)
+    assert info.value.connected_ranks == [0, 1]
+    router.on_stats(0, SchedulerStats(num_running_reqs=3, num_waiting_reqs=4))
+    assert router.choose({0: 0, 1: 5}) == 1  # engine 0 scores max(0, 7) = 7
+    for _ in range(3):
+        router.admitted(1)
+    router.on_stats(1, SchedulerStats(num_running_reqs=6))
+    router.admitted(1)
+    assert router.score(1, 0) == 7 and router.choose({0: 0, 1: 0}) == 0  # 7 vs 7 → lowest rank
+
+
+def test_aggregation_table_is_complete_and_cites_live_clauses():
+    consensus = {m for m, r in UTILITY_RULES.items() if r.rule is Rule.CONSENSUS}
+    assert consensus == {"is_sleeping", "is_scheduler_paused", "get_weight_version"}
+    assert {m for m, r in UTILITY_RULES.items() if r.rule is Rule.AND} == {
+        "reset_prefix_cache", "wake_up", "add_lora", "remove_lora"}
+    assert UTILITY_RULES["collective_rpc"].rule is Rule.FLATTEN
+    for m in ("sleep", "pause_scheduler", "resume_scheduler", "profile", "reset_mm_cache"):
+        assert UTILITY_RULES[m].rule is Rule.UNIT
+    assert all(r.clause in CLAUSES for r in UTILITY_RULES.values())
+
+
+def test_aggregate_rules_and_errors():
+    agg = UtilityAggregation()
+    assert agg.aggregate("is_sleeping", {0: ok(False), 1: ok(False)}) is False
+    with pytest.raises(InconsistentUtilityResults):
+        agg.aggregate("get_weight_version", {0: ok("v1"), 1: ok("v2")})
+    assert agg.aggregate("wake_up", {0: ok(True), 1: ok(False)}) is False
+    assert agg.aggregate("collective_rpc", {1: ok([3]), 0: ok([1, 2])}) == [1, 2, 3]
+    assert agg.aggregate("sleep", {0: ok(None), 1: UtilityOutput(2, None, None)}) is None
+    with pytest.raises(UtilityResultDecode):
+        agg.aggregate("reset_prefix_cache", {0: ok(1)})
+    with pytest.raises(UtilityResultDecode):
+        agg.aggregate("get_supported_tasks", {0: ok(["generate", 3])})
+    with pytest.raises(UtilityCallFailed) as info:
+        agg.aggregate("wake_up", {0: UtilityOutput(1, "boom", None), 1: ok(True), 2: UtilityOutput(3, "bang", None)})
+    assert info.value.failures == {0: "boom", 2: "bang"} and info.value.results == {1: True}
+    any_agg = UtilityAggregation(frozenset({"reset-prefix-cache-any"}))
+    assert any_agg.aggregate("reset_prefix_cache", {0: ok(True), 1: ok(False)}) is True
+    assert any_agg.aggregate("wake_up", {0: ok(True), 1: ok(False)}) is False  # only that method is bent
+    first = UtilityAggregation(frozenset({"first-engine-is-sleeping"}))
+    assert first.targets("is_sleeping", (0, 1)) == (0,) and first.targets("sleep", (0, 1)) == (0, 1)
+
+
+def test_health_is_sticky():
+    health = Health()
+    health.check()
+    first, second = RuntimeError("first"), RuntimeError("second")
+    assert health.fail(first) and not health.fail(second)
+    assert health.error is first and not health.healthy
+    with pytest.raises(RuntimeError, match="first"):
+        health.check()

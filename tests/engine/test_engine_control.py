@@ -1,0 +1,116 @@
+"""Utilities with real state: sleep/wake, pause/resume, weights, LoRA, collective_rpc."""
+
+from __future__ import annotations
+
+from engine_rawfront import make_request
+
+from ecp.spec import EngineCoreOutputs, FinishReason
+
+
+def _index(fe, pred, client=0):
+    for i, m in enumerate(fe.messages[client]):
+        if pred(m):
+            return i
+    raise AssertionError("message not found")
+
+
+def test_sleep_abort_orders_abort_output_before_reply(rig):
+    fe, _ = rig.start(1, step_time_ms=2)
+    fe.add(0, make_request("r5", max_tokens=400))
+    fe.pump(lambda: len(fe.tokens("r5")) >= 2)
+    assert fe.value(0, "is_sleeping") is False
+    reply = fe.call(0, "sleep", [1, "abort"])
+    assert reply.failure_message is None and reply.result.value is None
+    out = fe.finished("r5")
+    assert out.finish_reason == FinishReason.ABORT and out.new_token_ids == []
+    i_abort = _index(fe, lambda m: any(o.finish_reason == FinishReason.ABORT for o in m.outputs))
+    i_reply = _index(fe, lambda m: m.utility_output is not None and m.utility_output.call_id == reply.call_id)
+    abort_msg = fe.messages[0][i_abort]
+    assert abort_msg.finished_requests == {"r5"} and abort_msg.scheduler_stats is None
+    assert abort_msg.weight_version is None
+    assert i_abort < i_reply
+    assert any(not m.outputs and m.scheduler_stats for m in fe.messages[0][i_abort + 1:i_reply])
+    assert fe.value(0, "is_sleeping") is True
+    assert fe.value(0, "is_scheduler_paused") is True
+    fe.add(0, make_request("zz", max_tokens=2))
+    assert fe.wait_finished(["zz"])["zz"].error.code == "engine_paused"
+    assert fe.value(0, "wake_up", [["weights"]]) is False
+    assert fe.value(0, "is_sleeping") is True
+    assert fe.value(0, "wake_up", [["kv_cache"]]) is True
+    assert fe.value(0, "is_sleeping") is False and fe.value(0, "is_scheduler_paused") is False
+    fe.add(0, make_request("r6", max_tokens=2))
+    assert fe.wait_finished(["r6"])["r6"].finish_reason == FinishReason.LENGTH
+    bad = fe.call(0, "sleep", [1, "bogus"])
+    assert bad.failure_message.startswith("Call to sleep method failed:") and bad.result is None
+
+
+def test_sleep_wait_replies_after_in_flight_requests_finish(rig):
+    fe, _ = rig.start(1, step_time_ms=2)
+    fe.add(0, make_request("w1", max_tokens=100))
+    fe.pump(lambda: fe.tokens("w1"))
+    reply = fe.call(0, "sleep", [2, "wait"], timeout=15)
+    assert reply.failure_message is None
+    i_fin = _index(fe, lambda m: any(o.request_id == "w1" and o.finish_reason is not None for o in m.outputs))
+    i_reply = _index(fe, lambda m: m.utility_output is not None and m.utility_output.call_id == reply.call_id)
+    assert i_fin < i_reply and fe.finished("w1").finish_reason == FinishReason.LENGTH
+    assert len(fe.tokens("w1")) == 100
+    assert fe.value(0, "is_sleeping") is True
+    assert fe.value(0, "wake_up", [None]) is True
+
+
+def test_pause_keep_freezes_and_resume_continues(rig):
+    fe, _ = rig.start(1, step_time_ms=2)
+    fe.add(0, make_request("k1", max_tokens=300))
+    fe.pump(lambda: len(fe.tokens("k1")) >= 2)
+    assert fe.value(0, "pause_generation", ["keep", True]) is None
+    assert fe.value(0, "is_scheduler_paused") is True
+    n = len(fe.tokens("k1"))
+    fe.quiet(0.1)
+    assert len(fe.tokens("k1")) == n and fe.finished("k1") is None
+    # an ADD while paused is refused with engine_paused, retryable
+    fe.add(0, make_request("k2", max_tokens=2))
+    err = fe.wait_finished(["k2"])["k2"]
+    assert err.finish_reason == FinishReason.ERROR and err.error.code == "engine_paused" and err.error.retryable
+    # abort_immediately requests pass a pause and produce nothing
+    fe.add(0, make_request("k3", [0], max_tokens=1, abort_immediately=True))
+    assert fe.value(0, "resume_scheduler") is None
+    assert fe.value(0, "is_scheduler_paused") is False
+    assert fe.wait_finished(["k1"])["k1"].finish_reason == FinishReason.LENGTH
+    assert len(fe.tokens("k1")) == 300 and fe.outputs_for("k3") == []
+
+
+def test_pause_scheduler_abort_mode(rig):
+    fe, _ = rig.start(1, step_time_ms=2)
+    fe.add(0, make_request("q1", max_tokens=300))
+    fe.add(0, make_request("q2", max_tokens=300))
+    fe.pump(lambda: fe.tokens("q2"))
+    assert fe.value(0, "pause_scheduler", ["abort", True]) is None
+    assert fe.finished("q1").finish_reason == FinishReason.ABORT
+    assert fe.finished("q2").finish_reason == FinishReason.ABORT
+    fe.value(0, "resume_scheduler")
+
+
+def test_misc_utilities(rig):
+    fe, _ = rig.start(1, max_loras=2)
+    unknown = fe.call(0, "no_such_method")
+    assert unknown.failure_message == ("Call to no_such_method method failed: "
+                                       "'EngineCoreProc' object has no attribute 'no_such_method'")
+    assert fe.value(0, "get_weight_version") == "default"
+    assert fe.value(0, "set_weight_version", ["v2"]) is None
+    assert fe.value(0, "get_weight_version") == "v2"
+    fe.add(0, make_request("wv", max_tokens=2))
+    fe.wait_finished(["wv"])
+    assert all(m.weight_version == "v2" for m in fe.messages[0]
+               if isinstance(m, EngineCoreOutputs) and m.outputs)
+    assert fe.value(0, "collective_rpc", ["echo", None, [1, 2], {"k": 3}]) == [[[1, 2], {"k": 3}]]
+    assert fe.call(0, "collective_rpc", ["nope"]).failure_message
+    assert fe.value(0, "reset_encoder_cache") is None and fe.value(0, "profile", [True, None]) is None
+    assert fe.value(0, "add_lora", [["a", 1, "/p"]]) is True
+    assert fe.value(0, "add_lora", [["b", 2, "/p"]]) is True
+    assert fe.value(0, "list_loras") == [1, 2]
+    assert fe.value(0, "remove_lora", [1]) is True and fe.value(0, "remove_lora", [1]) is False
+    assert fe.value(0, "list_loras") == [2]
+    assert fe.call(0, "add_lora", [["bad"]]).failure_message  # not a LoRARequest
+    # the engine kept serving through every failure
+    fe.add(0, make_request("after", max_tokens=2))
+    fe.wait_finished(["after"])

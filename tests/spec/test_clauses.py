@@ -1,0 +1,80 @@
+"""The clause catalogue, PROTOCOL.md and every clause id cited in the code agree."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+from ecp.spec import clauses, errors
+from ecp.spec.tables import PROTOCOL_MD, refresh_protocol
+
+REPO = Path(__file__).resolve().parents[2]
+ID_RE = re.compile(r"ECP-[A-Z]+-\d+")
+ANCHOR_RE = re.compile(r"\*\*(ECP-[A-Z]+-\d+)\*\* \((MUST|SHOULD|MAY)\)")
+SKIP_DIRS = {".git", ".venv", "venv", "build", "dist", "node_modules", "__pycache__", ".hypothesis"}
+
+TEXT = PROTOCOL_MD.read_text(encoding="utf-8")
+
+
+def test_protocol_anchors_are_the_catalogue_exactly_once():
+    anchors = ANCHOR_RE.findall(TEXT)
+    counts = Counter(cid for cid, _ in anchors)
+    assert [cid for cid, n in counts.items() if n > 1] == []
+    assert set(counts) == set(clauses.CLAUSES)
+
+
+def test_protocol_levels_match_the_catalogue():
+    for cid, level in ANCHOR_RE.findall(TEXT):
+        assert clauses.CLAUSES[cid].level == level, cid
+
+
+def test_every_id_mentioned_in_protocol_exists():
+    assert set(ID_RE.findall(TEXT)) <= set(clauses.CLAUSES)
+
+
+def test_clause_ids_are_well_formed_and_areas_known():
+    for cid, c in clauses.CLAUSES.items():
+        assert ID_RE.fullmatch(cid) and c.area in clauses.AREAS and c.text and c.title
+    numbers: dict[str, list[int]] = {}
+    for cid in clauses.CLAUSES:
+        numbers.setdefault(cid.split("-")[1], []).append(int(cid.split("-")[2]))
+    for area, ns in numbers.items():  # numbered 1..n without gaps
+        assert sorted(ns) == list(range(1, len(ns) + 1)), area
+
+
+def _python_sources():
+    for path in REPO.rglob("*.py"):
+        if not SKIP_DIRS.intersection(path.relative_to(REPO).parts):
+            yield path
+
+
+def test_every_clause_id_cited_in_python_sources_exists():
+    unknown = {}
+    scanned = 0
+    for path in _python_sources():
+        scanned += 1
+        for cid in set(ID_RE.findall(path.read_text(encoding="utf-8", errors="replace"))):
+            if cid not in clauses.CLAUSES:
+                unknown.setdefault(cid, []).append(str(path.relative_to(REPO)))
+    assert scanned > 10
+    assert unknown == {}
+
+
+def test_the_scan_would_catch_an_unknown_id():
+    bogus = "ECP-" + "NOPE-" + "1"
+    assert ID_RE.findall(f'raise X(clause="{bogus}")') == [bogus]
+    assert bogus not in clauses.CLAUSES
+
+
+def test_errors_name_known_clauses():
+    exc = errors.UnsafeExtType("x", code=1)
+    assert exc.clause in clauses.CLAUSES and exc.to_dict()["clause"] == "ECP-SEC-1"
+    assert clauses.get("ECP-SEC-1").level == "MUST"
+    assert all(c.level == "MUST" for c in clauses.must_clauses())
+
+
+def test_protocol_field_tables_are_generated_from_the_code():
+    assert refresh_protocol(TEXT) == TEXT, "run `ecp schema` to refresh the PROTOCOL.md field tables"
+    assert "| 19 | `abort_immediately` | bool | false |" in TEXT
+    assert TEXT.count("<!-- fields:") == TEXT.count("<!-- /fields -->") >= 20

@@ -1,0 +1,95 @@
+"""Golden vectors: real vLLM 0.33 bytes decode to their recorded values; Python-encoded bytes
+re-encode byte-identically; vllm-rs encodings mean the same as the Python form."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from ecp import spec
+from ecp.spec import golden
+from ecp.spec.frames import decode_frames, encode_decoded
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED_DUMPS = REPO / ".." / "shared" / "protocol" / "vllm-0.33"
+VECTORS = golden.load_vectors()
+
+
+def _id(v: golden.Vector) -> str:
+    return f"{v.source['file']}:{v.source['line']}"
+
+
+def test_every_source_file_and_kind_is_covered():
+    docs = golden.load_documents()
+    assert sorted(docs) == sorted(n.replace(".txt", ".json") for n in golden.SOURCE_FILES)
+    kinds = {v.kind for v in VECTORS}
+    assert kinds >= {"add", "abort", "utility", "start_dp_wave", "outputs", "engine_dead", "hello", "ready",
+                     "init", "ready_response"}
+    producers = {v.producer for v in VECTORS}
+    assert {"python-encoder", "python-frontend", "python-engine", "vllm-rs"} <= producers
+    # every Python-produced vector is marked for byte-identical re-encoding, nothing else is
+    assert all(v.reencode == (v.producer in golden.PYTHON_PRODUCERS) for v in VECTORS)
+    assert sum(v.producer == "python-encoder" for v in VECTORS) >= 30
+
+
+@pytest.mark.parametrize("vector", VECTORS, ids=_id)
+def test_vector_decodes_to_its_value(vector):
+    decoded = decode_frames(vector.frames, vector.direction)
+    assert decoded.kind == vector.kind
+    # JSON round trip so the comparison sees what the file holds (int keys become strings, …)
+    assert msgspec.json.decode(msgspec.json.encode(decoded.value)) == vector.value
+    # auto-detection finds the same kind
+    assert decode_frames(vector.frames).kind == vector.kind
+
+
+@pytest.mark.parametrize("vector", [v for v in VECTORS if v.reencode], ids=_id)
+def test_python_vector_reencodes_byte_identically(vector):
+    decoded = decode_frames(vector.frames, vector.direction)
+    assert encode_decoded(decoded) == vector.frames
+
+
+def test_encoder_dump_abort_immediately_request():
+    (v,) = [v for v in VECTORS if v.name.startswith("3a.")]
+    req = decode_frames(v.frames, "input").body
+    assert req.abort_immediately is True and req.prompt_token_ids == [0]
+    assert req.sampling_params.max_tokens == 1
+    assert req.kv_transfer_params["do_remote_prefill"] is True
+
+
+RS_ADD = [v for v in VECTORS if v.producer == "vllm-rs" and v.kind == "add"]
+
+
+@pytest.mark.parametrize("vector", RS_ADD, ids=_id)
+def test_vllm_rs_float32_fixmap_means_the_same_as_python_form(vector):
+    payload = vector.frames[1]
+    assert b"\x8e\xabtemperature\xca" in payload  # fixmap of 14 keys, float32 temperature
+    rs = decode_frames(vector.frames, "input").body
+    python_form = spec.encode_add(rs)
+    sp_start = python_form[1].index(b"\xde\x00\x0e")  # the Python encoder writes map16 ...
+    assert b"\xca" not in python_form[1][sp_start:sp_start + 40]  # ... and float64 only
+    assert python_form[1] != payload
+    again = spec.decode_input(python_form).request
+    assert again == rs
+    sp = rs.sampling_params
+    assert (sp.temperature, sp.top_p, sp.watermarking, sp.top_k) == (1.0, 1.0, True, 0)
+    assert type(sp.temperature) is float
+
+
+def test_vectors_match_the_shared_dumps_when_present():
+    """Cross-check against ``../shared`` beside the repository (it exists in CI)."""
+    docs = golden.load_documents()
+    if not SHARED_DUMPS.is_dir():
+        # Only a developer checkout without ../shared gets here; CI always has it.
+        assert not os.environ.get("CI"), f"CI must provide {SHARED_DUMPS}"
+        for doc in docs.values():
+            assert len(doc["source_sha256"]) == 64 and doc["vectors"]
+        return
+    for name in golden.SOURCE_FILES:
+        doc = docs[name.replace(".txt", ".json")]
+        assert doc["source_sha256"] == hashlib.sha256((SHARED_DUMPS / name).read_bytes()).hexdigest()
+    assert golden.dump_documents(golden.extract(SHARED_DUMPS)) == {
+        n: (golden.VECTORS_DIR / n).read_text(encoding="utf-8") for n in docs}
