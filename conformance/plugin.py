@@ -67,7 +67,7 @@ class RunState:
         return self.manager
 
     def role_manager(self) -> Any:
-        """The manager of this run's role (both have ``set_deadline``, ``mark_dirty``, ``log_tail``)."""
+        """The manager of this run's role (both have ``begin_case``, ``set_deadline``, ``mark_dirty``, ``log_tail``)."""
         return self.frontend_manager() if self.role == "frontend" else self.engine_manager()
 
 
@@ -156,7 +156,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     cid = _case_id(item)
     state.transcript.start_case(cid or item.nodeid)
     state._case_started[item.nodeid] = time.monotonic()
-    state.role_manager().set_deadline(None)
+    state.role_manager().begin_case()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -210,12 +210,15 @@ def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Ite
     elif isinstance(exc, AssertionError):
         outcome, message = Outcome.FAIL, str(exc)
         clause = getattr(exc, "clause", None) or clause
+    elif isinstance(exc, LaunchError):
+        outcome, message = Outcome.ERROR, f"cannot start the peer: {exc}"
     else:
         outcome = Outcome.ERROR
         message = f"harness error: {exc!r}\n" + "".join(
             traceback.format_exception(type(exc), exc, exc.__traceback__, limit=6))
     strict = bool(state.config.get("strict"))
-    blocking = case.level == "MUST" or strict
+    # a crash always counts: a dead engine breaks ECP-ROB-1 whatever the case's own level
+    blocking = case.level == "MUST" or strict or outcome is Outcome.CRASH
     entries = state.transcript.case_entries()
     failed = outcome not in (Outcome.PASS, Outcome.UNSUPPORTED)
     if failed and manager is not None:

@@ -79,12 +79,23 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
         modules = [str(CASE_PACKAGES[role] / f"test_{m}.py") for m in CASE_MODULES[role]]
         pytest_args = [*modules, f"--ecp-config={config_path}", "-c", str(ini), f"--rootdir={workdir}",
                        "-p", "no:cacheprovider", "--import-mode=importlib", "--tb=short" if args.verbose else "--tb=no",
-                       "-q" if args.verbose else "-qq", "--disable-warnings"]
-        if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-            pytest_args += ["-p", "ecp.conformance.plugin"]
+                       "-q" if args.verbose else "-qq", "--disable-warnings", "--assert=plain",
+                       "-p", "ecp.conformance.plugin",
+                       # these builtin plugins only cost time here (gc.collect per run, log capture)
+                       "-p", "no:unraisableexception", "-p", "no:threadexception", "-p", "no:logging",
+                       "-p", "no:junitxml", "-p", "no:pastebin", "-p", "no:doctest"]
         import pytest
 
-        code = pytest.main(pytest_args) if args.verbose else _quiet(pytest.main, pytest_args)
+        # only our plugin: other installed plugins (hypothesis, benchmark…) cost seconds and add nothing
+        saved = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        try:
+            code = pytest.main(pytest_args) if args.verbose else _quiet(pytest.main, pytest_args)
+        finally:
+            if saved is None:
+                del os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"]
+            else:
+                os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = saved
         results = [CaseResult.from_dict(json.loads(line))
                    for line in results_path.read_text().splitlines() if line.strip()]
         if int(code) not in (0, 1) or (not results and not args.case):

@@ -85,6 +85,8 @@ CASES: tuple[Case, ...] = (
        "N engines handshake with N distinct identities start..start+N-1 and each serves its own requests."),
     _c("ENG-DP-2", "ECP-DP-4", "MUST", "start-dp-wave-tolerated",
        "START_DP_WAVE (newer and older waves) is accepted and every engine keeps serving."),
+    _c("ENG-DP-3", "ECP-UTIL-8", "MUST", "per-rank-sleep-state",
+       "Each of N engines answers is_sleeping from its own state: false when fresh, true only on the rank put to sleep."),
     # ------------------------------------------------------------ robustness
     _c("ENG-ROB-1", "ECP-ROB-1", "MUST", "unknown-type-byte",
        "Unknown or engine-internal type bytes (0x04, 0x05, 0x7f, two bytes) are rejected; the engine keeps serving."),

@@ -121,6 +121,7 @@ class HarnessFrontend:
         self.late_inputs: list[tuple[int, list[bytes]]] = []
         self._ids = itertools.count(1)
         self._call_ids = itertools.count(0x5EC0_0001)
+        self.sent_call_ids: set[int] = set()
         self.max_model_len: int | None = None
 
     # ------------------------------------------------------------------ sockets
@@ -174,17 +175,14 @@ class HarnessFrontend:
             addresses=EngineZmqAddresses(inputs=self.addresses.inputs, outputs=self.addresses.outputs),
             parallel_config={}))
         end = time.monotonic() + timeout
-        ready_seen_at: float | None = None
-        while True:
-            if self._handshake_complete():
-                break
+        settled_at: float | None = None  # when READY (or every registration) was complete
+        grace = max(1.0, 3 * self.quiet_window_s)
+        while not self._handshake_complete():
             now = time.monotonic()
-            if self._all_ready() and ready_seen_at is None:
-                ready_seen_at = now
-            # READY arrived everywhere but a registration is missing: give it a short grace
-            if ready_seen_at is not None and now - ready_seen_at > max(1.0, self.quiet_window_s):
-                break
-            if now >= end:
+            # READY everywhere but a registration missing, or the reverse: record it after a grace
+            if settled_at is None and (self._all_ready() or self._all_registered()):
+                settled_at = now
+            if (settled_at is not None and now - settled_at > grace) or now >= end:
                 break
             for sock, frames in self._poll_once(min(end, now + 0.05)):
                 if sock is self.handshake:
@@ -199,7 +197,7 @@ class HarnessFrontend:
         if len(self.route) < self.engine_count:
             raise CaseTimeout(
                 f"handshake: {len(self.route)} of {self.engine_count} engine(s) registered on every input "
-                f"within {timeout:.0f}s (identities seen: {[r.identity.hex() for r in self.records.values()]})")
+                f"within {timeout:.1f}s (identities seen: {[r.identity.hex() for r in self.records.values()]})")
         sizes = [p.max_model_len for r in self.records.values() for p in r.ready_payloads.values()
                  if isinstance(p, EngineCoreReadyResponse)]
         self.max_model_len = min(sizes) if sizes else None
@@ -270,6 +268,11 @@ class HarnessFrontend:
         ready = [r for r in self.records.values() if r.ready_raw]
         return len(ready) >= self.engine_count
 
+    def _all_registered(self) -> bool:
+        n_inputs = len(self.inputs)
+        done = [r for r in self.records.values() if all(c in r.registrations for c in range(n_inputs))]
+        return len(done) >= self.engine_count
+
     def _handshake_complete(self) -> bool:
         n_inputs = len(self.inputs)
         done = [r for r in self.records.values()
@@ -324,6 +327,7 @@ class HarnessFrontend:
     def send_utility(self, method: str, args: Sequence[Any] = (), *, engine: int = 0, client: int = 0,
                      call_id: int | None = None) -> int:
         cid = next(self._call_ids) if call_id is None else call_id
+        self.sent_call_ids.add(cid)
         self.send_raw(encode_utility(client, cid, method, list(args)), engine, client)
         return cid
 
@@ -331,8 +335,15 @@ class HarnessFrontend:
              call_id: int | None = None, timeout: float = 5.0) -> Reply:
         """Send a UTILITY call and wait for the reply carrying its call id."""
         cid = self.send_utility(method, args, engine=engine, client=client, call_id=call_id)
-        self.wait(lambda: bool(self.replies.get(cid)), timeout,
-                  f"the reply to utility {method}{tuple(args)!r} (call_id {cid})")
+
+        def answered() -> bool:
+            strays = sorted(k for k in self.replies if k not in self.sent_call_ids)
+            if strays and not self.replies.get(cid):
+                raise Violation(f"utility {method} (call_id {cid}): a reply carries call_id(s) {strays} "
+                                "that were never sent", clause="ECP-UTIL-1")
+            return bool(self.replies.get(cid))
+
+        self.wait(answered, timeout, f"the reply to utility {method}{tuple(args)!r} (call_id {cid})")
         return self.replies[cid][0]
 
     # ------------------------------------------------------------------ receiving

@@ -19,7 +19,7 @@ from typing import Iterator
 import zmq
 
 from ..launch import AdapterPeer, AttachedPeer, CommandPeer, LaunchError, PeerHandle
-from ..outcomes import PeerCrashed, Unsupported
+from ..outcomes import CaseTimeout, PeerCrashed, Unsupported
 from ..transcript import Transcript
 from .frontend import Addresses, HarnessFrontend
 
@@ -114,6 +114,7 @@ class EngineManager:
         self.ctx = zmq.Context()
         self._launches = 0
         self._shared: EngineUnderTest | None = None
+        self._startup_failure: Exception | None = None
         self._dirty = False
         self.deadline: float | None = None
         #: engines a case touched: the plugin checks they are still alive afterwards
@@ -146,7 +147,14 @@ class EngineManager:
             self._shared = None
         self._dirty = False
         if self._shared is None:
-            self._shared = self._launch(1, self.cfg.engine_count)
+            if self._startup_failure is not None:
+                # a deterministic startup failure: report it again instead of waiting again
+                raise self._startup_failure
+            try:
+                self._shared = self._launch(1, self.cfg.engine_count)
+            except (CaseTimeout, PeerCrashed, LaunchError) as exc:
+                self._startup_failure = exc
+                raise
         self._shared.fe.deadline = self.deadline
         self.touched.append(self._shared)
         return self._shared
@@ -170,11 +178,15 @@ class EngineManager:
                 self._fresh_crashed = True
             eut.close()
 
-    def set_deadline(self, deadline: float | None) -> None:
-        self.deadline = deadline
+    def begin_case(self) -> None:
+        """Forget which engines the previous case touched."""
+        self.deadline = None
         self.touched = []
         self._fresh = []
         self._fresh_crashed = False
+
+    def set_deadline(self, deadline: float | None) -> None:
+        self.deadline = deadline
         if self._shared is not None:
             self._shared.fe.deadline = deadline
 

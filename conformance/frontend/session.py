@@ -279,10 +279,8 @@ class FrontendManager:
         return self.loop.run(body(self), lambda: self.deadline, "the case")
 
     def set_deadline(self, deadline: float | None) -> None:
-        """Called by the plugin: ``None`` before a case (resets per-case state), then its deadline."""
+        """Called by the plugin when a case body starts (its time budget)."""
         self.deadline = deadline
-        if deadline is None:
-            self.begin_case()
 
     # -- lifetimes -------------------------------------------------------------------
     async def _launch(self, *, engine_count: int | None = None, argv: list[str] | None = None,
@@ -350,6 +348,8 @@ class FrontendManager:
         return without_kv_connector(self.cfg.command)
 
     def begin_case(self) -> None:
+        """Called by the plugin before each case: no deadline yet, nothing touched."""
+        self.deadline = None
         self.touched = []
 
     def case_crashed(self) -> bool:

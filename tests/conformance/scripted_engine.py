@@ -13,7 +13,6 @@ or in-process through :func:`start` (the ``--adapter`` form).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import threading
 import time
@@ -25,10 +24,10 @@ import zmq
 from ecp.spec import (
     AbortMessage, AddMessage, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, FinishReason,
     Hello, ProtocolError, Ready, RequestError, StartDPWaveMessage, UtilityMessage, UtilityOutput, UtilityResult,
-    decode_any, decode_init, decode_input, encode_handshake, encode_outputs, engine_identity,
+    decode_any, decode_init, decode_input, encode_engine_dead, encode_handshake, encode_outputs, engine_identity,
 )
 
-MAX_MODEL_LEN = 512
+MAX_MODEL_LEN = 256
 BUGS = {
     # reference-engine knob names
     "ignore-abort-immediately", "no-terminal-output", "duplicate-output", "inconsistent-is-sleeping",
@@ -39,7 +38,7 @@ BUGS = {
     "no-param-check", "stop-instead-of-length", "wrong-engine-index", "outputs-to-client-0",
     "cumulative-tokens", "ignore-abort", "abort-unknown-errors", "abort-max-16-ids", "error-on-finished-abort",
     "abort-immediately-aborts-all", "bare-utility-result", "unknown-method-nil", "sleep-abort-silent",
-    "bad-supported-tasks", "same-identity", "crash-on-dp-wave", "no-recover-id", "simulate-unpickle",
+    "bad-supported-tasks", "is-sleeping-inverted", "same-identity", "crash-on-dp-wave", "no-recover-id", "simulate-unpickle",
     "reject-bad-client-crash",
 }
 
@@ -60,6 +59,10 @@ def token(prompt: list[int], pos: int) -> int:
     return (sum(prompt) * 31 + pos * 7) % 997 + 3
 
 
+class Crash(Exception):
+    pass
+
+
 class Rank:
     def __init__(self, ctx: zmq.Context, address: str, rank: int, bugs: set[str], step_s: float,
                  stop: threading.Event) -> None:
@@ -74,9 +77,13 @@ class Rank:
     def log(self, msg: str) -> None:
         print(f"[rank {self.rank}] {msg}", file=sys.stderr, flush=True)
 
-    def crash(self, why: str) -> None:
+    def crash(self, why: str, announce: bool = False) -> None:
+        """Die like a broken engine: this rank's thread ends (and a subprocess exits 3)."""
         self.log(f"crashing ({why})")
-        os._exit(3)
+        if announce:
+            for s in self.outputs:
+                s.send_multipart(encode_engine_dead())
+        raise Crash(why)
 
     # ---------------------------------------------------------------- handshake
     def handshake(self) -> None:
@@ -145,7 +152,7 @@ class Rank:
         self.log(f"rejected input: {exc}")
         if "crash-on-bad-frame" in self.bugs:
             self.crash("bad frame")
-        if "simulate-unpickle" in self.bugs and exc.clause == "ECP-SEC-1":
+        if "simulate-unpickle" in self.bugs:
             # simulates a peer that unpickles: finds the marker path in the opcodes, no unpickling
             for f in frames:
                 i = f.find(b"open\n(V")
@@ -175,7 +182,7 @@ class Rank:
         elif isinstance(msg, UtilityMessage):
             self.on_utility(msg.call)
         elif isinstance(msg, StartDPWaveMessage) and "crash-on-dp-wave" in self.bugs:
-            self.crash("START_DP_WAVE")
+            self.crash("START_DP_WAVE", announce=True)
 
     def on_add(self, req) -> None:
         rid, client, sp = req.request_id, req.client_index, req.sampling_params
@@ -229,7 +236,9 @@ class Rank:
             self.emit(call.client_index, utility=UtilityOutput(cid, message, None))
 
         if method == "is_sleeping":
-            ok(not self.sleeping if "inconsistent-is-sleeping" in self.bugs else self.sleeping)
+            inverted = "is-sleeping-inverted" in self.bugs or (
+                "inconsistent-is-sleeping" in self.bugs and self.rank % 2 == 1)
+            ok(not self.sleeping if inverted else self.sleeping)
         elif method == "sleep":
             mode = args[1] if len(args) > 1 else "abort"
             if mode == "abort":
@@ -287,6 +296,12 @@ class Rank:
             self.emit(client, outs)
 
     def run(self) -> None:
+        try:
+            self._run()
+        except Crash:
+            self.crashed = True
+
+    def _run(self) -> None:
         self.handshake()
         poller = zmq.Poller()
         for s in self.inputs:
@@ -329,12 +344,20 @@ class ScriptedEngines:
         self._stop.set()
         for t in self.threads:
             t.join(2)
-        self.ctx.term()
+        self.ctx.destroy(linger=0)
 
 
 def start(handshake_address: str, engine_count: int) -> ScriptedEngines:
-    """``--adapter`` entry point (a correct engine)."""
+    """``--adapter scripted_engine:start``: a correct engine."""
     return ScriptedEngines(handshake_address, engine_count)
+
+
+def __getattr__(name: str):
+    """``--adapter scripted_engine:bug_<knob>``: an engine with one bug knob (hyphens allowed)."""
+    if name.startswith("bug_") and name[4:] in BUGS:
+        return lambda handshake_address, engine_count: ScriptedEngines(handshake_address, engine_count,
+                                                                        bugs=[name[4:]])
+    raise AttributeError(name)
 
 
 def main(argv=None) -> int:
@@ -345,18 +368,16 @@ def main(argv=None) -> int:
     p.add_argument("--bug", action="append", default=[], choices=sorted(BUGS))
     p.add_argument("--step-ms", type=float, default=1.0)
     a = p.parse_args(argv)
+    import signal
+
     engines = ScriptedEngines(a.handshake_address, a.engine_count, a.engine_start_index, a.bug, a.step_ms)
-    try:
-        while engines.alive():
-            engines.threads[0].join(0.5)
-    except KeyboardInterrupt:
-        pass
+    signal.signal(signal.SIGTERM, lambda *_: engines._stop.set())
+    while engines.alive() and not engines._stop.is_set():
+        engines.threads[0].join(0.1)
+    crashed = not engines.alive()
     engines.stop()
-    return 0
+    return 3 if crashed else 0
 
 
 if __name__ == "__main__":
-    import signal
-
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     sys.exit(main())

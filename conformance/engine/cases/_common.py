@@ -2,7 +2,7 @@
 
 import time
 
-from ecp.conformance.outcomes import Violation
+from ecp.conformance.outcomes import Unsupported, Violation
 from ecp.spec import FinishReason
 
 QUIET_LIMIT_S = 3.0
@@ -13,12 +13,23 @@ def long_max_tokens(fe) -> int:
     return max(16, min((fe.max_model_len or 4096) - 8, 100_000))
 
 
-def start_long(fe, tag: str) -> tuple[str, int]:
-    rid = fe.new_id(tag)
+def start_long(fe, tag: str, count: int = 1) -> list[tuple[str, int]]:
+    """Start ``count`` requests as long as the engine allows and wait until each produced a token.
+
+    The ADDs go out back to back so that an ABORT can follow within milliseconds: a fast
+    engine must not finish them first. If one finished anyway the case cannot judge the
+    ABORT and says so (UNSUPPORTED), instead of blaming the engine.
+    """
     n = long_max_tokens(fe)
-    fe.add(fe.request(rid, max_tokens=n))
-    fe.wait(lambda: bool(fe.seen(rid)), 5.0, f"a first output for {rid}")
-    return rid, n
+    rids = [fe.new_id(tag) for _ in range(count)]
+    for rid in rids:
+        fe.add(fe.request(rid, max_tokens=n))
+    fe.wait(lambda: all(fe.seen(r) for r in rids), 5.0, f"a first output for each of {rids}")
+    done = [r for r in rids if fe.terminals(r)]
+    if done:
+        raise Unsupported(f"{done} finished all {n} tokens before an ABORT could be sent (engine too fast "
+                          "for max_model_len)")
+    return [(rid, n) for rid in rids]
 
 
 def goes_quiet(fe, rids, since: float, limit: float = QUIET_LIMIT_S) -> list[str]:
@@ -44,3 +55,20 @@ def check_aborted(fe, rid: str, n: int) -> None:
         raise Violation(f"{len(fe.terminals(rid))} terminal outputs for aborted {rid}", clause="ECP-OUT-1")
     if len(fe.tokens(rid)) >= n:
         raise Violation(f"aborted request {rid} still produced all {n} tokens")
+
+
+def ok_value(reply, method: str):
+    u = reply.utility
+    if u.failure_message is not None:
+        raise Violation(f"{method} failed: {u.failure_message!r}", clause="ECP-UTIL-3")
+    if u.result is None:
+        raise Violation(f"{method} succeeded without a result envelope [type_info, value]", clause="ECP-UTIL-2")
+    return u.result.value
+
+
+def expect_bool(reply, method: str) -> bool:
+    value = ok_value(reply, method)
+    if not isinstance(value, bool):
+        raise Violation(f"{method} returned {value!r} ({type(value).__name__}), expected a bool",
+                        clause="ECP-UTIL-9")
+    return value

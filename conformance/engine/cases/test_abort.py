@@ -10,7 +10,7 @@ from ecp.spec import FinishReason
 @case("ENG-ABORT-1")
 def test_abort_stops_running(engine):
     fe = engine
-    rid, n = start_long(fe, "abort")
+    [(rid, n)] = start_long(fe, "abort")
     fe.abort([rid])
     busy = goes_quiet(fe, [rid], time.monotonic())
     if busy:
@@ -40,7 +40,7 @@ def test_abort_unknown_id_noop(engine):
 @case("ENG-ABORT-3")
 def test_abort_1024_ids(engine):
     fe = engine
-    running = [start_long(fe, f"bulk{i}") for i in range(3)]
+    running = start_long(fe, "bulk", 3)
     ids = [fe.new_id("never-added") for _ in range(1024 - len(running))]
     for pos, (rid, _) in zip((0, 511, len(ids)), running):
         ids.insert(pos, rid)

@@ -1,5 +1,6 @@
 """Engine-role data-parallel cases: N engines behind one harness frontend."""
 
+from ecp.conformance.engine.cases._common import expect_bool, ok_value
 from ecp.conformance.outcomes import Violation
 from ecp.conformance.registry import case
 from ecp.spec import encode_start_dp_wave, engine_identity
@@ -42,3 +43,23 @@ def test_start_dp_wave_tolerated(engines):
             fe.send_raw(encode_start_dp_wave(1, exclude_engine_index=None), engine=k)  # older: ignored
         for k in range(n):
             fe.serves(engine=k, after="START_DP_WAVE", clause="ECP-DP-4")
+
+
+@case("ENG-DP-3")
+def test_per_rank_sleep_state(engines):
+    n = _dp_count(engines)
+    with engines.fresh(engine_count=n) as eut:
+        fe = eut.fe
+
+        def states() -> list[bool]:
+            return [expect_bool(fe.call("is_sleeping", engine=k), f"is_sleeping on rank {fe.start_index + k}")
+                    for k in range(n)]
+
+        if any(states()):
+            raise Violation(f"freshly started ranks answer is_sleeping = {states()}, expected all false")
+        ok_value(fe.call("sleep", [1, "wait"], engine=n - 1), "sleep")
+        expected = [False] * (n - 1) + [True]
+        if states() != expected:
+            raise Violation(f"after sleep on the last rank only, is_sleeping per rank is {states()}, "
+                            f"expected {expected}")
+        ok_value(fe.call("wake_up", [None], engine=n - 1), "wake_up")

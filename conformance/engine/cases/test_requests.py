@@ -36,9 +36,14 @@ def test_exact_max_tokens(engine):
                             "expected LENGTH")
 
 
+#: Greedy decoding is a function of the prompt; the fixed sampling seed makes it one for
+#: engines that key their sampling on the seed or, without one, on the request id.
+SEED = 1234
+
+
 def _greedy_first_token(fe, prompt):
     rid = fe.new_id("probe-first")
-    fe.add(fe.request(rid, max_tokens=1, prompt=prompt))
+    fe.add(fe.request(rid, max_tokens=1, prompt=prompt, seed=SEED))
     fe.wait_finished(rid, max_tokens=1)
     toks = fe.tokens(rid)
     if len(toks) != 1:
@@ -52,7 +57,7 @@ def test_stop_token_finishes_stop(engine):
     prompt = [5, 6, 7, 8]
     first = _greedy_first_token(fe, prompt)
     rid = fe.new_id("stop")
-    fe.add(fe.request(rid, max_tokens=8, prompt=prompt, stop_token_ids=[first], ignore_eos=False))
+    fe.add(fe.request(rid, max_tokens=8, prompt=prompt, stop_token_ids=[first], ignore_eos=False, seed=SEED))
     term = fe.wait_finished(rid, max_tokens=8)
     toks = fe.tokens(rid)
     if term.output.finish_reason != FinishReason.STOP:
@@ -70,7 +75,8 @@ def test_min_tokens(engine):
     prompt = [5, 6, 7, 8]
     first = _greedy_first_token(fe, prompt)
     rid = fe.new_id("min")
-    fe.add(fe.request(rid, max_tokens=6, min_tokens=4, prompt=prompt, stop_token_ids=[first], ignore_eos=False))
+    fe.add(fe.request(rid, max_tokens=6, min_tokens=4, prompt=prompt, stop_token_ids=[first], ignore_eos=False,
+                      seed=SEED))
     term = fe.wait_finished(rid, max_tokens=6)
     n = len(fe.tokens(rid))
     if n < 4:
@@ -87,9 +93,9 @@ def test_duplicate_id_error(engine, engines):
     if fe.terminals(rid):
         raise Unsupported(f"the engine finished {n} tokens before a second ADD could be sent")
     fe.add(fe.request(rid, max_tokens=n))
-    fe.wait(lambda: any(s.output.finish_reason is not None for s in fe.seen(rid)), 5.0,
-            f"an ERROR output for the duplicate ADD of {rid}")
-    fe.wait(lambda: len(fe.terminals(rid)) >= 2, 5.0, f"both terminal outputs for {rid}")
+    # the running request's own end (any non-ERROR terminal) closes the observation
+    fe.wait(lambda: any(t.output.finish_reason != FinishReason.ERROR for t in fe.terminals(rid)), 5.0,
+            f"the end of the running request {rid}")
     fe.observe()
     terms = fe.terminals(rid)
     reasons = sorted(int(t.output.finish_reason) for t in terms)

@@ -1,26 +1,9 @@
 """Engine-role utility-call cases."""
 
-from ecp.conformance.engine.cases._common import start_long
+from ecp.conformance.engine.cases._common import expect_bool, ok_value, start_long
 from ecp.conformance.outcomes import Violation
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason
-
-
-def ok_value(reply, method: str):
-    u = reply.utility
-    if u.failure_message is not None:
-        raise Violation(f"{method} failed: {u.failure_message!r}", clause="ECP-UTIL-3")
-    if u.result is None:
-        raise Violation(f"{method} succeeded without a result envelope [type_info, value]", clause="ECP-UTIL-2")
-    return u.result.value
-
-
-def expect_bool(reply, method: str) -> bool:
-    value = ok_value(reply, method)
-    if not isinstance(value, bool):
-        raise Violation(f"{method} returned {value!r} ({type(value).__name__}), expected a bool",
-                        clause="ECP-UTIL-9")
-    return value
 
 
 @case("ENG-UTIL-1")
@@ -38,15 +21,14 @@ def test_result_envelope(engine):
 def test_call_id_echo_u64(engine):
     fe = engine
     for cid in (0, 1, 0x1234567890ABCDEF, 2**63, 2**64 - 1):
-        reply_ids = set(fe.replies)
+        before = {k: len(v) for k, v in fe.replies.items()}
         fe.send_utility("is_sleeping", call_id=cid)
-        try:
-            fe.wait(lambda: cid in fe.replies, 3.0, f"a reply echoing call_id {cid}")
-        except Exception:
-            new = sorted(set(fe.replies) - reply_ids)
-            if new:
-                raise Violation(f"call_id {cid} was answered with call_id(s) {new}") from None
-            raise
+        # any new reply ends the wait: one carrying another id is the violation
+        fe.wait(lambda: any(len(v) > before.get(k, 0) for k, v in fe.replies.items()), 3.0,
+                f"a reply to is_sleeping with call_id {cid}")
+        new = sorted(k for k, v in fe.replies.items() if len(v) > before.get(k, 0))
+        if new != [cid]:
+            raise Violation(f"call_id {cid} was answered with call_id(s) {new}")
 
 
 @case("ENG-UTIL-3")
@@ -92,7 +74,7 @@ def test_reset_prefix_cache_bool(engine):
 def test_sleep_abort_ends_requests(engine, engines):
     fe = engine
     engines.mark_dirty()
-    rid, n = start_long(fe, "sleeper")
+    [(rid, n)] = start_long(fe, "sleeper")
     reply = fe.call("sleep", [1, "abort"], timeout=5.0)
     ok_value(reply, "sleep")
     terms = fe.terminals(rid)
