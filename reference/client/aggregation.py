@@ -1,7 +1,8 @@
 """How a fanned-out utility call's per-engine answers become one result.
 
-THE table (:data:`UTILITY_RULES`) is data: method → (rule, result type,
-clause). Every utility call goes to every engine and waits for all of them
+THE table (:data:`UTILITY_RULES`) is data: method → (rule, clause); each
+engine's value is checked against the result type of the spec's method table
+(:data:`ecp.spec.utility_methods.UTILITY_METHODS`). Every utility call goes to every engine and waits for all of them
 (``ECP-UTIL-7``) — except under the ``first-engine-is-sleeping`` bug knob —
 and then:
 
@@ -14,7 +15,8 @@ and            ``all(values)`` (``ECP-UTIL-5``)
 flatten        per-engine lists concatenated in rank order; a non-list counts as one
                element (``ECP-UTIL-6``)
 unit           ``None``; the values are discarded (``ECP-UTIL-7``)
-raw            ``{rank: value}`` for the caller to interpret (methods not in the table)
+raw            ``{rank: value}`` for the caller to interpret (also methods not in the table,
+               ``ECP-UTIL-11``)
 =============  =====================================================================
 
 Before combining: any ``failure_message`` → :class:`UtilityCallFailed`
@@ -29,6 +31,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ecp.spec import UtilityOutput
+from ecp.spec.layout.types import Member, WireType
+from ecp.spec.layout.types import parse as parse_type
+from ecp.spec.utility_methods import UTILITY_METHODS
 
 from .config import BUG_FIRST_ENGINE_IS_SLEEPING, BUG_RESET_PREFIX_CACHE_ANY
 from .errors import InconsistentUtilityResults, UtilityCallFailed, UtilityResultDecode
@@ -47,68 +52,86 @@ class MethodRule:
     """How one method's answers are checked and combined."""
 
     rule: Rule
-    #: expected type of each engine's value: "bool", "str", "list", "list[str]", "any"
-    result: str
     clause: str
 
-
-def _r(rule: Rule, result: str, clause: str) -> MethodRule:
-    return MethodRule(rule, result, clause)
+    def result_type(self, method: str) -> str:
+        """The per-engine value type, from the spec's method table (``any`` if unknown)."""
+        known = UTILITY_METHODS.get(method)
+        return known.result if known is not None else "any"
 
 
 _CONS, _AND, _FLAT, _UNIT, _RAW = Rule.CONSENSUS, Rule.AND, Rule.FLATTEN, Rule.UNIT, Rule.RAW
 
-#: method name → rule. The one place the client's aggregation is defined.
+#: method name → the client's rule. The one place the client's aggregation is defined;
+#: argument and result types live in :data:`ecp.spec.utility_methods.UTILITY_METHODS`.
 UTILITY_RULES: Mapping[str, MethodRule] = {
     # consensus (ECP-UTIL-4)
-    "is_sleeping": _r(_CONS, "bool", "ECP-UTIL-4"),
-    "is_scheduler_paused": _r(_CONS, "bool", "ECP-UTIL-4"),
-    "get_weight_version": _r(_CONS, "str", "ECP-UTIL-4"),
+    "is_sleeping": MethodRule(_CONS, "ECP-UTIL-4"),
+    "is_scheduler_paused": MethodRule(_CONS, "ECP-UTIL-4"),
+    "get_weight_version": MethodRule(_CONS, "ECP-UTIL-4"),
     # AND (ECP-UTIL-5)
-    "reset_prefix_cache": _r(_AND, "bool", "ECP-UTIL-5"),
-    "wake_up": _r(_AND, "bool", "ECP-UTIL-5"),
-    "add_lora": _r(_AND, "bool", "ECP-UTIL-5"),
-    "remove_lora": _r(_AND, "bool", "ECP-UTIL-5"),
+    "reset_prefix_cache": MethodRule(_AND, "ECP-UTIL-5"),
+    "wake_up": MethodRule(_AND, "ECP-UTIL-5"),
+    "add_lora": MethodRule(_AND, "ECP-UTIL-5"),
+    "remove_lora": MethodRule(_AND, "ECP-UTIL-5"),
     # flatten (ECP-UTIL-6)
-    "collective_rpc": _r(_FLAT, "any", "ECP-UTIL-6"),
-    "compute_weight_checksums": _r(_FLAT, "any", "ECP-UTIL-6"),
+    "collective_rpc": MethodRule(_FLAT, "ECP-UTIL-6"),
+    "compute_weight_checksums": MethodRule(_FLAT, "ECP-UTIL-6"),
     # unit (ECP-UTIL-7: wait for every engine, discard the values)
-    "sleep": _r(_UNIT, "any", "ECP-UTIL-7"),
-    "pause_scheduler": _r(_UNIT, "any", "ECP-UTIL-7"),
-    "pause_generation": _r(_UNIT, "any", "ECP-UTIL-7"),
-    "resume_scheduler": _r(_UNIT, "any", "ECP-UTIL-7"),
-    "profile": _r(_UNIT, "any", "ECP-UTIL-7"),
-    "reset_mm_cache": _r(_UNIT, "any", "ECP-UTIL-7"),
-    "reset_encoder_cache": _r(_UNIT, "any", "ECP-UTIL-7"),
-    "release_kv_cache_memory": _r(_UNIT, "any", "ECP-UTIL-7"),
-    "set_weight_version": _r(_UNIT, "any", "ECP-UTIL-7"),
-    "execute_dummy_batch": _r(_UNIT, "any", "ECP-UTIL-7"),
-    "add_remote_kv_handshake": _r(_UNIT, "any", "ECP-UTIL-7"),
-    "save_sharded_state": _r(_UNIT, "any", "ECP-UTIL-7"),
-    # raw: one typed value per engine (ECP-UTIL-9)
-    "get_supported_tasks": _r(_RAW, "list[str]", "ECP-UTIL-9"),
-    "list_loras": _r(_RAW, "list", "ECP-UTIL-9"),
-    "pin_lora": _r(_RAW, "bool", "ECP-UTIL-9"),
-    "get_kv_connector_handshake_entries": _r(_RAW, "list", "ECP-UTIL-9"),
+    "sleep": MethodRule(_UNIT, "ECP-UTIL-7"),
+    "pause_scheduler": MethodRule(_UNIT, "ECP-UTIL-7"),
+    "pause_generation": MethodRule(_UNIT, "ECP-UTIL-7"),
+    "resume_scheduler": MethodRule(_UNIT, "ECP-UTIL-7"),
+    "profile": MethodRule(_UNIT, "ECP-UTIL-7"),
+    "reset_mm_cache": MethodRule(_UNIT, "ECP-UTIL-7"),
+    "reset_encoder_cache": MethodRule(_UNIT, "ECP-UTIL-7"),
+    "release_kv_cache_memory": MethodRule(_UNIT, "ECP-UTIL-7"),
+    "set_weight_version": MethodRule(_UNIT, "ECP-UTIL-7"),
+    "execute_dummy_batch": MethodRule(_UNIT, "ECP-UTIL-7"),
+    "add_remote_kv_handshake": MethodRule(_UNIT, "ECP-UTIL-7"),
+    "save_sharded_state": MethodRule(_UNIT, "ECP-UTIL-7"),
+    # raw: one typed value per engine, {rank: value} (ECP-UTIL-9, ECP-UTIL-11)
+    "get_supported_tasks": MethodRule(_RAW, "ECP-UTIL-9"),
+    "list_loras": MethodRule(_RAW, "ECP-UTIL-9"),
+    "pin_lora": MethodRule(_RAW, "ECP-UTIL-9"),
+    "get_kv_connector_handshake_entries": MethodRule(_RAW, "ECP-UTIL-9"),
 }
 
-DEFAULT_RULE = _r(_RAW, "any", "ECP-UTIL-7")
+#: methods in neither table: sent to every engine, ``{rank: value}`` returned (``ECP-UTIL-11``)
+DEFAULT_RULE = MethodRule(_RAW, "ECP-UTIL-11")
 
-_MISSING = object()
+
+def _matches(t: WireType, value: Any) -> bool:
+    return any(_member_matches(m, value) for m in t.members)
 
 
-def _type_ok(expected: str, value: Any) -> bool:
-    if expected == "any":
+def _member_matches(m: Member, value: Any) -> bool:
+    kind = m.kind
+    if kind in ("any", "struct", "tensor"):  # structs and tensors are not re-validated here
         return True
-    if expected == "bool":
+    if kind == "nil":
+        return value is None
+    if kind == "bool":
         return isinstance(value, bool)
-    if expected == "str":
+    if kind in ("int", "enum"):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "str":
         return isinstance(value, str)
-    if expected == "list":
-        return isinstance(value, list)
-    if expected == "list[str]":
-        return isinstance(value, list) and all(isinstance(v, str) for v in value)
-    raise ValueError(f"unknown result type {expected!r} in the aggregation table")
+    if kind == "bytes":
+        return isinstance(value, (bytes, bytearray))
+    if kind == "array":
+        return isinstance(value, (list, tuple)) and all(_matches(m.args[0], v) for v in value)
+    if kind == "map":
+        return isinstance(value, dict) and all(
+            _matches(m.args[0], k) and _matches(m.args[1], v) for k, v in value.items())
+    return False
+
+
+def value_matches(type_text: str, value: Any) -> bool:
+    """Whether a decoded msgpack value has the wire type ``type_text`` (layout type grammar)."""
+    return _matches(parse_type(type_text), value)
 
 
 class UtilityAggregation:
@@ -136,8 +159,11 @@ class UtilityAggregation:
                 return None  # a nil result is a unit answer (the Rust client's reading)
             raise UtilityResultDecode(method, rank, "[type_info, value] envelope", None)
         value = reply.result.value
-        if not _type_ok(rule.result, value):
-            raise UtilityResultDecode(method, rank, rule.result, value)
+        if rule.rule in (Rule.UNIT, Rule.FLATTEN):
+            return value  # discarded / a non-list counts as one element (the Rust client's reading)
+        expected = rule.result_type(method)
+        if not value_matches(expected, value):
+            raise UtilityResultDecode(method, rank, expected, value)
         return value
 
     def aggregate(self, method: str, replies: Mapping[int, UtilityOutput]) -> Any:

@@ -41,7 +41,7 @@ from .errors import (
     ClientClosed, EngineDeadError, EngineDisconnected, HandshakeTimeout, RequestStreamClosed,
     UnexpectedDPControl, UtilityTimeout,
 )
-from .handshake import STAGE_HELLO, HandshakeOwner, HandshakeResult
+from .handshake import STAGE_HELLO, STAGE_READY, HandshakeOwner, HandshakeResult
 from .health import Health
 from .registry import InFlight, RequestRegistry, group_by_engine
 from .router import Router
@@ -60,7 +60,7 @@ class ClientStats:
     outputs_dispatched: int = 0
     outputs_dropped: int = 0
     output_messages: int = 0
-    #: ids sent in ABORT messages, and the number of ABORT messages
+    #: ids sent in ABORT messages (explicit and auto), and the number of ABORT messages
     aborts_sent: int = 0
     abort_messages: int = 0
     abort_send_errors: int = 0
@@ -111,7 +111,7 @@ class EngineCoreClient:
         self._call_ids = itertools.count((uuid.uuid1().int >> 64) & 0x7FFF_FFFF_FFFF_FFFF)
         self._handshake: HandshakeResult | None = None
         self._last_output_at = 0.0
-        self.stats = ClientStats()
+        self._stats = ClientStats()
         self.handshake_address: str | None = None
         self.input_address: str | None = None
         self.output_address: str | None = None
@@ -224,8 +224,10 @@ class EngineCoreClient:
                 deadline, timeout_s = ready_deadline, cfg.ready_timeout_s
             remaining = deadline - loop.time()
             if remaining <= 0:
-                if stage is None:
-                    raise HandshakeTimeout("coordinator subscriptions", [], timeout_s)
+                if coord is not None and not gate_open and stage in (STAGE_READY, None):
+                    # engines send READY only after the gate: the gate is what is missing
+                    raise HandshakeTimeout("coordinator subscriptions", owner.missing(STAGE_READY), timeout_s)
+                assert stage is not None
                 raise HandshakeTimeout(stage, owner.missing(stage), timeout_s)
             events = dict(await poller.poll(timeout=max(1, int(remaining * 1000))))
             if self._handshake_sock is not None and self._handshake_sock in events:
@@ -238,15 +240,27 @@ class EngineCoreClient:
                 await coord.on_subscription(await coord.xpub.recv_multipart())
         self._handshake = owner.result()
         self._ready = True
-        self._tasks = [
-            asyncio.ensure_future(self._output_loop()),
-            asyncio.ensure_future(self._abort_worker()),
-            asyncio.ensure_future(self._monitor_loop()),
-        ]
+        assert self._monitor is not None
+        while await self._monitor.poll(0):  # connection churn during startup is not a lost engine
+            await self._monitor.recv_multipart()
+        loops = [self._output_loop(), self._abort_worker(), self._monitor_loop()]
         if coord is not None:
-            self._tasks.append(asyncio.ensure_future(coord.serve()))
+            loops.append(coord.serve())
+        for coro in loops:
+            task = asyncio.ensure_future(coro)
+            task.add_done_callback(self._on_task_done)
+            self._tasks.append(task)
         log.info("engine-core client ready: ranks %s, max_model_len %s", list(self._ranks),
                  self._handshake.max_model_len)
+
+    def _on_task_done(self, task: asyncio.Task[Any]) -> None:
+        # A background loop only ends by cancellation; anything else must not leave waiters hanging.
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            log.error("engine-core client background task %r crashed", task, exc_info=error)
+            self._fail(error)
 
     # ================================================================== properties
     @property
@@ -275,6 +289,12 @@ class EngineCoreClient:
     @property
     def current_wave(self) -> int:
         return self._coordinator.current_wave if self._coordinator else 0
+
+    @property
+    def stats(self) -> ClientStats:
+        """Counters, with ``in_flight`` (per engine rank) as of now."""
+        self._stats.in_flight = self._registry.counts()
+        return self._stats
 
     def in_flight(self) -> dict[int, int]:
         """In-flight requests per engine rank."""
@@ -322,7 +342,7 @@ class EngineCoreClient:
             sink.end()
             raise
         self._router.admitted(rank)
-        self.stats.requests_added += 1
+        self._stats.requests_added += 1
         return RequestStream(sink, self._on_stream_dropped)
 
     def _on_stream_dropped(self, request_id: str, cause: AbortCause) -> None:
@@ -343,27 +363,39 @@ class EngineCoreClient:
         while True:
             await self._abort_wakeup.wait()
             self._abort_wakeup.clear()
-            # A crowd of clients leaving at once is noticed over a few loop turns;
-            # let the queue stop growing (no timer: a lone abort still goes out at
-            # once) so the burst leaves as one drain per 1024 ids (ECP-ABORT-5).
-            queued = -1
-            while len(self._coalescer) != queued:
-                queued = len(self._coalescer)
-                await asyncio.sleep(0)
+            await self._settle_burst()
             while len(self._coalescer):
                 grouped = self._coalescer.drain(self._take_owner, max_items=max_items)
                 await self._send_aborts(grouped)
+
+    async def _settle_burst(self, quiet_iterations: int = 2, max_iterations: int = 16) -> None:
+        """Let a burst of drops that started in the same event-loop turn finish
+        queueing before the drain (``ECP-ABORT-5``): HTTP disconnects reach their
+        streams a few loop iterations apart, depending on where each handler
+        was suspended. Waits until the queue stops growing for
+        ``quiet_iterations`` iterations (bounded), so a lone drop still goes out
+        at once."""
+        if BUG_ABORT_ONE_PER_REQUEST in self.config.bugs:
+            return
+        size, quiet = len(self._coalescer), 0
+        for _ in range(max_iterations):
+            await asyncio.sleep(0)
+            now = len(self._coalescer)
+            quiet = quiet + 1 if now == size else 0
+            size = now
+            if quiet >= quiet_iterations:
+                return
 
     async def _send_aborts(self, grouped: dict[int, list[str]]) -> None:
         for rank, ids in grouped.items():
             try:
                 await self._send(rank, encode_abort(ids))
             except Exception as exc:  # ECP-ABORT-8: one engine's failure does not stop the others
-                self.stats.abort_send_errors += 1
+                self._stats.abort_send_errors += 1
                 log.warning("failed to send ABORT of %d id(s) to engine %d: %s", len(ids), rank, exc)
                 continue
-            self.stats.abort_messages += 1
-            self.stats.aborts_sent += len(ids)
+            self._stats.abort_messages += 1
+            self._stats.aborts_sent += len(ids)
 
     async def abort(self, request_ids: Iterable[str]) -> list[str]:
         """Abort requests explicitly (``ECP-ABORT-8``).
@@ -414,7 +446,7 @@ class EngineCoreClient:
             abort_immediately=True,
         )
         await self._send(rank, encode_add(notice))
-        self.stats.rejection_notifications += 1
+        self._stats.rejection_notifications += 1
         return rank
 
     # ================================================================== utilities
@@ -441,7 +473,7 @@ class EngineCoreClient:
             fut: asyncio.Future[UtilityOutput] = loop.create_future()
             self._pending_utility[call_id] = (rank, fut)
             calls[rank] = (call_id, fut)
-        self.stats.utility_calls += 1
+        self._stats.utility_calls += 1
         try:
             for rank, (call_id, fut) in calls.items():
                 try:
@@ -526,9 +558,9 @@ class EngineCoreClient:
             self._on_output_frames(frames)
 
     def _on_output_frames(self, frames: list[bytes]) -> None:
-        self.stats.output_messages += 1
+        self._stats.output_messages += 1
         try:
-            msg = decode_outputs(frames)
+            msg = decode_outputs(frames, self.config.decode_limits)
         except ProtocolError as exc:
             self._fail(exc)
             return
@@ -548,16 +580,16 @@ class EngineCoreClient:
         for out in msg.outputs:
             entry = registry.get(out.request_id)
             if entry is None:  # ECP-OUT-9: finished, aborted or unknown
-                self.stats.outputs_dropped += 1
+                self._stats.outputs_dropped += 1
                 continue
             sink = entry.sink
             if out.finish_reason is not None:
                 registry.take(out.request_id)
             if sink.dropped:  # waiting for its auto-abort: nobody listens
-                self.stats.outputs_dropped += 1
+                self._stats.outputs_dropped += 1
                 continue
             sink.push(out)
-            self.stats.outputs_dispatched += 1
+            self._stats.outputs_dispatched += 1
             if out.finish_reason is not None:
                 sink.end()
         if msg.finished_requests:
@@ -571,7 +603,7 @@ class EngineCoreClient:
     def _on_utility_output(self, engine_index: int, reply: UtilityOutput) -> None:
         pending = self._pending_utility.pop(reply.call_id, None)
         if pending is None:  # ECP-UTIL-10
-            self.stats.unknown_utility_replies += 1
+            self._stats.unknown_utility_replies += 1
             log.warning("dropping utility reply with unknown call id %s from engine %d", reply.call_id,
                         engine_index)
             return

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ecp.spec import DEFAULT_LIMITS, DecodeLimits
+
 #: No coalescing: one ABORT message per auto-aborted id.
 BUG_ABORT_ONE_PER_REQUEST = "abort-one-per-request"
 #: Consensus methods (``is_sleeping`` …) ask only the first engine (vLLM's Python DP behaviour).
@@ -50,6 +52,8 @@ class ClientConfig:
         utility_timeout_s: bound on a utility call waiting for every engine.
         peer_loss_grace_s: after an engine connection closes, how long the
             client keeps draining outputs before it fails closed.
+        decode_limits: limits applied to every output message before decoding
+            (``ECP-FRAME-9``).
         bugs: conformance bug knobs (see :data:`CLIENT_BUGS`); unknown names are
             ignored here so the frontend can pass its whole set.
     """
@@ -69,6 +73,7 @@ class ClientConfig:
     kv_connector: str | None = None
     utility_timeout_s: float = 300.0
     peer_loss_grace_s: float = 0.1
+    decode_limits: DecodeLimits = DEFAULT_LIMITS
     bugs: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:

@@ -316,7 +316,10 @@ class ServeApp:
                 raise bad_request("request_ids must be a list of strings", "request_ids")
         except OpenAIError as err:
             return error_response(err)
-        results, not_found = await self.frontend.abort(ids or None)
+        try:
+            results, not_found = await self.frontend.abort(ids or None)
+        except Exception as exc:  # the client is closed or dead: its streams already ended
+            return error_response(self._client_error(exc))
         return json_response({"status": "aborted", "aborted": len(results), "results": results,
                               "not_found": not_found})
 
@@ -332,7 +335,10 @@ class ServeApp:
             return error_response(bad_request("req_ids must be a list of strings", "req_ids"))
         if not abort_all and not ids:
             return json_response({"error": "must provide abort_all=true or req_ids"}, 400)
-        results, not_found = await self.frontend.abort(None if abort_all else ids)
+        try:
+            results, not_found = await self.frontend.abort(None if abort_all else ids)
+        except Exception as exc:  # the client is closed or dead: its streams already ended
+            return error_response(self._client_error(exc))
         return json_response({"aborted": [r["request_id"] for r in results], "results": results,
                               "not_found": not_found})
 

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -46,6 +47,23 @@ class HttpServer:
             await asyncio.gather(self.task, return_exceptions=True)
 
 
+def _server_class() -> type:
+    import contextlib
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn without its signal capture: uvicorn re-raises a captured
+        SIGTERM after shutdown, which would kill the process before ``serve``
+        stops its engines. Signals are handled by :func:`serve` instead."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):  # type: ignore[override]
+            yield
+
+    return Server
+
+
 async def start_http(app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> HttpServer:
     import uvicorn
 
@@ -56,7 +74,7 @@ async def start_http(app: Any, host: str = "127.0.0.1", port: int = 0, log_level
     sock.setblocking(False)
     config = uvicorn.Config(app, log_level=log_level, lifespan="off", timeout_graceful_shutdown=5,
                             backlog=2048)
-    server = uvicorn.Server(config)
+    server = _server_class()(config)
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     # The socket already listens, so connections made from now on wait in the
     # backlog until uvicorn accepts them: no readiness polling is needed.
@@ -93,6 +111,22 @@ def client_bugs(bugs: Sequence[str]) -> frozenset[str]:
     return frozenset(b for b in bugs if b not in FRONTEND_BUGS)
 
 
+async def _until_stopped(stop: asyncio.Event, work: Any) -> bool:
+    """Run ``work`` until it ends (True) or ``stop`` is set (False, work cancelled)."""
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return False
+
+
 async def serve(args: argparse.Namespace) -> int:
     from ecp.reference.client import ClientConfig, EngineCoreClient
 
@@ -116,6 +150,12 @@ async def serve(args: argparse.Namespace) -> int:
     else:
         cfg = ClientConfig(engine_count=dp, transport="ipc", handshake_timeout_s=args.handshake_timeout,
                            kv_connector=args.kv_connector, bugs=client_bugs(args.bug))
+    # SIGINT/SIGTERM end the server and then the engines, at any stage.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    tokenizer = load_tokenizer(args.tokenizer)
     client = EngineCoreClient(cfg)
     await client.bind()
     engines = None
@@ -125,12 +165,15 @@ async def serve(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
         else:
             # Embedded engines are co-located: HELLO local=true, headless=false.
-            extra = ["--local", "--max-model-len", str(args.max_model_len)] + shlex.split(args.engine_args or "")
-            if args.kv_connector:
+            extra = ["--local", "--max-model-len", str(args.max_model_len)]
+            if args.tokenizer is not None:  # synthetic token ids stay inside the tokenizer's vocabulary
+                extra += ["--vocab-size", str(tokenizer.vocab_size)]
+            extra += shlex.split(args.engine_args or "")
+            if args.kv_connector == "reference":  # the one connector the reference engine has
                 extra += ["--kv-connector", args.kv_connector]
             engines = spawn_engines(client.handshake_address, dp, extra)
-        await client.wait_ready()
-        tokenizer = load_tokenizer(args.tokenizer)
+        if not await _until_stopped(stop, client.wait_ready()):
+            return 0
         fcfg = FrontendConfig(model_name=args.model, max_model_len=client.max_model_len,
                               kv_connector=args.kv_connector, bugs=frozenset(args.bug),
                               dev_mode=args.dev_mode or os.environ.get("VLLM_SERVER_DEV_MODE", "0") not in ("", "0"))
@@ -139,7 +182,8 @@ async def serve(args: argparse.Namespace) -> int:
         http = await start_http(app, args.host, args.port, log_level=args.log_level)
         print(f"ecp serve: serving {args.model!r} on {http.url} with {dp} engine(s)"
               f"{' (dev mode)' if fcfg.dev_mode else ''}", file=sys.stderr, flush=True)
-        await http.task
+        await _until_stopped(stop, asyncio.shield(http.task))
+        await http.stop()
         return 0
     finally:
         await client.shutdown()

@@ -66,3 +66,29 @@ def test_gate_then_wave_rebroadcast_and_stamping():
             await stop(client, engines)
 
     run(main())
+
+
+def test_missing_subscription_times_out_naming_the_gate():
+    async def main():
+        from ecp.reference.client import ClientConfig, EngineCoreClient, HandshakeTimeout
+
+        client = EngineCoreClient(ClientConfig(engine_count=1, coordinator=True, handshake_timeout_s=5,
+                                               ready_timeout_s=0.5))
+        await client.bind()
+        engine = ScriptedEngine(0)
+        waiter = asyncio.ensure_future(client.wait_ready())
+        try:
+            await engine.hello(client.handshake_address)
+            a = engine.init.addresses
+            engine.connect_io(a.inputs[0], a.outputs[0])
+            await engine.register()  # but never subscribes to the coordinator
+            try:
+                await asyncio.wait_for(waiter, 5)
+            except HandshakeTimeout as exc:
+                assert exc.stage == "coordinator subscriptions" and exc.missing_ranks == [0]
+            else:
+                raise AssertionError("wait_ready() returned without the coordinator gate")
+        finally:
+            await stop(client, [engine])
+
+    run(main())

@@ -72,8 +72,8 @@ def test_bad_output_fails_every_stream_with_the_first_error(kind):
                     await engines[1].send_raw([b"\xc1not msgpack"])
                 else:
                     await engines[1].send(EngineCoreOutputs(engine_index=1, wave_complete=4))
-                # a later, different failure must not replace the first
-                await engines[0].send_raw([b"ENGINE_CORE_DEAD" if kind != "sentinel" else b"\xc1"])
+                # a later, different failure (same connection, so surely later) must not replace the first
+                await engines[1].send_raw([b"ENGINE_CORE_DEAD" if kind != "sentinel" else b"\xc1"])
 
             expected = {"sentinel": EngineDeadError, "garbage": DecodeError, "dp-control": UnexpectedDPControl}[kind]
             error = await assert_everything_fails(client, streams, failure, expected)
@@ -145,6 +145,27 @@ def test_shutdown_ends_everything_with_client_closed():
             with pytest.raises(ClientClosed):
                 await client.call_utility("is_sleeping")
             await client.shutdown()  # idempotent
+        finally:
+            await stop(client, [engine])
+
+    run(main())
+
+
+def test_a_crashed_background_loop_fails_closed():
+    async def main():
+        client, (engine,) = await start_client(1)
+        try:
+            s = await client.add(req("a"))
+            await engine.recv()
+
+            def broken(frames):
+                raise RuntimeError("dispatcher bug")
+
+            client._on_output_frames = broken
+            consumer = asyncio.ensure_future(consume(s))
+            await engine.send_outputs(token_output("a", [1]))
+            outs, exc, _ = await asyncio.wait_for(consumer, 5)
+            assert isinstance(exc, RuntimeError) and exc is client.error and not client.healthy
         finally:
             await stop(client, [engine])
 

@@ -77,6 +77,8 @@ def test_aggregation_table_is_complete_and_cites_live_clauses():
     for m in ("sleep", "pause_scheduler", "resume_scheduler", "profile", "reset_mm_cache"):
         assert UTILITY_RULES[m].rule is Rule.UNIT
     assert all(r.clause in CLAUSES for r in UTILITY_RULES.values())
+    from ecp.spec.utility_methods import UTILITY_METHODS
+    assert set(UTILITY_RULES) <= set(UTILITY_METHODS)  # result types come from the spec table
 
 
 def test_aggregate_rules_and_errors():
@@ -91,6 +93,12 @@ def test_aggregate_rules_and_errors():
         agg.aggregate("reset_prefix_cache", {0: ok(1)})
     with pytest.raises(UtilityResultDecode):
         agg.aggregate("get_supported_tasks", {0: ok(["generate", 3])})
+    with pytest.raises(UtilityResultDecode):
+        agg.aggregate("list_loras", {0: ok([1, "2"])})
+    assert agg.aggregate("list_loras", {0: ok([1, 2]), 1: ok([])}) == {0: [1, 2], 1: []}
+    assert agg.aggregate("get_kv_connector_handshake_entries", {0: ok([{"tp_rank": 0}])}) == {0: [{"tp_rank": 0}]}
+    with pytest.raises(UtilityResultDecode):
+        agg.aggregate("get_kv_connector_handshake_entries", {0: ok([{1: 0}])})
     with pytest.raises(UtilityCallFailed) as info:
         agg.aggregate("wake_up", {0: UtilityOutput(1, "boom", None), 1: ok(True), 2: UtilityOutput(3, "bang", None)})
     assert info.value.failures == {0: "boom", 2: "bang"} and info.value.results == {1: True}

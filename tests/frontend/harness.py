@@ -29,7 +29,8 @@ async def served(client: Any, *, dev_mode: bool = False, kv_connector: str | Non
     frontend = Frontend(client, ByteTokenizer(), cfg)
     http = await start_http(ServeApp(frontend).build())
     try:
-        async with httpx.AsyncClient(base_url=http.url, timeout=20) as h:
+        limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
+        async with httpx.AsyncClient(base_url=http.url, timeout=20, limits=limits) as h:
             yield h, frontend
     finally:
         await http.stop()
@@ -53,3 +54,62 @@ async def wait_until(pred: Callable[[], bool], timeout: float = 10.0, what: str 
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.005)
+
+
+class Deployment:
+    """A real client, real reference engines (thread mode) and the HTTP app."""
+
+    def __init__(self, http: httpx.AsyncClient, frontend: Frontend, client: Any, handles: list[Any]) -> None:
+        self.http = http
+        self.frontend = frontend
+        self.client = client
+        self.handles = handles
+
+    async def engine_states(self) -> dict[int, dict[str, Any]]:
+        return await self.client.call_utility("get_engine_state")
+
+    async def wait_engines_idle(self, timeout: float = 15.0) -> dict[int, dict[str, Any]]:
+        """Until every engine reports nothing running or waiting (engine stats back to zero)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            states = await self.engine_states()
+            if all(s["num_running"] == 0 and s["num_waiting"] == 0 for s in states.values()):
+                return states
+            if loop.time() > deadline:
+                raise AssertionError(f"engines still busy: {states}")
+            await asyncio.sleep(0.02)  # between utility round trips, not a synchronisation point
+
+
+@contextlib.asynccontextmanager
+async def deployment(engine_count: int = 2, *, per_rank: dict[int, dict[str, Any]] | None = None,
+                     kv_connector: str | None = None, bugs: tuple[str, ...] = (), dev_mode: bool = False,
+                     **engine_options: Any) -> AsyncIterator[Deployment]:
+    """``engine_count`` reference engines (``per_rank`` adds options for single ranks)."""
+    import tempfile
+
+    from ecp.reference.client import ClientConfig, EngineCoreClient
+    from ecp.reference.engine import launch
+    from ecp.reference.frontend.server import client_bugs
+
+    engine_options = {"max_model_len": 2048, "num_gpu_blocks": 2048, "handshake_timeout_s": 20.0,
+                      "log_level": "WARNING", "kv_connector": kv_connector, **engine_options}
+    with tempfile.TemporaryDirectory(prefix="ecp-fe-") as tmp:
+        client = EngineCoreClient(ClientConfig(
+            engine_count=engine_count, handshake_address=f"ipc://{tmp}/hs", handshake_timeout_s=20,
+            ready_timeout_s=20, kv_connector=kv_connector, bugs=client_bugs(bugs)))
+        await client.bind()
+        handles: list[Any] = []
+        try:
+            per_rank = per_rank or {}
+            for rank in range(engine_count):
+                handles.append(launch(client.handshake_address, 1, rank, mode="thread",
+                                      data_parallel_size=engine_count,
+                                      **{**engine_options, **per_rank.get(rank, {})}))
+            await client.wait_ready()
+            async with served(client, kv_connector=kv_connector, bugs=bugs, dev_mode=dev_mode) as (h, fe):
+                yield Deployment(h, fe, client, handles)
+        finally:
+            await client.shutdown()
+            for handle in handles:
+                await asyncio.to_thread(handle.stop, 5.0)

@@ -204,10 +204,12 @@ def test_health_turns_503_on_engine_death_and_open_streams_get_an_error_event():
                 rest = [line async for line in lines]
             health = await h.get("/health", follow_redirects=False)
             after = await h.post("/v1/completions", json={"prompt": "x"})
+            abort = await h.post("/abort_requests", json={})
         events = sse_events("\n".join(rest))
         assert events[-1] == "[DONE]" and "error" in events[-2]
         assert health.status_code == 503 and "error" in health.json()
         assert after.status_code == 503
+        assert abort.status_code == 200 and abort.json()["aborted"] == 0  # nothing left in flight
     run(body)
 
 

@@ -119,3 +119,26 @@ def test_choice_error_output_raises_typed_failure():
         c.apply(EngineCoreOutput(c.internal_id, [], finish_reason=FinishReason.ERROR,
                                  error=RequestError("engine_paused", "paused", True)))
     assert ei.value.code == "engine_paused" and ei.value.retryable
+
+
+def test_hf_tokenizer_json_streams_text(tmp_path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from ecp.reference.tokenizer import load_tokenizer
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["hello world, hello frontend ✓"] * 20, trainer)
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+
+    hf = load_tokenizer(str(path))
+    assert hf.eos_token_id == tok.token_to_id("</s>")
+    text = "hello ✓ world"
+    ids_ = hf.encode(text)
+    assert hf.decode(ids_) == text
+    stream = hf.decode_stream()
+    assert "".join(stream.step([i]) for i in ids_) + stream.flush() == text
