@@ -38,7 +38,7 @@ from .aggregation import UtilityAggregation
 from .config import BUG_ABORT_ONE_PER_REQUEST, BUG_IGNORE_ENGINE_DEAD, ClientConfig
 from .coordinator import Coordinator
 from .errors import (
-    ClientClosed, EngineDeadError, EngineDisconnected, HandshakeTimeout, RequestStreamClosed,
+    ClientClosed, DuplicateRequestId, EngineDeadError, EngineDisconnected, HandshakeTimeout, RequestStreamClosed,
     UnexpectedDPControl, UtilityTimeout,
 )
 from .handshake import STAGE_HELLO, STAGE_READY, HandshakeOwner, HandshakeResult
@@ -67,6 +67,7 @@ class ClientStats:
     utility_calls: int = 0
     unknown_utility_replies: int = 0
     rejection_notifications: int = 0
+    unexpected_input_messages: int = 0
     in_flight: dict[int, int] = field(default_factory=dict)
 
 
@@ -243,7 +244,7 @@ class EngineCoreClient:
         assert self._monitor is not None
         while await self._monitor.poll(0):  # connection churn during startup is not a lost engine
             await self._monitor.recv_multipart()
-        loops = [self._output_loop(), self._abort_worker(), self._monitor_loop()]
+        loops = [self._output_loop(), self._abort_worker(), self._monitor_loop(), self._input_loop()]
         if coord is not None:
             loops.append(coord.serve())
         for coro in loops:
@@ -325,9 +326,7 @@ class EngineCoreClient:
         ``current_wave`` are stamped here (``ECP-REQ-6``, ``ECP-DP-5``).
         """
         self._check_ready()
-        if request.request_id in self._registry:
-            from .errors import DuplicateRequestId
-
+        if request.request_id in self._registry:  # ECP-REQ-8: before routing, encoding or sending
             raise DuplicateRequestId(request.request_id)
         rank = self._router.choose(self._registry.counts(), request.data_parallel_rank)
         stamped = msgspec.structs.replace(request, client_index=self.config.client_index,
@@ -599,6 +598,16 @@ class EngineCoreClient:
                     entry.sink.end(RequestStreamClosed(request_id, msg.engine_index))
         if msg.utility_output is not None:
             self._on_utility_output(msg.engine_index, msg.utility_output)
+
+    async def _input_loop(self) -> None:
+        # Engines send nothing on their input DEALER after the registration; read and drop
+        # whatever comes (e.g. a restarted engine registering again) so it cannot pile up unseen.
+        assert self._input is not None
+        while True:
+            frames = await self._input.recv_multipart()
+            self._stats.unexpected_input_messages += 1
+            log.warning("dropping an unexpected %d-frame message from engine identity %s on the input "
+                        "socket after the handshake", len(frames) - 1, frames[0].hex())
 
     def _on_utility_output(self, engine_index: int, reply: UtilityOutput) -> None:
         pending = self._pending_utility.pop(reply.call_id, None)

@@ -213,3 +213,11 @@ async def stop(client: Any, engines: list[ScriptedEngine]) -> None:
     await client.shutdown()
     for e in engines:
         e.close()
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Wait (bounded) for a condition that no message signals, e.g. a counter in another loop."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.005)

@@ -9,8 +9,8 @@ import time
 import pytest
 import zmq
 
-from ecp.spec import AbortMessage, AddMessage, EngineCoreRequest, FinishReason, SamplingParams
-from ecp_client_testkit import run, start_client, stop, token_output
+from ecp.spec import AbortMessage, EngineCoreRequest, FinishReason, SamplingParams
+from ecp_client_testkit import run, start_client, stop, token_output, until
 
 
 def req(rid: str, rank=None) -> EngineCoreRequest:
@@ -129,6 +129,13 @@ def test_gc_cancel_and_stop_string_auto_abort_and_late_outputs_are_dropped():
             assert client.stats.outputs_dropped == dropped_before + 1
             assert client.healthy
             assert [o async for o in s] == []
+            # a stray message on the input socket after the handshake is dropped, not fatal
+            await engine.dealer.send(b"late registration")
+            await until(lambda: client.stats.unexpected_input_messages == 1)
+            probe = await client.add(req("probe"))
+            await engine.recv()
+            await engine.send_outputs(token_output("probe", [3], FinishReason.STOP))
+            assert [o.new_token_ids async for o in probe] == [[3]] and client.healthy
         finally:
             await stop(client, [engine])
 

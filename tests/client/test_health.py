@@ -14,7 +14,7 @@ from ecp.spec import DecodeError, EngineCoreOutputs, EngineCoreRequest, FinishRe
 from ecp.reference.client import (
     ClientClosed, ClientConfig, EngineCoreClient, EngineDeadError, EngineDisconnected, UnexpectedDPControl,
 )
-from ecp_client_testkit import ScriptedEngine, run, start_client, stop, token_output
+from ecp_client_testkit import run, start_client, stop, token_output
 
 
 def req(rid: str, rank=None) -> EngineCoreRequest:

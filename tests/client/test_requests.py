@@ -6,7 +6,7 @@ import time
 import pytest
 
 from ecp.spec import (
-    AddMessage, EngineCoreOutputs, EngineCoreRequest, FinishReason, SamplingParams, SchedulerStats,
+    EngineCoreOutputs, EngineCoreRequest, FinishReason, SamplingParams, SchedulerStats,
 )
 from ecp.reference.client import DuplicateRequestId, InvalidDataParallelRank
 from ecp_client_testkit import ScriptedEngine, run, start_client, stop, token_output

@@ -4,7 +4,6 @@ import asyncio
 
 import pytest
 
-from ecp.spec import UtilityMessage
 from ecp.reference.client import (
     InconsistentUtilityResults, UtilityCallFailed, UtilityResultDecode,
 )
@@ -74,9 +73,11 @@ def test_failures_decode_errors_and_unknown_call_ids():
             from ecp.spec import EngineCoreOutputs, UtilityOutput, UtilityResult
             await engines[0].send(EngineCoreOutputs(engine_index=0, utility_output=UtilityOutput(
                 2**64 - 1, None, UtilityResult(None, True))))
+            await engines[1].send(EngineCoreOutputs(engine_index=1, utility_output=UtilityOutput(
+                -1, None, UtilityResult(None, {"notice": "elastic ep"}))))  # reserved id (ECP-UTIL-12)
             value, _ = await call(client, engines, client.is_sleeping(), {0: False, 1: False})
             assert value is False
-            assert client.stats.unknown_utility_replies == 1 and client.healthy
+            assert client.stats.unknown_utility_replies == 2 and client.healthy
         finally:
             await stop(client, engines)
 
