@@ -90,18 +90,26 @@ class EngineCore:
         self.num_clients = num_clients
         self.has_coordinator = has_coordinator
         self.clock = clock
+        # an executor with a real model bounds the vocabulary and the context
+        self.vocab_size = int(getattr(executor, "vocab_size", None) or config.vocab_size)
+        self.max_model_len = config.max_model_len
+        model_len = getattr(executor, "max_model_len", None)
+        if model_len and model_len < self.max_model_len:
+            log.warning("max_model_len %d exceeds the model's %d; using %d", self.max_model_len, model_len,
+                        model_len)
+            self.max_model_len = int(model_len)
         num_blocks = config.num_gpu_blocks
         if num_blocks is None:
             num_blocks = executor.available_blocks(config.block_size, config.gpu_memory_utilization)
         self.num_blocks = int(num_blocks or DEFAULT_NUM_GPU_BLOCKS)
-        if self.num_blocks * config.block_size < config.max_model_len:
+        if self.num_blocks * config.block_size < self.max_model_len:
             raise ValueError(
                 f"the KV cache ({self.num_blocks} blocks x {config.block_size} tokens) cannot hold one "
-                f"sequence of max_model_len={config.max_model_len}; lower --max-model-len")
+                f"sequence of max_model_len={self.max_model_len}; lower --max-model-len")
         executor.initialize(self.num_blocks, config.block_size)
         self.scheduler = Scheduler(
             num_blocks=self.num_blocks, block_size=config.block_size, max_num_seqs=config.max_num_seqs,
-            max_num_batched_tokens=config.max_num_batched_tokens, max_model_len=config.max_model_len,
+            max_num_batched_tokens=config.max_num_batched_tokens, max_model_len=self.max_model_len,
             enable_chunked_prefill=config.enable_chunked_prefill,
             enable_prefix_caching=config.enable_prefix_caching, policy=config.scheduling_policy,
             clock=clock)
@@ -171,7 +179,7 @@ class EngineCore:
             return
         sp = req.sampling_params
         prompt = list(req.prompt_token_ids or ())
-        room = self.config.max_model_len - len(prompt)
+        room = self.max_model_len - len(prompt)
         max_tokens = room if sp.max_tokens is None else min(sp.max_tokens, room)
         er = EngineRequest(
             request_id=rid, prompt_token_ids=prompt, sampling_params=sp, client_index=client,
@@ -197,12 +205,13 @@ class EngineCore:
         n = len(req.prompt_token_ids)
         if n == 0:
             return "invalid_request", "the prompt is empty"
-        if n > cfg.max_model_len:
+        if n > self.max_model_len:
             return ("prompt_too_long", f"The decoder prompt (length {n}) is longer than the maximum "
-                    f"model length of {cfg.max_model_len}.")
+                    f"model length of {self.max_model_len}.")
+        vocab = self.vocab_size
         for t in req.prompt_token_ids:
-            if not 0 <= t < cfg.vocab_size:
-                return "invalid_request", f"Token id {t} is out of vocabulary (vocab_size={cfg.vocab_size})"
+            if not 0 <= t < vocab:
+                return "invalid_request", f"Token id {t} is out of vocabulary (vocab_size={vocab})"
         errors = req.sampling_params.validation_errors()
         if errors:
             return "invalid_request", "; ".join(errors)
@@ -406,6 +415,9 @@ class EngineCore:
             lp = result.logprobs.get(req.request_id)
             if lp is not None:
                 out.new_logprobs = lp
+            plp = result.prompt_logprobs.get(req.request_id)
+            if plp is not None:
+                out.new_prompt_logprobs_tensors = plp
             if finish is not None:
                 finished_any = True
                 out.kv_transfer_params = self._end(req, aborted=False)
@@ -440,7 +452,7 @@ class EngineCore:
     def _check_stop(self, req: EngineRequest, token: int) -> tuple[FinishReason | None, int | None]:
         # vLLM's order: length caps first, then (after min_tokens) EOS, then stop tokens
         n_out = len(req.output_token_ids)
-        if n_out >= req.max_tokens or req.num_tokens >= self.config.max_model_len:
+        if n_out >= req.max_tokens or req.num_tokens >= self.max_model_len:
             return FinishReason.LENGTH, None
         sp = req.sampling_params
         if n_out < sp.min_tokens:
@@ -625,7 +637,7 @@ class EngineCore:
             "ping": lambda: "pong",
             "get_num_blocks": lambda: self.num_blocks,
             "get_model_info": lambda: {"executor": self.config.executor, "dtype": self.executor.dtype,
-                                       "vocab_size": self.config.vocab_size},
+                                       "vocab_size": self.vocab_size},
         }.get(method)
         if worker is None:
             raise UtilityFailure(f"'Worker' object has no attribute '{method}'")

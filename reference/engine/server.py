@@ -293,13 +293,13 @@ class EngineServer:
         core = self.core
         kv_tokens = core.num_blocks * cfg.block_size
         return EngineCoreReadyResponse(
-            max_model_len=cfg.max_model_len, num_gpu_blocks=core.num_blocks, block_size=cfg.block_size,
+            max_model_len=core.max_model_len, num_gpu_blocks=core.num_blocks, block_size=cfg.block_size,
             dp_stats_address=None, dtype=core.executor.dtype, vllm_version=VLLM_VERSION, world_size=1,
             data_parallel_size=self.dp_size, tensor_parallel_size=1, pipeline_parallel_size=1,
             decode_context_parallel_size=1, data_parallel_rank=self.rank, max_num_seqs=cfg.max_num_seqs,
             max_num_batched_tokens=cfg.max_num_batched_tokens, instance_id=self.instance_id,
             supports_lora=cfg.max_loras > 0, max_loras=cfg.max_loras, kv_cache_size_tokens=kv_tokens,
-            kv_cache_max_concurrency=kv_tokens / cfg.max_model_len, enable_sleep_mode=True,
+            kv_cache_max_concurrency=kv_tokens / core.max_model_len, enable_sleep_mode=True,
             effective_attention_block_size=cfg.block_size)
 
     def _parallel_config_hash(self) -> str:
