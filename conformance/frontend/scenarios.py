@@ -278,6 +278,8 @@ class EngineBurst:
     finished: set[str]
     aborted: list[str] = field(default_factory=list)
     messages: int = 0
+    #: (seconds after the drop, ids) of every ABORT message
+    shape: list[tuple[float, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -316,6 +318,7 @@ async def _run_burst(m: FrontendManager, k: int) -> BurstResult:
         for rec, ids in engine.recorder.aborts():
             b.messages += 1
             b.aborted.extend(ids)
+            b.shape.append((round(rec.t - t_drop, 4), len(ids)))
     return result
 
 
@@ -361,7 +364,8 @@ def judge_coalesced(result: BurstResult) -> None:
         bound = coalescing_bound(result.k, len(b.expected))
         expect(b.messages <= bound,
                f"engine {rank}: {len(b.expected)} of {result.k} streams dropped at once cost {b.messages} "
-               f"ABORT messages (at most {bound}: one per drain of up to 1024 ids, plus one)")
+               f"ABORT messages (at most {bound}: one per drain of up to 1024 ids, plus one); "
+               f"(s after the drop, ids): {b.shape[:8]}")
 
 
 async def burst_exact_ids(m: FrontendManager, k: int) -> None:
