@@ -373,11 +373,29 @@ async def burst_exact_ids(m: FrontendManager, k: int) -> None:
     judge_exact_ids(await burst_result(m, k))
 
 
+#: Coalescing is judged on the best of this many bursts (small K only): how many drains a
+#: conforming frontend needs depends on how the OS spreads the crowd's disconnects over its
+#: event loop, while a frontend that does not coalesce misses the bound every time.
+COALESCING_ATTEMPTS = 3
+COALESCING_RETRY_MAX_K = 64
+
+
 async def burst_coalesced(m: FrontendManager, k: int) -> None:
     """FE-ABORT-4..6."""
     result = await burst_result(m, k)
     judge_exact_ids(result)   # a count bound means nothing if ids went missing
-    judge_coalesced(result)
+    attempts = COALESCING_ATTEMPTS if k <= COALESCING_RETRY_MAX_K else 1
+    failures = []
+    for attempt in range(attempts):
+        if attempt:
+            result = await _run_burst(m, k)
+            judge_exact_ids(result)
+        try:
+            judge_coalesced(result)
+            return
+        except Violation as exc:
+            failures.append(str(exc))
+    raise Violation(f"in each of {attempts} burst(s): " + " | ".join(failures))
 
 
 async def single_drop_aborted_promptly(m: FrontendManager) -> None:

@@ -308,9 +308,9 @@ class FrontendManager:
 
     async def shared(self) -> FrontendUnderTest:
         """The shared launch (started, or restarted after a crash), reset for a new case."""
+        if self.cfg.attach:
+            self._dirty = False   # cannot relaunch: the reset below is all we can do
         if self._shared is not None and (self._dirty or not self._shared.alive()):
-            if self.cfg.attach:
-                raise PeerCrashed("the attached frontend is gone or unusable and cannot be relaunched")
             await self._shared.close()
             self._shared = None
         self._dirty = False

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,13 +214,24 @@ class SseStream:
         return end
 
     def drop(self) -> None:
-        """Close the connection at once without reading on (a departing client)."""
+        """Close the connection at once without reading on (a departing client).
+
+        The socket is shut down here, synchronously: ``transport.abort()``
+        alone would only close it on the next loop turn.
+        """
         if not self.closed:
             self.closed = True
+            sock = self._writer.get_extra_info("socket")
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
             self._writer.transport.abort()
 
 
 def drop_all(streams: list[SseStream]) -> None:
-    """Drop every stream in one pass, as a crowd of departing clients would."""
+    """Drop every stream in one tight pass (one syscall each, no await), as a crowd
+    of departing clients would: the frontend sees them leave in the same instant."""
     for stream in streams:
         stream.drop()
