@@ -324,10 +324,9 @@ async def _run_burst(m: FrontendManager, k: int) -> BurstResult:
 
 async def burst_result(m: FrontendManager, k: int) -> BurstResult:
     """One burst of ``k`` drops per shared launch, judged by two cases (exact ids, coalescing)."""
-    memo: dict[int, BurstResult] = m.__dict__.setdefault("_bursts", {})
-    if k not in memo:
-        memo[k] = await _run_burst(m, k)
-    return memo[k]
+    if k not in m.bursts:
+        m.bursts[k] = await _run_burst(m, k)
+    return m.bursts[k]
 
 
 def judge_exact_ids(result: BurstResult) -> None:

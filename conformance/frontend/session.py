@@ -38,7 +38,7 @@ from .recorder import FrameRecord
 T = TypeVar("T")
 
 #: How often process liveness and ``/health`` are polled while waiting (neither has an event).
-POLL_S = 0.05
+POLL_S = 0.1
 
 
 @dataclass
@@ -132,7 +132,14 @@ class FrontendUnderTest:
         else:
             self.placeholders = Placeholders.fresh(engine_count)
             self.base_url = self.placeholders.http_url
-        sink = _record_to_transcript(transcript)
+        to_transcript = _record_to_transcript(transcript)
+        # Set on every frame any engine sends or receives: waits wake on it.
+        self._changed = asyncio.Event()
+
+        def sink(rec: FrameRecord) -> None:
+            to_transcript(rec)
+            self._changed.set()
+
         self.engines = [
             ScriptedEngine(ctx, rank, engine_count, self.placeholders.handshake_address,
                            scripts[rank] if scripts else None)
@@ -183,18 +190,27 @@ class FrontendUnderTest:
 
     # -- waiting ---------------------------------------------------------------------
     async def until(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-        """Poll ``predicate`` (and the process) until truthy; CRASH if the frontend exits."""
+        """Wait until ``predicate()`` is truthy and return it; CRASH if the frontend exits.
+
+        Re-checked whenever an engine sends or receives a frame (engine state
+        only changes then), and every ``POLL_S`` for the process's liveness.
+        """
         deadline = time.monotonic() + timeout
         while True:
+            self._changed.clear()
             value = predicate()
             if value:
                 return value
             if not self.alive():
                 raise PeerCrashed(f"the frontend exited with status {self.handle.exit_status()} "
                                   f"while the harness waited for {what}")
-            if time.monotonic() >= deadline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 raise CaseTimeout(f"waited {timeout:.1f} s for {what}")
-            await asyncio.sleep(POLL_S)
+            try:
+                await asyncio.wait_for(self._changed.wait(), min(remaining, POLL_S))
+            except asyncio.TimeoutError:
+                pass
 
     async def wait_health(self, accept: Callable[[int | None], bool], timeout: float, what: str) -> int | None:
         """Poll ``GET /health`` until ``accept(status)``; return the status."""
@@ -266,6 +282,8 @@ class FrontendManager:
         self._dirty = False
         self.touched: list[FrontendUnderTest] = []
         self.deadline: float | None = None
+        #: burst size -> result, shared by a burst's exact-ids and coalescing cases
+        self.bursts: dict[int, Any] = {}
 
     # -- running case bodies -------------------------------------------------------
     def run(self, body: Callable[["FrontendManager"], Awaitable[T]]) -> T:
