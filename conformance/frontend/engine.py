@@ -25,7 +25,7 @@ import zmq
 import zmq.asyncio
 
 from ecp.spec import (
-    AbortMessage, AddMessage, EngineCoreOutputs, EngineHandshakeMetadata, Hello, ProtocolError, Ready,
+    COORDINATOR_READY, XSUB_SUBSCRIBE, AbortMessage, AddMessage, EngineCoreOutputs, EngineHandshakeMetadata, Hello, ProtocolError, Ready,
     UtilityMessage, UtilityOutput, UtilityResult, decode_init, decode_input, encode_engine_dead,
     encode_handshake, encode_outputs, encode_payload, engine_identity,
 )
@@ -58,6 +58,7 @@ class ScriptedEngine:
         self._handshake: zmq.asyncio.Socket | None = None
         self._inputs: list[zmq.asyncio.Socket] = []
         self._outputs: list[zmq.asyncio.Socket] = []
+        self._extra: list[zmq.asyncio.Socket] = []   # coordinator sockets
         self._tasks: list[asyncio.Task] = []
         self._wake = asyncio.Event()
 
@@ -88,7 +89,7 @@ class ScriptedEngine:
             except (asyncio.CancelledError, Exception):
                 pass
         self._tasks.clear()
-        for sock in [self._handshake, *self._inputs, *self._outputs]:
+        for sock in [self._handshake, *self._inputs, *self._outputs, *self._extra]:
             if sock is not None and not sock.closed:
                 sock.close(linger=0)
 
@@ -160,11 +161,43 @@ class ScriptedEngine:
         for index, sock in enumerate(self._inputs):
             self._record("out", "input", index, ready_frames)
             await sock.send_multipart(ready_frames)
+        if addresses.coordinator_input is not None:
+            await self._coordinator_gate(addresses.coordinator_input, addresses.coordinator_output, timeout)
         if script.send_ready:
             ready = encode_handshake(Ready(local=script.hello_local, headless=script.hello_headless))
             self._record("out", "handshake", None, [ready])
             await hs.send(ready)
         self.registered.set()
+
+    async def _coordinator_gate(self, coordinator_input: str, coordinator_output: str | None,
+                                timeout: float) -> None:
+        """``ECP-HS-6``: subscribe to the coordinator and wait for its ``READY`` before READY.
+
+        (vLLM's frontend starts a DP coordinator for DP > 1 with internal load
+        balancing.) The engine only listens there; it sends no stats.
+        """
+        xsub = self._socket(zmq.XSUB)
+        xsub.setsockopt(zmq.IDENTITY, self._identity)
+        xsub.connect(coordinator_input)
+        self._extra.append(xsub)
+        if coordinator_output is not None:
+            push = self._socket(zmq.PUSH)
+            push.connect(coordinator_output)
+            self._extra.append(push)
+        self._record("out", "coordinator", None, [XSUB_SUBSCRIBE])
+        await xsub.send(XSUB_SUBSCRIBE)
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise EngineHandshakeFailed(f"engine {self.rank}: the coordinator never published READY")
+            try:
+                frames = await asyncio.wait_for(xsub.recv_multipart(), remaining)
+            except asyncio.TimeoutError:
+                continue
+            self._record("in", "coordinator", None, frames)
+            if frames == [COORDINATOR_READY]:
+                return
 
     # -- serving ---------------------------------------------------------------------
     async def _serve(self) -> None:

@@ -161,3 +161,36 @@ def test_engine_reports_a_frontend_that_never_answers_hello():
             await engine.stop()
             ctx.term()
     run(main())
+
+
+def test_coordinator_gate_holds_ready_until_the_coordinator_publishes_ready():
+    async def main():
+        ctx = zmq.asyncio.Context()
+        fe = RawFrontend(ctx)
+        xpub = ctx.socket(zmq.XPUB)
+        xpub_port = xpub.bind_to_random_port("tcp://127.0.0.1")
+        pull = ctx.socket(zmq.PULL)
+        pull_port = pull.bind_to_random_port("tcp://127.0.0.1")
+        engine = ScriptedEngine(ctx, 0, 1, fe.address, EngineScript())
+        engine.start(T)
+        try:
+            ident, frame = await asyncio.wait_for(fe.hs.recv_multipart(), T)
+            init = EngineHandshakeMetadata(EngineZmqAddresses(
+                [f"tcp://127.0.0.1:{fe.inp_port}"], [f"tcp://127.0.0.1:{fe.out_port}"],
+                f"tcp://127.0.0.1:{xpub_port}", f"tcp://127.0.0.1:{pull_port}"), {})
+            await fe.hs.send_multipart([ident, encode_handshake(init)])
+            await asyncio.wait_for(fe.inp.recv_multipart(), T)            # ready payload
+            subscription = await asyncio.wait_for(xpub.recv(), T)          # engine subscribed
+            early = await fe.hs.poll(0)                                    # READY must still be held
+            await xpub.send(b"READY")
+            _, ready = await asyncio.wait_for(fe.hs.recv_multipart(), T)
+            await engine.wait_registered(T)
+            return subscription, early, decode_handshake(ready)
+        finally:
+            await engine.stop()
+            fe.close()
+            xpub.close(0)
+            pull.close(0)
+            ctx.term()
+    subscription, early, ready = run(main())
+    assert subscription == b"\x01" and early == 0 and isinstance(ready, Ready)
