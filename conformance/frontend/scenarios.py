@@ -301,7 +301,8 @@ async def _run_burst(m: FrontendManager, k: int) -> BurstResult:
                f"a {SHORT_MAX_TOKENS}-token stream did not finish normally: {end.events[-1:] or end}")
     streams = await open_held(fe, k)
     burst = {e.rank: EngineBurst(set(e.generation.active), set(e.generation.finished_ids)) for e in fe.engines}
-    drop_all(streams)
+    with fe.frozen():   # the whole crowd leaves in the same instant, as the frontend sees it
+        drop_all(streams)
     t_drop = time.monotonic()
 
     def complete() -> bool:

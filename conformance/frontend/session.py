@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -177,6 +179,26 @@ class FrontendUnderTest:
 
     def alive(self) -> bool:
         return self.handle is None or self.handle.alive()
+
+    @contextlib.contextmanager
+    def frozen(self):
+        """Stop the frontend's process group (SIGSTOP) for the body, then continue it.
+
+        Used to drop a crowd of streams *at once* as the frontend sees it: the
+        disconnects queue up in the kernel and reach its event loop in one
+        batch, instead of the first few waking it while the harness is still
+        closing the rest. Without a process of its own (``--attach``) this
+        does nothing.
+        """
+        proc = getattr(self.handle, "proc", None)
+        if proc is None or proc.poll() is not None:
+            yield
+            return
+        os.killpg(proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(proc.pid, signal.SIGCONT)
 
     def log_tail(self) -> str:
         return self.handle.log_tail() if self.handle else ""
