@@ -164,6 +164,9 @@ class Generation:
         self.runnable: dict[str, ActiveRequest] = {}
         self.finished_ids: set[str] = set()
         self.aborted_ids: set[str] = set()
+        #: every request id ever admitted (never cleared): tells a late ABORT of an
+        #: earlier case's request from an id the engine was never sent
+        self.seen_ids: set[str] = set()
         self.immediately_aborted_ids: list[str] = []
 
     # -- inputs ------------------------------------------------------------------
@@ -182,6 +185,7 @@ class Generation:
         sp = request.sampling_params
         max_tokens = DEFAULT_MAX_TOKENS if sp is None or sp.max_tokens is None else sp.max_tokens
         active = ActiveRequest(request, max(1, max_tokens))
+        self.seen_ids.add(request.request_id)
         self.active[request.request_id] = active
         self.runnable[request.request_id] = active
         return now
