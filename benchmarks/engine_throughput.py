@@ -142,10 +142,13 @@ def _scheduler_cost(running: int, steps: int = 200) -> dict:
                 req.output_token_ids.append(17)
 
     one_step()  # the prefill step
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        one_step()
-    per_step = (time.perf_counter() - t0) / steps
+    # best of 5 blocks: the machine is shared, the minimum is the least disturbed figure
+    per_step = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(steps // 5):
+            one_step()
+        per_step = min(per_step, (time.perf_counter() - t0) / (steps // 5))
     return {"running": running, "us_per_step": per_step * 1e6, "us_per_request": per_step * 1e6 / running}
 
 
@@ -162,10 +165,10 @@ def main() -> int:
         for c in args.concurrency:
             r = _drive(c, args.seconds, tmp)
             print(f"{c:>11} {r['tokens_per_s']:>13,.0f} {r['requests_per_s']:>11,.1f} {r['steps_per_s']:>9,.0f}")
-    print("\n# scheduler alone (schedule + update per decode step)")
+    print("\n# scheduler alone (schedule + update per decode step, best of 5 blocks)")
     print(f"{'running':>7} {'us/step':>9} {'us/request':>11}")
     for n in (1, 64, 512):
-        r = _scheduler_cost(n)
+        r = _scheduler_cost(n, 500 if n < 512 else 100)
         print(f"{n:>7} {r['us_per_step']:>9,.1f} {r['us_per_request']:>11,.2f}")
     return 0
 

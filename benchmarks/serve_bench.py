@@ -59,7 +59,8 @@ def main() -> int:
     for r in rows:
         t, i = r["ttft_ms"], r["itl_ms"]
         print(f"| {r['concurrency']} | {r['num_requests']} | {r['failed']} | {r['request_throughput']} | "
-              f"{r['output_tokens_per_s']} | {t['p50']} / {t['p90']} / {t['p99']} | {i['p50']} / {i['p90']} / {i['p99']} |")
+              f"{r['output_tokens_per_s']} | {t['p50']} / {t['p90']} / {t['p99']} | "
+              f"{i['p50']} / {i['p90']} / {i['p99']} |")
     return 0
 
 

@@ -87,7 +87,6 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _engine(args: argparse.Namespace) -> int:
-    import shlex
     import sys
 
     from .runner import run
@@ -108,7 +107,7 @@ def _engine(args: argparse.Namespace) -> int:
         "engine_count": args.engine_count, "engine_start_index": args.engine_start_index,
         "startup_timeout_s": args.startup_timeout, "quiet_window_s": args.quiet_window,
     }
-    target = shlex.join(command) if command else f"--attach {args.attach}" if args.attach else f"--adapter {args.adapter}"
+    target = " ".join(command) if command else f"--attach {args.attach}" if args.attach else f"--adapter {args.adapter}"
     return run("engine", args, role_config, target)
 
 

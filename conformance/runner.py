@@ -8,6 +8,7 @@ expected failures, reports, exit codes) is shared.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -61,9 +62,14 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
         entries = xf.load(args.expected_failures) if args.expected_failures else []
         if args.update_expected_failures and not args.expected_failures:
             raise UsageError("--update-expected-failures needs --expected-failures FILE")
+        selected = [c for c in catalogue if not args.case or any(
+            fnmatch.fnmatchcase(c.id, p) or fnmatch.fnmatchcase(c.slug, p) for p in args.case)]
+        if not selected:
+            raise UsageError(f"--case {' '.join(args.case)} matches no {role}-role case")
     except (RegistryError, xf.ExpectedFailuresError, UsageError) as exc:
         print(f"ecp conformance: {exc}", file=sys.stderr)
         return 2
+    print(f"ecp conformance {role}: {len(selected)} case(s) against {target}", flush=True)
 
     workdir = Path(tempfile.mkdtemp(prefix="ecp-conf-"))
     started = time.monotonic()

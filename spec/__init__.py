@@ -14,13 +14,14 @@ from .codec import (
 )
 from .control import CoordinatorPublication, StartDPWave, UtilityRequest
 from .enums import (
-    AUX_FRAME_THRESHOLD, ENGINE_CORE_DEAD, EngineCoreEventType, FinishReason, RequestOutputKind,
-    RequestType,
+    AUX_FRAME_THRESHOLD, EEP_NOTIFICATION_CALL_ID, ENGINE_CORE_DEAD, FT_STATUS_CALL_ID, WIRE_REQUEST_TYPES,
+    EngineCoreEventType, EngineStatusType, FinishReason, RequestOutputKind, RequestType,
 )
 from .errors import (
     DecodeError, FrameCountError, HandshakeError, LimitExceeded, LocalProtocolError, ProtocolError,
     RemoteProtocolError, UnknownRequestType, UnsafeExtType,
 )
+from .frames import DIRECTIONS, Decoded, decode_frames, encode_decoded, parse_hex_frames
 from .handshake import (
     COORDINATOR_READY, REQUIRED_READY_KEYS, XSUB_SUBSCRIBE, EngineCoreReadyResponse,
     EngineHandshakeMetadata, EngineZmqAddresses, Hello, Ready, engine_identity, rank_of_identity,

@@ -233,6 +233,13 @@ def decode_payload(decoder: msgspec.msgpack.Decoder, frames: Sequence[Frame], *,
     except RecursionError:
         raise LimitExceeded("nesting too deep to decode", clause="ECP-FRAME-9",
                             frame_index=payload_index + frame_offset) from None
+    except UnicodeDecodeError as exc:  # msgspec lets invalid UTF-8 in a str escape as is
+        raise DecodeError(f"invalid UTF-8 in a msgpack string: {exc.reason} at byte {exc.start}",
+                          clause="ECP-FRAME-9", frame_index=payload_index + frame_offset,
+                          expected="UTF-8 text", got=exc.object[exc.start:exc.start + 4].hex()) from None
+    except (ValueError, TypeError, OverflowError) as exc:  # anything else a hook or msgspec lets out
+        raise DecodeError(f"undecodable payload: {exc}", clause=clause,
+                          frame_index=payload_index + frame_offset, got=type(exc).__name__) from None
     finally:
         _frames_in.reset(token)
 

@@ -6,10 +6,12 @@ and rejects a frame that claims more than the limits allow (a 5-byte header
 claiming 2^32 elements is rejected here, in constant memory). Only then does
 msgspec decode the frame.
 
-Cost: the walk touches each header once. For frames no larger than both
-``max_collection_len`` and ``max_depth`` it is skipped: such a frame cannot
-declare a collection it can fill nor nest deeper than its length, and msgspec
-itself refuses declared lengths beyond the bytes that remain.
+Cost: the walk touches each header once, in Python. It is skipped when the
+frame cannot break a limit: a frame no longer than ``max_collection_len``
+cannot declare a collection it can fill (msgspec itself refuses declared
+lengths beyond the bytes that remain), and a frame with no more
+map/array-marker bytes than ``max_depth`` cannot nest deeper. Typical ADD and
+output frames take the fast path.
 """
 
 from __future__ import annotations
@@ -45,6 +47,16 @@ _SIZED = {0xC4: (1, 0), 0xC5: (2, 0), 0xC6: (4, 0), 0xD9: (1, 0), 0xDA: (2, 0), 
 _CONTAINER = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}
 
 
+_CONTAINER_MARKERS = frozenset(range(0x80, 0xA0)) | {0xDC, 0xDD, 0xDE, 0xDF}
+_NOT_CONTAINER_MARKERS = bytes(b for b in range(256) if b not in _CONTAINER_MARKERS)
+
+
+def _container_marker_bound(buf: bytes | memoryview) -> int:
+    """An upper bound of the nesting depth: the number of bytes that could open a
+    map or array (string and float bytes included). Counted at C speed."""
+    return len(bytes(buf).translate(None, _NOT_CONTAINER_MARKERS))
+
+
 def check_frame(buf: bytes | memoryview, limits: DecodeLimits = DEFAULT_LIMITS,
                 frame_index: int | None = None) -> None:
     """Raise :class:`LimitExceeded` if ``buf`` breaks ``limits``.
@@ -59,7 +71,8 @@ def check_frame(buf: bytes | memoryview, limits: DecodeLimits = DEFAULT_LIMITS,
             clause="ECP-FRAME-9", frame_index=frame_index,
             expected=f"<= {limits.max_frame_bytes} bytes", got=n,
         )
-    if n <= limits.max_collection_len and n <= limits.max_depth:
+    if n <= limits.max_collection_len and (
+            n <= limits.max_depth or _container_marker_bound(buf) <= limits.max_depth):
         return
     mv = memoryview(buf)
     max_len = limits.max_collection_len

@@ -53,8 +53,9 @@ class MultiModalFeatureSpec(msgspec.Struct, omit_defaults=False):
     """One multimodal item of ``mm_features``.
 
     ``data`` maps kwarg name → ``{data: nested tensors/numbers, field: [factory, kwargs]}``
-    or is nil when the item is already cached in the engine. It is decoded
-    generically (tensors inside resolve to :class:`Tensor`).
+    (factory ``batched``/``flat``/``shared``) or is nil when the item is already cached in
+    the engine. Tensors inside an item's ``data`` (``[dtype, shape, ext 3 | frame index]``)
+    are decoded to :class:`Tensor`; everything else stays as plain values.
     """
 
     data: dict[str, Any] | None
@@ -62,6 +63,31 @@ class MultiModalFeatureSpec(msgspec.Struct, omit_defaults=False):
     identifier: str
     mm_position: PlaceholderRange
     mm_hash: str | None = None
+
+    def __post_init__(self) -> None:
+        # Runs during decoding: turn the wire tensors inside each item's ``data`` into Tensor
+        # (resolving aux-frame indexes), so receivers see the same values the sender encoded.
+        if self.data:
+            for item in self.data.values():
+                if isinstance(item, dict) and "data" in item:
+                    item["data"] = _nested_tensors(item["data"])
+
+
+def _looks_like_tensor(x: Any) -> bool:
+    return (isinstance(x, list) and len(x) == 3 and isinstance(x[0], str) and isinstance(x[1], list)
+            and all(isinstance(d, int) and not isinstance(d, bool) for d in x[1])
+            and (isinstance(x[2], bytes) or (isinstance(x[2], int) and not isinstance(x[2], bool))))
+
+
+def _nested_tensors(x: Any) -> Any:
+    """``NestedTensors`` of a multimodal item: a tensor, a number, or a list of those."""
+    if _looks_like_tensor(x):
+        from .codec import _dec_hook  # the codec resolves aux-frame indexes of the message being decoded
+
+        return _dec_hook(Tensor, x)
+    if isinstance(x, list):
+        return [_nested_tensors(v) for v in x]
+    return x
 
 
 class KvHintAction(msgspec.Struct, omit_defaults=False):

@@ -48,6 +48,8 @@ STRUCTS: dict[str, type] = {
 }
 
 _BLOCK_RE = re.compile(r"(<!-- fields:(\w+) -->\n)(.*?)(<!-- /fields -->)", re.S)
+_METHODS_RE = re.compile(r"(<!-- utility-methods -->\n)(.*?)(<!-- /utility-methods -->)", re.S)
+
 
 
 def type_name(t: mi.Type) -> str:
@@ -112,9 +114,27 @@ def render_table(name: str) -> str:
     return head + "\n\n" + "\n".join(rows) + "\n"
 
 
+def render_utility_methods() -> str:
+    """The method table of section 8, from :data:`ecp.spec.utility_methods.UTILITY_METHODS`."""
+    from .utility_methods import UTILITY_METHODS
+
+    rows = ["| Method | Args (positional) | Result | ✓ | Python 0.33 DP rule | Conforming DP rule |",
+            "|---|---|---|---|---|---|"]
+    for m in UTILITY_METHODS.values():
+        if m.params is None:
+            args = "(not documented)"
+        else:
+            args = "`[" + ", ".join(f"{p.name}: {p.type}" if p.name else p.type for p in m.params) + "]`"
+        rule = f"{m.aggregation} ({m.aggregation_clause})"
+        rows.append(f"| `{m.name}` | {args.replace('|', chr(92) + '|')} | `{m.result}` "
+                    f"| {'✓' if m.observed else ''} | {m.dp_rule} | {rule} |")
+    return "\n".join(rows) + "\n"
+
+
 def refresh_protocol(text: str) -> str:
-    """``text`` with every generated field-table block brought up to date."""
+    """``text`` with every generated block (field tables, method table) brought up to date."""
     def repl(m: re.Match) -> str:
         return m.group(1) + render_table(m.group(2)) + m.group(4)
 
-    return _BLOCK_RE.sub(repl, text)
+    text = _BLOCK_RE.sub(repl, text)
+    return _METHODS_RE.sub(lambda m: m.group(1) + render_utility_methods() + m.group(3), text)

@@ -24,11 +24,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-#: How a frontend combines the replies of several engines (Python 0.33 client):
+#: How vLLM 0.33's *Python* client combines the replies of several engines (observed):
 #: ``default`` = engine 0's answer (all engines under internal DP load balancing),
 #: ``consensus`` = all engines must agree, ``all`` = logical AND of every result,
 #: ``flatten`` = per-engine lists concatenated in engine order.
 DPRule = Literal["default", "consensus", "all", "flatten"]
+
+#: How a *conforming* frontend combines the replies (the clauses): every call goes to
+#: every engine and waits for all (ECP-UTIL-7), then ``consensus`` (ECP-UTIL-4),
+#: ``and`` (ECP-UTIL-5), ``flatten`` (ECP-UTIL-6), ``unit`` (values discarded) or
+#: ``raw`` (one value per engine, for the caller to interpret).
+Aggregation = Literal["consensus", "and", "flatten", "unit", "raw"]
+
+#: the clause behind each conforming aggregation
+AGGREGATION_CLAUSE: dict[str, str] = {
+    "consensus": "ECP-UTIL-4", "and": "ECP-UTIL-5", "flatten": "ECP-UTIL-6",
+    "unit": "ECP-UTIL-7", "raw": "ECP-UTIL-9",
+}
 
 
 @dataclass(frozen=True)
@@ -49,12 +61,35 @@ class UtilityMethod:
     dp_rule: DPRule = "default"
     #: seen on the wire against, or from, a vLLM 0.33 peer (FACTS: ✓)
     observed: bool = False
+    #: the conforming DP aggregation (derived from ``dp_rule`` and ``result`` unless given)
+    aggregation: Aggregation = "raw"
+
+    @property
+    def aggregation_clause(self) -> str:
+        return AGGREGATION_CLAUSE[self.aggregation]
+
+
+# Where the clauses require more than vLLM's Python client does (it answers
+# add_lora/remove_lora/collective_rpc from engine 0 only).
+_CONFORMING_OVERRIDES: dict[str, Aggregation] = {
+    "add_lora": "and", "remove_lora": "and", "collective_rpc": "flatten",
+}
+
+
+def _conforming(name: str, result: str, dp_rule: DPRule) -> Aggregation:
+    if name in _CONFORMING_OVERRIDES:
+        return _CONFORMING_OVERRIDES[name]
+    if dp_rule == "all":
+        return "and"
+    if dp_rule in ("consensus", "flatten"):
+        return dp_rule
+    return "unit" if result == "nil" else "raw"
 
 
 def _m(name: str, params: list[tuple[str | None, str]] | None, result: str,
        dp_rule: DPRule = "default", observed: bool = False) -> UtilityMethod:
     ps = None if params is None else tuple(UtilityParam(n, t) for n, t in params)
-    return UtilityMethod(name, ps, result, dp_rule, observed)
+    return UtilityMethod(name, ps, result, dp_rule, observed, _conforming(name, result, dp_rule))
 
 
 _METHODS: tuple[UtilityMethod, ...] = (

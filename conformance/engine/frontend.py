@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import zmq
 
 from ecp.spec import (
-    ENGINE_DEAD, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest,
+    COORDINATOR_READY, ENGINE_DEAD, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest,
     EngineHandshakeMetadata, EngineZmqAddresses, Hello, ProtocolError, Ready, SamplingParams,
     UtilityOutput, decode_any, decode_handshake, decode_input, decode_outputs, decode_ready_response,
     encode_abort, encode_add, encode_handshake, encode_utility, engine_identity,
@@ -39,6 +39,8 @@ class Addresses:
     handshake: str
     inputs: list[str]
     outputs: list[str]
+    #: (coordinator_input XPUB, coordinator_output PULL) when the harness also plays the DP coordinator
+    coordinator: tuple[str, str] | None = None
 
 
 @dataclass
@@ -59,6 +61,7 @@ class EngineRecord:
     ready_payloads: dict[int, EngineCoreReadyResponse | None | str] = field(default_factory=dict)
     #: clients whose registration had arrived when READY was received
     registered_at_ready: set[int] | None = None
+    ready_at: float | None = None
     anomalies: list[str] = field(default_factory=list)
 
     @property
@@ -103,12 +106,29 @@ class HarnessFrontend:
         self.handshake = self._bind(zmq.ROUTER, addresses.handshake)
         self.inputs = [self._bind(zmq.ROUTER, a) for a in addresses.inputs]
         self.outputs = [self._bind(zmq.PULL, a) for a in addresses.outputs]
+        self.coord_pub: zmq.Socket | None = None
+        self.coord_pull: zmq.Socket | None = None
+        coordinator = None
+        if addresses.coordinator is not None:
+            self.coord_pub = self._bind(zmq.XPUB, addresses.coordinator[0])
+            self.coord_pull = self._bind(zmq.PULL, addresses.coordinator[1])
+            coordinator = (self.coord_pub.getsockopt_string(zmq.LAST_ENDPOINT),
+                           self.coord_pull.getsockopt_string(zmq.LAST_ENDPOINT))
         # tcp binds with port 0 resolve here; INIT carries the real addresses
         self.addresses = Addresses(
             self.handshake.getsockopt_string(zmq.LAST_ENDPOINT),
             [s.getsockopt_string(zmq.LAST_ENDPOINT) for s in self.inputs],
             [s.getsockopt_string(zmq.LAST_ENDPOINT) for s in self.outputs],
+            coordinator,
         )
+        #: coordinator role: subscriptions seen, when READY was published, what engines sent it
+        self.coord_subscriptions = 0
+        self.gate_published_at: float | None = None
+        self.gate_delay_s = 0.2
+        self._gate_due: float | None = None
+        self.coordinator_messages: list[EngineCoreOutputs] = []
+        #: DP control messages (wave_complete/start_wave) that arrived on a client output socket
+        self.dp_control_on_outputs: list[tuple[int, EngineCoreOutputs]] = []
         self.poller = zmq.Poller()
         for s in self._sockets:
             self.poller.register(s, zmq.POLLIN)
@@ -132,6 +152,8 @@ class HarnessFrontend:
         sock.setsockopt(zmq.RCVHWM, 0)
         if kind == zmq.ROUTER:
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        if kind == zmq.XPUB:
+            sock.setsockopt(zmq.XPUB_VERBOSE, 1)  # one subscription message per engine, not per topic
         sock.bind(address)
         self._sockets.append(sock)
         return sock
@@ -144,6 +166,10 @@ class HarnessFrontend:
     def _channel(self, sock: zmq.Socket) -> str:
         if sock is self.handshake:
             return "handshake"
+        if sock is self.coord_pub:
+            return "coordinator_input"
+        if sock is self.coord_pull:
+            return "coordinator_output"
         if sock in self.inputs:
             return f"input[{self.inputs.index(sock)}]"
         return f"output[{self.outputs.index(sock)}]"
@@ -157,7 +183,7 @@ class HarnessFrontend:
         got = []
         for sock in self._sockets:
             if sock in events:
-                while True:
+                for _ in range(1000):  # bounded: a flooding engine must not starve the deadline checks
                     try:
                         got.append((sock, sock.recv_multipart(zmq.NOBLOCK)))
                     except zmq.Again:
@@ -171,12 +197,14 @@ class HarnessFrontend:
         Raises :class:`CaseTimeout` if not every expected engine registered on
         every input within ``timeout``; everything else is recorded.
         """
+        coord_in, coord_out = self.addresses.coordinator or (None, None)
         init = encode_handshake(EngineHandshakeMetadata(
-            addresses=EngineZmqAddresses(inputs=self.addresses.inputs, outputs=self.addresses.outputs),
+            addresses=EngineZmqAddresses(inputs=self.addresses.inputs, outputs=self.addresses.outputs,
+                                         coordinator_input=coord_in, coordinator_output=coord_out),
             parallel_config={}))
         end = time.monotonic() + timeout
         settled_at: float | None = None  # when READY (or every registration) was complete
-        grace = max(1.0, 3 * self.quiet_window_s)
+        grace = max(0.5, 3 * self.quiet_window_s)
         while not self._handshake_complete():
             now = time.monotonic()
             # READY everywhere but a registration missing, or the reverse: record it after a grace
@@ -184,11 +212,14 @@ class HarnessFrontend:
                 settled_at = now
             if (settled_at is not None and now - settled_at > grace) or now >= end:
                 break
+            self._maybe_open_gate()
             for sock, frames in self._poll_once(min(end, now + 0.05)):
                 if sock is self.handshake:
                     self._on_handshake(frames, init)
                 elif sock in self.inputs:
                     self._on_registration(self.inputs.index(sock), frames)
+                elif sock is self.coord_pub or sock is self.coord_pull:
+                    self._on_coordinator(sock, frames)
                 else:
                     self.transcript.record("recv", self._channel(sock), frames,
                                            lambda f=frames: decode_outputs(f))
@@ -201,6 +232,29 @@ class HarnessFrontend:
         sizes = [p.max_model_len for r in self.records.values() for p in r.ready_payloads.values()
                  if isinstance(p, EngineCoreReadyResponse)]
         self.max_model_len = min(sizes) if sizes else None
+
+    def _on_coordinator(self, sock: zmq.Socket, frames: list[bytes]) -> None:
+        if sock is self.coord_pub:
+            self.transcript.record("recv", "coordinator_input", frames)
+            if frames and frames[0][:1] == b"\x01":
+                self.coord_subscriptions += 1
+                if self.coord_subscriptions >= self.engine_count and self._gate_due is None:
+                    # a short delay exposes engines that send READY before the gate opened
+                    self._gate_due = time.monotonic() + self.gate_delay_s
+            return
+        self.transcript.record("recv", "coordinator_output", frames, lambda: decode_outputs(frames))
+        try:
+            msg = decode_outputs(frames)
+        except ProtocolError as exc:
+            raise Violation(f"undecodable message to the coordinator: {exc}", clause=exc.clause) from None
+        if msg is not ENGINE_DEAD:
+            self.coordinator_messages.append(msg)
+
+    def _maybe_open_gate(self) -> None:
+        if self._gate_due is not None and self.gate_published_at is None and time.monotonic() >= self._gate_due:
+            self.coord_pub.send(COORDINATOR_READY)
+            self.gate_published_at = time.monotonic()
+            self.transcript.record("sent", "coordinator_input", [COORDINATOR_READY])
 
     def _record(self, identity: bytes) -> EngineRecord:
         if identity not in self.records:
@@ -243,6 +297,7 @@ class HarnessFrontend:
             rec.anomalies.append("duplicate READY")
             return
         rec.registered_at_ready = set(rec.registrations)
+        rec.ready_at = time.monotonic()
         if error:
             rec.ready_error = error
         else:
@@ -355,6 +410,8 @@ class HarnessFrontend:
             if sock is self.handshake:
                 self.transcript.record("recv", "handshake", frames)
                 self.late_handshake.append(frames)
+            elif sock is self.coord_pub or sock is self.coord_pull:
+                self._on_coordinator(sock, frames)
             elif sock in self.inputs:
                 self.transcript.record("recv", self._channel(sock), frames)
                 self.late_inputs.append((self.inputs.index(sock), frames))
@@ -373,13 +430,17 @@ class HarnessFrontend:
             try:
                 decode()
             except ProtocolError as exc:
+                # $[4] is utility_output: a malformed reply breaks the utility clauses, not framing
+                clause = "ECP-UTIL-2" if (exc.field_path or "").startswith("$[4]") else exc.clause
                 raise Violation(f"undecodable output message on output[{client}]: {exc}",
-                                clause=exc.clause) from None
+                                clause=clause) from None
         msg = decoded[0]
         if msg is ENGINE_DEAD:
             raise PeerCrashed(f"engine sent ENGINE_CORE_DEAD on output[{client}]")
         now = time.monotonic()
         self.messages.append((client, msg))
+        if msg.is_dp_control:
+            self.dp_control_on_outputs.append((client, msg))
         for out in msg.outputs:
             self.by_request.setdefault(out.request_id, []).append(
                 Seen(client, msg.engine_index, out, msg.finished_requests, now))

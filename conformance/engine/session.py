@@ -47,11 +47,11 @@ class EngineUnderTest:
     """One launch: a harness frontend, its bound sockets and the engine handle."""
 
     def __init__(self, cfg: EngineRunConfig, ctx: zmq.Context, transcript: Transcript, launch_no: int,
-                 clients: int, engine_count: int) -> None:
+                 clients: int, engine_count: int, coordinator: bool = False) -> None:
         self.cfg = cfg
         self.engine_count = engine_count
         self.handle: PeerHandle | None = None
-        addresses = self._addresses(launch_no, clients)
+        addresses = self._addresses(launch_no, clients, coordinator)
         self.fe = HarnessFrontend(ctx, addresses, engine_count, cfg.engine_start_index, transcript,
                                   cfg.quiet_window_s)
         try:
@@ -62,7 +62,7 @@ class EngineUnderTest:
             self.close()
             raise
 
-    def _addresses(self, launch_no: int, clients: int) -> Addresses:
+    def _addresses(self, launch_no: int, clients: int, coordinator: bool) -> Addresses:
         if self.cfg.attach and launch_no == 1:
             hs = self.cfg.attach
         elif self.cfg.transport == "tcp":
@@ -70,10 +70,13 @@ class EngineUnderTest:
         else:
             hs = f"ipc://{self.cfg.workdir}/l{launch_no}-hs"
         if self.cfg.transport == "tcp":
-            return Addresses(hs, ["tcp://127.0.0.1:*"] * clients, ["tcp://127.0.0.1:*"] * clients)
+            any_port = "tcp://127.0.0.1:*"
+            return Addresses(hs, [any_port] * clients, [any_port] * clients,
+                             (any_port, any_port) if coordinator else None)
         base = f"ipc://{self.cfg.workdir}/l{launch_no}"
         return Addresses(hs, [f"{base}-in{i}" for i in range(clients)],
-                         [f"{base}-out{i}" for i in range(clients)])
+                         [f"{base}-out{i}" for i in range(clients)],
+                         (f"{base}-cin", f"{base}-cout") if coordinator else None)
 
     def _start(self, launch_no: int) -> PeerHandle:
         hs = self.fe.addresses.handshake
@@ -124,13 +127,14 @@ class EngineManager:
         self.logs: list[EngineUnderTest] = []
 
     # ------------------------------------------------------------------ lifetimes
-    def _launch(self, clients: int, engine_count: int) -> EngineUnderTest:
+    def _launch(self, clients: int, engine_count: int, coordinator: bool = False) -> EngineUnderTest:
         if self.cfg.attach and self._launches >= 1:
             raise Unsupported("needs another engine launch, which --attach cannot do")
         self._launches += 1
         self.transcript.note(f"launch {self._launches}: {engine_count} engine(s), {clients} client(s)")
         started = time.monotonic()
-        eut = EngineUnderTest(self.cfg, self.ctx, self.transcript, self._launches, clients, engine_count)
+        eut = EngineUnderTest(self.cfg, self.ctx, self.transcript, self._launches, clients, engine_count,
+                              coordinator)
         self.logs.append(eut)
         # startup time does not eat the case budget
         if self.deadline is not None:
@@ -164,11 +168,13 @@ class EngineManager:
         self._dirty = True
 
     @contextlib.contextmanager
-    def fresh(self, clients: int = 1, engine_count: int | None = None) -> Iterator[EngineUnderTest]:
-        """A dedicated engine for one case, stopped afterwards."""
+    def fresh(self, clients: int = 1, engine_count: int | None = None,
+              coordinator: bool = False) -> Iterator[EngineUnderTest]:
+        """A dedicated engine for one case, stopped afterwards; ``coordinator``: the harness
+        also plays the DP coordinator (its addresses go into INIT)."""
         if self.cfg.attach:
             raise Unsupported("needs a harness-launched engine with its own topology (not possible with --attach)")
-        eut = self._launch(clients, engine_count or self.cfg.engine_count)
+        eut = self._launch(clients, engine_count or self.cfg.engine_count, coordinator)
         self._fresh.append(eut)
         try:
             yield eut

@@ -1,8 +1,8 @@
 """How a fanned-out utility call's per-engine answers become one result.
 
-THE table (:data:`UTILITY_RULES`) is data: method → (rule, clause); each
-engine's value is checked against the result type of the spec's method table
-(:data:`ecp.spec.utility_methods.UTILITY_METHODS`). Every utility call goes to every engine and waits for all of them
+The table (:data:`UTILITY_RULES`) is derived from the spec's method table
+(:data:`ecp.spec.utility_methods.UTILITY_METHODS`): method → (rule, clause,
+result type); each engine's value is checked against that result type. Every utility call goes to every engine and waits for all of them
 (``ECP-UTIL-7``) — except under the ``first-engine-is-sleeping`` bug knob —
 and then:
 
@@ -53,52 +53,20 @@ class MethodRule:
 
     rule: Rule
     clause: str
-
-    def result_type(self, method: str) -> str:
-        """The per-engine value type, from the spec's method table (``any`` if unknown)."""
-        known = UTILITY_METHODS.get(method)
-        return known.result if known is not None else "any"
+    #: each engine's value type (layout type grammar), taken from the spec's method table
+    result: str = "any"
 
 
-_CONS, _AND, _FLAT, _UNIT, _RAW = Rule.CONSENSUS, Rule.AND, Rule.FLATTEN, Rule.UNIT, Rule.RAW
-
-#: method name → the client's rule. The one place the client's aggregation is defined;
-#: argument and result types live in :data:`ecp.spec.utility_methods.UTILITY_METHODS`.
+#: method name → the client's rule, derived from the conforming aggregation recorded in
+#: the spec's method table (:data:`ecp.spec.utility_methods.UTILITY_METHODS`), the one
+#: place where each method's rule, clause and result type are defined.
 UTILITY_RULES: Mapping[str, MethodRule] = {
-    # consensus (ECP-UTIL-4)
-    "is_sleeping": MethodRule(_CONS, "ECP-UTIL-4"),
-    "is_scheduler_paused": MethodRule(_CONS, "ECP-UTIL-4"),
-    "get_weight_version": MethodRule(_CONS, "ECP-UTIL-4"),
-    # AND (ECP-UTIL-5)
-    "reset_prefix_cache": MethodRule(_AND, "ECP-UTIL-5"),
-    "wake_up": MethodRule(_AND, "ECP-UTIL-5"),
-    "add_lora": MethodRule(_AND, "ECP-UTIL-5"),
-    "remove_lora": MethodRule(_AND, "ECP-UTIL-5"),
-    # flatten (ECP-UTIL-6)
-    "collective_rpc": MethodRule(_FLAT, "ECP-UTIL-6"),
-    "compute_weight_checksums": MethodRule(_FLAT, "ECP-UTIL-6"),
-    # unit (ECP-UTIL-7: wait for every engine, discard the values)
-    "sleep": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "pause_scheduler": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "pause_generation": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "resume_scheduler": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "profile": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "reset_mm_cache": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "reset_encoder_cache": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "release_kv_cache_memory": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "set_weight_version": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "execute_dummy_batch": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "add_remote_kv_handshake": MethodRule(_UNIT, "ECP-UTIL-7"),
-    "save_sharded_state": MethodRule(_UNIT, "ECP-UTIL-7"),
-    # raw: one typed value per engine, {rank: value} (ECP-UTIL-9, ECP-UTIL-11)
-    "get_supported_tasks": MethodRule(_RAW, "ECP-UTIL-9"),
-    "list_loras": MethodRule(_RAW, "ECP-UTIL-9"),
-    "pin_lora": MethodRule(_RAW, "ECP-UTIL-9"),
-    "get_kv_connector_handshake_entries": MethodRule(_RAW, "ECP-UTIL-9"),
+    m.name: MethodRule(Rule(m.aggregation), m.aggregation_clause, m.result)
+    for m in UTILITY_METHODS.values()
 }
 
 #: methods in neither table: sent to every engine, ``{rank: value}`` returned (``ECP-UTIL-11``)
-DEFAULT_RULE = MethodRule(_RAW, "ECP-UTIL-11")
+DEFAULT_RULE = MethodRule(Rule.RAW, "ECP-UTIL-11")
 
 
 def _matches(t: WireType, value: Any) -> bool:
@@ -161,9 +129,8 @@ class UtilityAggregation:
         value = reply.result.value
         if rule.rule in (Rule.UNIT, Rule.FLATTEN):
             return value  # discarded / a non-list counts as one element (the Rust client's reading)
-        expected = rule.result_type(method)
-        if not value_matches(expected, value):
-            raise UtilityResultDecode(method, rank, expected, value)
+        if not value_matches(rule.result, value):
+            raise UtilityResultDecode(method, rank, rule.result, value)
         return value
 
     def aggregate(self, method: str, replies: Mapping[int, UtilityOutput]) -> Any:

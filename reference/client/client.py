@@ -344,18 +344,22 @@ class EngineCoreClient:
         self._stats.requests_added += 1
         return RequestStream(sink, self._on_stream_dropped)
 
-    def _on_stream_dropped(self, request_id: str, cause: AbortCause) -> None:
+    def _on_stream_dropped(self, sink: StreamSink, cause: AbortCause) -> None:
         # Called from RequestStream (possibly from a finaliser): only queue work.
-        if self._closed or request_id not in self._registry:
+        entry = self._registry.get(sink.request_id)
+        if self._closed or entry is None or entry.sink is not sink:
             return
-        self._coalescer.push(request_id, cause)
+        self._coalescer.push(sink.request_id, cause, sink)
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._abort_wakeup.set)
 
-    def _take_owner(self, request_id: str) -> int | None:
-        entry = self._registry.take(request_id)
-        return None if entry is None else entry.engine_rank
+    def _take_owner(self, request_id: str, sink: StreamSink) -> int | None:
+        entry = self._registry.get(request_id)
+        if entry is None or entry.sink is not sink:  # finished (and maybe reused) since the drop
+            return None
+        self._registry.take(request_id)
+        return entry.engine_rank
 
     async def _abort_worker(self) -> None:
         max_items = 1 if BUG_ABORT_ONE_PER_REQUEST in self.config.bugs else MAX_DRAIN
@@ -659,7 +663,7 @@ class EngineCoreClient:
             if not fut.done():
                 fut.set_exception(error)
         self._pending_utility.clear()
-        self._coalescer.drain(lambda _id: None, max_items=len(self._coalescer))
+        self._coalescer.drain(lambda _id, _token: None, max_items=len(self._coalescer))
 
     async def shutdown(self) -> None:
         """End every stream and waiter with :class:`ClientClosed`, stop the

@@ -15,7 +15,7 @@ from ecp.spec import EngineCoreOutput
 
 from .abort_coalescer import AbortCause
 
-DropCallback = Callable[[str, AbortCause], None]
+DropCallback = Callable[["StreamSink", AbortCause], None]
 
 
 class StreamSink:
@@ -111,7 +111,7 @@ class RequestStream:
         sink.dropped = True
         sink.items.clear()
         sink.end()
-        self._on_drop(sink.request_id, cause)
+        self._on_drop(sink, cause)
 
     async def aclose(self, cause: AbortCause | str = AbortCause.DROPPED_STREAM) -> None:
         """Stop consuming. If the request is still running it is auto-aborted

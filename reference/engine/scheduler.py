@@ -69,7 +69,6 @@ class EngineRequest:
     # first prefill bookkeeping for PrefillStats
     num_prefix_cached_tokens: int = 0
     prefill_stats_sent: bool = False
-    num_output_sent: int = 0  # output tokens already sent to the frontend
 
     @property
     def num_tokens(self) -> int:
@@ -82,9 +81,6 @@ class EngineRequest:
         if start >= p:
             return self.output_token_ids[start - p:stop - p]
         return self.prompt_token_ids[start:] + self.output_token_ids[:stop - p]
-
-    def all_token_ids(self) -> list[int]:
-        return self.prompt_token_ids + self.output_token_ids
 
     @property
     def hash_extra(self) -> Any:
@@ -156,10 +152,6 @@ class Scheduler:
                 return req
             heapq.heappop(self._waiting)  # finished while waiting: drop the stale entry
         return None
-
-    def waiting_requests(self) -> list[EngineRequest]:
-        return [e[2] for e in sorted(self._waiting, key=lambda e: (e[0], e[1]))
-                if e[2].status in (Status.WAITING, Status.PREEMPTED)]
 
     # -- finishing ----------------------------------------------------------
     def finish(self, req: EngineRequest, *, free_blocks: bool = True) -> list[int]:

@@ -1,8 +1,11 @@
 """The synthetic executor: deterministic tokens without a model.
 
 Token ``i`` (0-based among a request's generated tokens) is
-:func:`synthetic_token` ``(seed, key, i, vocab_size)`` where ``key`` is the
-request's sampling ``seed`` when it has one, else its request id. The value
+:func:`synthetic_token` ``(request_key(…), i, vocab_size)``, keyed like a real
+model would be: a **greedy** request (``temperature < 1e-5``) by its prompt
+token ids (the same prompt always continues the same way), any other request
+by its sampling ``seed`` when it has one, else by its request id; all mixed
+with the engine ``seed``. The value
 lies in ``[RESERVED_TOKEN_IDS, vocab_size)``: ids ``0..15`` are never produced
 (that is where tokenizers keep BOS/EOS/padding), and neither is the request's
 ``_eos_token_id``. So a request stops with STOP only when a test asks for it:
@@ -12,6 +15,12 @@ lies in ``[RESERVED_TOKEN_IDS, vocab_size)``: ids ``0..15`` are never produced
 * ``stop_token_ids`` naming a token the request will produce (compute it with
   :func:`expected_tokens`).
 
+When a request asks for ``logprobs=K`` each output carries vLLM's layout
+(``[N, K+1]`` int32 ids: the sampled token first, then K alternatives;
+float32 logprobs: the sampled token is the most likely, ``-0.05``,
+alternatives ``-1, -2, …``; int64 ranks ``[N]``, all 1). ``K = -1`` (the whole
+vocabulary) is capped at :data:`MAX_SYNTHETIC_LOGPROBS` entries.
+
 Each sampling span yields ``output_token_chunk_size`` tokens (MTP / spec-decode
 shaped outputs). The step cost model sleeps ``step_time_ms`` plus
 ``prefill_token_cost_us`` per prompt token and ``decode_token_cost_us`` per
@@ -20,13 +29,19 @@ decode token, so benchmarks can model a GPU; everything 0 runs flat out.
 
 from __future__ import annotations
 
+import sys
 import time
 import zlib
+from array import array
+
+from ecp.spec import LogprobsLists, Tensor
 
 from .executor import StepBatch, StepResult
 
 #: Token ids below this are never generated.
 RESERVED_TOKEN_IDS = 16
+#: ``logprobs=-1`` returns this many alternatives at most.
+MAX_SYNTHETIC_LOGPROBS = 1024
 
 _MASK = (1 << 64) - 1
 
@@ -39,10 +54,17 @@ def _mix(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def request_key(seed: int, request_id: str, sampling_seed: int | None) -> int:
-    """The per-request stream base: from the sampling seed if set, else the id."""
-    key = f"s{sampling_seed}" if sampling_seed is not None else f"r{request_id}"
-    return _mix(zlib.crc32(key.encode()) ^ (seed * 0x100000001B3 & _MASK))
+def request_key(seed: int, request_id: str, sampling_seed: int | None,
+                greedy_prompt: list[int] | None = None) -> int:
+    """The per-request stream base: the prompt for greedy requests (pass
+    ``greedy_prompt``), else the sampling seed if set, else the request id."""
+    if greedy_prompt is not None:
+        data = b"p" + array("q", greedy_prompt).tobytes()
+    elif sampling_seed is not None:
+        data = f"s{sampling_seed}".encode()
+    else:
+        data = f"r{request_id}".encode()
+    return _mix(zlib.crc32(data) ^ (len(data) << 32) ^ (seed * 0x100000001B3 & _MASK))
 
 
 def synthetic_token(base: int, index: int, vocab_size: int, avoid: int | None = None) -> int:
@@ -57,10 +79,11 @@ def synthetic_token(base: int, index: int, vocab_size: int, avoid: int | None = 
 
 
 def expected_tokens(request_id: str, n: int, *, seed: int = 0, sampling_seed: int | None = None,
-                    vocab_size: int = 32000, eos_token_id: int | None = None, eos_every: int = 0) -> list[int]:
+                    greedy_prompt: list[int] | None = None, vocab_size: int = 32000,
+                    eos_token_id: int | None = None, eos_every: int = 0) -> list[int]:
     """The first ``n`` tokens the synthetic executor generates for a request
-    (before any stop condition cuts them)."""
-    base = request_key(seed, request_id, sampling_seed)
+    (before any stop condition cuts them); pass ``greedy_prompt`` for a greedy one."""
+    base = request_key(seed, request_id, sampling_seed, greedy_prompt)
     out = []
     for i in range(n):
         if eos_every and (i + 1) % eos_every == 0 and eos_token_id is not None:
@@ -109,7 +132,9 @@ class SyntheticExecutor:
                 continue
             base = self._bases.get(span.request_id)
             if base is None:
-                base = self._bases[span.request_id] = request_key(self.seed, span.request_id, span.seed)
+                sp = span.sampling_params
+                base = self._bases[span.request_id] = request_key(
+                    self.seed, span.request_id, span.seed, span.prompt_token_ids if sp.is_greedy else None)
             sp = span.sampling_params
             eos = sp._eos_token_id
             first = len(span.output_token_ids)
@@ -120,11 +145,48 @@ class SyntheticExecutor:
                 else:
                     toks.append(synthetic_token(base, i, self.vocab_size, eos))
             result.sampled[span.request_id] = toks
+            if sp.logprobs is not None:
+                result.logprobs[span.request_id] = self._logprobs(base, first, toks, sp.logprobs)
         self.steps += 1
         cost = self.step_time_s + prefill * self.prefill_cost_s + decode * self.decode_cost_s
         if cost > 0:
             time.sleep(cost)  # models device time; the IO loop queues inputs meanwhile
         return result
+
+    def _logprobs(self, base: int, first: int, toks: list[int], num: int) -> LogprobsLists:
+        k = min(MAX_SYNTHETIC_LOGPROBS, self.vocab_size - 1) if num < 0 else num
+        ids = array("i")
+        lps = array("f")
+        for row, tok in enumerate(toks):
+            ids.append(tok)
+            lps.append(-0.05)
+            alt_base = _mix(base ^ 0xA17E)
+            seen = {tok}
+            j = 0
+            while len(seen) < k + 1:
+                alt = synthetic_token(alt_base, (first + row) * 4099 + j, self.vocab_size)
+                j += 1
+                if alt not in seen:
+                    seen.add(alt)
+                    ids.append(alt)
+                    lps.append(-float(len(seen) - 1))
+                if j > 8 * (k + 1):  # a tiny vocabulary: fill with what is left
+                    for alt in range(self.vocab_size):
+                        if len(seen) >= k + 1:
+                            break
+                        if alt not in seen:
+                            seen.add(alt)
+                            ids.append(alt)
+                            lps.append(-float(len(seen) - 1))
+                    break
+        n = len(toks)
+        width = len(ids) // n
+        ranks = array("q", [1] * n)
+        if sys.byteorder == "big":  # the wire carries little-endian buffers
+            for a in (ids, lps, ranks):
+                a.byteswap()
+        return LogprobsLists(Tensor("<i4", (n, width), ids.tobytes()), Tensor("<f4", (n, width), lps.tobytes()),
+                             Tensor("<i8", (n,), ranks.tobytes()), None)
 
     def release(self, request_ids: list[str]) -> None:
         for rid in request_ids:

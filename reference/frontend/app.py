@@ -28,7 +28,7 @@ from .choice import ChoiceDelta, EngineRequestFailed
 from .protocol import (
     ChatCompletionRequest, CompletionRequest, OpenAIError, bad_request, convert_body, decode_json_object,
 )
-from .serving import BUG_NO_REJECTION_NOTIFICATION, BUG_NOTIFY_WITHOUT_CONNECTOR, Frontend, Prepared
+from .serving import BUG_NO_REJECTION_NOTIFICATION, BUG_NOTIFY_WITHOUT_CONNECTOR, DeltaStream, Frontend, Prepared
 
 log = logging.getLogger("ecp.serve")
 
@@ -178,13 +178,16 @@ class ServeApp:
         return client_error_to_openai(exc, bool(getattr(self.client, "healthy", True)))
 
     async def _collect(self, p: Prepared) -> dict[str, Any]:
+        deltas = self.frontend.run(p)
         try:
-            async for _ in self.frontend.run(p):
+            async for _ in deltas:
                 pass
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             raise self._client_error(exc) from None
+        finally:
+            deltas.close()
         completion_tokens = sum(len(c.token_ids) for c in p.choices)
         prompt_tokens = sum(len(x) for x in p.prompts)
         per_prompt = len(p.choices) // len(p.prompts)
@@ -212,12 +215,13 @@ class ServeApp:
         rejection notice); later failures become an SSE error event."""
         deltas = self.frontend.run(p)
         try:
-            first = await deltas.__anext__()
-        except StopAsyncIteration:
-            first = None
-        except Exception as exc:
-            raise self._client_error(exc) from None
-        return StreamingResponse(self._sse_body(p, deltas, first), media_type="text/event-stream")
+            first = await deltas.next_batch()
+        except BaseException as exc:
+            deltas.close()
+            if isinstance(exc, Exception):
+                raise self._client_error(exc) from None
+            raise
+        return _SSEResponse(self._sse_body(p, deltas, first), deltas)
 
     def _chunk(self, p: Prepared, d: ChoiceDelta) -> dict[str, Any]:
         if p.kind == "chat":
@@ -230,19 +234,18 @@ class ServeApp:
             obj = "text_completion"
         return {"id": p.response_id, "object": obj, "created": p.created, "model": p.model, "choices": [choice]}
 
-    async def _sse_body(self, p: Prepared, deltas: AsyncIterator[ChoiceDelta],
-                        first: ChoiceDelta | None) -> AsyncIterator[bytes]:
+    async def _sse_body(self, p: Prepared, deltas: DeltaStream, first: list[ChoiceDelta]) -> AsyncIterator[bytes]:
+        """One write per batch of available deltas; ``[DONE]`` always last."""
         try:
             if p.kind == "chat":
-                for c in p.choices:
-                    yield _sse({"id": p.response_id, "object": "chat.completion.chunk", "created": p.created,
-                                "model": p.model, "choices": [{"index": c.index, "delta": {"role": "assistant",
-                                                                                            "content": ""},
-                                                               "logprobs": None, "finish_reason": None}]})
-            if first is not None:
-                yield _sse(self._chunk(p, first))
-            async for d in deltas:
-                yield _sse(self._chunk(p, d))
+                yield b"".join(_sse({"id": p.response_id, "object": "chat.completion.chunk", "created": p.created,
+                                     "model": p.model, "choices": [{
+                                         "index": c.index, "delta": {"role": "assistant", "content": ""},
+                                         "logprobs": None, "finish_reason": None}]}) for c in p.choices)
+            batch = first
+            while batch:
+                yield b"".join(_sse(self._chunk(p, d)) for d in batch)
+                batch = await deltas.next_batch()
             if p.include_usage:
                 completion = sum(len(c.token_ids) for c in p.choices)
                 prompt = sum(len(x) for x in p.prompts)
@@ -254,6 +257,8 @@ class ServeApp:
             raise
         except Exception as exc:  # engine death, ERROR output mid-stream, client failure
             yield _sse(self._client_error(exc).body())
+        finally:
+            deltas.close()
         yield _SSE_DONE
 
     async def _notify_rejection(self, obj: dict[str, Any], request_id: str, rank: int | None) -> None:
@@ -450,6 +455,21 @@ class ServeApp:
                 lambda: self.client.collective_rpc(method, timeout, list(args), kwargs))
             return json_response({"results": _jsonable(results)})
         return await self._dev(request, h)
+
+
+class _SSEResponse(StreamingResponse):
+    """A streaming response that closes its :class:`DeltaStream` however it ends,
+    including a disconnect before the body iterator ever started."""
+
+    def __init__(self, body: AsyncIterator[bytes], deltas: DeltaStream) -> None:
+        super().__init__(body, media_type="text/event-stream")
+        self._deltas = deltas
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._deltas.close()
 
 
 class _UtilityHTTPError(Exception):

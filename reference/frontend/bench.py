@@ -78,7 +78,8 @@ async def one_request(client: Any, url: str, payload: dict[str, Any]) -> Request
 
 
 async def run_bench(url: str, *, model: str | None, concurrency: int, num_requests: int, prompt_len: int,
-                    max_tokens: int, timeout: float, progress: bool = True) -> dict[str, Any]:
+                    max_tokens: int, timeout: float, progress: bool = True,
+                    extra_body: dict[str, Any] | None = None) -> dict[str, Any]:
     import httpx
 
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -89,6 +90,11 @@ async def run_bench(url: str, *, model: str | None, concurrency: int, num_reques
         prompt = ("The quick brown fox jumps over the lazy dog. " * (prompt_len // 45 + 1))[:prompt_len]
         payload = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
                    "ignore_eos": True, "temperature": 0.0, "stream_options": {"include_usage": True}}
+        for k, v in (extra_body or {}).items():  # null removes a field (e.g. ignore_eos for strict servers)
+            if v is None:
+                payload.pop(k, None)
+            else:
+                payload[k] = v
         bar = None
         if progress:
             from tqdm import tqdm
@@ -149,9 +155,18 @@ def main(args: argparse.Namespace) -> int:
         return 2
     n = args.num_requests if args.num_requests is not None else max(64, 4 * args.concurrency)
     try:
+        extra = json.loads(args.extra_body) if args.extra_body else None
+    except ValueError as exc:
+        print(f"ecp bench serve: --extra-body is not JSON: {exc}", file=sys.stderr)
+        return 2
+    if extra is not None and not isinstance(extra, dict):
+        print("ecp bench serve: --extra-body must be a JSON object", file=sys.stderr)
+        return 2
+    try:
         report = asyncio.run(run_bench(args.url, model=args.model, concurrency=args.concurrency, num_requests=n,
                                        prompt_len=args.prompt_len, max_tokens=args.max_tokens,
-                                       timeout=args.timeout, progress=not args.no_progress))
+                                       timeout=args.timeout, progress=not args.no_progress,
+                                       extra_body=extra))
     except Exception as exc:  # e.g. the server is not reachable
         print(f"ecp bench serve: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -51,6 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     b.add_argument("--prompt-len", type=int, default=32, help="prompt length in characters")
     b.add_argument("--max-tokens", type=int, default=64)
     b.add_argument("--timeout", type=float, default=120.0, help="per-request timeout in seconds")
+    b.add_argument("--extra-body", default=None, metavar="JSON",
+                   help='fields merged into every request body, e.g. \'{"ignore_eos": null}\' (null removes)')
     b.add_argument("--json", action="store_true", help="print the result as JSON")
     b.add_argument("--no-progress", action="store_true")
     b.set_defaults(func=_bench_serve)

@@ -136,6 +136,10 @@ async def serve(args: argparse.Namespace) -> int:
 
     external = args.data_parallel_size_local == 0
     dp = args.data_parallel_size
+    if args.data_parallel_size_local not in (None, 0, dp):
+        print("ecp serve: --data-parallel-size-local must be 0 (external engines) or equal to "
+              "--data-parallel-size (embedded engines); hybrid deployments are not supported", file=sys.stderr)
+        return 2
     if external:
         if args.data_parallel_rpc_port is None:
             print("ecp serve: --data-parallel-size-local 0 needs --data-parallel-rpc-port (or --handshake-port)",

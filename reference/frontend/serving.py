@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Sequence
 
+import msgspec
+
 from ecp.spec import EngineCoreRequest
 
 from ..tokenizer import Tokenizer
@@ -106,7 +108,7 @@ class Frontend:
         base = base_id
         resp_id = idconv.response_id(kind, base)
         if kind == "chat":
-            text = self.tokenizer.apply_chat_template([msgspec_to_dict(m) for m in body.messages])
+            text = self.tokenizer.apply_chat_template([msgspec.to_builtins(m) for m in body.messages])
             prompts = [self.tokenizer.encode(text)]
         else:
             prompts = _prompt_token_lists(body.prompt, self.tokenizer)
@@ -148,10 +150,10 @@ class Frontend:
                         echo, choices, requests)
 
     # ------------------------------------------------------------------ running
-    def run(self, prepared: Prepared) -> AsyncIterator[ChoiceDelta]:
-        """All choices' deltas, interleaved as they arrive."""
-        gens = [self._run_choice(c, r) for c, r in zip(prepared.choices, prepared.requests)]
-        return gens[0] if len(gens) == 1 else _merge(gens)
+    def run(self, prepared: Prepared) -> "DeltaStream":
+        """All choices' deltas, as they arrive. The caller must :meth:`DeltaStream.close`
+        it (``finally``), which auto-aborts whatever is still running."""
+        return DeltaStream([self._run_choice(c, r) for c, r in zip(prepared.choices, prepared.requests)])
 
     async def _run_choice(self, choice: Choice, request: EngineCoreRequest) -> AsyncIterator[ChoiceDelta]:
         m = self.metrics
@@ -160,6 +162,7 @@ class Frontend:
         m.running.inc()
         m.waiting.inc()
         m.prompt_tokens.inc(len(choice.prompt_token_ids))
+        failed = False
         try:
             async for out in stream:
                 first_before, last_before = choice.first_token_at, choice.last_token_at
@@ -179,12 +182,17 @@ class Frontend:
                 # The client ended the stream without a terminal output (e.g. an
                 # explicit abort finalised locally): the request ended as aborted.
                 yield choice.finish_locally("abort")
+        except Exception:
+            failed = True  # engine ERROR output, engine death, client failure: already ended
+            raise
         finally:
             self.index.remove(choice)
             m.running.dec()
             if choice.first_token_at is None:
                 m.waiting.dec()
-            if not choice.finished:
+            if failed:
+                m.finished("error")
+            elif not choice.finished:
                 self._close(stream, CAUSE_DROPPED_STREAM)
                 m.aborted(CAUSE_DROPPED_STREAM)
             elif choice.stop_string_matched:
@@ -231,39 +239,59 @@ class Frontend:
             await asyncio.wait(list(self._background), timeout=timeout)
 
 
-def msgspec_to_dict(obj: Any) -> dict[str, Any]:
-    import msgspec
-
-    return msgspec.to_builtins(obj)
+_END = object()
 
 
-async def _merge(gens: list[AsyncIterator[ChoiceDelta]]) -> AsyncIterator[ChoiceDelta]:
-    """Interleave several choice generators; the first error wins and the
-    others are cancelled (their ``finally`` blocks auto-abort them)."""
-    queue: asyncio.Queue = asyncio.Queue()
-    done = object()
+class DeltaStream:
+    """The deltas of one HTTP request's choices, each choice pumped by its own task.
 
-    async def pump(gen: AsyncIterator[ChoiceDelta]) -> None:
+    :meth:`next_batch` waits for at least one delta and returns every delta
+    already queued, so a streaming response under load writes one SSE batch
+    instead of one socket send per token. The first error of any choice is
+    raised to the consumer and ends the others. :meth:`close` cancels the
+    pumps: a choice that is still running is then auto-aborted
+    (``dropped_stream``) by its ``finally`` block.
+    """
+
+    def __init__(self, gens: list[AsyncIterator[ChoiceDelta]]) -> None:
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._remaining = len(gens)
+        self._tasks = [asyncio.ensure_future(self._pump(g)) for g in gens]
+
+    async def _pump(self, gen: AsyncIterator[ChoiceDelta]) -> None:
         try:
             async for d in gen:
-                queue.put_nowait(d)
-            queue.put_nowait(done)
+                self._queue.put_nowait(d)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # handed to the consumer
-            queue.put_nowait(exc)
+            self._queue.put_nowait(exc)
+        else:
+            self._queue.put_nowait(_END)
 
-    tasks = [asyncio.ensure_future(pump(g)) for g in gens]
-    remaining = len(tasks)
-    try:
-        while remaining:
-            item = await queue.get()
-            if item is done:
-                remaining -= 1
-            elif isinstance(item, BaseException):
-                raise item
-            else:
-                yield item
-    finally:
-        for t in tasks:
+    async def next_batch(self) -> list[ChoiceDelta]:
+        """Deltas now available (at least one), or ``[]`` once every choice ended."""
+        out: list[ChoiceDelta] = []
+        while self._remaining and not out:
+            item = await self._queue.get()
+            while True:
+                if item is _END:
+                    self._remaining -= 1
+                elif isinstance(item, BaseException):
+                    self.close()
+                    raise item
+                else:
+                    out.append(item)
+                if self._queue.empty():
+                    break
+                item = self._queue.get_nowait()
+        return out
+
+    async def __aiter__(self) -> AsyncIterator[ChoiceDelta]:
+        while batch := await self.next_batch():
+            for d in batch:
+                yield d
+
+    def close(self) -> None:
+        for t in self._tasks:
             t.cancel()

@@ -84,3 +84,60 @@ def test_client_against_two_reference_engines():
             handle.stop(timeout=10)
 
     run(main(), timeout=90)
+
+
+def test_client_coordinator_gates_reference_engines_and_follows_waves():
+    async def main():
+        from ecp_client_testkit import until
+
+        client = EngineCoreClient(ClientConfig(engine_count=2, coordinator=True, handshake_timeout_s=30,
+                                               ready_timeout_s=30, utility_timeout_s=20))
+        await client.bind()
+        handle = launch(client.handshake_address, 2, mode="thread", max_model_len=300, num_gpu_blocks=256,
+                        step_time_ms=1, handshake_timeout_s=30)
+        try:
+            await client.wait_ready()  # passes only through the coordinator's READY gate
+            assert client.current_wave == 0
+            streams = [await client.add(req(f"w{i}", 3)) for i in range(4)]
+            for s in streams:
+                assert (await tokens_and_finish(s))[1] == FinishReason.LENGTH
+            # idle engines report wave_complete to the coordinator (never to the client: ECP-OUT-6)
+            await until(lambda: client.current_wave >= 1, timeout=10)
+            s = await client.add(req("next-wave", 3))
+            assert (await tokens_and_finish(s))[1] == FinishReason.LENGTH
+            assert client.healthy
+        finally:
+            await client.shutdown()
+            handle.stop(timeout=10)
+
+    run(main(), timeout=90)
+
+
+def test_killing_a_reference_engine_process_fails_the_client_closed():
+    import signal
+
+    from ecp.reference.client import EngineDisconnected
+
+    async def main():
+        client = EngineCoreClient(ClientConfig(engine_count=2, handshake_timeout_s=60, ready_timeout_s=60))
+        await client.bind()
+        handle = launch(client.handshake_address, 2, mode="process", max_model_len=300, num_gpu_blocks=256,
+                        step_time_ms=2, handshake_timeout_s=60)
+        try:
+            await client.wait_ready()
+            streams = [await client.add(req(f"k{i}", 280, rank=i % 2)) for i in range(4)]
+            for s in streams:
+                await s.__anext__()  # every request is running
+            consumers = [asyncio.ensure_future(tokens_and_finish(s)) for s in streams]
+            t0 = time.monotonic()
+            handle._procs[1].send_signal(signal.SIGKILL)
+            results = await asyncio.wait_for(asyncio.gather(*consumers, return_exceptions=True), 10)
+            elapsed = time.monotonic() - t0
+            assert all(isinstance(r, EngineDisconnected) and r is client.error for r in results), results
+            assert elapsed < 1.5, elapsed  # the loss is noticed promptly (grace 0.1 s), not by a timeout
+            assert not client.healthy
+        finally:
+            await client.shutdown()
+            handle.stop(timeout=10)
+
+    run(main(), timeout=120)

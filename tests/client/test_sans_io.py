@@ -23,7 +23,7 @@ def test_coalescer_drains_at_most_max_in_drop_order_skipping_finished():
         coalescer.push(f"r{i}", "dropped_stream")
     registry.take("r2999")  # finished before the drain: never aborted
 
-    def take_owner(rid):
+    def take_owner(rid, _token):
         entry = registry.take(rid)
         return None if entry is None else entry.engine_rank
 
@@ -40,6 +40,25 @@ def test_coalescer_drains_at_most_max_in_drop_order_skipping_finished():
     assert coalescer.drain(take_owner) == {}
     with pytest.raises(ValueError):
         coalescer.push("x", "bored")
+
+
+def test_a_reused_id_is_not_aborted_for_its_dropped_predecessor():
+    registry = RequestRegistry((0,))
+    coalescer = AbortCoalescer()
+    old, new = object(), object()
+    registry.add("r", 0, old)
+    coalescer.push("r", "dropped_stream", old)   # dropped ...
+    registry.take("r")                           # ... finished before the drain ...
+    registry.add("r", 0, new)                    # ... and the id reused by a new request
+
+    def take_owner(rid, token):
+        entry = registry.get(rid)
+        if entry is None or entry.sink is not token:
+            return None
+        return registry.take(rid).engine_rank
+
+    assert coalescer.drain(take_owner) == {}
+    assert registry.get("r").sink is new
 
 
 def test_registry_counts_and_duplicates():
@@ -117,3 +136,84 @@ def test_health_is_sticky():
     assert health.error is first and not health.healthy
     with pytest.raises(RuntimeError, match="first"):
         health.check()
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "finish", "drop", "drain"]), st.integers(0, 3),
+                          st.integers(0, 2)), max_size=80),
+       st.integers(1, 8))
+def test_coalescer_property_exact_abort_set(ops, max_items):
+    """Whatever the interleaving of adds (ids are reused), finishes, drops and drains: the ids sent
+    are exactly the dropped request instances still in flight at their drain, each once, one group
+    per engine per drain, at most ``max_items`` ids per drain."""
+    registry = RequestRegistry((0, 1, 2))
+    coalescer = AbortCoalescer()
+    generation = 0
+    sent: list[tuple[str, int]] = []
+    expected: list[tuple[str, int]] = []
+    queued: list[tuple[str, object]] = []  # model of the queue: (id, instance)
+
+    def take_owner(rid, token):
+        entry = registry.get(rid)
+        if entry is None or entry.sink is not token:
+            return None
+        registry.take(rid)
+        return entry.engine_rank
+
+    def drain():
+        batch, queued[:] = queued[:max_items], queued[max_items:]
+        by_rank: dict[int, list[tuple[str, int]]] = {}
+        for rid, inst in batch:  # the model: still that instance in flight at drain time, once
+            entry = registry.get(rid)
+            if entry is not None and entry.sink is inst and (rid, inst.gen) not in expected:
+                if (rid, inst.gen) not in [x for xs in by_rank.values() for x in xs]:
+                    by_rank.setdefault(entry.engine_rank, []).append((rid, inst.gen))
+        for rank in sorted(by_rank):
+            expected.extend(by_rank[rank])
+        groups = coalescer.drain(take_owner, max_items=max_items)
+        assert list(groups) == sorted(groups)
+        assert sum(map(len, groups.values())) <= max_items
+        for ids in groups.values():
+            sent.extend(ids_with_gen(ids))
+
+    live: dict[str, object] = {}
+
+    def ids_with_gen(ids):
+        return [(rid, taken_gen.pop(rid)) for rid in ids]
+
+    taken_gen: dict[str, int] = {}
+    real_take = registry.take
+
+    def recording_take(rid):
+        entry = real_take(rid)
+        if entry is not None:
+            taken_gen[rid] = entry.sink.gen
+        return entry
+
+    registry.take = recording_take
+
+    class Inst:
+        def __init__(self, gen):
+            self.gen = gen
+
+    for op, n, rank in ops:
+        rid = f"r{n}"
+        if op == "add" and rid not in registry:
+            generation += 1
+            live[rid] = Inst(generation)
+            registry.add(rid, rank, live[rid])
+        elif op == "finish" and rid in registry:
+            real_take(rid)
+        elif op == "drop" and rid in registry:
+            inst = registry.get(rid).sink
+            coalescer.push(rid, "dropped_stream", inst)
+            queued.append((rid, inst))
+        elif op == "drain":
+            drain()
+    while len(coalescer):
+        drain()
+    assert sent == expected

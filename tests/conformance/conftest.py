@@ -10,9 +10,6 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-SCRIPTED = [sys.executable, str(HERE / "scripted_engine.py"), "--handshake-address", "{handshake_address}",
-            "--engine-count", "{engine_count}", "--engine-start-index", "{engine_start_index}"]
-
 
 @pytest.fixture
 def run_ecp(capsys):

@@ -24,10 +24,13 @@ import zmq
 from ecp.spec import (
     AbortMessage, AddMessage, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, FinishReason,
     Hello, ProtocolError, Ready, RequestError, StartDPWaveMessage, UtilityMessage, UtilityOutput, UtilityResult,
-    decode_any, decode_init, decode_input, encode_engine_dead, encode_handshake, encode_outputs, engine_identity,
+    XSUB_SUBSCRIBE, decode_any, decode_init, decode_input, encode_engine_dead, encode_handshake, encode_outputs, engine_identity,
 )
 
 MAX_MODEL_LEN = 256
+#: the command template that launches this engine as a subprocess
+COMMAND = [sys.executable, __file__, "--handshake-address", "{handshake_address}",
+           "--engine-count", "{engine_count}", "--engine-start-index", "{engine_start_index}"]
 BUGS = {
     # reference-engine knob names
     "ignore-abort-immediately", "no-terminal-output", "duplicate-output", "inconsistent-is-sleeping",
@@ -38,7 +41,8 @@ BUGS = {
     "no-param-check", "stop-instead-of-length", "wrong-engine-index", "outputs-to-client-0",
     "cumulative-tokens", "ignore-abort", "abort-unknown-errors", "abort-max-16-ids", "error-on-finished-abort",
     "abort-immediately-aborts-all", "bare-utility-result", "unknown-method-nil", "sleep-abort-silent",
-    "bad-supported-tasks", "is-sleeping-inverted", "same-identity", "crash-on-dp-wave", "no-recover-id", "simulate-unpickle",
+    "bad-supported-tasks", "is-sleeping-inverted", "same-identity", "no-coordinator-gate",
+    "wave-complete-to-client", "no-sleep-mode", "crash-on-dp-wave", "no-recover-id", "simulate-unpickle",
     "reject-bad-client-crash",
 }
 
@@ -93,8 +97,9 @@ class Rank:
         hs.connect(self.address)
         hello = b"\x81\xa6status\xa5HELLO" if "bad-hello" in self.bugs else encode_handshake(Hello(local=True, headless=True))
         hs.send(hello)
-        if not hs.poll(30_000):
-            self.crash("no INIT")
+        while not hs.poll(100):
+            if self.stop.is_set():
+                raise Crash("stopped before INIT")
         init = decode_init(hs.recv())
         a = init.addresses
         self.inputs, self.outputs = [], []
@@ -114,7 +119,7 @@ class Rank:
             vllm_version="0.33.0", world_size=1, data_parallel_size=1, tensor_parallel_size=1,
             pipeline_parallel_size=1, decode_context_parallel_size=1, data_parallel_rank=self.rank,
             max_num_seqs=64, max_num_batched_tokens=2048, instance_id=f"scripted-{self.rank}",
-            supports_lora=False, max_loras=0, enable_sleep_mode=True)
+            supports_lora=False, max_loras=0, enable_sleep_mode="no-sleep-mode" not in self.bugs)
         payload = b"" if "empty-ready" in self.bugs else encode_handshake(ready)
         for i, s in enumerate(self.inputs):
             if i > 0 and "first-input-only" in self.bugs:
@@ -122,6 +127,20 @@ class Rank:
             s.send(payload)
             if "double-registration" in self.bugs:
                 s.send(payload)
+        self.coord_push = None
+        if a.coordinator_input is not None and "no-coordinator-gate" not in self.bugs:
+            sub = self.ctx.socket(zmq.XSUB)
+            sub.setsockopt(zmq.LINGER, 0)
+            sub.connect(a.coordinator_input)
+            sub.send(XSUB_SUBSCRIBE)
+            while not sub.poll(100):
+                if self.stop.is_set():
+                    raise Crash("stopped during the coordinator gate")
+            sub.recv_multipart()  # READY
+            self.coord_sub = sub
+            self.coord_push = self.ctx.socket(zmq.PUSH)
+            self.coord_push.setsockopt(zmq.LINGER, 0)
+            self.coord_push.connect(a.coordinator_output)
         if "no-ready" not in self.bugs:
             hs.send(encode_handshake(Ready(local=True, headless=True)))
         self.hs = hs
@@ -294,12 +313,21 @@ class Rank:
                 by_client[r.client].append(EngineCoreOutput(rid, [], finish_reason=reason))
         for client, outs in by_client.items():
             self.emit(client, outs)
+        if not self.running and self.coord_push is not None:
+            done = EngineCoreOutputs(engine_index=self.rank, wave_complete=0)
+            if "wave-complete-to-client" in self.bugs:
+                self.outputs[0].send_multipart(encode_outputs(done))
+            else:
+                self.coord_push.send_multipart(encode_outputs(done))
 
     def run(self) -> None:
         try:
             self._run()
         except Crash:
             self.crashed = True
+        except zmq.ZMQError:
+            if not self.stop.is_set():  # sockets closed under us only at shutdown
+                raise
 
     def _run(self) -> None:
         self.handshake()
@@ -321,6 +349,9 @@ class Rank:
                 next_step = time.monotonic() + self.step_s
         for s in [*self.inputs, *self.outputs, self.hs]:
             s.close(0)
+        if self.coord_push is not None:
+            self.coord_push.close(0)
+            self.coord_sub.close(0)
 
 
 class ScriptedEngines:

@@ -47,6 +47,8 @@ PROOF: dict[str, list[str]] = {
     "bad-supported-tasks": ["ENG-UTIL-7"],
     "same-identity": ["ENG-DP-1"],
     "crash-on-dp-wave": ["ENG-DP-2"],
+    "no-coordinator-gate": ["ENG-DP-4"],
+    "wave-complete-to-client": ["ENG-DP-5"],
     "crash-on-bad-frame": ["ENG-ROB-1", "ENG-ROB-2", "ENG-ROB-3", "ENG-ROB-4", "ENG-ROB-5",
                            "ENG-SEC-1", "ENG-SEC-2", "ENG-SEC-3"],
     "reject-bad-client-crash": ["ENG-ROB-6"],
@@ -64,8 +66,8 @@ def test_every_case_is_failed_by_some_knob():
 @pytest.mark.parametrize("knob", sorted(PROOF))
 def test_knob_is_caught(knob, run_ecp, tmp_path):
     out = tmp_path / "r.json"
-    args = ["conformance", "engine", "--adapter", f"scripted_engine:bug_{knob}", "--quiet-window", "0.1",
-            "--startup-timeout", "1.5", "--case-timeout", "2", "--json", str(out)]
+    args = ["conformance", "engine", "--adapter", f"scripted_engine:bug_{knob}", "--quiet-window", "0.2",
+            "--startup-timeout", "1.5", "--case-timeout", "1.5", "--json", str(out)]
     for cid in PROOF[knob]:
         args += ["--case", cid]
     code, stdout = run_ecp(*args)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from engine_rawfront import RawFrontend, make_request
 
 from ecp.spec import FinishReason
@@ -95,12 +97,13 @@ def test_process_mode_sigterm_aborts_in_flight_and_exits_zero(rig):
     assert handle.wait(15) == [0]
 
 
-def test_cli_supervisor_runs_one_process_per_rank(tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--in-process"]], ids=["process-per-rank", "in-process"])
+def test_cli_runs_ranks_and_exits_zero_on_sigterm(tmp_path, extra):
     fe = RawFrontend(str(tmp_path), transport="tcp")
     proc = subprocess.Popen([sys.executable, "-m", "ecp.spec.cli", "engine", "--handshake-address",
                              fe.handshake_address, "--engine-count", "2", "--engine-start-index", "0",
-                             "--max-model-len", "256", "--num-gpu-blocks", "64", "--log-level", "WARNING"],
-                            stderr=subprocess.DEVNULL)
+                             "--max-model-len", "256", "--num-gpu-blocks", "64", "--log-level", "WARNING",
+                             *extra], stderr=subprocess.DEVNULL)
     try:
         fe.handshake([0, 1], timeout=30)
         for rank in (0, 1):

@@ -50,7 +50,7 @@ def test_stream_exact_tokens_events_and_stats(rig):
     fe.pump(lambda: any(not m.outputs and m.scheduler_stats for m in fe.messages[0]), timeout=5)
     outs = fe.outputs_for("r1")
     assert [len(o.new_token_ids) for o in outs] == [1, 1, 1, 1, 1]
-    assert fe.tokens("r1") == expected_tokens("r1", 5, seed=5, vocab_size=1000)
+    assert fe.tokens("r1") == expected_tokens("r1", 5, seed=5, vocab_size=1000, greedy_prompt=[30, 31, 32, 33])
     assert all(RESERVED_TOKEN_IDS <= t < 1000 for t in fe.tokens("r1"))
     assert [o.finish_reason for o in outs] == [None] * 4 + [FinishReason.LENGTH]
     first = outs[0]
@@ -97,9 +97,48 @@ def test_chunked_outputs_and_max_model_len(rig):
     assert done["L1"].finish_reason == FinishReason.LENGTH and len(fe.tokens("L1")) == 4
 
 
-def test_sampling_seed_keys_the_stream(rig):
+def test_streams_are_keyed_like_a_model(rig):
     fe, _ = rig.start(1)
     fe.add(0, make_request("x1", max_tokens=4, seed=99))
-    fe.add(0, make_request("x2", max_tokens=4, seed=99))
-    fe.wait_finished(["x1", "x2"])
+    fe.add(0, make_request("x2", [50, 51], max_tokens=4, seed=99))
+    fe.add(0, make_request("g1", [7, 8, 9], max_tokens=4, temperature=0.0))
+    fe.add(0, make_request("g2", [7, 8, 9], max_tokens=4, temperature=0.0))
+    fe.add(0, make_request("u1", [7, 8, 9], max_tokens=4))
+    fe.wait_finished(["x1", "x2", "g1", "g2", "u1"])
+    # a sampling seed keys the stream; greedy requests continue the same prompt the same way
     assert fe.tokens("x1") == fe.tokens("x2") == expected_tokens("ignored", 4, sampling_seed=99)
+    assert fe.tokens("g1") == fe.tokens("g2") == expected_tokens("g", 4, greedy_prompt=[7, 8, 9])
+    assert fe.tokens("u1") == expected_tokens("u1", 4) != fe.tokens("g1")
+
+
+def test_disable_log_stats_sends_no_stats(rig):
+    fe, _ = rig.start(1, disable_log_stats=True)
+    fe.add(0, make_request("n1", max_tokens=3))
+    fe.add(0, make_request("n2", max_tokens=30))
+    fe.pump(lambda: fe.tokens("n2"))
+    fe.abort(0, ["n2"])
+    fe.wait_finished(["n1"])
+    fe.value(0, "is_sleeping")  # a round trip after the abort: any stats-only message came before it
+    msgs = [m for m in fe.messages[0] if isinstance(m, EngineCoreOutputs)]
+    assert all(m.scheduler_stats is None for m in msgs)
+    assert all(m.outputs or m.utility_output for m in msgs)  # no stats-only messages either
+
+
+def test_synthetic_logprobs_layout(rig):
+    import array
+
+    fe, _ = rig.start(1, output_token_chunk_size=2)
+    fe.add(0, make_request("lp", max_tokens=4, logprobs=3))
+    fe.add(0, make_request("nolp", max_tokens=2))
+    fe.wait_finished(["lp", "nolp"])
+    for o in fe.outputs_for("lp"):
+        lp = o.new_logprobs
+        n = len(o.new_token_ids)
+        assert lp.logprob_token_ids.shape == (n, 4) and lp.logprobs.shape == (n, 4)
+        assert lp.sampled_token_ranks.shape == (n,)
+        ids = array.array("i", lp.logprob_token_ids.data)
+        vals = array.array("f", lp.logprobs.data)
+        for row in range(n):
+            assert ids[row * 4] == o.new_token_ids[row] and len(set(ids[row * 4:row * 4 + 4])) == 4
+            assert list(vals[row * 4:row * 4 + 4]) == sorted(vals[row * 4:row * 4 + 4], reverse=True)
+    assert all(o.new_logprobs is None for o in fe.outputs_for("nolp"))

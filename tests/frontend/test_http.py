@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ecp.spec import FinishReason, RequestError, RequestOutputKind
+from ecp.spec import RequestError, RequestOutputKind
 
 from .fakes import FakeClient
 from .harness import run, served, sse_events

@@ -24,6 +24,17 @@ def make_executor(num_blocks: int = 64, block_size: int = 4, seed: int = 0, mode
     return ex
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread():
+    """Tiny models gain nothing from threads, and on a busy 2-core box torch's
+    spin-waiting workers slow each op by an order of magnitude (engines run
+    in-process in the conformance test, so this covers them too)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def executor():
     return make_executor()

@@ -86,3 +86,21 @@ def test_bad_model_specs(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(ModelConfigError, match="lacks vocab_size"):
         parse_model_spec(str(tmp_path))
+
+
+def test_device_and_dtype_resolution():
+    from ecp.reference.engine.torch_executor import resolve_device, resolve_dtype
+
+    has_cuda = torch.cuda.is_available()
+    assert resolve_device("auto").type == ("cuda" if has_cuda else "cpu")
+    assert resolve_device("cpu").type == "cpu"
+    if not has_cuda:
+        with pytest.raises(RuntimeError, match="no CUDA device"):
+            resolve_device("cuda")
+    with pytest.raises(ValueError, match="cpu, cuda or auto"):
+        resolve_device("mps")
+    assert resolve_dtype(None, torch.device("cpu")) == torch.float32
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("bfloat16", torch.device("cpu")) == torch.bfloat16
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        resolve_dtype("int8", torch.device("cpu"))

@@ -93,3 +93,16 @@ def test_vectors_match_the_shared_dumps_when_present():
         assert doc["source_sha256"] == hashlib.sha256((SHARED_DUMPS / name).read_bytes()).hexdigest()
     assert golden.dump_documents(golden.extract(SHARED_DUMPS)) == {
         n: (golden.VECTORS_DIR / n).read_text(encoding="utf-8") for n in docs}
+
+
+def test_vectors_command(tmp_path, capsys):
+    from ecp.spec.cli import main
+
+    assert main(["vectors", "--src", str(tmp_path / "missing")]) == 2
+    if SHARED_DUMPS.is_dir():  # CI: the checked-in vectors are exactly what the command extracts
+        assert main(["vectors", "--src", str(SHARED_DUMPS), "--check"]) == 0
+        assert main(["vectors", "--src", str(SHARED_DUMPS), "--out", str(tmp_path / "v")]) == 0
+        (tmp_path / "v" / "encoder-dump.json").write_text("{}\n")
+        assert main(["vectors", "--src", str(SHARED_DUMPS), "--out", str(tmp_path / "v"), "--check"]) == 1
+    else:
+        assert "no dump directory" in capsys.readouterr().err

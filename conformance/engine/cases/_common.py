@@ -3,6 +3,7 @@
 import time
 
 from ecp.conformance.outcomes import Unsupported, Violation
+from ecp.spec import EngineCoreReadyResponse
 from ecp.spec import FinishReason
 
 QUIET_LIMIT_S = 3.0
@@ -72,3 +73,18 @@ def expect_bool(reply, method: str) -> bool:
         raise Violation(f"{method} returned {value!r} ({type(value).__name__}), expected a bool",
                         clause="ECP-UTIL-9")
     return value
+
+
+#: optional features an engine declares in its ready payload (``Case.feature`` names them)
+FEATURES = {
+    "sleep": ("enable_sleep_mode", lambda p: p.enable_sleep_mode),
+}
+
+
+def require_feature(fe, feature: str) -> None:
+    """Raise :class:`Unsupported` unless every engine's ready payload declares ``feature``."""
+    key, declared = FEATURES[feature]
+    payloads = [p for r in fe.records.values() for p in r.ready_payloads.values()
+                if isinstance(p, EngineCoreReadyResponse)]
+    if not payloads or not all(declared(p) for p in payloads):
+        raise Unsupported(f"the engine declares no {feature} support ({key} is false in its ready payload)")

@@ -1,6 +1,6 @@
 """Engine-role data-parallel cases: N engines behind one harness frontend."""
 
-from ecp.conformance.engine.cases._common import expect_bool, ok_value
+from ecp.conformance.engine.cases._common import expect_bool, ok_value, require_feature
 from ecp.conformance.outcomes import Violation
 from ecp.conformance.registry import case
 from ecp.spec import encode_start_dp_wave, engine_identity
@@ -50,6 +50,7 @@ def test_per_rank_sleep_state(engines):
     n = _dp_count(engines)
     with engines.fresh(engine_count=n) as eut:
         fe = eut.fe
+        require_feature(fe, "sleep")
 
         def states() -> list[bool]:
             return [expect_bool(fe.call("is_sleeping", engine=k), f"is_sleeping on rank {fe.start_index + k}")
@@ -63,3 +64,40 @@ def test_per_rank_sleep_state(engines):
             raise Violation(f"after sleep on the last rank only, is_sleeping per rank is {states()}, "
                             f"expected {expected}")
         ok_value(fe.call("wake_up", [None], engine=n - 1), "wake_up")
+
+
+@case("ENG-DP-4")
+def test_coordinator_gate(engines):
+    n = _dp_count(engines)
+    with engines.fresh(engine_count=n, coordinator=True) as eut:
+        fe = eut.fe
+        if fe.coord_subscriptions < n:
+            raise Violation(f"{fe.coord_subscriptions} of {n} engines subscribed (0x01) to coordinator_input")
+        for rec in fe.records.values():
+            if rec.ready_at is None:
+                raise Violation(f"identity {rec.identity.hex()} never sent READY after the coordinator gate",
+                                clause="ECP-HS-5")
+            if fe.gate_published_at is None or rec.ready_at < fe.gate_published_at:
+                raise Violation(f"identity {rec.identity.hex()} sent READY before the coordinator published READY")
+        for k in range(n):
+            fe.serves(engine=k, after="the coordinator gate", clause="ECP-HS-6")
+
+
+@case("ENG-DP-5")
+def test_dp_control_to_coordinator(engines):
+    n = _dp_count(engines)
+    with engines.fresh(engine_count=n, coordinator=True) as eut:
+        fe = eut.fe
+        rids = []
+        for k in range(n):
+            rid = fe.new_id(f"wave-rank{fe.start_index + k}")
+            fe.add(fe.request(rid, max_tokens=3), engine=k)
+            rids.append(rid)
+        for rid in rids:
+            fe.wait_finished(rid, max_tokens=3)
+        # a wave ends once every engine is idle: give its wave_complete time to arrive somewhere
+        fe.observe(max(fe.quiet_window_s, 0.3))
+        if fe.dp_control_on_outputs:
+            client, msg = fe.dp_control_on_outputs[0]
+            raise Violation(f"rank {msg.engine_index} sent a DP control message (wave_complete={msg.wave_complete}, "
+                            f"start_wave={msg.start_wave}) to client output[{client}]")

@@ -1,6 +1,6 @@
 """Engine-role utility-call cases."""
 
-from ecp.conformance.engine.cases._common import expect_bool, ok_value, start_long
+from ecp.conformance.engine.cases._common import expect_bool, ok_value, require_feature, start_long
 from ecp.conformance.outcomes import Violation
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason
@@ -48,6 +48,7 @@ def test_unknown_method_failure(engine):
 @case("ENG-UTIL-4")
 def test_sleep_wake_transitions(engine, engines):
     fe = engine
+    require_feature(fe, "sleep")
     engines.mark_dirty()  # whatever happens, the next case gets an engine that never slept
     if expect_bool(fe.call("is_sleeping"), "is_sleeping") is not False:
         raise Violation("a freshly started engine reports is_sleeping = true")
@@ -73,6 +74,7 @@ def test_reset_prefix_cache_bool(engine):
 @case("ENG-UTIL-6")
 def test_sleep_abort_ends_requests(engine, engines):
     fe = engine
+    require_feature(fe, "sleep")
     engines.mark_dirty()
     [(rid, n)] = start_long(fe, "sleeper")
     reply = fe.call("sleep", [1, "abort"], timeout=5.0)

@@ -98,4 +98,6 @@ def save_checkpoint(lm: CausalLM, path: Path, shards: int = 1) -> None:
         part = names[i * per:(i + 1) * per]
         save_file({n: tensors[n] for n in part}, str(path / fname))
         weight_map.update({n: fname for n in part})
-    (path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    (path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))

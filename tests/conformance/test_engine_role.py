@@ -1,0 +1,180 @@
+"""``ecp conformance engine`` end to end: launch modes, outcomes, expected failures, reports.
+
+The reference engine must pass every case, and each of its ``--bug`` knobs
+must be caught by the cases named in ``REFERENCE_KNOBS`` (the mapping is
+data; docs/conformance.md shows it).
+"""
+
+import json
+import sys
+import threading
+import xml.etree.ElementTree as ET
+
+import jsonschema
+import pytest
+
+from ecp.conformance.registry import load_role
+from ecp.conformance.report import SCHEMA_PATH
+from ecp.reference.engine.config import BUGS as REFERENCE_BUGS
+
+from scripted_engine import COMMAND as SCRIPTED
+
+FAST = ["--quiet-window", "0.2", "--startup-timeout", "5"]
+
+#: reference-engine knob -> cases that must catch it
+REFERENCE_KNOBS: dict[str, list[str]] = {
+    "ignore-abort-immediately": ["ENG-REJECT-1"],
+    "no-terminal-output": ["ENG-REQ-1", "ENG-OUT-1"],
+    "duplicate-output": ["ENG-OUT-1"],
+    "inconsistent-is-sleeping": ["ENG-DP-3"],
+    "reset-prefix-cache-fails": ["ENG-UTIL-5"],
+    "crash-on-bad-frame": ["ENG-ROB-1", "ENG-SEC-1"],
+    "wrong-call-id": ["ENG-UTIL-2"],
+    "ignore-abort": ["ENG-ABORT-1"],
+    "bare-utility-result": ["ENG-UTIL-1"],
+    "wave-complete-to-client": ["ENG-DP-5"],
+    "tokens-after-finish": ["ENG-OUT-1"],
+}
+
+
+def _results(path):
+    data = json.loads(path.read_text())
+    jsonschema.validate(data, json.loads(SCHEMA_PATH.read_text()))
+    return data, {c["id"]: c for c in data["cases"]}
+
+
+def test_reference_engine_passes_every_case(run_ecp, tmp_path):
+    out = tmp_path / "ref.json"
+    code, stdout = run_ecp("conformance", "engine", "--adapter", "ecp.reference.engine.launcher:launch",
+                           "--json", str(out), *FAST)
+    data, cases = _results(out)
+    assert code == 0, stdout
+    assert sorted(cases) == sorted(c.id for c in load_role("engine"))
+    assert {c["outcome"] for c in cases.values()} == {"PASS"}, stdout
+    assert "42 PASS" in stdout or f"{len(cases)} PASS" in stdout
+
+
+def test_every_reference_knob_is_mapped():
+    assert sorted(REFERENCE_KNOBS) == sorted(REFERENCE_BUGS)
+
+
+@pytest.mark.parametrize("knob", sorted(REFERENCE_KNOBS))
+def test_reference_knob_is_caught(knob, run_ecp, tmp_path):
+    out = tmp_path / "r.json"
+    args = ["conformance", "engine", "--adapter", f"reference_adapters:bug_{knob}", "--json", str(out),
+            "--case-timeout", "3", *FAST]
+    for cid in REFERENCE_KNOBS[knob]:
+        args += ["--case", cid]
+    code, stdout = run_ecp(*args)
+    _, cases = _results(out)
+    assert code == 1, stdout
+    for cid in REFERENCE_KNOBS[knob]:
+        assert cases[cid]["outcome"] in ("FAIL", "TIMEOUT", "CRASH"), stdout
+        assert cases[cid]["clause"] in stdout
+
+
+def test_command_template_over_tcp_and_reports(run_ecp, tmp_path):
+    """The launched-command form ("Done when"): the reference engine as a subprocess, tcp transport."""
+    paths = {k: tmp_path / f"report.{k}" for k in ("json", "xml", "md", "html")}
+    code, stdout = run_ecp(
+        "conformance", "engine", "--transport", "tcp", "--case", "ENG-HS-*", "--case", "ENG-REQ-1",
+        "--json", str(paths["json"]), "--junit-xml", str(paths["xml"]), "--markdown", str(paths["md"]),
+        "--html", str(paths["html"]), *FAST, "--",
+        sys.executable, "-m", "ecp.reference.engine", "--handshake-address", "{handshake_address}",
+        "--engine-count", "{engine_count}", "--engine-start-index", "{engine_start_index}")
+    assert code == 0, stdout
+    data, cases = _results(paths["json"])
+    assert len(cases) == 7 and data["target"].startswith(sys.executable)
+    suite = ET.parse(paths["xml"]).getroot()
+    assert suite.get("tests") == "7" and suite.get("failures") == "0"
+    assert "ENG-HS-6" in paths["md"].read_text() and "<table" in paths["html"].read_text()
+
+
+def test_failure_report_names_clause_and_carries_a_transcript(run_ecp, tmp_path):
+    paths = {"json": tmp_path / "r.json", "xml": tmp_path / "r.xml", "tr": tmp_path / "tr"}
+    code, stdout = run_ecp("conformance", "engine", "--adapter", "scripted_engine:bug_bare-utility-result",
+                           "--case", "ENG-UTIL-1", "--json", str(paths["json"]), "--junit-xml", str(paths["xml"]),
+                           "--transcripts", str(paths["tr"]), *FAST)
+    assert code == 1
+    assert "FAIL ENG-UTIL-1 [ECP-UTIL-2 MUST]" in stdout
+    _, cases = _results(paths["json"])
+    entries = cases["ENG-UTIL-1"]["transcript"]
+    assert any(e["direction"] == "sent" and e["channel"] == "input[0]" for e in entries)
+    assert any(e["direction"] == "recv" and e["frames_hex"] for e in entries)
+    text = (paths["tr"] / "ENG-UTIL-1.txt").read_text()
+    assert "is_sleeping" in text and "<--" in text
+    failure = ET.parse(paths["xml"]).getroot().find("testcase/failure")
+    assert failure is not None and "ECP-UTIL-2" in failure.text
+
+
+def test_expected_failures_file(run_ecp, tmp_path):
+    xf = tmp_path / "xf.txt"
+    base = ["conformance", "engine", "--adapter", "scripted_engine:bug_duplicate-output",
+            "--case", "ENG-OUT-1", "--case", "ENG-HS-1", "--expected-failures", str(xf), *FAST]
+    xf.write_text("ENG-OUT-1  sends terminal outputs twice (tracked)\n")
+    code, stdout = run_ecp(*base)
+    assert code == 0 and "XFAIL" in stdout, stdout
+    xf.write_text("ENG-OUT-1  tracked\nENG-HS-1  stale entry\n")
+    code, stdout = run_ecp(*base)
+    assert code == 1 and "XPASS" in stdout, stdout
+    xf.write_text("ENG-OUT-1  tracked\nENG-NOPE-*  typo\n")
+    code, stdout = run_ecp(*base)
+    assert code == 1 and "matches no case" in stdout, stdout
+    xf.write_text("ENG-OUT-1\n")
+    assert run_ecp(*base)[0] == 2
+    xf.write_text("ENG-HS-1  stale entry\n")
+    code, _ = run_ecp(*base, "--update-expected-failures")
+    assert code == 0
+    assert [line.split()[0] for line in xf.read_text().splitlines() if not line.startswith("#")] == ["ENG-OUT-1"]
+    assert run_ecp(*base)[0] == 0
+
+
+def test_should_violations_are_non_strict_unless_strict(run_ecp):
+    base = ["conformance", "engine", "--adapter", "scripted_engine:bug_no-recover-id", "--case", "ENG-ROB-7", *FAST]
+    code, stdout = run_ecp(*base)
+    assert code == 0 and "FAIL (non-strict SHOULD) ENG-ROB-7" in stdout, stdout
+    assert run_ecp(*base, "--strict")[0] == 1
+
+
+def test_attach_mode_runs_what_it_can(run_ecp, tmp_path):
+    import scripted_engine
+
+    address = f"ipc://{tmp_path}/attach-hs"
+    engines = []
+    starter = threading.Thread(target=lambda: engines.append(scripted_engine.ScriptedEngines(address, 1)))
+    starter.start()  # connects and retries until the harness binds
+    try:
+        code, stdout = run_ecp("conformance", "engine", "--attach", address, "--case", "ENG-HS-*",
+                               "--case", "ENG-UTIL-3", *FAST)
+    finally:
+        starter.join(5)
+        for e in engines:
+            e.stop()
+    assert code == 0, stdout
+    assert "ENG-HS-6      multiple-clients                       UNSUPPORTED" in stdout
+    assert "ENG-UTIL-3    unknown-method-failure                 PASS" in stdout
+
+
+def test_timeout_and_usage_errors(run_ecp):
+    code, stdout = run_ecp("conformance", "engine", "--startup-timeout", "0.3", "--case", "ENG-HS-1",
+                           "--case", "ENG-OUT-2", "--", sys.executable, "-c", "import time; time.sleep(30)")
+    assert code == 1 and stdout.count("TIMEOUT") >= 2, stdout
+    assert run_ecp("conformance", "engine")[0] == 2
+    assert run_ecp("conformance", "engine", "--attach", "ipc:///tmp/x", "--", "true")[0] == 2
+    assert run_ecp("conformance", "engine", "--case", "ENG-HS-1", "--", "/nonexistent/engine")[0] == 2
+    assert run_ecp("conformance", "engine", "--case", "ENG-NOPE-*", "--", "true")[0] == 2
+
+
+def test_scripted_engine_subprocess_crash_is_reported(run_ecp):
+    code, stdout = run_ecp("conformance", "engine", "--case", "ENG-ROB-1", *FAST, "--",
+                           *SCRIPTED, "--bug", "crash-on-bad-frame")
+    assert code == 1
+    assert "CRASH ENG-ROB-1" in stdout, stdout
+
+
+def test_declared_missing_feature_is_unsupported(run_ecp):
+    """An engine whose ready payload says enable_sleep_mode=false is not failed on sleep cases."""
+    code, stdout = run_ecp("conformance", "engine", "--adapter", "scripted_engine:bug_no-sleep-mode",
+                           "--case", "ENG-UTIL-4", "--case", "ENG-UTIL-6", "--case", "ENG-DP-3", *FAST)
+    assert code == 0, stdout
+    assert stdout.count("UNSUPPORTED") >= 3 and "enable_sleep_mode" in stdout, stdout

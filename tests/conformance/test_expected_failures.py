@@ -1,0 +1,41 @@
+"""Expected-failure lists: parsing, stale entries, unmatched patterns, rewriting."""
+
+import pytest
+
+from ecp.conformance import expected as xf
+from ecp.conformance.outcomes import CaseResult, Outcome
+
+
+def result(cid, outcome):
+    return CaseResult(id=cid, clause="ECP-ABORT-2", level="MUST", slug="s", requirement="r", role="engine",
+                      outcome=outcome, message="boom")
+
+
+def test_parse_requires_a_reason():
+    entries = xf.parse("# comment\n\nENG-ABORT-3   caps at 256 ids\nENG-ROB-*\tinput thread dies\n")
+    assert [(e.pattern, e.reason) for e in entries] == [("ENG-ABORT-3", "caps at 256 ids"),
+                                                        ("ENG-ROB-*", "input thread dies")]
+    with pytest.raises(xf.ExpectedFailuresError, match="has no reason"):
+        xf.parse("ENG-ABORT-3\n")
+
+
+def test_apply_marks_xfail_stale_and_unmatched():
+    results = [result("ENG-ABORT-3", Outcome.FAIL), result("ENG-ROB-1", Outcome.PASS),
+               result("ENG-ROB-2", Outcome.CRASH), result("ENG-HS-1", Outcome.FAIL)]
+    entries = xf.parse("ENG-ABORT-3 known\nENG-ROB-* known too\nENG-NOPE-* typo\n")
+    problems = xf.apply(results, entries, ["ENG-ABORT-3", "ENG-ROB-1", "ENG-ROB-2", "ENG-HS-1"])
+    assert [r.outcome for r in results] == [Outcome.XFAIL, Outcome.XPASS, Outcome.XFAIL, Outcome.FAIL]
+    assert results[0].expected_failure_reason == "known"
+    assert results[1].counts_as_failure and not results[0].counts_as_failure
+    assert problems == ["expected-failures line 3: pattern 'ENG-NOPE-*' matches no case"]
+
+
+def test_rewrite_keeps_reasons_and_lists_current_failures(tmp_path):
+    path = tmp_path / "xf.txt"
+    old = xf.parse("ENG-ABORT-3 caps at 256\nENG-HS-1 fixed since\n")
+    results = [result("ENG-ABORT-3", Outcome.FAIL), result("ENG-HS-1", Outcome.PASS),
+               result("ENG-UTIL-2", Outcome.TIMEOUT)]
+    assert xf.rewrite(path, results, old) == 2
+    entries = xf.load(path)
+    assert [(e.pattern, e.reason) for e in entries][0] == ("ENG-ABORT-3", "caps at 256")
+    assert entries[1].pattern == "ENG-UTIL-2" and "TIMEOUT" in entries[1].reason

@@ -1,0 +1,184 @@
+"""Decoder tolerance (FACTS §7, ECP-FRAME-4/5/6) and typed errors of the codec."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from ecp import spec
+from ecp.spec import codec
+from ecp.spec import request as request_module
+
+enc = codec._PLAIN_ENCODER.encode
+
+
+def _outputs(value):
+    return spec.decode_outputs([enc(value)])
+
+
+def test_short_and_long_arrays_are_accepted():
+    out = _outputs([2, [["r", [1, 2]]]])  # EngineCoreOutputs [engine_index, outputs]
+    assert out.engine_index == 2 and out.outputs[0].new_token_ids == [1, 2]
+    assert out.outputs[0].num_nans_in_logits == 0 and out.timestamp == 0.0
+    out = _outputs([0, [], None, 1.0, None, None, None, None, None, "extra", 42])
+    assert out.timestamp == 1.0
+    six = _outputs([0, [["r", [], None, None, None, 1]]])
+    assert six.outputs[0].finish_reason is spec.FinishReason.LENGTH
+    req = spec.decode_input([b"\x00", enc(["r", [1, 2], None, {}, None, 1, None, None, None])]).request
+    assert req.client_index == 0 and req.abort_immediately is False and req.sampling_params.max_tokens == 16
+
+
+def test_eight_element_request_is_rejected_with_its_clause():
+    with pytest.raises(spec.DecodeError) as info:
+        spec.decode_input([b"\x00", enc(["r", [1], None, {}, None, 1.0, None, None])])
+    assert info.value.clause == "ECP-REQ-1" and "at least length 9" in info.value.message
+
+
+def test_int_and_float32_where_floats_go_and_list_for_set():
+    req = spec.decode_input([b"\x00", enc(["r", [1], None, {"temperature": 1}, None, 1700000000,
+                                           None, None, None])]).request
+    assert req.arrival_time == 1700000000.0 and isinstance(req.arrival_time, float)
+    f32 = b"\x81\xabtemperature\xca\x3f\x00\x00\x00"  # fixmap, float32 0.5
+    payload = b"\x99\xa1r\x91\x01\xc0" + f32 + b"\xc0\xcb" + msgspec.msgpack.encode(1.5)[1:] + b"\xc0\xc0\xc0"
+    assert spec.decode_input([b"\x00", payload]).request.sampling_params.temperature == 0.5
+    out = _outputs([0, [], None, 1.0, None, ["a", "b", "a"]])
+    assert out.finished_requests == {"a", "b"}
+
+
+def test_unknown_sampling_keys_ignored_and_normalisation_applied():
+    req = spec.decode_input([b"\x00", enc(["r", [1], None, {"no_such_key": 3, "stop": "x",
+                                                             "stop_token_ids": [9], "prompt_logprobs": 1},
+                                           None, 1.0, None, None, None])]).request
+    sp = req.sampling_params
+    assert sp.stop == ["x"] and sp.bad_words == [] and 9 in sp.all_stop_token_ids
+    assert sp.skip_reading_prefix_cache is True
+
+
+def test_default_sampling_params_bytes_match_vllm():
+    expected = bytes.fromhex("de0004a473746f7090ae73746f705f746f6b656e5f69647390a96261645f776f72647390"
+                             "b9736b69705f72656164696e675f7072656669785f6361636865c2")
+    assert spec.encode_payload(spec.SamplingParams()) == [expected]
+
+
+def test_finish_reason_out_of_range_and_bare_utility_result():
+    with pytest.raises(spec.DecodeError) as info:
+        _outputs([0, [["r", [], None, None, None, 9]]])
+    assert info.value.field_path == "$[1][0][5]" and "Invalid enum value 9" in info.value.message
+    with pytest.raises(spec.DecodeError) as info:
+        _outputs([0, [], None, 1.0, [7, None, False]])
+    assert info.value.field_path == "$[4][2]"
+
+
+def test_request_type_frame_and_frame_counts():
+    for bad in (b"\x04", b"\x05", b"\x09", b"", b"\x00\x00"):
+        with pytest.raises(spec.UnknownRequestType) as info:
+            spec.decode_input([bad, b"\x90"])
+        assert info.value.clause == "ECP-FRAME-1"
+    with pytest.raises(spec.FrameCountError):
+        spec.decode_input([b"\x01"])
+    with pytest.raises(spec.FrameCountError):
+        spec.decode_input([b"\x01", b"\x91\xa1r", b"aux"])  # only ADD carries aux frames
+    with pytest.raises(spec.FrameCountError):
+        spec.decode_outputs([])
+    assert spec.decode_outputs([spec.ENGINE_CORE_DEAD]) is spec.ENGINE_DEAD
+    assert spec.encode_engine_dead() == [b"ENGINE_CORE_DEAD"]
+
+
+def test_tensor_wire_form_inline_and_aux():
+    small = spec.Tensor("float32", (2,), b"\x00\x00\x80\x3f\x00\x00\x00\x40")
+    (payload,) = spec.encode_payload(small)
+    assert payload == bytes.fromhex("93a7666c6f617433329102d703") + small.data  # fixext8, type 3
+    big = spec.Tensor("uint8", (300,), bytes(range(256)) + bytes(44))
+    req = spec.EngineCoreRequest("r", [1], None, spec.SamplingParams(), None, 1.0, None, None, None,
+                                 prompt_embeds=big)
+    frames = spec.encode_add(req)
+    assert len(frames) == 3 and frames[2] == big.data and b"\x93\xa5uint8\x91\xcd\x01\x2c\x01" in frames[1]
+    assert spec.decode_input(frames).request.prompt_embeds == big
+
+
+@pytest.mark.parametrize("data, message", [
+    (0, "payload itself"), (5, "refers to frame 5"), ("x", "ext type 3"),
+])
+def test_bad_tensor_references_are_decode_errors(data, message):
+    value = [0, [["r", [], None, None, ["uint8", [2], data]]]]
+    with pytest.raises(spec.DecodeError) as info:
+        spec.decode_outputs([enc(value), b"ab"])
+    assert message in info.value.message
+
+
+def test_tensor_shape_and_buffer_must_agree():
+    bad = b"\x99\x00\x91\x95\xa1r\x90\xc0\xc0\x93\xa7float32\x91\x03\xd5\x03\x00\x00"  # 3 floats, 2 bytes
+    with pytest.raises(spec.DecodeError) as info:
+        spec.decode_outputs([bad])
+    assert "needs 12 bytes" in info.value.message
+
+
+def test_handshake_errors():
+    with pytest.raises(spec.HandshakeError):
+        spec.decode_handshake(enc({"status": "HELO", "local": True, "headless": False}))
+    hello = spec.decode_handshake(enc({"status": "HELLO", "local": False, "headless": True,
+                                       "parallel_config_hash": None}))  # Rust mock engine's 4th key
+    assert hello == spec.Hello(local=False, headless=True)
+    for addresses in ({"inputs": [], "outputs": []}, {"inputs": ["a"], "outputs": ["b", "c"]},
+                      {"inputs": ["a"], "outputs": ["b"], "coordinator_input": "x"}):
+        with pytest.raises(spec.HandshakeError) as info:
+            spec.decode_init(enc({"addresses": addresses, "parallel_config": {}}))
+        assert info.value.clause == "ECP-HS-2"
+    assert spec.decode_ready_response(b"") is None
+    with pytest.raises(spec.HandshakeError) as info:
+        spec.decode_ready_response(enc({"max_model_len": 1}))
+    assert info.value.clause == "ECP-HS-4" and "missing required field" in info.value.message
+
+
+def test_ready_response_with_required_keys_only():
+    required = {k: 0 for k in spec.REQUIRED_READY_KEYS}
+    required.update(dp_stats_address=None, dtype="float32", vllm_version="0.33.0", instance_id="x",
+                    supports_lora=False)
+    resp = spec.decode_ready_response(enc(required))
+    assert len(spec.REQUIRED_READY_KEYS) == 17 and resp.enable_sleep_mode is False
+    full = spec.encode_handshake(resp)
+    assert full[:3] == b"\xde\x00\x1c"  # all 28 keys, as the Python engine sends
+
+
+def test_identity_helpers():
+    assert spec.engine_identity(258) == b"\x02\x01" and spec.rank_of_identity(b"\x01\x00") == 1
+    with pytest.raises(spec.LocalProtocolError):
+        spec.engine_identity(70000)
+    with pytest.raises(spec.HandshakeError):
+        spec.rank_of_identity(b"\x00")
+
+
+def test_encode_errors_are_local():
+    with pytest.raises(spec.LocalProtocolError) as info:
+        spec.encode_utility(0, -1, "is_sleeping")
+    assert info.value.clause == "ECP-UTIL-1"
+    with pytest.raises(spec.LocalProtocolError):
+        spec.encode_payload(object())
+
+
+def test_error_fields_are_structured():
+    with pytest.raises(spec.DecodeError) as info:
+        spec.decode_input([b"\x03", b"\x94\x00\x01\x02\x90"], frame_offset=1)
+    d = info.value.to_dict()
+    assert d["clause"] == "ECP-UTIL-1" and d["frame_index"] == 2 and d["field_path"] == "$[2]"
+    assert str(info.value).startswith("[ECP-UTIL-1]")
+
+
+def test_multimodal_tensors_inline_and_in_aux_frames():
+    pixels = spec.Tensor("uint8", (2, 200), bytes(400))
+    small = spec.Tensor("float32", (1,), b"\x00\x00\x80\x3f")
+    feature = spec.MultiModalFeatureSpec(
+        data={"pixel_values": {"data": [pixels, small, 3], "field": ["batched", {"keep_on_cpu": False}]},
+              "image_grid_thw": {"data": small, "field": ["batched", {}]}},
+        modality="image", identifier="img-0", mm_position=request_module.PlaceholderRange(1, 4), mm_hash="h")
+    req = spec.EngineCoreRequest("r", [1, 2, 3, 4, 5], [feature], spec.SamplingParams(), None, 1.0, None,
+                                 None, None)
+    frames = spec.encode_add(req)
+    assert len(frames) == 3 and frames[2] == pixels.data  # the 400-byte tensor went to an aux frame
+    got = spec.decode_input(frames).request.mm_features[0]
+    assert got.data["pixel_values"]["data"] == [pixels, small, 3]
+    assert got.data["image_grid_thw"]["data"] == small and got == feature
+    cached = spec.decode_input(spec.encode_add(spec.EngineCoreRequest(
+        "r", [1], [spec.MultiModalFeatureSpec(None, "image", "img-0", request_module.PlaceholderRange(0, 1))],
+        spec.SamplingParams(), None, 1.0, None, None, None))).request
+    assert cached.mm_features[0].data is None
