@@ -195,7 +195,6 @@ class EngineCore:
             self._stats_dirty = True
 
     def _validate(self, req: EngineCoreRequest) -> tuple[str, str] | None:
-        cfg = self.config
         if req.pooling_params is not None or req.sampling_params is None:
             return "unsupported_task", "this engine supports only the 'generate' task (got a pooling request)"
         if req.prompt_token_ids is None:
