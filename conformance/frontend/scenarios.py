@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..outcomes import CaseTimeout, PeerCrashed, Violation
-from .catalog import BURST_SIZES
 from .http_driver import abort_all, abort_by_ids
 from .sse import SseStream, drop_all
 from .script import EngineScript, default_ready_payload, minimal_ready_payload
@@ -89,7 +88,14 @@ async def open_held(fe: FrontendUnderTest, n: int, *, chat: bool = False,
             return await fe.driver.stream_chat(f"ecp held chat {i}", HELD_MAX_TOKENS, headers=headers)
         return await fe.driver.stream_completion(f"ecp held stream {i}", HELD_MAX_TOKENS, headers=headers)
 
-    streams = list(await asyncio.gather(*(one(i) for i in range(n))))
+    opened = await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
+    streams = [s for s in opened if isinstance(s, SseStream)]
+    errors = [e for e in opened if not isinstance(e, SseStream)]
+    if errors:
+        drop_all(streams)
+        if all(isinstance(e, (asyncio.TimeoutError, TimeoutError)) for e in errors):
+            raise CaseTimeout(f"{len(errors)} of {n} streaming requests got no response head")
+        raise Violation(f"{len(errors)} of {n} streaming requests failed: {errors[0]!r}", "ECP-REQ-1")
     bad = [s.status_code for s in streams if s.status_code != 200]
     if bad:
         drop_all(streams)
