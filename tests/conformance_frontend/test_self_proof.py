@@ -77,3 +77,38 @@ def test_bug_knob_fails_its_named_cases(tmp_path, knob):
     assert all(o == "FAIL" for o in outcomes.values()), (outcomes, output[-3000:])
     must = [cid for cid in named if next(c for c in CASES if c.id == cid).level == "MUST"]
     assert code == (1 if must else 0)   # SHOULD failures do not fail a non-strict run
+
+
+def test_attach_to_a_frontend_started_by_the_user(tmp_path):
+    from ecp.conformance.frontend.launcher import free_port
+
+    hs, http = free_port(), free_port()
+    argv = [a.replace("{handshake_port}", str(hs)).replace("{http_port}", str(http))
+            .replace("{engine_count}", "2") for a in SERVE]
+    frontend = subprocess.Popen([sys.executable, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    try:
+        out = tmp_path / "results.json"
+        proc = subprocess.run(
+            [sys.executable, "-m", "ecp.spec.cli", "conformance", "frontend", "--json", str(out),
+             "--attach", f"tcp://127.0.0.1:{hs}", "--http-url", f"http://127.0.0.1:{http}",
+             "--case", "FE-REQ-*", "--case", "FE-HS-2"],
+            capture_output=True, text=True, timeout=120)
+    finally:
+        frontend.kill()
+        frontend.wait(10)
+    results = {r["id"]: r["outcome"] for r in json.loads(out.read_text())["cases"]}
+    assert results.pop("FE-HS-2") == "UNSUPPORTED"      # needs a relaunch
+    assert results and set(results.values()) == {"PASS"}, proc.stdout[-2000:]
+    assert proc.returncode == 0
+
+
+def test_a_frontend_that_exits_at_once_is_a_crash_not_a_hang(tmp_path):
+    out = tmp_path / "results.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ecp.spec.cli", "conformance", "frontend", "--json", str(out), "--case", "FE-REQ-1",
+         "--", sys.executable, "-c", "import sys; sys.exit(3)"],
+        capture_output=True, text=True, timeout=60)
+    results = {r["id"]: r for r in json.loads(out.read_text())["cases"]}
+    assert results["FE-REQ-1"]["outcome"] == "CRASH" and "status 3" in results["FE-REQ-1"]["message"]
+    assert proc.returncode == 1
