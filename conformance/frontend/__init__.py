@@ -12,14 +12,19 @@ Modules, one concept each:
 
 * :mod:`.script` -- what a scripted engine does (sans-IO): token plans,
   holds, utility answers, ready payloads.
-* :mod:`.recorder` -- every frame an engine receives or sends, timestamped,
-  with awaitable predicates (no sleeps).
+* :mod:`.recorder` -- every frame an engine receives or sends, timestamped
+  and decoded (undecodable frames kept with their typed error).
 * :mod:`.engine` -- the asyncio + pyzmq engine that joins the frontend's
-  handshake and follows its script.
-* :mod:`.launcher` -- the frontend command template and process.
-* :mod:`.http_driver` -- OpenAI completions/chat (streaming or not), dev
-  endpoints, abort endpoints, health.
+  handshake (and the DP coordinator gate) and follows its script.
+* :mod:`.launcher` -- the command template's placeholders and KV-connector
+  options (the process itself is :class:`ecp.conformance.launch.CommandPeer`).
+* :mod:`.http_driver` -- OpenAI completions/chat, dev endpoints, abort
+  endpoints, health (httpx).
+* :mod:`.sse` -- streaming responses on plain asyncio connections, opened by
+  the thousand and dropped in one pass.
 * :mod:`.probe` -- what the frontend exposes (dev endpoints, abort API shape).
-* :mod:`.session` -- one frontend plus its engines, started and torn down
-  together.
+* :mod:`.session` -- launches (the frontend plus its engines), the shared one
+  and fresh ones, on an event loop thread.
+* :mod:`.catalog` / :mod:`.scenarios` / ``cases/`` -- the ``FE-…`` cases:
+  catalogue entries, their bodies, and the pytest tests the runner collects.
 """

@@ -14,9 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ecp.spec import (
-    AbortMessage, AddMessage, EngineCoreRequest, ProtocolError, UtilityMessage, to_builtins,
-)
+from ecp.spec import AbortMessage, AddMessage, EngineCoreRequest, ProtocolError, UtilityMessage
 
 
 @dataclass
@@ -27,7 +25,7 @@ class FrameRecord:
         t: ``time.monotonic()`` when it was received or sent.
         rank: the engine's global DP rank.
         direction: ``"in"`` (frontend → engine) or ``"out"``.
-        channel: ``"handshake"``, ``"input"`` or ``"output"``.
+        channel: ``"handshake"``, ``"input"``, ``"output"`` or ``"coordinator"``.
         client_index: which input/output pair (``None`` on the handshake socket).
         frames: the raw frames.
         message: the decoded message (:mod:`ecp.spec` types), when it decoded.
@@ -42,26 +40,6 @@ class FrameRecord:
     frames: list[bytes]
     message: Any = None
     error: ProtocolError | None = None
-
-    def describe(self) -> dict[str, Any]:
-        """A JSON-friendly transcript line (hex + decoded)."""
-        decoded: Any
-        if self.error is not None:
-            decoded = {"error": self.error.to_dict()}
-        elif self.message is None:
-            decoded = None
-        else:
-            try:
-                decoded = to_builtins(self.message)
-            except Exception:  # a transcript must never fail the case it documents
-                decoded = repr(self.message)
-        return {
-            "t": round(self.t, 6), "engine": self.rank, "dir": self.direction, "channel": self.channel,
-            "client_index": self.client_index, "type": type(self.message).__name__ if self.message else None,
-            "hex": [f.hex() if len(f) <= 512 else f[:512].hex() + f"...(+{len(f) - 512} bytes)"
-                    for f in self.frames],
-            "decoded": decoded,
-        }
 
 
 @dataclass

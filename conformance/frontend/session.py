@@ -61,9 +61,6 @@ class FrontendRunConfig:
     quiet_window_s: float = 0.3
     workdir: str = ""
 
-    def mode(self) -> str:
-        return "attach" if self.attach else "command"
-
 
 class LoopThread:
     """An asyncio loop on a daemon thread; :meth:`run` executes a coroutine there."""
