@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..outcomes import CaseTimeout, PeerCrashed, Violation
+from ..outcomes import CaseTimeout, PeerCrashed, Unsupported, Violation
 from .http_driver import abort_all, abort_by_ids
 from .sse import SseStream, drop_all
 from .script import EngineScript, default_ready_payload, minimal_ready_payload
@@ -298,6 +298,9 @@ class BurstResult:
 
 
 async def _run_burst(m: FrontendManager, k: int) -> BurstResult:
+    if m.open_file_limit < k + 512:
+        raise Unsupported(f"{k} open streams need more file descriptors than this process may open "
+                          f"(ulimit -n is {m.open_file_limit}); raise it")
     fe = await m.shared()
     earlier = {e.rank: set(e.generation.seen_ids) for e in fe.engines}
     program(fe, held_script())
@@ -530,8 +533,6 @@ async def _rejected(fe: FrontendUnderTest, kv_params: dict[str, Any] | None, ran
 
 
 def _require_connector(fe: FrontendUnderTest) -> None:
-    from ..outcomes import Unsupported
-
     if not fe.kv_connector:
         raise Unsupported("the frontend command configures no KV connector (--kv-connector / "
                           "--kv-transfer-config), so it must never send rejection notices")

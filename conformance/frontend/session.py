@@ -291,10 +291,31 @@ class FrontendUnderTest:
             raise Unsupported(f"needs at least {n} engines (--engine-count {n})")
 
 
+def raise_open_file_limit(wanted: int = 16384) -> int:
+    """Raise this process's soft ``RLIMIT_NOFILE`` towards ``wanted`` (capped by the hard limit).
+
+    A burst case holds thousands of connections open, and so does the
+    frontend, which inherits the limit when the harness launches it.
+    Returns the soft limit now in force.
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
 class FrontendManager:
     """Owns the loop thread, the zmq context, the shared launch and fresh launches."""
 
     def __init__(self, cfg: FrontendRunConfig, transcript: Transcript) -> None:
+        self.open_file_limit = raise_open_file_limit()
         self.cfg = cfg
         self.transcript = transcript
         self.loop = LoopThread()
