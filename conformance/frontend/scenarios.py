@@ -215,6 +215,8 @@ async def add_payload_decodes(m: FrontendManager) -> None:
         sp = req.sampling_params
         expect(sp is not None and req.pooling_params is None,
                f"ADD {req.request_id!r}: exactly one of sampling_params/pooling_params must be set")
+        invalid = sp.validation_errors()
+        expect(not invalid, f"ADD {req.request_id!r} carries invalid sampling parameters: {invalid}")
         expect(sp.max_tokens in replies, f"ADD {req.request_id!r} carries max_tokens {sp.max_tokens}, "
                                          f"the HTTP requests asked for {sorted(replies)}")
         expect(req.request_id, "ADD with an empty request_id")
