@@ -33,18 +33,27 @@ class DecodeLimits:
 
 DEFAULT_LIMITS = DecodeLimits()
 
-# Fixed-size payload lengths of the msgpack scalar types that follow their marker byte.
-_FIXED = {
-    0xC0: 0, 0xC2: 0, 0xC3: 0,
-    0xCA: 4, 0xCB: 8, 0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8,
-    0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8,
-    0xD4: 2, 0xD5: 3, 0xD6: 5, 0xD7: 9, 0xD8: 17,  # fixext: type byte + data
-}
-# Markers followed by a big-endian length of N bytes, then that many data bytes (+1 for ext type).
-_SIZED = {0xC4: (1, 0), 0xC5: (2, 0), 0xC6: (4, 0), 0xD9: (1, 0), 0xDA: (2, 0), 0xDB: (4, 0),
-          0xC7: (1, 1), 0xC8: (2, 1), 0xC9: (4, 1)}
-# Container markers followed by a big-endian count of N bytes; maps hold 2 items per entry.
-_CONTAINER = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}
+# The walk is table-driven because it is on every receiver's hot path: for each
+# marker byte, ``_SKIP`` holds either the number of bytes that follow a scalar
+# (>= 0: skip them) or a negative code for containers, sized values and 0xC1.
+_FIXMAP, _FIXARR, _SIZED8, _SIZED16, _SIZED32, _EXT8, _EXT16, _EXT32 = -1, -2, -3, -4, -5, -6, -7, -8
+_ARR16, _ARR32, _MAP16, _MAP32, _INVALID = -9, -10, -11, -12, -13
+_SKIP = [0] * 256
+for _b in range(0x80, 0x90):
+    _SKIP[_b] = _FIXMAP
+for _b in range(0x90, 0xA0):
+    _SKIP[_b] = _FIXARR
+for _b in range(0xA0, 0xC0):
+    _SKIP[_b] = _b & 0x1F
+_SKIP[0xC1] = _INVALID
+for _b, _s in {0xCA: 4, 0xCB: 8, 0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2, 0xD2: 4, 0xD3: 8,
+               0xD4: 2, 0xD5: 3, 0xD6: 5, 0xD7: 9, 0xD8: 17,
+               0xC4: _SIZED8, 0xC5: _SIZED16, 0xC6: _SIZED32, 0xD9: _SIZED8, 0xDA: _SIZED16, 0xDB: _SIZED32,
+               0xC7: _EXT8, 0xC8: _EXT16, 0xC9: _EXT32,
+               0xDC: _ARR16, 0xDD: _ARR32, 0xDE: _MAP16, 0xDF: _MAP32}.items():
+    _SKIP[_b] = _s
+_WIDTH = {_SIZED8: (1, 0), _SIZED16: (2, 0), _SIZED32: (4, 0), _EXT8: (1, 1), _EXT16: (2, 1), _EXT32: (4, 1)}
+_CONT = {_ARR16: (2, 1), _ARR32: (4, 1), _MAP16: (2, 2), _MAP32: (4, 2)}
 
 
 _CONTAINER_MARKERS = frozenset(range(0x80, 0xA0)) | {0xDC, 0xDD, 0xDE, 0xDF}
@@ -74,67 +83,61 @@ def check_frame(buf: bytes | memoryview, limits: DecodeLimits = DEFAULT_LIMITS,
     if n <= limits.max_collection_len and (
             n <= limits.max_depth or _container_marker_bound(buf) <= limits.max_depth):
         return
-    mv = memoryview(buf)
+    data = bytes(buf)
     max_len = limits.max_collection_len
     max_depth = limits.max_depth
+    skip = _SKIP
     pos = 0
-    # ``remaining[-1]`` counts the items still expected by the innermost open container.
-    remaining = [1]
-    while remaining:
-        if remaining[-1] == 0:
-            remaining.pop()
-            continue
-        remaining[-1] -= 1
-        if pos >= n:
-            raise DecodeError("frame truncated inside a msgpack value", clause="ECP-FRAME-9",
-                              frame_index=frame_index, expected="more bytes", got=f"end at {pos}")
-        b = mv[pos]
-        pos += 1
-        count = -1
-        if b <= 0x7F or b >= 0xE0:
-            continue
-        if 0x80 <= b <= 0x8F:
-            count = (b & 0x0F) * 2
-        elif 0x90 <= b <= 0x9F:
-            count = b & 0x0F
-        elif 0xA0 <= b <= 0xBF:
-            pos += b & 0x1F
-            continue
-        elif b in _FIXED:
-            pos += _FIXED[b]
-            continue
-        elif b in _SIZED:
-            width, extra = _SIZED[b]
-            size = int.from_bytes(mv[pos:pos + width], "big")
-            pos += width + extra + size
-            continue
-        elif b in _CONTAINER:
-            width, per = _CONTAINER[b]
-            declared = int.from_bytes(mv[pos:pos + width], "big")
-            pos += width
-            if declared > max_len:
-                raise LimitExceeded(
-                    f"collection declares {declared} elements, limit is {max_len}",
-                    clause="ECP-FRAME-9", frame_index=frame_index,
-                    expected=f"<= {max_len} elements", got=declared,
-                )
-            count = declared * per
-        else:  # 0xC1 is never used
-            raise DecodeError(f"invalid msgpack marker 0x{b:02x}", clause="ECP-FRAME-9",
-                              frame_index=frame_index, got=f"0x{b:02x} at byte {pos - 1}")
-        if count > 0:
-            if len(remaining) > max_depth:
-                raise LimitExceeded(
-                    f"nesting deeper than {max_depth} levels", clause="ECP-FRAME-9",
-                    frame_index=frame_index, expected=f"<= {max_depth} levels", got=">" + str(max_depth),
-                )
-            if count > n - pos:
-                raise DecodeError(
-                    f"collection declares {count} items but only {n - pos} bytes remain",
-                    clause="ECP-FRAME-9", frame_index=frame_index,
-                    expected=f"<= {n - pos} items", got=count,
-                )
-            remaining.append(count)
+    rem = 1  # items still expected by the innermost open container
+    outer: list[int] = []  # the same count for each enclosing container
+    try:
+        while True:
+            if rem == 0:
+                if not outer:
+                    break
+                rem = outer.pop()
+                continue
+            b = data[pos]
+            s = skip[b]
+            rem -= 1
+            if s >= 0:
+                pos += 1 + s
+                continue
+            pos += 1
+            if s == _FIXARR:
+                count = b & 0x0F
+            elif s == _FIXMAP:
+                count = (b & 0x0F) * 2
+            elif s in _CONT:
+                width, per = _CONT[s]
+                declared = int.from_bytes(data[pos:pos + width], "big")
+                pos += width
+                if declared > max_len:
+                    raise LimitExceeded(
+                        f"collection declares {declared} elements, limit is {max_len}",
+                        clause="ECP-FRAME-9", frame_index=frame_index,
+                        expected=f"<= {max_len} elements", got=declared)
+                count = declared * per
+            elif s in _WIDTH:
+                width, extra = _WIDTH[s]
+                pos += width + extra + int.from_bytes(data[pos:pos + width], "big")
+                continue
+            else:
+                raise DecodeError(f"invalid msgpack marker 0x{b:02x}", clause="ECP-FRAME-9",
+                                  frame_index=frame_index, got=f"0x{b:02x} at byte {pos - 1}")
+            if count:
+                if len(outer) >= max_depth:
+                    raise LimitExceeded(f"nesting deeper than {max_depth} levels", clause="ECP-FRAME-9",
+                                        frame_index=frame_index, expected=f"<= {max_depth} levels",
+                                        got=f"> {max_depth}")
+                if count > n - pos:
+                    raise DecodeError(f"collection declares {count} items but only {n - pos} bytes remain",
+                                      clause="ECP-FRAME-9", frame_index=frame_index,
+                                      expected=f"<= {n - pos} items", got=count)
+                outer.append(rem)
+                rem = count
+    except IndexError:
+        pos = n + 1
     if pos > n:
         raise DecodeError("frame truncated inside a msgpack value", clause="ECP-FRAME-9",
-                          frame_index=frame_index, expected=f"{pos} bytes", got=f"{n} bytes")
+                          frame_index=frame_index, expected="more bytes", got=f"{n} bytes")

@@ -53,34 +53,13 @@ _METHODS_RE = re.compile(r"(<!-- utility-methods -->\n)(.*?)(<!-- /utility-metho
 
 
 def type_name(t: mi.Type) -> str:
-    """A short wire-oriented name of a msgspec type."""
-    if isinstance(t, mi.UnionType):
-        return " \\| ".join(type_name(x) for x in t.types)
-    if isinstance(t, mi.NoneType):
-        return "nil"
-    if isinstance(t, mi.BoolType):
-        return "bool"
-    if isinstance(t, mi.IntType):
-        return "int"
-    if isinstance(t, mi.FloatType):
-        return "float"
-    if isinstance(t, mi.StrType):
-        return "str"
-    if isinstance(t, mi.AnyType):
-        return "any"
-    if isinstance(t, mi.SetType):
-        return f"array[{type_name(t.item_type)}] (set)"
-    if isinstance(t, (mi.ListType, mi.VarTupleType)):
-        return f"array[{type_name(t.item_type)}]"
-    if isinstance(t, mi.DictType):
-        return f"map[{type_name(t.key_type)} → {type_name(t.value_type)}]"
-    if isinstance(t, mi.EnumType):
-        return f"int `{t.cls.__name__}`"
-    if isinstance(t, mi.StructType):
-        return f"`{t.cls.__name__}` ({'array' if t.array_like else 'map'})"
-    if isinstance(t, mi.CustomType):
-        return "tensor `[dtype, shape, data]`" if t.cls.__name__ == "Tensor" else t.cls.__name__
-    return type(t).__name__
+    """A msgspec type in the layout type grammar (the vocabulary of ``spec/layouts/``),
+    marked up for a Markdown table cell."""
+    from .layout.introspect import type_string
+
+    text = re.sub(r"\b(struct|enum):(\w+)", lambda m: f"`{m.group(2)}`" + (" (int)" if m.group(1) == "enum" else ""),
+                  type_string(t))
+    return text.replace("|", "\\|")
 
 
 def _default(f: mi.Field) -> str:

@@ -463,8 +463,11 @@ class EngineCore:
         return None, None
 
     def shutdown(self) -> list[str]:
-        """Abort everything in flight with ABORT outputs (vLLM's default ``timeout=0``)."""
-        return self.abort_all_with_outputs()
+        """Abort everything in flight with ABORT outputs (vLLM's default ``timeout=0``);
+        a deferred ``sleep``/``pause`` (mode ``wait``) is then answered, the engine being idle."""
+        aborted = self.abort_all_with_outputs()
+        self._check_deferred()
+        return aborted
 
     # ------------------------------------------------------------------ utilities
     def handle_utility(self, call: UtilityRequest, arrival_client: int = 0) -> None:

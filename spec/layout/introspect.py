@@ -90,6 +90,12 @@ def _type_str(t: mi.Type, structs: list[type], enums: dict[str, type]) -> str:
     raise TypeError(f"no layout type for {t!r}")
 
 
+def type_string(t: mi.Type) -> str:
+    """The layout type grammar's name of a msgspec type (``array[int]``, ``str | nil``,
+    ``struct:SamplingParams``, ``enum:FinishReason``, ``tensor`` ...)."""
+    return _type_str(t, [], {})
+
+
 def _default(field: mi.Field) -> Any:
     value = field.default if field.default is not msgspec.NODEFAULT else field.default_factory()
     if isinstance(value, enum.Enum):

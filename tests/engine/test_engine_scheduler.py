@@ -231,3 +231,16 @@ def test_core_sleep_wait_is_deferred_until_idle():
     _add(core, "b", max_tokens=1)
     out = core.take_outbox()[0].payload.outputs[0]
     assert out.finish_reason == FinishReason.ERROR and out.error.code == "engine_paused"
+
+
+def test_core_shutdown_aborts_and_answers_waiting_calls():
+    core = _core()
+    _add(core, "a", max_tokens=50)
+    core.step()
+    core.take_outbox()
+    core.handle_utility(UtilityRequest(0, 3, "pause_generation", ["wait", False]))
+    assert core.take_outbox() == []
+    assert core.shutdown() == ["a"]
+    msgs = [m.payload for m in core.take_outbox()]
+    assert msgs[0].outputs[0].finish_reason == FinishReason.ABORT and msgs[0].finished_requests == {"a"}
+    assert msgs[-1].utility_output.call_id == 3 and msgs[-1].utility_output.failure_message is None

@@ -1,0 +1,60 @@
+"""Startup failures, --local, and the fatal path (ENGINE_CORE_DEAD)."""
+
+from __future__ import annotations
+
+import zmq
+
+from engine_rawfront import make_request
+
+from ecp.reference.engine import launch
+
+
+def test_local_engine_says_so(rig):
+    fe, _ = rig.start(1, local=True)
+    assert (fe.hellos[0].local, fe.hellos[0].headless) == (True, False)
+    assert (fe.readies[0].local, fe.readies[0].headless) == (True, False)
+
+
+def test_unexpected_executor_failure_sends_engine_core_dead(rig):
+    fe, handle = rig.start(1)
+
+    def broken(batch):
+        raise RuntimeError("device lost")
+
+    handle.servers[0].core.executor.execute = broken
+    fe.add(0, make_request("x", max_tokens=2))
+    assert fe.pump(lambda: fe.dead())
+    assert handle.wait(5) == [1]
+
+
+def _router(tmp_path, name):
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    address = f"ipc://{tmp_path}/{name}"
+    sock.bind(address)
+    return ctx, sock, address
+
+
+def test_no_init_times_out_and_exits_one(tmp_path):
+    ctx, sock, address = _router(tmp_path, "hs")
+    handle = launch(address, handshake_timeout_s=0.3)
+    try:
+        assert sock.poll(5000)  # the HELLO arrives; nobody answers it
+        assert handle.wait(10) == [1]
+    finally:
+        handle.stop()
+        ctx.destroy(linger=0)
+
+
+def test_malformed_init_exits_one(tmp_path):
+    ctx, sock, address = _router(tmp_path, "hs")
+    handle = launch(address)
+    try:
+        assert sock.poll(5000)
+        ident, _hello = sock.recv_multipart()
+        sock.send_multipart([ident, b"\x82\xa1a\x01\xa1b\x02"])  # a map without addresses
+        assert handle.wait(10) == [1]
+    finally:
+        handle.stop()
+        ctx.destroy(linger=0)
