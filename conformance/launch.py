@@ -9,8 +9,9 @@ Three launch modes:
 * :class:`AttachedPeer` -- the user started the peer (e.g. under a debugger);
   the harness only binds and waits, and cannot restart it;
 * :class:`AdapterPeer` -- an in-process Python adapter ``module:function``,
-  called as ``function(handshake_address, engine_count)``; it returns an
-  object with ``.stop()`` (and optionally ``.alive()``).
+  called as ``function(handshake_address, engine_count)`` (plus
+  ``engine_start_index=K`` when K is not 0 and the function takes that
+  keyword); it returns an object with ``.stop()`` (and optionally ``.alive()``).
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ class AttachedPeer(PeerHandle):
 
 
 class AdapterPeer(PeerHandle):
-    def __init__(self, spec: str, handshake_address: str, engine_count: int) -> None:
+    def __init__(self, spec: str, handshake_address: str, engine_count: int, engine_start_index: int = 0) -> None:
         module_name, _, func_name = spec.partition(":")
         if not module_name or not func_name:
             raise LaunchError(f"--adapter wants module:function, got {spec!r}")
@@ -130,8 +131,18 @@ class AdapterPeer(PeerHandle):
             func = getattr(importlib.import_module(module_name), func_name)
         except (ImportError, AttributeError) as exc:
             raise LaunchError(f"cannot load adapter {spec!r}: {exc}") from exc
+        kwargs = {}
+        if engine_start_index:
+            import inspect
+
+            params = inspect.signature(func).parameters
+            if "engine_start_index" not in params and not any(
+                    p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+                raise LaunchError(f"adapter {spec!r} takes no engine_start_index; --engine-start-index "
+                                  f"{engine_start_index} cannot be honoured")
+            kwargs["engine_start_index"] = engine_start_index
         try:
-            self.obj = func(handshake_address, engine_count)
+            self.obj = func(handshake_address, engine_count, **kwargs)
         except Exception as exc:  # noqa: BLE001 - any adapter failure is a launch failure
             raise LaunchError(f"adapter {spec!r} failed to start: {exc!r}") from exc
         if not callable(getattr(self.obj, "stop", None)):

@@ -26,7 +26,20 @@ import pytest
 
 from .registry import MARKER
 
-_STATE_KEY = pytest.StashKey["RunState"]() if hasattr(pytest, "StashKey") else None
+_STATE_KEY = pytest.StashKey["RunState"]()
+
+#: role -> (module, manager class, config class) of the peer manager of that role. A peer
+#: manager starts/stops the peers under test and offers begin_case(), set_deadline(t),
+#: case_crashed(), mark_dirty(), log_tail() and close() to this plugin.
+PEER_MANAGERS: dict[str, tuple[str, str, str]] = {
+    "engine": ("ecp.conformance.engine.session", "EngineManager", "EngineRunConfig"),
+    "frontend": ("ecp.conformance.frontend.session", "FrontendManager", "FrontendRunConfig"),
+}
+#: role -> module with that role's fixtures, registered as a plugin when the role runs
+ROLE_FIXTURES: dict[str, str] = {
+    "engine": "ecp.conformance.engine.fixtures",
+    "frontend": "ecp.conformance.frontend.fixtures",
+}
 
 
 class RunState:
@@ -52,23 +65,16 @@ class RunState:
         slug = self.catalogue[case_id].slug
         return any(fnmatch.fnmatchcase(case_id, p) or fnmatch.fnmatchcase(slug, p) for p in self.patterns)
 
-    def engine_manager(self) -> Any:
+    def peer_manager(self) -> Any:
+        """The role's peer manager, created on first use."""
         if self.manager is None:
-            from .engine.session import EngineManager, EngineRunConfig
+            import importlib
 
-            self.manager = EngineManager(EngineRunConfig(**self.config["engine"]), self.transcript)
+            module, manager_cls, config_cls = PEER_MANAGERS[self.role]
+            mod = importlib.import_module(module)
+            cfg = getattr(mod, config_cls)(**self.config[self.role])
+            self.manager = getattr(mod, manager_cls)(cfg, self.transcript)
         return self.manager
-
-    def frontend_manager(self) -> Any:
-        if self.manager is None:
-            from .frontend.session import FrontendManager, FrontendRunConfig
-
-            self.manager = FrontendManager(FrontendRunConfig(**self.config["frontend"]), self.transcript)
-        return self.manager
-
-    def role_manager(self) -> Any:
-        """The manager of this run's role (both have ``begin_case``, ``set_deadline``, ``mark_dirty``, ``log_tail``)."""
-        return self.frontend_manager() if self.role == "frontend" else self.engine_manager()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -77,7 +83,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run the conformance cases with this harness config (written by `ecp conformance`)")
 
 
-def _state(config: pytest.Config) -> RunState | None:
+def state_of(config: pytest.Config) -> RunState | None:
+    """The active run's state (None when the harness is inert)."""
     return config.stash.get(_STATE_KEY, None)
 
 
@@ -85,11 +92,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARKER}(id): the conformance case a test implements")
     path = config.getoption("--ecp-config", None)
     if path:
-        config.stash[_STATE_KEY] = RunState(json.loads(Path(path).read_text()))
+        state = RunState(json.loads(Path(path).read_text()))
+        config.stash[_STATE_KEY] = state
+        config.pluginmanager.import_plugin(ROLE_FIXTURES[state.role])
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    state = _state(config)
+    state = state_of(config)
     if state is not None and state.manager is not None:
         state.manager.close()
 
@@ -100,7 +109,7 @@ def _case_id(item: pytest.Item) -> str | None:
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    state = _state(config)
+    state = state_of(config)
     if state is None:
         return
     from .registry import check_implementations
@@ -122,56 +131,31 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         items[:] = keep
 
 
-# ---------------------------------------------------------------------- fixtures
-@pytest.fixture
-def engines(request: pytest.FixtureRequest):
-    """The :class:`~ecp.conformance.engine.session.EngineManager` of this run."""
-    state = _state(request.config)
-    if state is None:
-        pytest.fail("engine-role cases need --ecp-config")
-    return state.engine_manager()
-
-
-@pytest.fixture
-def frontends(request: pytest.FixtureRequest):
-    """The :class:`~ecp.conformance.frontend.session.FrontendManager` of this run."""
-    state = _state(request.config)
-    if state is None:
-        pytest.fail("frontend-role cases need --ecp-config")
-    return state.frontend_manager()
-
-
-@pytest.fixture
-def engine(engines):
-    """The shared engine's harness frontend (:class:`HarnessFrontend`)."""
-    return engines.shared().fe
-
-
 # ---------------------------------------------------------------------- per case
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    state = _state(item.config)
+    state = state_of(item.config)
     if state is None:
         return
     cid = _case_id(item)
     state.transcript.start_case(cid or item.nodeid)
     state._case_started[item.nodeid] = time.monotonic()
-    state.role_manager().begin_case()
+    state.peer_manager().begin_case()
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_call(item: pytest.Item) -> None:
-    state = _state(item.config)
+    state = state_of(item.config)
     if state is None:
         return
     budget = float(state.config[state.role].get("case_timeout_s", 10.0))
-    state.role_manager().set_deadline(time.monotonic() + budget)
+    state.peer_manager().set_deadline(time.monotonic() + budget)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
-    state = _state(item.config)
+    state = state_of(item.config)
     if state is None:
         return
     report = outcome.get_result()
@@ -236,7 +220,7 @@ def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Ite
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
     """Silence pytest's own progress letters for cases; the runner prints its own lines."""
-    if _state(config) is None:
+    if state_of(config) is None:
         return None
     if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
         oc = getattr(report, "ecp_outcome", None)

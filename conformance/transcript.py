@@ -51,7 +51,7 @@ class Entry:
 class Transcript:
     """An append-only log; :meth:`start_case` marks where a case begins."""
 
-    def __init__(self, max_entries: int = 5000) -> None:
+    def __init__(self, max_entries: int = 1000) -> None:
         self._t0 = time.monotonic()
         self.entries: list[Entry] = []
         self._case_start = 0
@@ -60,7 +60,10 @@ class Transcript:
     def record(self, direction: str, channel: str, frames: Sequence[bytes],
                decode: Callable[[], Any] | None = None) -> None:
         if len(self.entries) - self._case_start >= self._max:
-            return  # bounded: a runaway peer must not exhaust memory
+            # bounded: a runaway peer must not exhaust memory or bloat the reports
+            if len(self.entries) - self._case_start == self._max:
+                self.note(f"transcript truncated after {self._max} entries")
+            return
         if decode is None:
             decoded = ""
         else:

@@ -139,6 +139,7 @@ class HarnessFrontend:
         self.replies: dict[int, list[Reply]] = {}
         self.late_handshake: list[list[bytes]] = []
         self.late_inputs: list[tuple[int, list[bytes]]] = []
+        self.early_outputs: list[list[bytes]] = []
         self._ids = itertools.count(1)
         self._call_ids = itertools.count(0x5EC0_0001)
         self.sent_call_ids: set[int] = set()
@@ -220,10 +221,10 @@ class HarnessFrontend:
                     self._on_registration(self.inputs.index(sock), frames)
                 elif sock is self.coord_pub or sock is self.coord_pull:
                     self._on_coordinator(sock, frames)
-                else:
+                else:  # nothing was asked yet: an output now is unsolicited
                     self.transcript.record("recv", self._channel(sock), frames,
                                            lambda f=frames: decode_outputs(f))
-                    self.late_inputs.append((-1, frames))
+                    self.early_outputs.append(frames)
         self._build_route()
         if len(self.route) < self.engine_count:
             raise CaseTimeout(

@@ -39,9 +39,6 @@ class EngineRunConfig:
     quiet_window_s: float = 0.3
     workdir: str = ""
 
-    def mode(self) -> str:
-        return "attach" if self.attach else "adapter" if self.adapter else "command"
-
 
 class EngineUnderTest:
     """One launch: a harness frontend, its bound sockets and the engine handle."""
@@ -83,7 +80,7 @@ class EngineUnderTest:
         if self.cfg.attach:
             return AttachedPeer(hs)
         if self.cfg.adapter:
-            return AdapterPeer(self.cfg.adapter, hs, self.engine_count)
+            return AdapterPeer(self.cfg.adapter, hs, self.engine_count, self.cfg.engine_start_index)
         host, _, port = hs.rpartition(":") if hs.startswith("tcp://") else ("", "", "")
         values = {
             "handshake_address": hs,

@@ -378,9 +378,9 @@ class ScriptedEngines:
         self.ctx.destroy(linger=0)
 
 
-def start(handshake_address: str, engine_count: int) -> ScriptedEngines:
+def start(handshake_address: str, engine_count: int, engine_start_index: int = 0) -> ScriptedEngines:
     """``--adapter scripted_engine:start``: a correct engine."""
-    return ScriptedEngines(handshake_address, engine_count)
+    return ScriptedEngines(handshake_address, engine_count, engine_start_index)
 
 
 def __getattr__(name: str):

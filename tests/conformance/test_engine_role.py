@@ -178,3 +178,20 @@ def test_declared_missing_feature_is_unsupported(run_ecp):
                            "--case", "ENG-UTIL-4", "--case", "ENG-UTIL-6", "--case", "ENG-DP-3", *FAST)
     assert code == 0, stdout
     assert stdout.count("UNSUPPORTED") >= 3 and "enable_sleep_mode" in stdout, stdout
+
+
+def test_engine_count_and_start_index_reach_the_shared_engine(run_ecp):
+    code, stdout = run_ecp("conformance", "engine", "--adapter", "scripted_engine:start", "--engine-count", "2",
+                           "--engine-start-index", "5", "--case", "ENG-HS-*", "--case", "ENG-OUT-2",
+                           "--case", "ENG-DP-1", *FAST)
+    assert code == 0, stdout
+    assert "8 PASS" in stdout, stdout
+
+
+def test_reference_engine_process_crash_is_caught(run_ecp):
+    """The "Done when" form with a knob: `ecp engine --bug crash-on-bad-frame` as a subprocess."""
+    code, stdout = run_ecp("conformance", "engine", "--case", "ENG-ROB-1", "--case", "ENG-UTIL-1", *FAST, "--",
+                           sys.executable, "-m", "ecp.reference.engine", "--handshake-address", "{handshake_address}",
+                           "--engine-count", "{engine_count}", "--bug", "crash-on-bad-frame")
+    assert code == 1, stdout
+    assert "CRASH ENG-ROB-1 [ECP-ROB-1 MUST]" in stdout and "ENG-UTIL-1    result-envelope                        PASS" in stdout

@@ -155,15 +155,19 @@ def test_one_terminal_output(engine):
 @case("ENG-OUT-2")
 def test_engine_index(engine):
     fe = engine
+    rank = int.from_bytes(fe.identity(0), "little")
     rid = fe.new_id("idx")
     fe.add(fe.request(rid, max_tokens=3))
     fe.wait_finished(rid, max_tokens=3)
-    fe.call("is_sleeping")
+    reply = fe.call("is_sleeping")
+    got = {s.engine_index for s in fe.seen(rid)} | {reply.engine_index}
+    if got != {rank}:
+        raise Violation(f"rank {rank} answered a request and a utility call with engine_index {sorted(got)}")
     expected = {fe.start_index + k for k in range(fe.engine_count)}
     for client, msg in fe.messages:
         if msg.engine_index not in expected:
-            raise Violation(f"an output message carries engine_index {msg.engine_index}; this engine's "
-                            f"rank is {sorted(expected)}")
+            raise Violation(f"an output message carries engine_index {msg.engine_index}; the engines' ranks "
+                            f"are {sorted(expected)}")
 
 
 @case("ENG-OUT-3")
