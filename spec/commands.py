@@ -73,16 +73,17 @@ def _summary(args: argparse.Namespace) -> int:
     for typ in (Hello, Ready, EngineHandshakeMetadata, EngineCoreReadyResponse, EngineCoreRequest,
                 SamplingParams, EngineCoreOutputs, EngineCoreOutput, UtilityOutput):
         info = msgspec.inspect.type_info(typ)
-        fields = info.fields
-        required = sum(1 for f in fields if f.required)
+        tag = 1 if getattr(info, "tag_field", None) else 0  # HELLO/READY: the `status` key is the tag
+        required = sum(1 for f in info.fields if f.required) + tag
         enc = "array" if info.array_like else "map"
-        print(f"  {typ.__name__:<26} {enc:<5} {len(fields):>2} fields, {required:>2} required")
+        print(f"  {typ.__name__:<26} {enc:<5} {len(info.fields) + tag:>2} fields, {required:>2} required")
     print()
     by_area: dict[str, int] = {}
     for c in clauses.CLAUSES.values():
         by_area[c.area] = by_area.get(c.area, 0) + 1
     print(f"{len(clauses.CLAUSES)} numbered clauses: " + ", ".join(f"{a} {n}" for a, n in by_area.items()))
-    print("full text: spec/PROTOCOL.md; decode a frame: ecp decode --help")
+    protocol_md = Path(clauses.__file__).with_name("PROTOCOL.md")
+    print(f"full text: {protocol_md}; decode a frame: ecp decode --help")
     return 0
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import re
+from pathlib import Path
 
 from ecp.spec import golden
 from ecp.spec.cli import main
@@ -117,3 +119,12 @@ def test_cli_directions_are_the_decoders_directions():
     from ecp.spec import commands, frames
 
     assert set(commands.DIRECTIONS) == set(frames.DIRECTIONS)
+
+
+def test_summary_counts_the_handshake_tag_and_names_an_existing_protocol_file(capsys):
+    rc, out, _ = _run(capsys, "summary")
+    assert rc == 0
+    assert re.search(r"^  Hello\s+map\s+3 fields,\s+3 required$", out, re.M)  # status, local, headless
+    assert re.search(r"^  EngineCoreRequest\s+array 22 fields,\s+9 required$", out, re.M)
+    path = re.search(r"^full text: (\S+);", out, re.M).group(1)
+    assert Path(path).is_file() and Path(path).name == "PROTOCOL.md"
