@@ -6,13 +6,15 @@ arguments; heavy imports happen inside the handlers, so ``ecp --help`` stays
 fast and works without optional extras installed.
 
 Exit codes: 0 success, 1 the thing checked failed (conformance failures, a
-frame that does not decode, a breaking spec diff), 2 usage or harness error.
+frame that does not decode, a breaking spec diff), 2 usage or harness error
+(including stdout closed by the reader before the output was written).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 COMMAND_MODULES = (
@@ -51,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`ecp decode --file big | head`): stop quietly, without a
+        # traceback, and keep the interpreter's final flush from raising again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -128,3 +128,20 @@ def test_summary_counts_the_handshake_tag_and_names_an_existing_protocol_file(ca
     assert re.search(r"^  EngineCoreRequest\s+array 22 fields,\s+9 required$", out, re.M)
     path = re.search(r"^full text: (\S+);", out, re.M).group(1)
     assert Path(path).is_file() and Path(path).name == "PROTOCOL.md"
+
+
+def test_closed_stdout_ends_quietly_without_a_traceback(tmp_path):
+    """`ecp decode --file capture | head -1`: the reader closes the pipe early."""
+    import subprocess
+    import sys
+
+    capture = tmp_path / "capture.txt"
+    capture.write_text(f"00 {MINIMAL_ADD}\n" * 2000)  # ~2 MB of JSON: far more than a pipe buffer
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from ecp.spec.cli import main; "
+                             f"sys.exit(main(['decode', '--file', {str(capture)!r}]))"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.read(10)
+    proc.stdout.close()  # the reader goes away while ecp still has output to write
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 2
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
