@@ -1,0 +1,30 @@
+"""A broken engine command gets a clear, bounded answer, never a hang.
+
+Two ways a user's COMMAND goes wrong before any case can run: it exits at once
+(bad flags, missing model) or it never connects (the placeholder was not
+passed). The first must show the exit status and the engine's own last words;
+the second must wait the startup budget once per run, not once per case.
+"""
+
+import sys
+
+
+def test_command_that_exits_shows_its_status_and_output(run_ecp):
+    code, stdout = run_ecp("conformance", "engine", "--case", "ENG-HS-1", "--startup-timeout", "20", "--",
+                           sys.executable, "-c", "import sys; print('engine-said-goodbye'); sys.exit(3)")
+    assert code == 1, stdout
+    assert "CRASH ENG-HS-1" in stdout, stdout
+    assert "exit status 3 before completing the handshake" in stdout, stdout
+    assert "engine-said-goodbye" in stdout, stdout
+
+
+def test_command_that_never_connects_waits_once_per_run(run_ecp, tmp_path):
+    starts = tmp_path / "starts"
+    script = (f"open({str(starts)!r}, 'a').write('x\\n'); import time; time.sleep(30)")
+    code, stdout = run_ecp("conformance", "engine", "--startup-timeout", "1", "--case", "ENG-HS-*",
+                           "--case", "ENG-DP-*", "--case", "ENG-OUT-2", "--", sys.executable, "-c", script)
+    assert code == 1, stdout
+    # shared and fresh launches alike: one launch waited, every later case reuses its verdict
+    assert starts.read_text().count("x") == 1, stdout
+    assert stdout.count("nothing connected to the handshake socket") >= 12, stdout
+    assert "{handshake_address}" in stdout
