@@ -108,7 +108,7 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
             return 2
         problems = xf.apply(results, entries, [c.id for c in catalogue])
         if args.update_expected_failures:
-            n = xf.rewrite(args.expected_failures, results, entries)
+            n = xf.rewrite(args.expected_failures, results, entries, [c.id for c in catalogue])
             print(f"rewrote {args.expected_failures}: {n} expected failure(s)")
             problems = []
             for r in results:
