@@ -119,22 +119,29 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
         summary = RunSummary(role=role, target=target, results=results, strict=args.strict, problems=problems,
                              duration_s=time.monotonic() - started)
         write_console(summary, sys.stdout)
-        if args.json_path:
-            write_json(summary, Path(args.json_path))
-        if args.junit_xml:
-            write_junit(summary, Path(args.junit_xml))
-        if args.markdown:
-            Path(args.markdown).write_text(markdown(summary))
-        if args.html:
-            write_html(summary, Path(args.html))
-        if args.transcripts:
-            write_transcripts(summary, Path(args.transcripts))
+        try:
+            _write_reports(summary, args)
+        except OSError as exc:
+            print(f"ecp conformance: cannot write a report: {exc}", file=sys.stderr)
+            return 2
         return summary.exit_code
     finally:
         if args.keep_workdir:
             print(f"work dir kept: {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _write_reports(summary: RunSummary, args: argparse.Namespace) -> None:
+    """Write every requested report file, creating missing parent folders (as pytest's --junit-xml does)."""
+    writers = [(args.json_path, write_json), (args.junit_xml, write_junit),
+               (args.markdown, lambda s, p: p.write_text(markdown(s))), (args.html, write_html)]
+    for target, write in writers:
+        if target:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            write(summary, Path(target))
+    if args.transcripts:
+        write_transcripts(summary, Path(args.transcripts))
 
 
 def _quiet(fn, argv):

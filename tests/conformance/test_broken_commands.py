@@ -28,3 +28,23 @@ def test_command_that_never_connects_waits_once_per_run(run_ecp, tmp_path):
     assert starts.read_text().count("x") == 1, stdout
     assert stdout.count("nothing connected to the handshake socket") >= 12, stdout
     assert "{handshake_address}" in stdout
+
+
+def test_reports_go_into_folders_that_do_not_exist_yet(run_ecp, tmp_path):
+    out = tmp_path / "new" / "deeper"
+    code, stdout = run_ecp("conformance", "engine", "--case", "ENG-UTIL-2", "--adapter",
+                           "ecp.reference.engine.launcher:launch", "--quiet-window", "0.2",
+                           "--json", str(out / "r.json"), "--junit-xml", str(out / "x" / "r.xml"),
+                           "--markdown", str(out / "r.md"), "--html", str(out / "r.html"))
+    assert code == 0, stdout
+    for name in ("r.json", "x/r.xml", "r.md", "r.html"):
+        assert "ENG-UTIL-2" in (out / name).read_text(), name
+
+
+def test_an_unwritable_report_is_a_harness_error(run_ecp, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    code, _ = run_ecp("conformance", "engine", "--case", "ENG-UTIL-2", "--adapter",
+                      "ecp.reference.engine.launcher:launch", "--quiet-window", "0.2",
+                      "--json", str(blocker / "r.json"))
+    assert code == 2
