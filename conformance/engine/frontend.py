@@ -25,7 +25,7 @@ import zmq
 from ecp.spec import (
     COORDINATOR_READY, ENGINE_DEAD, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest,
     EngineHandshakeMetadata, EngineZmqAddresses, Hello, ProtocolError, Ready, SamplingParams,
-    UtilityOutput, decode_any, decode_handshake, decode_input, decode_outputs, decode_ready_response,
+    UtilityOutput, decode_any, decode_handshake, decode_init, decode_input, decode_outputs, decode_ready_response,
     encode_abort, encode_add, encode_handshake, encode_utility, engine_identity,
 )
 from ecp.spec.enums import RequestOutputKind
@@ -288,7 +288,7 @@ class HarnessFrontend:
             # INIT goes out even after a bad HELLO: the other cases can still run
             self.handshake.send_multipart([identity, init])
             rec.init_sent = True
-            self.transcript.record("sent", "handshake", [init])
+            self.transcript.record("sent", "handshake", [identity, init], lambda: decode_init(init))
             return
         if isinstance(msg, Hello):
             rec.anomalies.append("duplicate HELLO")

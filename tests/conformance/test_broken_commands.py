@@ -48,3 +48,15 @@ def test_an_unwritable_report_is_a_harness_error(run_ecp, tmp_path):
                       "ecp.reference.engine.launcher:launch", "--quiet-window", "0.2",
                       "--json", str(blocker / "r.json"))
     assert code == 2
+
+
+def test_transcript_decodes_the_init_the_harness_sent(run_ecp, tmp_path):
+    out = tmp_path / "r.json"
+    code, stdout = run_ecp("conformance", "engine", "--adapter", "scripted_engine:bug_bare-utility-result",
+                           "--case", "ENG-UTIL-1", "--json", str(out), "--quiet-window", "0.2")
+    assert code == 1, stdout
+    import json
+
+    case = next(c for c in json.loads(out.read_text())["cases"] if c["id"] == "ENG-UTIL-1")
+    init = [e for e in case["transcript"] if e["direction"] == "sent" and e["channel"] == "handshake"]
+    assert init and "EngineZmqAddresses" in init[0]["decoded"] and len(init[0]["frames_hex"]) == 2, init
