@@ -189,7 +189,12 @@ class EngineServer:
         hs = ctx.socket(zmq.DEALER)
         hs.setsockopt(zmq.IDENTITY, self.identity)
         hs.setsockopt(zmq.LINGER, 5000)
-        hs.connect(self.handshake_address)
+        try:
+            hs.connect(self.handshake_address)
+        except zmq.ZMQError as exc:
+            # an open socket would block ctx.term() forever: close it before reporting
+            hs.close(0)
+            raise EngineStartupError(f"cannot connect to handshake address {self.handshake_address!r}: {exc}") from exc
         try:
             hs.send(encode_handshake(Hello(local=cfg.local, headless=not cfg.local)))
             if not self._wait_readable(hs, cfg.handshake_timeout_s, "INIT"):

@@ -58,3 +58,12 @@ def test_malformed_init_exits_one(tmp_path):
     finally:
         handle.stop()
         ctx.destroy(linger=0)
+
+
+def test_invalid_handshake_address_exits_one_instead_of_hanging():
+    """zmq rejects the address in connect(); the engine must report it and exit, not block in ctx.term()."""
+    handle = launch("not-an-endpoint")
+    try:
+        assert handle.wait(10) == [1]
+    finally:
+        handle.stop()
