@@ -58,6 +58,8 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
     try:
         catalogue = load_role(role)
         entries = xf.load(args.expected_failures) if args.expected_failures else []
+        if args.case_timeout <= 0:
+            raise UsageError(f"--case-timeout must be > 0, got {args.case_timeout}")
         if args.update_expected_failures and not args.expected_failures:
             raise UsageError("--update-expected-failures needs --expected-failures FILE")
         selected = [c for c in catalogue if not args.case or any(

@@ -8,6 +8,8 @@ the second must wait the startup budget once per run, not once per case.
 
 import sys
 
+import pytest
+
 
 def test_command_that_exits_shows_its_status_and_output(run_ecp):
     code, stdout = run_ecp("conformance", "engine", "--case", "ENG-HS-1", "--startup-timeout", "20", "--",
@@ -60,3 +62,13 @@ def test_transcript_decodes_the_init_the_harness_sent(run_ecp, tmp_path):
     case = next(c for c in json.loads(out.read_text())["cases"] if c["id"] == "ENG-UTIL-1")
     init = [e for e in case["transcript"] if e["direction"] == "sent" and e["channel"] == "handshake"]
     assert init and "EngineZmqAddresses" in init[0]["decoded"] and len(init[0]["frames_hex"]) == 2, init
+
+
+@pytest.mark.parametrize("argv", [
+    ["--case-timeout", "0", "--", "true"],
+    ["--startup-timeout", "-5", "--", "true"],
+    # a tcp placeholder with the default ipc transport (the command itself would start fine)
+    ["--startup-timeout", "1", "--", sys.executable, "-c", "import time; time.sleep(30)", "{handshake_port}"],
+])
+def test_nonsense_options_are_usage_errors(run_ecp, argv):
+    assert run_ecp("conformance", "engine", "--case", "ENG-HS-1", *argv)[0] == 2
