@@ -237,7 +237,8 @@ class EngineServer:
                           parallel_config_hash=self._parallel_config_hash() if self.dp_size > 1 else None)
             hs.send(encode_handshake(ready))
         finally:
-            hs.close()
+            # stopped mid-handshake: an undelivered HELLO must not hold ctx.term() for the linger time
+            hs.close(0 if self.stop_event.is_set() else None)
         self.ready.set()
         log.info("engine rank %d ready: %d client(s), %d KV blocks x %d, coordinator=%s",
                  self.rank, len(self._inputs), self.core.num_blocks, cfg.block_size, has_coord)
