@@ -100,6 +100,8 @@ class HarnessFrontend:
         self.transcript = transcript
         self.quiet_window_s = quiet_window_s
         self.deadline: float | None = None
+        #: ENGINE_CORE_DEAD arrived: the engine is gone even where no process can be watched (--attach)
+        self.engine_dead = False
         #: returns False once the engine process is gone (waits then fail fast with PeerCrashed)
         self.alive_check: Callable[[], bool] | None = None
         self._sockets: list[zmq.Socket] = []
@@ -437,6 +439,7 @@ class HarnessFrontend:
                                 clause=clause) from None
         msg = decoded[0]
         if msg is ENGINE_DEAD:
+            self.engine_dead = True
             raise PeerCrashed(f"engine sent ENGINE_CORE_DEAD on output[{client}]")
         now = time.monotonic()
         self.messages.append((client, msg))

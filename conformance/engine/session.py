@@ -113,7 +113,7 @@ class EngineUnderTest:
         return CommandPeer(self.cfg.command, values, Path(self.cfg.workdir) / f"engine-{launch_no}.log")
 
     def alive(self) -> bool:
-        return self.handle is None or self.handle.alive()
+        return not self.fe.engine_dead and (self.handle is None or self.handle.alive())
 
     def _exit_detail(self, lines: int = 8) -> str:
         """Why a launched command died during the handshake: its exit status and last output lines."""
@@ -184,9 +184,15 @@ class EngineManager:
 
     def shared(self) -> EngineUnderTest:
         """The shared engine, (re)started if needed."""
+        if self._shared is not None and self.cfg.attach and self._dirty and self._shared.alive():
+            # "dirty" is a precaution (a case slept the engine, or failed): a harness-launched engine
+            # is restarted, but an attached one cannot be, so the run carries on with it; a case that
+            # really broke it shows up in the cases after it
+            self.transcript.note("the attached engine cannot be restarted: reusing it after the previous case")
+            self._dirty = False
         if self._shared is not None and (self._dirty or not self._shared.alive()):
             if self.cfg.attach:
-                raise PeerCrashed("the attached engine is gone or unusable and cannot be restarted")
+                raise PeerCrashed("the attached engine is gone and cannot be restarted")
             self._shared.close()
             self._shared = None
         self._dirty = False
