@@ -6,13 +6,15 @@ arguments; heavy imports happen inside the handlers, so ``ecp --help`` stays
 fast and works without optional extras installed.
 
 Exit codes: 0 success, 1 the thing checked failed (conformance failures, a
-frame that does not decode, a breaking spec diff), 2 usage or harness error.
+frame that does not decode, a breaking spec diff), 2 usage or harness error
+(including stdout closed by the reader before the output was written).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 COMMAND_MODULES = (
@@ -52,12 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        # the reader went away (`ecp conformance list | head`): not an error of ours. Point stdout
-        # at /dev/null so the interpreter's final flush does not raise again.
-        import os
-
+        # The reader went away (`ecp decode --file big | head`): stop quietly, without a
+        # traceback, and keep the interpreter's final flush from raising again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

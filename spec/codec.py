@@ -22,7 +22,7 @@ from typing import Any, Sequence, Union
 
 import msgspec
 
-from .control import StartDPWave, UtilityRequest
+from .control import CoordinatorPublication, StartDPWave, UtilityRequest
 from .enums import (
     AUX_FRAME_THRESHOLD, ENGINE_CORE_DEAD, EXT_CLOUDPICKLE, EXT_PICKLE, EXT_RAW_VIEW, RequestType,
 )
@@ -173,6 +173,7 @@ _DEC_OUTPUTS = _decoder(EngineCoreOutputs)
 _DEC_HANDSHAKE = _decoder(Union[Hello, Ready])
 _DEC_INIT = _decoder(EngineHandshakeMetadata)
 _DEC_READY_RESPONSE = _decoder(EngineCoreReadyResponse)
+_DEC_COORDINATOR_PUBLICATION = _decoder(CoordinatorPublication)
 _DEC_ANY = msgspec.msgpack.Decoder(ext_hook=_ext_hook)
 
 _PATH_RE = re.compile(r"^(?P<msg>.*?)(?: - at `(?P<path>[^`]*)`)?$", re.S)
@@ -192,6 +193,43 @@ def encode_payload(obj: Any) -> list[bytes]:
     finally:
         _aux_out.reset(token)
     return [payload, *aux]
+
+
+_EXPECTED_GOT = (
+    (re.compile(r"^Expected `(?P<e>[^`]*)`(?P<more>[^,]*), got (?P<g>.*)$", re.S), None),
+    (re.compile(r"^Object missing required field `(?P<e>[^`]*)`$"), "missing"),
+    (re.compile(r"^Invalid (?:enum )?value (?P<g>.*)$", re.S), None),
+)
+
+
+def _expected_got(msg: str) -> tuple[str | None, str]:
+    """Split a msgspec validation message into the ``expected`` / ``got`` error fields
+    ("Expected `array` of at least length 9, got 8" -> "array of at least length 9", "8")."""
+    for pattern, got in _EXPECTED_GOT:
+        m = pattern.match(msg)
+        if m:
+            d = m.groupdict()
+            expected = f"{d['e']}{d.get('more') or ''}" if d.get("e") is not None else None
+            if pattern is _EXPECTED_GOT[1][0]:
+                expected = f"required field `{d['e']}`"
+            return expected, (got if got is not None else d["g"].strip("`"))
+    return None, msg
+
+
+def _refused_ext(payload: Frame) -> UnsafeExtType | None:
+    """The :class:`UnsafeExtType` for the first ext other than type 3 in ``payload``, if any.
+
+    msgspec rejects an ext in a position whose type admits none before the ext
+    hook sees it; this untyped pass (error path only) lets such a frame still
+    be reported as ``ECP-SEC-1``. Nothing is ever unpickled.
+    """
+    try:
+        _DEC_ANY.decode(payload)
+    except UnsafeExtType as exc:
+        return exc
+    except (msgspec.DecodeError, ProtocolError, RecursionError):
+        pass
+    return None
 
 
 def decode_payload(decoder: msgspec.msgpack.Decoder, frames: Sequence[Frame], *, payload_index: int,
@@ -221,8 +259,15 @@ def decode_payload(decoder: msgspec.msgpack.Decoder, frames: Sequence[Frame], *,
             cause.frame_index = payload_index + frame_offset
             cause.field_path = cause.field_path or path
             raise cause from None
+        if "`ext`" in msg:  # an ext where the type allows none: name a refused ext type as such
+            refused = _refused_ext(payload)
+            if refused is not None:
+                refused.frame_index = payload_index + frame_offset
+                refused.field_path = path
+                raise refused from None
+        expected, got = _expected_got(msg)
         raise DecodeError(msg, clause=clause, frame_index=payload_index + frame_offset,
-                          field_path=path, got=msg) from None
+                          field_path=path or "$", expected=expected, got=got) from None
     except msgspec.DecodeError as exc:
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, ProtocolError):
@@ -391,6 +436,14 @@ def decode_ready_response(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS
     if len(frame) == 0:
         return None
     return _decode_single(_DEC_READY_RESPONSE, frame, "ECP-HS-4", limits)
+
+
+def decode_coordinator_publication(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS
+                                   ) -> CoordinatorPublication:
+    """Decode a coordinator -> frontend publication ``(counts, wave, running)`` (``ECP-DP-5``),
+    one frame on the frontend's XSUB (the subscribe frame ``01`` is not a publication)."""
+    return decode_payload(_DEC_COORDINATOR_PUBLICATION, [frame], payload_index=0, clause="ECP-DP-5",
+                          limits=limits)
 
 
 def decode_any(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS) -> Any:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .diff.commands import register_spec
 
-DIRECTIONS = ("auto", "input", "output", "handshake", "init", "ready")
+DIRECTIONS = ("auto", "input", "output", "handshake", "init", "ready", "coordinator")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--direction", choices=DIRECTIONS, default="auto",
                    help="where the frames were captured: input (engine DEALER: type, payload, *aux), "
                         "output (frontend PULL: payload, *aux), handshake (HELLO/READY), init, "
-                        "ready (ready payload), or auto (guess)")
+                        "ready (ready payload), coordinator (coordinator -> frontend publication), "
+                        "or auto (guess)")
     p.add_argument("--compact", action="store_true", help="one JSON object per line")
     p.add_argument("--wire", action="store_true",
                    help="print array-like structs as arrays in wire order (default: maps keyed by field name)")
@@ -72,16 +73,17 @@ def _summary(args: argparse.Namespace) -> int:
     for typ in (Hello, Ready, EngineHandshakeMetadata, EngineCoreReadyResponse, EngineCoreRequest,
                 SamplingParams, EngineCoreOutputs, EngineCoreOutput, UtilityOutput):
         info = msgspec.inspect.type_info(typ)
-        fields = info.fields
-        required = sum(1 for f in fields if f.required)
+        tag = 1 if getattr(info, "tag_field", None) else 0  # HELLO/READY: the `status` key is the tag
+        required = sum(1 for f in info.fields if f.required) + tag
         enc = "array" if info.array_like else "map"
-        print(f"  {typ.__name__:<26} {enc:<5} {len(fields):>2} fields, {required:>2} required")
+        print(f"  {typ.__name__:<26} {enc:<5} {len(info.fields) + tag:>2} fields, {required:>2} required")
     print()
     by_area: dict[str, int] = {}
     for c in clauses.CLAUSES.values():
         by_area[c.area] = by_area.get(c.area, 0) + 1
     print(f"{len(clauses.CLAUSES)} numbered clauses: " + ", ".join(f"{a} {n}" for a, n in by_area.items()))
-    print("full text: spec/PROTOCOL.md; decode a frame: ecp decode --help")
+    protocol_md = Path(clauses.__file__).with_name("PROTOCOL.md")
+    print(f"full text: {protocol_md}; decode a frame: ecp decode --help")
     return 0
 
 
@@ -125,9 +127,9 @@ def _decode(args: argparse.Namespace) -> int:
             print("ecp decode: no frames given (hex arguments, '-' for stdin, or --file)", file=sys.stderr)
             return 2
         try:
-            messages.append(("argv" if args.frames != ["-"] else "stdin", parse_hex_frames(text), args.direction))
+            messages.append(("ecp decode" if args.frames != ["-"] else "stdin", parse_hex_frames(text), args.direction))
         except ProtocolError as exc:
-            messages.append(("argv", exc, args.direction))
+            messages.append(("ecp decode", exc, args.direction))
 
     failed = 0
     indent = None if args.compact or len(messages) > 1 else 2

@@ -21,6 +21,7 @@ kind               direction                   frames
 ``ready``          handshake                   ``[READY map]``
 ``init``           init                        ``[EngineHandshakeMetadata map]``
 ``ready_response`` ready                       ``[EngineCoreReadyResponse map]`` (may be empty)
+``coordinator_publication``  coordinator       ``[(counts, wave, running)]`` (coordinator XPUB)
 =================  ==========================  ==========================================
 """
 
@@ -33,7 +34,7 @@ import msgspec
 
 from .codec import (
     ENGINE_DEAD, AbortMessage, AddMessage, EngineDead, Frame, StartDPWaveMessage, UtilityMessage,
-    decode_handshake, decode_init, decode_input, decode_outputs, decode_ready_response, encode_handshake,
+    decode_coordinator_publication, decode_handshake, decode_init, decode_input, decode_outputs, decode_ready_response, encode_handshake,
     encode_input, encode_outputs, to_builtins,
 )
 from .enums import ENGINE_CORE_DEAD, RequestType
@@ -41,13 +42,14 @@ from .errors import DecodeError, ProtocolError
 from .handshake import Hello
 from .limits import DEFAULT_LIMITS, DecodeLimits
 
-DIRECTIONS = ("input", "output", "handshake", "init", "ready", "auto")
+DIRECTIONS = ("input", "output", "handshake", "init", "ready", "coordinator", "auto")
 
 INPUT_KINDS = {AddMessage: "add", AbortMessage: "abort", StartDPWaveMessage: "start_dp_wave",
                UtilityMessage: "utility"}
 KIND_DIRECTION = {"add": "input", "abort": "input", "start_dp_wave": "input", "utility": "input",
                   "outputs": "output", "engine_dead": "output", "hello": "handshake",
-                  "ready": "handshake", "init": "init", "ready_response": "ready"}
+                  "ready": "handshake", "init": "init", "ready_response": "ready",
+                  "coordinator_publication": "coordinator"}
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ def _single(frames: Sequence[Frame], what: str) -> Frame:
     if len(frames) != 1:
         from .errors import FrameCountError
 
-        clause = "ECP-HS-4" if what == "ready payload" else "ECP-HS-7"
+        clause = {"ready payload": "ECP-HS-4", "coordinator publication": "ECP-DP-5"}.get(what, "ECP-HS-7")
         raise FrameCountError(f"a {what} is exactly one frame, got {len(frames)}", clause=clause,
                               expected="1 frame", got=len(frames))
     return frames[0]
@@ -131,7 +133,7 @@ def _kind_of(direction: str, message: Any) -> str:
         return "engine_dead" if message is ENGINE_DEAD else "outputs"
     if direction == "handshake":
         return "hello" if isinstance(message, Hello) else "ready"
-    return {"init": "init", "ready": "ready_response"}[direction]
+    return {"init": "init", "ready": "ready_response", "coordinator": "coordinator_publication"}[direction]
 
 
 def _decode_direction(frames: Sequence[Frame], direction: str, limits: DecodeLimits) -> Any:
@@ -145,6 +147,8 @@ def _decode_direction(frames: Sequence[Frame], direction: str, limits: DecodeLim
         return decode_init(_single(frames, "INIT message"), limits)
     if direction == "ready":
         return decode_ready_response(_single(frames, "ready payload"), limits)
+    if direction == "coordinator":
+        return decode_coordinator_publication(_single(frames, "coordinator publication"), limits)
     raise ValueError(f"unknown direction {direction!r}; one of {', '.join(DIRECTIONS)}")
 
 
@@ -166,6 +170,8 @@ def guess_directions(frames: Sequence[Frame]) -> list[str]:
         return ["handshake", "init", "ready"]
     if len(frames) == 1 and not first:
         return ["ready"]
+    if len(frames) == 1:
+        return ["output", "coordinator", "input"]
     return ["output", "input"]
 
 

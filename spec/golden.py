@@ -2,7 +2,7 @@
 
 The vectors live as JSON data under ``spec/vectors/`` (one file per source
 dump) and are produced by :func:`extract` from the capture files in
-``shared/protocol/vllm-0.33/`` (``ecp vectors extract``). Each vector is::
+``shared/protocol/vllm-0.33/`` (``ecp vectors --src DIR``). Each vector is::
 
     {"name": "...", "kind": "add", "frames": ["00", "dc0016…"],
      "value": <JSON view of the decoded payload>,

@@ -161,7 +161,14 @@ def test_error_fields_are_structured():
         spec.decode_input([b"\x03", b"\x94\x00\x01\x02\x90"], frame_offset=1)
     d = info.value.to_dict()
     assert d["clause"] == "ECP-UTIL-1" and d["frame_index"] == 2 and d["field_path"] == "$[2]"
+    assert (d["expected"], d["got"]) == ("str", "int")  # split out of msgspec's message
     assert str(info.value).startswith("[ECP-UTIL-1]")
+    with pytest.raises(spec.DecodeError) as info:
+        spec.decode_input([b"\x00", enc(["r", [1], None, {}, None, 1.0, None, None])])
+    assert (info.value.field_path, info.value.expected, info.value.got) == ("$", "array of at least length 9", "8")
+    with pytest.raises(spec.HandshakeError) as info:
+        spec.decode_ready_response(b"\x80")
+    assert (info.value.expected, info.value.got) == ("required field `max_model_len`", "missing")
 
 
 def test_multimodal_tensors_inline_and_in_aux_frames():

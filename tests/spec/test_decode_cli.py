@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import re
+from pathlib import Path
 
 from ecp.spec import golden
 from ecp.spec.cli import main
@@ -49,7 +51,7 @@ def test_decode_error_cites_clause_and_exits_1(capsys):
     doc = json.loads(out)
     assert doc["clause"] == "ECP-REQ-1" and doc["error"] == "DecodeError" and doc["clause_level"] == "MUST"
     assert "at least length 9" in doc["message"] and doc["frame_index"] == 1
-    assert "[ECP-REQ-1]" in err
+    assert err.startswith("ecp decode: [ECP-REQ-1]")  # one clause-citing line, no internal labels
     # unknown type byte, pickle ext type, not hex at all
     rc, out, _ = _run(capsys, "decode", "--direction", "input", "07", "90")
     assert rc == 1 and json.loads(out)["error"] == "UnknownRequestType"
@@ -100,3 +102,46 @@ def test_decode_dump_format_file(tmp_path, capsys):
 def test_decode_usage_errors(capsys, tmp_path):
     assert _run(capsys, "decode")[0] == 2
     assert _run(capsys, "decode", "--file", str(tmp_path / "missing.txt"))[0] == 2
+
+
+def test_decode_coordinator_publication(capsys):
+    """FACTS' example publication ([[0,1],[2,0]], 5, true), by direction and by guess."""
+    for argv in (["--direction", "coordinator"], []):
+        rc, out, _ = _run(capsys, "decode", *argv, "939292000192020005c3")
+        doc = json.loads(out)
+        assert rc == 0 and doc["kind"] == "coordinator_publication"
+        assert doc["value"] == {"counts": [[0, 1], [2, 0]], "wave": 5, "running": True}
+    rc, out, _ = _run(capsys, "decode", "--direction", "coordinator", "93c0c0c0")
+    assert rc == 1 and json.loads(out)["clause"] == "ECP-DP-5"
+
+
+def test_cli_directions_are_the_decoders_directions():
+    from ecp.spec import commands, frames
+
+    assert set(commands.DIRECTIONS) == set(frames.DIRECTIONS)
+
+
+def test_summary_counts_the_handshake_tag_and_names_an_existing_protocol_file(capsys):
+    rc, out, _ = _run(capsys, "summary")
+    assert rc == 0
+    assert re.search(r"^  Hello\s+map\s+3 fields,\s+3 required$", out, re.M)  # status, local, headless
+    assert re.search(r"^  EngineCoreRequest\s+array 22 fields,\s+9 required$", out, re.M)
+    path = re.search(r"^full text: (\S+);", out, re.M).group(1)
+    assert Path(path).is_file() and Path(path).name == "PROTOCOL.md"
+
+
+def test_closed_stdout_ends_quietly_without_a_traceback(tmp_path):
+    """`ecp decode --file capture | head -1`: the reader closes the pipe early."""
+    import subprocess
+    import sys
+
+    capture = tmp_path / "capture.txt"
+    capture.write_text(f"00 {MINIMAL_ADD}\n" * 2000)  # ~2 MB of JSON: far more than a pipe buffer
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from ecp.spec.cli import main; "
+                             f"sys.exit(main(['decode', '--file', {str(capture)!r}]))"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.read(10)
+    proc.stdout.close()  # the reader goes away while ecp still has output to write
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 2
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err

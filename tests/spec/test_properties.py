@@ -161,6 +161,15 @@ def test_abort_and_wave_roundtrip(request_ids, wave, exclude):
 
 
 @FAST
+@given(st.lists(st.lists(small, min_size=2, max_size=2), max_size=4), small, st.booleans())
+def test_coordinator_publication_roundtrip(counts, wave, running):
+    pub = spec.CoordinatorPublication(counts, wave, running)
+    frame = spec.encode_handshake(pub)  # one plain msgpack frame, like the handshake messages
+    assert spec.decode_coordinator_publication(frame) == pub
+    assert decode_frames([frame], "coordinator").message == pub
+
+
+@FAST
 @given(st.booleans(), st.booleans(), opt(text), ready_responses,
        st.lists(text, min_size=1, max_size=3), st.dictionaries(text, st.one_of(small, text), max_size=3))
 def test_handshake_roundtrip(local, headless, pch, ready_resp, inputs, parallel_config):
@@ -193,6 +202,7 @@ DECODERS = [
     lambda f: spec.decode_handshake(f[0]) if f else spec.decode_handshake(b""),
     lambda f: spec.decode_init(f[0]) if f else spec.decode_init(b""),
     lambda f: spec.decode_ready_response(f[0]) if f else spec.decode_ready_response(b"\xc1"),
+    lambda f: spec.decode_coordinator_publication(f[0]) if f else spec.decode_coordinator_publication(b""),
     lambda f: decode_frames(f),
 ]
 GOLDEN_FRAMES = [v.frames for v in golden.load_vectors()]
@@ -294,13 +304,14 @@ def test_pickle_ext_types_are_refused_and_never_executed(tmp_path):
         for decode in (lambda: spec.decode_outputs([hostile]),
                        lambda: spec.decode_input([b"\x03", b"\x94\x00\x01\xa1m\x91" + ext]),
                        lambda: spec.decode_input([b"\x00", b"\x99\xa1r\x90\xc0\x81\xaaextra_args" + ext
-                                                  + b"\xc0\x01\xc0\xc0\xc0"])):
+                                                  + b"\xc0\x01\xc0\xc0\xc0"]),
+                       # where the type admits no ext at all (sampling_params, a timestamp)
+                       lambda: spec.decode_input([b"\x00", b"\x99\xa1r\x90\xc0" + ext + b"\xc0\x01\xc0\xc0\xc0"]),
+                       lambda: spec.decode_outputs([b"\x94\x00\x90\xc0" + ext])):
             try:
                 decode()
-            except spec.UnsafeExtType as exc:
-                assert exc.code == code and exc.clause == "ECP-SEC-1"
-            except spec.DecodeError as exc:  # refused by type before reaching the ext hook
-                assert "ext" in exc.message
+            except spec.UnsafeExtType as exc:  # also where msgspec refuses the ext by type
+                assert exc.code == code and exc.clause == "ECP-SEC-1" and exc.frame_index is not None
             else:
                 raise AssertionError(f"ext type {code} decoded")
     assert not marker.exists()
