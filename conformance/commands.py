@@ -102,6 +102,13 @@ def _engine(args: argparse.Namespace) -> int:
     if args.engine_count < 1 or not 0 <= args.engine_start_index <= 0xFFFF - args.engine_count:
         print("ecp conformance engine: bad --engine-count/--engine-start-index", file=sys.stderr)
         return 2
+    if args.startup_timeout <= 0 or args.quiet_window < 0:
+        print("ecp conformance engine: --startup-timeout must be > 0 and --quiet-window >= 0", file=sys.stderr)
+        return 2
+    if args.transport != "tcp" and any("{handshake_host}" in a or "{handshake_port}" in a for a in command):
+        print("ecp conformance engine: {handshake_host}/{handshake_port} need --transport tcp "
+              "(with ipc use {handshake_address})", file=sys.stderr)
+        return 2
     role_config = {
         "command": command, "attach": args.attach, "adapter": args.adapter, "transport": args.transport,
         "engine_count": args.engine_count, "engine_start_index": args.engine_start_index,

@@ -80,16 +80,27 @@ def apply(results: list[CaseResult], entries: list[Entry], catalogue_ids: Iterab
     return problems
 
 
-def rewrite(path: str | Path, results: list[CaseResult], old: list[Entry]) -> int:
+def rewrite(path: str | Path, results: list[CaseResult], old: list[Entry],
+            catalogue_ids: Iterable[str] | None = None) -> int:
     """Write the list that makes this run pass: every failing case, keeping known reasons.
 
+    A run with ``--case`` sees only part of the catalogue: an old entry that also
+    covers cases this run did not execute is kept verbatim (nothing new is known
+    about those cases), and the failing cases it covers are not listed again.
+    With ``catalogue_ids``, an old pattern that matches no case at all is dropped.
     Returns the number of entries written.
     """
+    ran = {r.id for r in results}
+    ids = list(catalogue_ids) if catalogue_ids is not None else None
+    kept = [e for e in old if ids is not None and any(e.matches(i) and i not in ran for i in ids)]
     lines = ["# ecp conformance expected failures: <case id or glob> <reason>",
              f"# rewritten {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by --update-expected-failures"]
-    count = 0
+    lines += [f"{e.pattern}  {e.reason}" for e in kept]
+    count = len(kept)
     for r in results:
         if not (r.outcome.is_failure or r.outcome is Outcome.XFAIL):
+            continue
+        if any(e.matches(r.id) for e in kept):
             continue
         entry = next((e for e in old if e.matches(r.id)), None)
         reason = entry.reason if entry else f"{r.outcome.value if r.outcome is not Outcome.XFAIL else 'FAIL'}" \

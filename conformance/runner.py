@@ -60,6 +60,8 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
     try:
         catalogue = load_role(role)
         entries = xf.load(args.expected_failures) if args.expected_failures else []
+        if args.case_timeout <= 0:
+            raise UsageError(f"--case-timeout must be > 0, got {args.case_timeout}")
         if args.update_expected_failures and not args.expected_failures:
             raise UsageError("--update-expected-failures needs --expected-failures FILE")
         selected = [c for c in catalogue if not args.case or any(
@@ -110,7 +112,7 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
             return 2
         problems = xf.apply(results, entries, [c.id for c in catalogue])
         if args.update_expected_failures:
-            n = xf.rewrite(args.expected_failures, results, entries)
+            n = xf.rewrite(args.expected_failures, results, entries, [c.id for c in catalogue])
             print(f"rewrote {args.expected_failures}: {n} expected failure(s)")
             problems = []
             for r in results:
@@ -121,22 +123,29 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
         summary = RunSummary(role=role, target=target, results=results, strict=args.strict, problems=problems,
                              duration_s=time.monotonic() - started)
         write_console(summary, sys.stdout)
-        if args.json_path:
-            write_json(summary, Path(args.json_path))
-        if args.junit_xml:
-            write_junit(summary, Path(args.junit_xml))
-        if args.markdown:
-            Path(args.markdown).write_text(markdown(summary))
-        if args.html:
-            write_html(summary, Path(args.html))
-        if args.transcripts:
-            write_transcripts(summary, Path(args.transcripts))
+        try:
+            _write_reports(summary, args)
+        except OSError as exc:
+            print(f"ecp conformance: cannot write a report: {exc}", file=sys.stderr)
+            return 2
         return summary.exit_code
     finally:
         if args.keep_workdir:
             print(f"work dir kept: {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _write_reports(summary: RunSummary, args: argparse.Namespace) -> None:
+    """Write every requested report file, creating missing parent folders (as pytest's --junit-xml does)."""
+    writers = [(args.json_path, write_json), (args.junit_xml, write_junit),
+               (args.markdown, lambda s, p: p.write_text(markdown(s))), (args.html, write_html)]
+    for target, write in writers:
+        if target:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            write(summary, Path(target))
+    if args.transcripts:
+        write_transcripts(summary, Path(args.transcripts))
 
 
 def _quiet(fn, argv):

@@ -25,7 +25,7 @@ import zmq
 from ecp.spec import (
     COORDINATOR_READY, ENGINE_DEAD, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest,
     EngineHandshakeMetadata, EngineZmqAddresses, Hello, ProtocolError, Ready, SamplingParams,
-    UtilityOutput, decode_any, decode_handshake, decode_input, decode_outputs, decode_ready_response,
+    UtilityOutput, decode_any, decode_handshake, decode_init, decode_input, decode_outputs, decode_ready_response,
     encode_abort, encode_add, encode_handshake, encode_utility, engine_identity,
 )
 from ecp.spec.enums import RequestOutputKind
@@ -100,6 +100,8 @@ class HarnessFrontend:
         self.transcript = transcript
         self.quiet_window_s = quiet_window_s
         self.deadline: float | None = None
+        #: ENGINE_CORE_DEAD arrived: the engine is gone even where no process can be watched (--attach)
+        self.engine_dead = False
         #: returns False once the engine process is gone (waits then fail fast with PeerCrashed)
         self.alive_check: Callable[[], bool] | None = None
         self._sockets: list[zmq.Socket] = []
@@ -288,7 +290,7 @@ class HarnessFrontend:
             # INIT goes out even after a bad HELLO: the other cases can still run
             self.handshake.send_multipart([identity, init])
             rec.init_sent = True
-            self.transcript.record("sent", "handshake", [init])
+            self.transcript.record("sent", "handshake", [identity, init], lambda: decode_init(init))
             return
         if isinstance(msg, Hello):
             rec.anomalies.append("duplicate HELLO")
@@ -437,6 +439,7 @@ class HarnessFrontend:
                                 clause=clause) from None
         msg = decoded[0]
         if msg is ENGINE_DEAD:
+            self.engine_dead = True
             raise PeerCrashed(f"engine sent ENGINE_CORE_DEAD on output[{client}]")
         now = time.monotonic()
         self.messages.append((client, msg))

@@ -40,6 +40,12 @@ class EngineRunConfig:
     workdir: str = ""
 
 
+class EngineNeverConnected(CaseTimeout):
+    """No engine said HELLO within the startup budget: the command most likely does not reach
+    the harness's handshake address. Later launches of the run fail at once with the same error
+    instead of waiting the full budget again."""
+
+
 class EngineUnderTest:
     """One launch: a harness frontend, its bound sockets and the engine handle."""
 
@@ -55,6 +61,21 @@ class EngineUnderTest:
             self.handle = self._start(launch_no)
             self.fe.alive_check = self.alive
             self.fe.run_handshake(cfg.startup_timeout_s)
+        except PeerCrashed as exc:
+            detail = self._exit_detail()
+            self.close()
+            if detail:
+                raise PeerCrashed(f"{exc} {detail}") from exc
+            raise
+        except CaseTimeout as exc:
+            never = not self.fe.records
+            self.close()
+            if never:
+                raise EngineNeverConnected(
+                    f"{exc}: nothing connected to the handshake socket; check that COMMAND passes "
+                    "{handshake_address} (or {handshake_host}/{handshake_port} with --transport tcp) "
+                    "to the engine") from exc
+            raise
         except BaseException:
             self.close()
             raise
@@ -92,7 +113,18 @@ class EngineUnderTest:
         return CommandPeer(self.cfg.command, values, Path(self.cfg.workdir) / f"engine-{launch_no}.log")
 
     def alive(self) -> bool:
-        return self.handle is None or self.handle.alive()
+        return not self.fe.engine_dead and (self.handle is None or self.handle.alive())
+
+    def _exit_detail(self, lines: int = 8) -> str:
+        """Why a launched command died during the handshake: its exit status and last output lines."""
+        status = self.handle.exit_status() if self.handle is not None else None
+        if status is None:
+            return ""
+        tail = [ln for ln in self.handle.log_tail(4096).splitlines() if ln.strip()][-lines:]
+        text = f"(exit status {status} before completing the handshake)"
+        if tail:
+            text += "; its last output:\n" + "\n".join(f"      | {ln}" for ln in tail)
+        return text
 
     def log_tail(self) -> str:
         return self.handle.log_tail() if self.handle else ""
@@ -115,6 +147,8 @@ class EngineManager:
         self._launches = 0
         self._shared: EngineUnderTest | None = None
         self._startup_failure: Exception | None = None
+        self._ever_connected = False
+        self._never_connected: EngineNeverConnected | None = None
         self._dirty = False
         self.deadline: float | None = None
         #: engines a case touched: the plugin checks they are still alive afterwards
@@ -127,11 +161,20 @@ class EngineManager:
     def _launch(self, clients: int, engine_count: int, coordinator: bool = False) -> EngineUnderTest:
         if self.cfg.attach and self._launches >= 1:
             raise Unsupported("needs another engine launch, which --attach cannot do")
+        if self._never_connected is not None:
+            raise self._never_connected
         self._launches += 1
         self.transcript.note(f"launch {self._launches}: {engine_count} engine(s), {clients} client(s)")
         started = time.monotonic()
-        eut = EngineUnderTest(self.cfg, self.ctx, self.transcript, self._launches, clients, engine_count,
-                              coordinator)
+        try:
+            eut = EngineUnderTest(self.cfg, self.ctx, self.transcript, self._launches, clients, engine_count,
+                                  coordinator)
+        except EngineNeverConnected as exc:
+            if not self._ever_connected:
+                # the run's engine never reached us once: waiting again per case would only multiply the wait
+                self._never_connected = exc
+            raise
+        self._ever_connected = True
         self.logs.append(eut)
         # startup time does not eat the case budget
         if self.deadline is not None:
@@ -141,9 +184,15 @@ class EngineManager:
 
     def shared(self) -> EngineUnderTest:
         """The shared engine, (re)started if needed."""
+        if self._shared is not None and self.cfg.attach and self._dirty and self._shared.alive():
+            # "dirty" is a precaution (a case slept the engine, or failed): a harness-launched engine
+            # is restarted, but an attached one cannot be, so the run carries on with it; a case that
+            # really broke it shows up in the cases after it
+            self.transcript.note("the attached engine cannot be restarted: reusing it after the previous case")
+            self._dirty = False
         if self._shared is not None and (self._dirty or not self._shared.alive()):
             if self.cfg.attach:
-                raise PeerCrashed("the attached engine is gone or unusable and cannot be restarted")
+                raise PeerCrashed("the attached engine is gone and cannot be restarted")
             self._shared.close()
             self._shared = None
         self._dirty = False
@@ -207,4 +256,4 @@ class EngineManager:
         self.ctx.term()
 
 
-__all__ = ["EngineManager", "EngineRunConfig", "EngineUnderTest", "LaunchError"]
+__all__ = ["EngineManager", "EngineNeverConnected", "EngineRunConfig", "EngineUnderTest", "LaunchError"]

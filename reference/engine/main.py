@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import signal
 import sys
 import threading
@@ -56,6 +57,8 @@ def _run_here(args: argparse.Namespace, config: EngineConfig, dp_size: int) -> i
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if args.local:
+        watch_parent(stop.set, stop)
     servers = [EngineServer(config, rank=args.engine_start_index + i, handshake_address=args.handshake_address,
                             data_parallel_size=dp_size, local_index=args.dp_local_index + i, stop_event=stop)
                for i in range(args.engine_count)]
@@ -83,7 +86,28 @@ def _supervise(args: argparse.Namespace, config: EngineConfig, dp_size: int) -> 
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    if args.local:
+        gone = threading.Event()
+        watch_parent(lambda: (gone.set(), handle.signal(signal.SIGTERM)), gone)
     while handle.alive():
         handle.wait(0.5)
     codes = handle.exit_codes()
     return max((c if c is not None and c >= 0 else 1) for c in codes)
+
+
+def watch_parent(on_orphaned, stop: threading.Event, poll_s: float = 0.5) -> threading.Thread:
+    """A ``--local`` engine lives no longer than the process that spawned it (as vLLM's local
+    engine cores do): when that parent dies without stopping us (SIGKILL, the OOM killer), call
+    ``on_orphaned`` once instead of lingering forever as an orphan. Stops watching when ``stop`` is set."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while not stop.wait(poll_s):
+            if os.getppid() != parent:
+                log.warning("parent process %d is gone: stopping", parent)
+                on_orphaned()
+                return
+
+    thread = threading.Thread(target=watch, name="ecp-engine-parent-watch", daemon=True)
+    thread.start()
+    return thread

@@ -189,7 +189,12 @@ class EngineServer:
         hs = ctx.socket(zmq.DEALER)
         hs.setsockopt(zmq.IDENTITY, self.identity)
         hs.setsockopt(zmq.LINGER, 5000)
-        hs.connect(self.handshake_address)
+        try:
+            hs.connect(self.handshake_address)
+        except zmq.ZMQError as exc:
+            # an open socket would block ctx.term() forever: close it before reporting
+            hs.close(0)
+            raise EngineStartupError(f"cannot connect to handshake address {self.handshake_address!r}: {exc}") from exc
         try:
             hs.send(encode_handshake(Hello(local=cfg.local, headless=not cfg.local)))
             if not self._wait_readable(hs, cfg.handshake_timeout_s, "INIT"):
@@ -232,7 +237,8 @@ class EngineServer:
                           parallel_config_hash=self._parallel_config_hash() if self.dp_size > 1 else None)
             hs.send(encode_handshake(ready))
         finally:
-            hs.close()
+            # stopped mid-handshake: an undelivered HELLO must not hold ctx.term() for the linger time
+            hs.close(0 if self.stop_event.is_set() else None)
         self.ready.set()
         log.info("engine rank %d ready: %d client(s), %d KV blocks x %d, coordinator=%s",
                  self.rank, len(self._inputs), self.core.num_blocks, cfg.block_size, has_coord)

@@ -42,19 +42,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     bench = subparsers.add_parser("bench", help="benchmarks")
     bsub = bench.add_subparsers(dest="bench_command", metavar="BENCH")
-    b = bsub.add_parser("serve", help="load-test any OpenAI-compatible /v1/completions endpoint")
+    b = bsub.add_parser(
+        "serve", help="load-test any OpenAI-compatible /v1/completions endpoint",
+        description="Keep --concurrency streaming /v1/completions requests (ignore_eos, --max-tokens) in flight "
+                    "against --url until --num-requests finished; report request throughput, output tokens/s and "
+                    "TTFT/ITL p50/p90/p99 (progress bar on stderr). Exit 0 all requests ok, 1 some failed, "
+                    "2 unreachable server or bad arguments.")
     b.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL (default %(default)s)")
     b.add_argument("--model", default=None, help="model name (default: the first of /v1/models)")
-    b.add_argument("--concurrency", "-c", type=int, default=1)
+    b.add_argument("--concurrency", "-c", type=int, default=1, help="requests in flight at once (default 1)")
     b.add_argument("--num-requests", "-n", type=int, default=None,
                    help="requests to send (default: max(64, 4 x concurrency))")
     b.add_argument("--prompt-len", type=int, default=32, help="prompt length in characters")
-    b.add_argument("--max-tokens", type=int, default=64)
+    b.add_argument("--max-tokens", type=int, default=64, help="output tokens per request (default 64)")
     b.add_argument("--timeout", type=float, default=120.0, help="per-request timeout in seconds")
     b.add_argument("--extra-body", default=None, metavar="JSON",
                    help='fields merged into every request body, e.g. \'{"ignore_eos": null}\' (null removes)')
     b.add_argument("--json", action="store_true", help="print the result as JSON")
-    b.add_argument("--no-progress", action="store_true")
+    b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.set_defaults(func=_bench_serve)
     bench.set_defaults(func=lambda args: (bench.print_help(), 2)[1])
 

@@ -135,8 +135,6 @@ def to_sampling(req: CompletionRequest | ChatCompletionRequest, *, max_tokens: i
         extra_args=extra, **kw,
     )
     errs = sp.validation_errors()
-    if req.n < 1:
-        errs.append(f"n must be at least 1, got {req.n}")
     if errs:
         raise bad_request("; ".join(errs))
     return sp

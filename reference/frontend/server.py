@@ -183,7 +183,11 @@ async def serve(args: argparse.Namespace) -> int:
                               dev_mode=args.dev_mode or os.environ.get("VLLM_SERVER_DEV_MODE", "0") not in ("", "0"))
         frontend = Frontend(client, tokenizer, fcfg)
         app = ServeApp(frontend).build()
-        http = await start_http(app, args.host, args.port, log_level=args.log_level)
+        try:
+            http = await start_http(app, args.host, args.port, log_level=args.log_level)
+        except OSError as exc:  # port taken, unknown host: a usage error, not a crash
+            print(f"ecp serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+            return 2
         print(f"ecp serve: serving {args.model!r} on {http.url} with {dp} engine(s)"
               f"{' (dev mode)' if fcfg.dev_mode else ''}", file=sys.stderr, flush=True)
         await _until_stopped(stop, asyncio.shield(http.task))

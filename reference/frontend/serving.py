@@ -105,6 +105,9 @@ class Frontend:
         kind = "chat" if isinstance(body, ChatCompletionRequest) else "completion"
         if body.model is not None and body.model != self.config.model_name:
             raise OpenAIError(404, f"The model `{body.model}` does not exist.", "NotFoundError", "model")
+        if body.n < 1:
+            # checked here, not per choice: with n=0 no choice would ever be validated
+            raise bad_request(f"n must be at least 1, got {body.n}", "n")
         base = base_id
         resp_id = idconv.response_id(kind, base)
         if kind == "chat":

@@ -39,3 +39,19 @@ def test_rewrite_keeps_reasons_and_lists_current_failures(tmp_path):
     entries = xf.load(path)
     assert [(e.pattern, e.reason) for e in entries][0] == ("ENG-ABORT-3", "caps at 256")
     assert entries[1].pattern == "ENG-UTIL-2" and "TIMEOUT" in entries[1].reason
+
+
+def test_rewrite_after_a_partial_run_keeps_entries_for_cases_not_run(tmp_path):
+    """`--case ENG-REJECT-* --update-expected-failures` must not forget ENG-UTIL-1's known failure."""
+    path = tmp_path / "xf.txt"
+    old = xf.parse("ENG-REJECT-1 runs abort_immediately\nENG-UTIL-1 bare results\n"
+                   "ENG-ROB-* input thread dies\nENG-NOPE-1 typo\n")
+    catalogue = ["ENG-REJECT-1", "ENG-REJECT-2", "ENG-UTIL-1", "ENG-ROB-1", "ENG-ROB-2"]
+    results = [result("ENG-REJECT-1", Outcome.XFAIL), result("ENG-REJECT-2", Outcome.PASS),
+               result("ENG-ROB-1", Outcome.XFAIL)]
+    assert xf.rewrite(path, results, old, catalogue) == 3
+    entries = [(e.pattern, e.reason) for e in xf.load(path)]
+    assert ("ENG-UTIL-1", "bare results") in entries
+    assert ("ENG-ROB-*", "input thread dies") in entries  # still covers ENG-ROB-2, which did not run
+    assert ("ENG-REJECT-1", "runs abort_immediately") in entries
+    assert not any(p in ("ENG-NOPE-1", "ENG-ROB-1") for p, _ in entries)

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
 import zmq
 
 from engine_rawfront import make_request
@@ -58,3 +65,50 @@ def test_malformed_init_exits_one(tmp_path):
     finally:
         handle.stop()
         ctx.destroy(linger=0)
+
+
+def test_invalid_handshake_address_exits_one_instead_of_hanging():
+    """zmq rejects the address in connect(); the engine must report it and exit, not block in ctx.term()."""
+    handle = launch("not-an-endpoint")
+    try:
+        assert handle.wait(10) == [1]
+    finally:
+        handle.stop()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("engine_count", [1, 2])
+def test_local_engine_exits_when_its_parent_is_killed(tmp_path, engine_count):
+    """`ecp serve` SIGKILLed (OOM) must not leave its embedded engines running forever."""
+    parent_src = (
+        "import subprocess, sys\n"
+        "p = subprocess.Popen([sys.executable, '-m', 'ecp.reference.engine', '--local', '--handshake-address',\n"
+        f"                     'ipc://{tmp_path}/hs', '--engine-count', '{engine_count}'])\n"
+        "print(p.pid, flush=True)\n"
+        "p.wait()\n")
+    ctx, sock, _ = _router(tmp_path, "hs")
+    # its own process group, so that teardown can reap whatever a failing run left behind
+    parent = subprocess.Popen([sys.executable, "-c", parent_src], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    engine_pid = int(parent.stdout.readline())
+    try:
+        assert sock.poll(20000)  # a HELLO: the engine runs (and watches its parent) before the parent dies
+        parent.kill()
+        parent.wait(10)
+        deadline = time.monotonic() + 15
+        while not _gone(engine_pid):
+            assert time.monotonic() < deadline, "the orphaned engine kept running"
+            time.sleep(0.1)  # polling a foreign process's state; there is nothing to wait on
+    finally:
+        ctx.destroy(linger=0)
+        try:
+            os.killpg(parent.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

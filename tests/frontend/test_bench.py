@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from ecp.reference.frontend.bench import format_report, main, percentile, run_bench
 
 from .fakes import FakeClient
@@ -38,3 +40,13 @@ def test_bench_exits_2_when_the_server_is_unreachable(capsys):
                               max_tokens=2, timeout=2.0, json=False, no_progress=True, extra_body=None)
     assert main(args) == 2
     assert "ecp bench serve" in capsys.readouterr().err
+
+
+def test_bench_serve_help_says_what_it_measures(capsys):
+    from ecp.spec.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "serve", "--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "TTFT" in text and "requests in flight at once" in text and "Exit 0" in text

@@ -91,3 +91,17 @@ def test_ecp_serve_waits_for_external_engines_like_vllm_serve():
         if engine is not None:
             engine.stop(5)
     assert code == 0
+
+
+def test_ecp_serve_on_a_taken_port_is_a_usage_error_not_a_traceback():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        serve = ServeProcess("--port", str(taken.getsockname()[1]))
+        try:
+            code = serve.proc.wait(60)
+        finally:
+            serve.stop()
+    serve.wait_for("cannot listen on 127.0.0.1:")
+    assert code == 2
+    assert not any("Traceback" in line for line in serve.seen), serve.seen

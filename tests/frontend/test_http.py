@@ -290,3 +290,17 @@ def test_rejection_notice_gating():
         await rejected(c5, bugs=("notify-without-connector",))
         assert c4.notices == [] and len(c5.notices) == 1
     run(body)
+
+
+def test_n_below_one_is_a_400_not_an_empty_answer():
+    async def body():
+        client = FakeClient()
+        async with served(client) as (h, _):
+            plain = await h.post("/v1/completions", json={"prompt": "x", "n": 0})
+            chat = await h.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
+                                                              "n": -1, "stream": True})
+        for r in (plain, chat):
+            assert r.status_code == 400, r.text
+            assert r.json()["error"]["param"] == "n" and "n must be at least 1" in r.json()["error"]["message"]
+        assert client.added == []
+    run(body)
