@@ -102,6 +102,9 @@ class HarnessFrontend:
         self.deadline: float | None = None
         #: ENGINE_CORE_DEAD arrived: the engine is gone even where no process can be watched (--attach)
         self.engine_dead = False
+        #: False: ENGINE_CORE_DEAD is kept in :attr:`messages` as ``(client, ENGINE_DEAD)`` instead of
+        #: raising PeerCrashed (a test that expects the engine to die inspects it afterwards)
+        self.raise_on_engine_dead = True
         #: returns False once the engine process is gone (waits then fail fast with PeerCrashed)
         self.alive_check: Callable[[], bool] | None = None
         self._sockets: list[zmq.Socket] = []
@@ -125,6 +128,8 @@ class HarnessFrontend:
         )
         #: coordinator role: subscriptions seen, when READY was published, what engines sent it
         self.coord_subscriptions = 0
+        #: handshake events in arrival order: ("HELLO" | "READY", identity) and ("SUB", n)
+        self.handshake_events: list[tuple[str, Any]] = []
         self.gate_published_at: float | None = None
         self.gate_delay_s = 0.2
         self._gate_due: float | None = None
@@ -241,6 +246,7 @@ class HarnessFrontend:
             self.transcript.record("recv", "coordinator_input", frames)
             if frames and frames[0][:1] == b"\x01":
                 self.coord_subscriptions += 1
+                self.handshake_events.append(("SUB", self.coord_subscriptions))
                 if self.coord_subscriptions >= self.engine_count and self._gate_due is None:
                     # a short delay exposes engines that send READY before the gate opened
                     self._gate_due = time.monotonic() + self.gate_delay_s
@@ -287,6 +293,7 @@ class HarnessFrontend:
                 rec.hello_error = error
             else:
                 rec.hello = msg
+            self.handshake_events.append(("HELLO", identity))
             # INIT goes out even after a bad HELLO: the other cases can still run
             self.handshake.send_multipart([identity, init])
             rec.init_sent = True
@@ -300,6 +307,7 @@ class HarnessFrontend:
             rec.anomalies.append("duplicate READY")
             return
         rec.registered_at_ready = set(rec.registrations)
+        self.handshake_events.append(("READY", identity))
         rec.ready_at = time.monotonic()
         if error:
             rec.ready_error = error
@@ -440,6 +448,9 @@ class HarnessFrontend:
         msg = decoded[0]
         if msg is ENGINE_DEAD:
             self.engine_dead = True
+            if not self.raise_on_engine_dead:
+                self.messages.append((client, msg))
+                return
             raise PeerCrashed(f"engine sent ENGINE_CORE_DEAD on output[{client}]")
         now = time.monotonic()
         self.messages.append((client, msg))

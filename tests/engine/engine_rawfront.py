@@ -1,24 +1,22 @@
-"""A small raw-frame frontend for engine tests: binds the handshake ROUTER, one
-input ROUTER + output PULL per client and (optionally) a fake DP coordinator,
-and speaks to engines only through ``ecp.spec``'s codec. Every wait is bounded."""
+"""The engine tests' raw-frame frontend: the packaged harness frontend
+(:class:`ecp.conformance.engine.frontend.HarnessFrontend`) addressed by engine
+rank, with the strict handshake and the per-client views the tests assert on.
+Every wait is bounded."""
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
 from typing import Any, Callable
 
 import zmq
 
+from ecp.conformance.engine.frontend import Addresses, HarnessFrontend
+from ecp.conformance.transcript import Transcript
 from ecp.spec import (
-    ENGINE_DEAD, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest, EngineHandshakeMetadata,
-    EngineZmqAddresses, Hello, Ready, SamplingParams, decode_handshake, decode_outputs,
-    decode_ready_response, encode_abort, encode_add, encode_handshake, encode_start_dp_wave, encode_utility,
-    engine_identity, rank_of_identity,
+    ENGINE_DEAD, EngineCoreOutputs, EngineCoreRequest, SamplingParams, encode_abort, encode_add,
+    encode_start_dp_wave, engine_identity, rank_of_identity,
 )
-
-_ids = itertools.count(1)
 
 
 def make_request(rid: str, prompt: list[int] | None = None, *, client_index: int = 0, priority: int = 0,
@@ -33,97 +31,60 @@ def make_request(rid: str, prompt: list[int] | None = None, *, client_index: int
 class RawFrontend:
     def __init__(self, tmpdir: str, *, transport: str = "ipc", num_clients: int = 1,
                  coordinator: bool = False) -> None:
-        self.ctx = zmq.Context()
-        self.tmpdir = tmpdir
-        self.transport = transport
-        self._n = 0
-        self.handshake_sock, self.handshake_address = self._bind(zmq.ROUTER, "hs")
-        self.inputs, self.input_addresses, self.outputs, self.output_addresses = [], [], [], []
-        for i in range(num_clients):
-            s, a = self._bind(zmq.ROUTER, f"in{i}")
-            s.setsockopt(zmq.ROUTER_MANDATORY, 1)
-            self.inputs.append(s)
-            self.input_addresses.append(a)
-            s, a = self._bind(zmq.PULL, f"out{i}")
-            self.outputs.append(s)
-            self.output_addresses.append(a)
-        self.coord_pub = self.coord_pull = None
-        self.coord_in = self.coord_out = None
-        if coordinator:
-            self.coord_pub, self.coord_in = self._bind(zmq.XPUB, "cin")
-            self.coord_pub.setsockopt(zmq.XPUB_VERBOSE, 1)
-            self.coord_pull, self.coord_out = self._bind(zmq.PULL, "cout")
-        self.messages: list[list[Any]] = [[] for _ in range(num_clients)]  # decoded, arrival order
-        self.coord_messages: list[EngineCoreOutputs] = []
-        self.hellos: dict[int, Hello] = {}
-        self.readies: dict[int, Ready] = {}
-        self.ready_payloads: dict[tuple[int, int], EngineCoreReadyResponse | None] = {}
-        self.order: list[tuple[str, int]] = []  # handshake events, for ordering checks
+        def address(name: str) -> str:
+            return f"ipc://{os.path.join(tmpdir, name)}" if transport == "ipc" else "tcp://127.0.0.1:*"
 
-    def _bind(self, kind: int, name: str) -> tuple[zmq.Socket, str]:
-        s = self.ctx.socket(kind)
-        s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.SNDHWM, 0)
-        s.setsockopt(zmq.RCVHWM, 0)
-        if self.transport == "ipc":
-            s.bind(f"ipc://{os.path.join(self.tmpdir, name)}")
-        else:
-            s.bind("tcp://127.0.0.1:*")
-        return s, s.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.ctx = zmq.Context()
+        self.h = HarnessFrontend(
+            self.ctx, Addresses(address("hs"), [address(f"in{i}") for i in range(num_clients)],
+                                [address(f"out{i}") for i in range(num_clients)],
+                                (address("cin"), address("cout")) if coordinator else None),
+            engine_count=0, start_index=0, transcript=Transcript())
+        self.h.raise_on_engine_dead = False  # tests assert on ENGINE_CORE_DEAD via dead()
+        self.h.gate_delay_s = 0.0
+        self.handshake_address = self.h.addresses.handshake
+        self.outputs = self.h.outputs
 
     def close(self) -> None:
+        self.h.close()
         self.ctx.destroy(linger=0)
 
     # ------------------------------------------------------------------ handshake
     def handshake(self, ranks: list[int], timeout: float = 20.0) -> None:
         """Run the frontend side for ``ranks`` until each sent its ready payload(s) and READY."""
-        addresses = EngineZmqAddresses(self.input_addresses, self.output_addresses, self.coord_in,
-                                       self.coord_out, None)
-        init = encode_handshake(EngineHandshakeMetadata(addresses, {}))
-        poller = zmq.Poller()
-        poller.register(self.handshake_sock, zmq.POLLIN)
-        for s in self.inputs:
-            poller.register(s, zmq.POLLIN)
-        if self.coord_pub is not None:
-            poller.register(self.coord_pub, zmq.POLLIN)
-        subscribed: set[bytes] = set()
-        coord_ready_sent = self.coord_pub is None
-        deadline = time.monotonic() + timeout
-        want_regs = len(ranks) * len(self.inputs)
-        while len(self.readies) < len(ranks) or len(self.ready_payloads) < want_regs:
-            left = deadline - time.monotonic()
-            assert left > 0, f"handshake timed out: hellos={list(self.hellos)} readies={list(self.readies)}"
-            for sock, _ in poller.poll(int(left * 1000) + 1):
-                if sock is self.handshake_sock:
-                    ident, payload = sock.recv_multipart()
-                    rank = rank_of_identity(ident)
-                    assert rank in ranks
-                    msg = decode_handshake(payload)
-                    if isinstance(msg, Hello):
-                        self.hellos[rank] = msg
-                        self.order.append(("HELLO", rank))
-                        sock.send_multipart([ident, init])
-                    else:
-                        self.readies[rank] = msg
-                        self.order.append(("READY", rank))
-                elif sock is self.coord_pub:
-                    sub = sock.recv()
-                    subscribed.add(sub)
-                    self.order.append(("SUB", len(subscribed)))
-                    # XPUB dedups nothing in verbose mode: one b"\x01" per engine
-                    if not coord_ready_sent and sum(1 for o in self.order if o[0] == "SUB") >= len(ranks):
-                        sock.send(b"READY")
-                        coord_ready_sent = True
-                else:
-                    client = self.inputs.index(sock)
-                    ident, payload = sock.recv_multipart()
-                    rank = rank_of_identity(ident)
-                    self.ready_payloads[(rank, client)] = decode_ready_response(payload)
-                    self.order.append((f"REG{client}", rank))
+        assert ranks == list(range(min(ranks), min(ranks) + len(ranks))), ranks
+        self.h.engine_count, self.h.start_index = len(ranks), min(ranks)
+        self.h.run_handshake(timeout)
+        records = self.h.records
+        assert sorted(records) == sorted(engine_identity(r) for r in ranks), [i.hex() for i in records]
+        for rec in records.values():
+            assert rec.hello is not None and rec.ready is not None, rec
+            assert sorted(rec.ready_payloads) == list(range(len(self.h.inputs))), rec
+            assert not any(isinstance(p, str) for p in rec.ready_payloads.values()), rec
+
+    @property
+    def hellos(self) -> dict[int, Any]:
+        return {r.rank: r.hello for r in self.h.records.values()}
+
+    @property
+    def readies(self) -> dict[int, Any]:
+        return {r.rank: r.ready for r in self.h.records.values()}
+
+    @property
+    def ready_payloads(self) -> dict[tuple[int, int], Any]:
+        return {(r.rank, c): p for r in self.h.records.values() for c, p in r.ready_payloads.items()}
+
+    @property
+    def order(self) -> list[tuple[str, int]]:
+        """Handshake events (HELLO/READY with the rank, SUB with its count), for ordering checks."""
+        return [(kind, who if kind == "SUB" else rank_of_identity(who)) for kind, who in self.h.handshake_events]
 
     # ------------------------------------------------------------------ sending
+    def _engine(self, rank: int) -> int:
+        return self.h.route.index(engine_identity(rank))
+
     def send(self, rank: int, frames: list[bytes], client: int = 0) -> None:
-        self.inputs[client].send_multipart([engine_identity(rank), *frames])
+        self.h.send_raw(frames, self._engine(rank), client)
 
     def add(self, rank: int, req: EngineCoreRequest, client: int = 0) -> None:
         self.send(rank, encode_add(req), client)
@@ -132,16 +93,19 @@ class RawFrontend:
         self.send(rank, encode_abort(ids), client)
 
     def start_wave(self, wave: int, exclude: int | None = None) -> None:
-        self.coord_pub.send_multipart(encode_start_dp_wave(wave, exclude))
+        self.h.coord_pub.send_multipart(encode_start_dp_wave(wave, exclude))
 
     def call(self, rank: int, method: str, args: list | tuple = (), client: int = 0,
              timeout: float = 10.0) -> Any:
-        """Send a UTILITY and return its UtilityOutput (other messages are logged)."""
-        call_id = next(_ids) + 2**40
-        self.send(rank, encode_utility(client, call_id, method, list(args)), client)
-        msg = self.pump(lambda: self._find_reply(client, call_id, rank), timeout=timeout, client=client)
+        """Send a UTILITY and return the UtilityOutput that ``rank`` answered it with."""
+        cid = self.h.send_utility(method, args, engine=self._engine(rank), client=client)
+
+        def reply():
+            return next((r for r in self.h.replies.get(cid, []) if r.engine_index == rank), None)
+
+        msg = self.pump(reply, timeout=timeout)
         assert msg is not None, f"no reply to {method}"
-        return msg.utility_output
+        return msg.utility
 
     def value(self, rank: int, method: str, args: list | tuple = (), client: int = 0, timeout: float = 10.0) -> Any:
         out = self.call(rank, method, args, client, timeout)
@@ -159,54 +123,39 @@ class RawFrontend:
                 return value
             self.pump(lambda: False, timeout=0.005)
 
-    def _find_reply(self, client: int, call_id: int, rank: int) -> EngineCoreOutputs | None:
-        for m in self.messages[client]:
-            if (isinstance(m, EngineCoreOutputs) and m.utility_output is not None
-                    and m.utility_output.call_id == call_id and m.engine_index == rank):
-                return m
-        return None
-
     # ------------------------------------------------------------------ receiving
     def pump(self, until: Callable[[], Any], timeout: float = 10.0, client: int | None = None) -> Any:
-        """Receive into :attr:`messages` until ``until()`` is truthy or ``timeout`` passes."""
-        poller = zmq.Poller()
-        for s in self.outputs:
-            poller.register(s, zmq.POLLIN)
-        if self.coord_pull is not None:
-            poller.register(self.coord_pull, zmq.POLLIN)
+        """Receive until ``until()`` is truthy (returned) or ``timeout`` passes (``None``)."""
         deadline = time.monotonic() + timeout
         while True:
             got = until()
             if got:
                 return got
-            left = deadline - time.monotonic()
-            if left <= 0:
+            if time.monotonic() >= deadline:
                 return None
-            for sock, _ in poller.poll(int(left * 1000) + 1):
-                while True:
-                    try:
-                        frames = sock.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    msg = decode_outputs(frames)
-                    if sock is self.coord_pull:
-                        self.coord_messages.append(msg)
-                    else:
-                        self.messages[self.outputs.index(sock)].append(msg)
+            self.h.pump(deadline)
+
+    @property
+    def messages(self) -> list[list[Any]]:
+        """Decoded output messages per client, in arrival order."""
+        per_client: list[list[Any]] = [[] for _ in self.h.outputs]
+        for client, msg in self.h.messages:
+            per_client[client].append(msg)
+        return per_client
+
+    @property
+    def coord_messages(self) -> list[EngineCoreOutputs]:
+        return self.h.coordinator_messages
 
     def quiet(self, seconds: float = 0.2) -> None:
         """Receive for ``seconds`` (used to show that nothing more arrives)."""
-        self.pump(lambda: False, timeout=seconds)
+        self.h.observe(seconds)
 
     def outputs_for(self, rid: str, client: int = 0) -> list:
-        return [o for m in self.messages[client] if isinstance(m, EngineCoreOutputs)
-                for o in m.outputs if o.request_id == rid]
+        return [s.output for s in self.h.seen(rid) if s.client == client]
 
     def finished(self, rid: str, client: int = 0):
-        for o in self.outputs_for(rid, client):
-            if o.finish_reason is not None:
-                return o
-        return None
+        return next((o for o in self.outputs_for(rid, client) if o.finish_reason is not None), None)
 
     def wait_finished(self, rids: list[str], client: int = 0, timeout: float = 15.0) -> dict[str, Any]:
         done = self.pump(lambda: all(self.finished(r, client) for r in rids), timeout=timeout)
@@ -217,4 +166,4 @@ class RawFrontend:
         return [t for o in self.outputs_for(rid, client) for t in o.new_token_ids]
 
     def dead(self, client: int = 0) -> bool:
-        return any(m is ENGINE_DEAD for m in self.messages[client])
+        return any(c == client and m is ENGINE_DEAD for c, m in self.h.messages)
