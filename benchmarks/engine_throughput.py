@@ -26,11 +26,9 @@ import time
 
 import zmq
 
-from ecp.spec import (
-    EngineCoreOutputs, EngineCoreRequest, EngineHandshakeMetadata, EngineZmqAddresses, Hello,
-    SamplingParams, decode_handshake, decode_outputs, encode_add, encode_handshake, encode_utility,
-    engine_identity,
-)
+from ecp.conformance.engine.frontend import Addresses, HarnessFrontend
+from ecp.conformance.transcript import Transcript
+from ecp.spec import EngineCoreOutputs, EngineCoreRequest, SamplingParams, decode_outputs, encode_add, encode_utility
 from ecp.reference.engine import launch
 
 PROMPT = list(range(100, 132))
@@ -39,36 +37,17 @@ MAX_TOKENS = 128
 
 def _drive(concurrency: int, seconds: float, tmp: str) -> dict:
     ctx = zmq.Context()
-    hs = ctx.socket(zmq.ROUTER)
-    hs.bind(f"ipc://{tmp}/hs-{concurrency}")
-    inp = ctx.socket(zmq.ROUTER)
-    inp.bind(f"ipc://{tmp}/in-{concurrency}")
-    out = ctx.socket(zmq.PULL)
-    out.bind(f"ipc://{tmp}/out-{concurrency}")
-    for s in (hs, inp, out):
-        s.setsockopt(zmq.LINGER, 0)
-    handle = launch(f"ipc://{tmp}/hs-{concurrency}", 1, 0, mode="process", max_model_len=512,
+    front = HarnessFrontend(ctx, Addresses(f"ipc://{tmp}/hs-{concurrency}", [f"ipc://{tmp}/in-{concurrency}"],
+                                           [f"ipc://{tmp}/out-{concurrency}"]),
+                            engine_count=1, start_index=0, transcript=Transcript())
+    handle = launch(front.addresses.handshake, 1, 0, mode="process", max_model_len=512,
                     num_gpu_blocks=max(4096, concurrency * 16), max_num_seqs=max(256, concurrency),
                     max_num_batched_tokens=max(2048, concurrency * 33), disable_log_stats=False,
                     log_level="WARNING", stderr=subprocess.DEVNULL)
     try:
-        ident = engine_identity(0)
-        init = encode_handshake(EngineHandshakeMetadata(
-            EngineZmqAddresses([f"ipc://{tmp}/in-{concurrency}"], [f"ipc://{tmp}/out-{concurrency}"]), {}))
-        got_ready = registered = False
-        deadline = time.monotonic() + 60
-        while not (got_ready and registered):
-            assert time.monotonic() < deadline, "engine did not start"
-            if hs.poll(100):
-                i, payload = hs.recv_multipart()
-                msg = decode_handshake(payload)
-                if isinstance(msg, Hello):
-                    hs.send_multipart([i, init])
-                else:
-                    got_ready = True
-            if inp.poll(0):
-                inp.recv_multipart()
-                registered = True
+        # the harness frontend runs the handshake; the hot loop below uses its sockets raw (no transcript)
+        front.run_handshake(60)
+        ident, inp, out = front.identity(0), front.inputs[0], front.outputs[0]
         sp = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
         seq = 0
 
