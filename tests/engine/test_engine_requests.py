@@ -12,7 +12,9 @@ def _state(fe, rank=0):
 
 
 def test_error_outputs_and_engine_keeps_serving(rig):
-    fe, _ = rig.start(1, max_model_len=64, num_gpu_blocks=64, vocab_size=1000)
+    # 1 ms steps: the first "dup" must still be running when the second ADD lands (the engine thread
+    # shares the GIL with this frontend, so a zero-cost engine can finish 50 steps in one switch interval)
+    fe, _ = rig.start(1, max_model_len=64, num_gpu_blocks=64, vocab_size=1000, step_time_ms=1)
     fe.add(0, make_request("long", list(range(20, 100)), max_tokens=2))            # 80 > max_model_len
     fe.add(0, make_request("badp", max_tokens=2, temperature=5.0))                 # invalid sampling
     fe.add(0, make_request("vocab", [20, 5000], max_tokens=2))                     # out of vocabulary
@@ -87,7 +89,8 @@ def test_abort_immediately_never_runs(rig):
 
 
 def test_prefix_cache_hits_and_reset(rig):
-    fe, _ = rig.start(1, block_size=16, max_model_len=256, num_gpu_blocks=64)
+    # 1 ms steps: "long" (236 tokens at most) must still hold its blocks when pause_generation lands
+    fe, _ = rig.start(1, block_size=16, max_model_len=256, num_gpu_blocks=64, step_time_ms=1)
     prefix = list(range(100, 148))  # three full blocks
     fe.add(0, make_request("p1", prefix + [1000, 1001], max_tokens=2))
     fe.wait_finished(["p1"])
