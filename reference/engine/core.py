@@ -214,6 +214,13 @@ class EngineCore:
         errors = req.sampling_params.validation_errors()
         if errors:
             return "invalid_request", "; ".join(errors)
+        for name in ("logprobs", "prompt_logprobs"):
+            # more alternatives than the vocabulary has cannot be returned (and would
+            # make an executor search forever); -1 already means "the whole vocabulary"
+            num = getattr(req.sampling_params, name)
+            if num is not None and num > vocab:
+                return ("invalid_request", f"Requested {name} of {num}, which is greater than the "
+                        f"vocabulary size {vocab} (use -1 for the whole vocabulary)")
         if req.lora_request is not None and req.lora_request.lora_int_id not in self.loras:
             return "invalid_request", f"LoRA adapter {req.lora_request.lora_name!r} is not loaded"
         return None
