@@ -36,6 +36,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"ecp engine: {exc}", file=sys.stderr)
         return 2
+    if not args.handshake_address.startswith(("tcp://", "ipc://")):
+        print(f"ecp engine: --handshake-address must be tcp://HOST:PORT or ipc:///PATH, "
+              f"got {args.handshake_address!r}", file=sys.stderr)
+        return 2
     if args.engine_count < 1 or not 0 <= args.engine_start_index <= 0xFFFF - args.engine_count + 1:
         print("ecp engine: --engine-count must be >= 1 and ranks must fit 2 bytes", file=sys.stderr)
         return 2

@@ -154,6 +154,10 @@ class EngineServer:
                 log.error("engine rank %d failed to start: %s", self.rank, exc)
                 self.exit_code = 1
                 return 1
+            except Exception as exc:  # a bad address, a model that cannot load, no such device …
+                log.error("engine rank %d failed to start: %s: %s", self.rank, type(exc).__name__, exc)
+                self.exit_code = 1
+                return 1
             if self.stop_event.is_set() and self.core is None:
                 self.exit_code = 0
                 return 0
@@ -187,10 +191,10 @@ class EngineServer:
         cfg = self.config
         ctx = self._ctx
         hs = ctx.socket(zmq.DEALER)
-        hs.setsockopt(zmq.IDENTITY, self.identity)
-        hs.setsockopt(zmq.LINGER, 5000)
-        hs.connect(self.handshake_address)
-        try:
+        try:  # every socket must be closed on failure, or Context.term() would wait forever
+            hs.setsockopt(zmq.IDENTITY, self.identity)
+            hs.setsockopt(zmq.LINGER, 5000)
+            hs.connect(self.handshake_address)
             hs.send(encode_handshake(Hello(local=cfg.local, headless=not cfg.local)))
             if not self._wait_readable(hs, cfg.handshake_timeout_s, "INIT"):
                 return

@@ -58,3 +58,39 @@ def test_malformed_init_exits_one(tmp_path):
     finally:
         handle.stop()
         ctx.destroy(linger=0)
+
+
+def test_unusable_handshake_address_exits_one_without_hanging():
+    # connect() fails before any message: the socket must still be closed, or Context.term() hangs
+    handle = launch("tcp://no-port-here")
+    try:
+        assert handle.wait(10) == [1]
+    finally:
+        handle.stop()
+
+
+def test_executor_that_cannot_load_exits_one(tmp_path):
+    from ecp.spec import EngineHandshakeMetadata, EngineZmqAddresses, encode_handshake
+
+    ctx, sock, address = _router(tmp_path, "hs")
+    handle = launch(address, executor="torch", device="cpu", model=str(tmp_path / "no-model-here"))
+    try:
+        assert sock.poll(5000)
+        ident, _hello = sock.recv_multipart()
+        init = EngineHandshakeMetadata(EngineZmqAddresses([f"ipc://{tmp_path}/in"], [f"ipc://{tmp_path}/out"],
+                                                          None, None, None), {})
+        sock.send_multipart([ident, encode_handshake(init)])
+        assert handle.wait(30) == [1]  # a clear startup failure, not an uncaught exception
+    finally:
+        handle.stop()
+        ctx.destroy(linger=0)
+
+
+def test_cli_refuses_a_handshake_address_that_is_not_tcp_or_ipc():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "ecp.spec.cli", "engine", "--handshake-address", "localhost:5555"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--handshake-address must be tcp://HOST:PORT or ipc:///PATH" in proc.stderr
