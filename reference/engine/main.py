@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import logging
 import signal
 import sys
@@ -35,6 +36,11 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
     except ValueError as exc:
         print(f"ecp engine: {exc}", file=sys.stderr)
+        return 2
+    if config.executor == "torch" and importlib.util.find_spec("torch") is None:
+        # say so now, not after a frontend's INIT arrives
+        print("ecp engine: --executor torch needs torch: pip install 'engine-core-protocol[gpu]'",
+              file=sys.stderr)
         return 2
     if not args.handshake_address.startswith(("tcp://", "ipc://")):
         print(f"ecp engine: --handshake-address must be tcp://HOST:PORT or ipc:///PATH, "

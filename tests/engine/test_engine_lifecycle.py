@@ -94,3 +94,15 @@ def test_cli_refuses_a_handshake_address_that_is_not_tcp_or_ipc():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "--handshake-address must be tcp://HOST:PORT or ipc:///PATH" in proc.stderr
+
+
+def test_cli_without_torch_refuses_the_torch_executor_at_once():
+    import subprocess
+    import sys
+
+    # sys.modules["torch"] = None makes torch unimportable, as in an install without the gpu extra
+    code = ("import sys; sys.modules['torch'] = None; from ecp.spec.cli import main; "
+            "sys.exit(main(['engine', '--handshake-address', 'ipc:///nonexistent/hs', '--executor', 'torch']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "pip install 'engine-core-protocol[gpu]'" in proc.stderr
