@@ -93,7 +93,11 @@ def _supervise(args: argparse.Namespace, config: EngineConfig, dp_size: int) -> 
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    stopping = False
     while handle.alive():
         handle.wait(0.5)
+        if not stopping and any(c not in (None, 0) for c in handle.exit_codes()):
+            stopping = True  # one rank failed: take the others down too (as --in-process does)
+            handle.signal(signal.SIGTERM)
     codes = handle.exit_codes()
     return max((c if c is not None and c >= 0 else 1) for c in codes)

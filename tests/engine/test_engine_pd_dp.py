@@ -116,3 +116,26 @@ def test_cli_runs_ranks_and_exits_zero_on_sigterm(tmp_path, extra):
             proc.kill()
             proc.wait(5)
         fe.close()
+
+
+def test_cli_supervisor_takes_the_other_ranks_down_when_one_fails(tmp_path):
+    fe = RawFrontend(str(tmp_path), transport="ipc")
+    proc = subprocess.Popen([sys.executable, "-m", "ecp.spec.cli", "engine", "--handshake-address",
+                             fe.handshake_address, "--engine-count", "2", "--max-model-len", "256",
+                             "--num-gpu-blocks", "64", "--step-time-ms", "50", "--bug", "crash-on-bad-frame",
+                             "--log-level", "ERROR"],
+                            stderr=subprocess.DEVNULL)
+    try:
+        fe.handshake([0, 1], timeout=30)
+        fe.add(1, make_request("survivor", max_tokens=10_000, ignore_eos=True))
+        assert fe.pump(lambda: fe.tokens("survivor"), timeout=15)
+        fe.send(0, [b"\x09", b"\x90"])  # fatal for rank 0 under the knob
+        assert fe.pump(lambda: fe.dead(), timeout=15)
+        # rank 1 is stopped gracefully (its request gets an ABORT output) and the CLI reports the failure
+        assert fe.wait_finished(["survivor"], timeout=15)["survivor"].finish_reason == FinishReason.ABORT
+        assert proc.wait(20) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        fe.close()
