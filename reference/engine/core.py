@@ -192,6 +192,8 @@ class EngineCore:
         self.scheduler.add(er)
         if abort_now:
             self._end(er, aborted=True)
+            if self.include_finished_set:  # no output, but reported as finished (as vLLM)
+                self._finished_for_client.setdefault(client, set()).add(rid)
             self._stats_dirty = True
 
     def _validate(self, req: EngineCoreRequest) -> tuple[str, str] | None:

@@ -139,3 +139,18 @@ def test_cli_supervisor_takes_the_other_ranks_down_when_one_fails(tmp_path):
             proc.kill()
             proc.wait(5)
         fe.close()
+
+
+def test_aborted_ids_go_into_finished_requests_with_a_coordinator(rig):
+    # vLLM's include_finished_set: client ABORTs and abort_immediately ADDs produce no output,
+    # but their ids are reported in finished_requests
+    fe, _ = rig.start(1, coordinator=True, step_time_ms=5)
+    fe.add(0, make_request("ai", [0], max_tokens=1, abort_immediately=True))
+    fe.add(0, make_request("ab", max_tokens=10_000))
+    assert fe.pump(lambda: fe.tokens("ab"))
+    fe.abort(0, ["ab"])
+    fe.add(0, make_request("after", max_tokens=2))
+    fe.wait_finished(["after"])
+    reported = set().union(*(m.finished_requests or set() for m in fe.messages[0]))
+    assert {"ai", "ab", "after"} <= reported
+    assert fe.outputs_for("ai") == [] and all(o.finish_reason is None for o in fe.outputs_for("ab"))
