@@ -106,3 +106,18 @@ def test_cli_without_torch_refuses_the_torch_executor_at_once():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "pip install 'engine-core-protocol[gpu]'" in proc.stderr
+
+
+def test_help_explains_every_flag_with_its_default_and_the_exit_codes(capsys):
+    import pytest
+
+    from ecp.spec.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["engine", "--help"])
+    assert info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Exit codes: 0 after a graceful stop" in text
+    for flag, default in [("--max-model-len", "4096"), ("--block-size", "16"), ("--max-num-seqs", "256"),
+                          ("--handshake-timeout-s", "300.0"), ("--kv-lease-s", "480.0")]:
+        assert f"(default: {default})" in text.split(flag, 2)[2].split(" --", 1)[0], flag
