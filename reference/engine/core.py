@@ -101,11 +101,13 @@ class EngineCore:
         num_blocks = config.num_gpu_blocks
         if num_blocks is None:
             num_blocks = executor.available_blocks(config.block_size, config.gpu_memory_utilization)
-        self.num_blocks = int(num_blocks or DEFAULT_NUM_GPU_BLOCKS)
+        # 0 from the executor means "no room on the device": an error below, never the default
+        self.num_blocks = int(DEFAULT_NUM_GPU_BLOCKS if num_blocks is None else num_blocks)
         if self.num_blocks * config.block_size < self.max_model_len:
             raise ValueError(
                 f"the KV cache ({self.num_blocks} blocks x {config.block_size} tokens) cannot hold one "
-                f"sequence of max_model_len={self.max_model_len}; lower --max-model-len")
+                f"sequence of max_model_len={self.max_model_len}; lower --max-model-len, or raise "
+                f"--num-gpu-blocks / --gpu-memory-utilization")
         executor.initialize(self.num_blocks, config.block_size)
         self.scheduler = Scheduler(
             num_blocks=self.num_blocks, block_size=config.block_size, max_num_seqs=config.max_num_seqs,
