@@ -1,4 +1,4 @@
-"""``ecp conformance list|engine`` (the frontend role adds ``frontend``)."""
+"""``ecp conformance list|engine|frontend``."""
 
 from __future__ import annotations
 
@@ -38,6 +38,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_common_options(eng)
     eng.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the engine")
     eng.set_defaults(func=_engine)
+
+    fe = sub.add_parser(
+        "frontend", help="check a frontend: the harness plays the engines",
+        description="Launch COMMAND (placeholders {handshake_port}, {handshake_address}, {http_port}, "
+                    "{engine_count}) as a frontend whose engines are remote and headless, join its handshake "
+                    "with scripted engines and drive it over HTTP. Exit 0 pass, 1 conformance failures, "
+                    "2 harness or usage error.")
+    fe.add_argument("--attach", metavar="ADDRESS",
+                    help="the handshake address (tcp://HOST:PORT) of a frontend you started yourself; "
+                         "needs --http-url")
+    fe.add_argument("--http-url", metavar="URL", help="with --attach: the frontend's HTTP base URL")
+    fe.add_argument("--engine-count", type=int, default=2, help="scripted engines (DP ranks) per launch (2)")
+    fe.add_argument("--startup-timeout", type=float, default=60.0, metavar="S",
+                    help="budget for a launch to finish its handshake and answer /health 200 (60)")
+    fe.add_argument("--quiet-window", type=float, default=0.3, metavar="S",
+                    help="how long the harness watches for stray frames before asserting an absence (0.3)")
+    add_common_options(fe)
+    fe.set_defaults(case_timeout=30.0)
+    fe.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the frontend")
+    fe.set_defaults(func=_frontend)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -89,3 +109,27 @@ def _engine(args: argparse.Namespace) -> int:
     }
     target = " ".join(command) if command else f"--attach {args.attach}" if args.attach else f"--adapter {args.adapter}"
     return run("engine", args, role_config, target)
+
+
+def _frontend(args: argparse.Namespace) -> int:
+    import shlex
+    import sys
+
+    from .runner import run
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if bool(command) == bool(args.attach) or bool(args.attach) != bool(args.http_url):
+        print("ecp conformance frontend: give either -- COMMAND ... or --attach ADDRESS --http-url URL",
+              file=sys.stderr)
+        return 2
+    if not 1 <= args.engine_count <= 0xFFFF:
+        print("ecp conformance frontend: bad --engine-count", file=sys.stderr)
+        return 2
+    role_config = {
+        "command": command, "attach": args.attach, "http_url": args.http_url, "engine_count": args.engine_count,
+        "startup_timeout_s": args.startup_timeout, "quiet_window_s": args.quiet_window,
+    }
+    target = shlex.join(command) if command else f"--attach {args.attach} --http-url {args.http_url}"
+    return run("frontend", args, role_config, target)

@@ -33,10 +33,12 @@ _STATE_KEY = pytest.StashKey["RunState"]()
 #: case_crashed(), mark_dirty(), log_tail() and close() to this plugin.
 PEER_MANAGERS: dict[str, tuple[str, str, str]] = {
     "engine": ("ecp.conformance.engine.session", "EngineManager", "EngineRunConfig"),
+    "frontend": ("ecp.conformance.frontend.session", "FrontendManager", "FrontendRunConfig"),
 }
 #: role -> module with that role's fixtures, registered as a plugin when the role runs
 ROLE_FIXTURES: dict[str, str] = {
     "engine": "ecp.conformance.engine.fixtures",
+    "frontend": "ecp.conformance.frontend.fixtures",
 }
 
 

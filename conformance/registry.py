@@ -31,7 +31,7 @@ Level = Literal["MUST", "SHOULD", "MAY"]
 #: role name -> (case-id prefix, module holding that role's ``CASES``)
 ROLE_CATALOGS: dict[str, tuple[str, str]] = {
     "engine": ("ENG", "ecp.conformance.engine.catalog"),
-    # part 2 adds: "frontend": ("FE", "ecp.conformance.frontend.catalog"),
+    "frontend": ("FE", "ecp.conformance.frontend.catalog"),
 }
 
 #: Ids that were once used and must never be given to another case.

@@ -1,0 +1,89 @@
+"""The frontend-role catalogue: what the harness checks when it plays the engines.
+
+Ids are stable and never reused (see :mod:`ecp.conformance.registry`); new
+cases take the next free number of their area.
+"""
+
+from __future__ import annotations
+
+from ..registry import Case
+
+F = ("frontend",)
+
+
+def _c(id: str, clause: str, level: str, slug: str, requirement: str, feature: str | None = None) -> Case:
+    return Case(id=id, clause=clause, level=level, roles=F, requirement=requirement, slug=slug,  # type: ignore[arg-type]
+                feature=feature)
+
+
+#: Burst sizes of the coalescing cases (FE-ABORT-1..6).
+BURST_SIZES = (3, 64, 2000)
+
+CASES: tuple[Case, ...] = (
+    # ------------------------------------------------------------ handshake
+    _c("FE-HS-1", "ECP-HS-2", "MUST", "init-addresses-reachable",
+       "INIT lists equal, non-empty input/output addresses, and every engine is reached on its input socket."),
+    _c("FE-HS-2", "ECP-HS-4", "MUST", "minimal-ready-payload",
+       "A ready payload with only the 17 required keys is accepted and the engine is served."),
+    _c("FE-HS-3", "ECP-HS-4", "MUST", "ready-payload-extra-keys",
+       "A ready payload with every key plus unknown extra keys is accepted and the engine is served."),
+    _c("FE-HS-4", "ECP-HS-8", "MUST", "no-ready-fails-clearly",
+       "When an engine never sends READY the frontend exits with an error or stays unhealthy."),
+    # ------------------------------------------------------------- requests
+    _c("FE-REQ-1", "ECP-REQ-1", "MUST", "add-payload-decodes",
+       "Completions and chat requests reach an engine as ADDs that decode per spec, with the requested max_tokens."),
+    _c("FE-REQ-2", "ECP-REQ-6", "MUST", "client-index-and-wave",
+       "Each ADD's client_index names the input socket it arrived on, and current_wave is not negative."),
+    _c("FE-REQ-3", "ECP-DP-2", "MUST", "pinned-rank-reaches-engine",
+       "A request with X-data-parallel-rank: r goes to engine r with data_parallel_rank r."),
+    _c("FE-REQ-4", "ECP-DP-3", "SHOULD", "load-spreads",
+       "Concurrent unpinned requests are spread over every engine."),
+    # ---------------------------------------------------------------- abort
+    _c("FE-ABORT-1", "ECP-ABORT-6", "MUST", "burst-3-exact-ids",
+       "Dropping 3 open streams at once aborts exactly their ids at each engine, and no finished request."),
+    _c("FE-ABORT-2", "ECP-ABORT-6", "MUST", "burst-64-exact-ids",
+       "Dropping 64 open streams at once aborts exactly their ids at each engine, and no finished request."),
+    _c("FE-ABORT-3", "ECP-ABORT-6", "MUST", "burst-2000-exact-ids",
+       "Dropping 2,000 open streams at once aborts exactly their ids at each engine, and no finished request."),
+    _c("FE-ABORT-4", "ECP-ABORT-5", "SHOULD", "burst-3-coalesced",
+       "Dropping 3 streams at once costs each engine at most ceil(K_engine/1024)+1 ABORT messages."),
+    _c("FE-ABORT-5", "ECP-ABORT-5", "SHOULD", "burst-64-coalesced",
+       "Dropping 64 streams at once costs each engine at most ceil(K_engine/1024)+1 ABORT messages."),
+    _c("FE-ABORT-6", "ECP-ABORT-5", "SHOULD", "burst-2000-coalesced",
+       "Dropping 2,000 streams at once costs each engine at most ceil(K_engine/1024)+1 ABORT messages."),
+    _c("FE-ABORT-7", "ECP-ABORT-7", "MUST", "single-drop-aborted-promptly",
+       "A single dropped stream is aborted at its engine within 1 s."),
+    _c("FE-ABORT-8", "ECP-ABORT-8", "MUST", "explicit-abort-by-id",
+       "The abort endpoint with a request id sends ABORT for it and its stream ends with finish_reason abort."),
+    _c("FE-ABORT-9", "ECP-ABORT-8", "MUST", "explicit-abort-all",
+       "The abort endpoint without ids aborts every open request at its engine; each stream ends with abort."),
+    _c("FE-ABORT-10", "ECP-ABORT-7", "MUST", "stop-string-aborts-engine",
+       "A stop string matched in the frontend ends the stream with stop and sends ABORT for it within 1 s."),
+    # ------------------------------------------------- rejection notification
+    _c("FE-REJECT-1", "ECP-REJECT-2", "MUST", "rejection-notice-shape",
+       "A rejected request with do_remote_prefill yields one abort_immediately ADD: prompt [0], max_tokens 1, "
+       "its kv_transfer_params, its id, the pinned rank.", feature="kv_connector"),
+    _c("FE-REJECT-2", "ECP-REJECT-3", "MUST", "no-notice-without-remote-prefill",
+       "No rejection notice for a rejected request without do_remote_prefill, nor for an admitted one.",
+       feature="kv_connector"),
+    _c("FE-REJECT-3", "ECP-REJECT-4", "MUST", "rejected-client-gets-error",
+       "The HTTP client of a rejected request with do_remote_prefill still receives its error."),
+    _c("FE-REJECT-4", "ECP-REJECT-3", "MUST", "no-notice-without-connector",
+       "Without a KV connector configured, a rejected request with do_remote_prefill sends no notice."),
+    # ------------------------------------------------------- DP aggregation
+    _c("FE-UTIL-1", "ECP-UTIL-4", "MUST", "is-sleeping-disagreement-is-error",
+       "When engines disagree on is_sleeping, GET /is_sleeping fails instead of returning one engine's answer.",
+       feature="dev_endpoints"),
+    _c("FE-UTIL-2", "ECP-UTIL-4", "MUST", "is-sleeping-agreement",
+       "When every engine answers is_sleeping alike, GET /is_sleeping returns that value.",
+       feature="dev_endpoints"),
+    _c("FE-UTIL-3", "ECP-UTIL-5", "MUST", "reset-prefix-cache-and",
+       "POST /reset_prefix_cache reports success only if every engine answered true.",
+       feature="dev_endpoints"),
+    _c("FE-UTIL-4", "ECP-UTIL-7", "MUST", "utility-reaches-every-engine",
+       "is_sleeping, sleep, wake_up and reset_prefix_cache each reach every engine.",
+       feature="dev_endpoints"),
+    # --------------------------------------------------------- engine death
+    _c("FE-ROB-1", "ECP-ROB-3", "MUST", "engine-dead-fails-closed",
+       "After ENGINE_CORE_DEAD, GET /health stops answering 200 and open streams end with an error."),
+)

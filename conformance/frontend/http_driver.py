@@ -1,0 +1,140 @@
+"""Drives the frontend under test over HTTP: OpenAI completions and chat
+(streaming or not), the vLLM dev endpoints, the abort endpoints, health.
+
+Plain requests go through httpx. Streams are :class:`~.sse.SseStream` objects
+(one asyncio connection each) opened up to the response headers; a case reads
+events from them, or *drops* them (closes the connection without reading on,
+which is what a departing client does) to trigger the frontend's auto-abort.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from .sse import SseStream
+
+@dataclass
+class Reply:
+    """A non-streaming HTTP reply."""
+
+    status_code: int
+    body: Any
+    text: str
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status_code < 300
+
+
+class HttpDriver:
+    """An httpx client bound to the frontend's base URL."""
+
+    def __init__(self, base_url: str, timeout: float = 10.0) -> None:
+        self.base_url = base_url
+        self.timeout = timeout
+        parts = urlsplit(base_url)
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or 80
+        self.model: str = "default"
+        self.client = httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(timeout))
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    # -- plain requests ------------------------------------------------------------
+    async def request(self, method: str, path: str, *, json_body: Any = None,
+                      params: Any = None, headers: dict[str, str] | None = None) -> Reply:
+        response = await self.client.request(method, path, json=json_body, params=params, headers=headers)
+        text = response.text
+        try:
+            body = response.json() if text else None
+        except ValueError:
+            body = None
+        return Reply(response.status_code, body, text)
+
+    async def health(self) -> int | None:
+        """``GET /health`` status, or ``None`` when the server does not answer."""
+        try:
+            return (await self.client.get("/health", timeout=2.0)).status_code
+        except (httpx.HTTPError, OSError):
+            return None
+
+    async def models(self) -> list[str]:
+        reply = await self.request("GET", "/v1/models")
+        if not reply.ok or not isinstance(reply.body, dict):
+            return []
+        return [m.get("id") for m in reply.body.get("data") or [] if isinstance(m, dict)]
+
+    # -- OpenAI --------------------------------------------------------------------
+    def completion_body(self, prompt: str, max_tokens: int, *, stream: bool, **extra: Any) -> dict[str, Any]:
+        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "stream": stream,
+                "temperature": 0.0}
+        body.update(extra)
+        return body
+
+    def chat_body(self, content: str, max_tokens: int, *, stream: bool, **extra: Any) -> dict[str, Any]:
+        body = {"model": self.model, "messages": [{"role": "user", "content": content}],
+                "max_tokens": max_tokens, "stream": stream, "temperature": 0.0}
+        body.update(extra)
+        return body
+
+    async def complete(self, prompt: str, max_tokens: int, headers: dict[str, str] | None = None,
+                       **extra: Any) -> Reply:
+        """A non-streaming ``/v1/completions`` call."""
+        return await self.request("POST", "/v1/completions", headers=headers,
+                                  json_body=self.completion_body(prompt, max_tokens, stream=False, **extra))
+
+    async def chat(self, content: str, max_tokens: int, headers: dict[str, str] | None = None,
+                   **extra: Any) -> Reply:
+        return await self.request("POST", "/v1/chat/completions", headers=headers,
+                                  json_body=self.chat_body(content, max_tokens, stream=False, **extra))
+
+    async def open_stream(self, path: str, body: dict[str, Any],
+                          headers: dict[str, str] | None = None) -> SseStream:
+        """POST with ``stream: true`` and return once the response headers arrived."""
+        return await SseStream.open(self.host, self.port, path, body, headers, self.timeout)
+
+    async def stream_completion(self, prompt: str, max_tokens: int,
+                                headers: dict[str, str] | None = None, **extra: Any) -> SseStream:
+        return await self.open_stream("/v1/completions",
+                                      self.completion_body(prompt, max_tokens, stream=True, **extra), headers)
+
+    async def stream_chat(self, content: str, max_tokens: int,
+                          headers: dict[str, str] | None = None, **extra: Any) -> SseStream:
+        return await self.open_stream("/v1/chat/completions",
+                                      self.chat_body(content, max_tokens, stream=True, **extra), headers)
+
+
+@dataclass(frozen=True)
+class AbortApi:
+    """One shape of explicit-abort endpoint (FACTS section 11).
+
+    ``ids_key`` carries the ids; abort-all is ``all_body`` (vLLM and vllm-rs:
+    an empty id list; FastDeploy: ``abort_all``).
+    """
+
+    path: str
+    ids_key: str
+    all_body: tuple[tuple[str, Any], ...]
+
+    def ids_body(self, ids: list[str]) -> dict[str, Any]:
+        return {self.ids_key: list(ids)}
+
+
+#: Tried in order by the capability probe.
+ABORT_APIS = (
+    AbortApi("/abort_requests", "request_ids", (("request_ids", []),)),
+    AbortApi("/v1/abort_requests", "req_ids", (("abort_all", True),)),
+)
+
+
+async def abort_by_ids(driver: HttpDriver, api: AbortApi, ids: list[str]) -> Reply:
+    return await driver.request("POST", api.path, json_body=api.ids_body(ids))
+
+
+async def abort_all(driver: HttpDriver, api: AbortApi) -> Reply:
+    return await driver.request("POST", api.path, json_body=dict(api.all_body))

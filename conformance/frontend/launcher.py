@@ -1,0 +1,72 @@
+"""The frontend command template: placeholders and KV-connector options.
+
+``COMMAND`` is a template whose arguments may contain ``{handshake_port}``,
+``{handshake_address}``, ``{http_port}`` and ``{engine_count}`` (filled in by
+the framework's :func:`ecp.conformance.launch.fill_template`, which leaves
+other braces alone, so JSON arguments pass through). The process itself is a
+:class:`ecp.conformance.launch.CommandPeer`.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+
+PLACEHOLDERS = ("handshake_port", "handshake_address", "http_port", "engine_count")
+
+#: Options that configure a KV connector, with how many values each takes.
+#: The harness removes them to run a frontend *without* a connector
+#: (``ecp serve --kv-connector NAME``; vLLM ``--kv-transfer-config JSON``).
+KV_CONNECTOR_OPTIONS: dict[str, int] = {"--kv-connector": 1, "--kv-transfer-config": 1}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """An ephemeral TCP port that was free a moment ago on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class Placeholders:
+    handshake_port: int
+    http_port: int
+    engine_count: int
+    host: str = "127.0.0.1"
+
+    @property
+    def handshake_address(self) -> str:
+        return f"tcp://{self.host}:{self.handshake_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.host}:{self.http_port}"
+
+    @classmethod
+    def fresh(cls, engine_count: int, host: str = "127.0.0.1") -> "Placeholders":
+        return cls(free_port(host), free_port(host), engine_count, host)
+
+    def values(self) -> dict[str, object]:
+        """The values for :func:`~ecp.conformance.launch.fill_template`."""
+        return {"handshake_port": self.handshake_port, "handshake_address": self.handshake_address,
+                "http_port": self.http_port, "engine_count": self.engine_count}
+
+
+def has_kv_connector(argv: list[str]) -> bool:
+    """Whether the command configures a KV connector."""
+    return without_kv_connector(argv) != list(argv)
+
+
+def without_kv_connector(argv: list[str]) -> list[str]:
+    """``argv`` with every KV connector option (and its value) removed."""
+    out = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        if name in KV_CONNECTOR_OPTIONS:
+            i += 1 + (0 if "=" in arg else KV_CONNECTOR_OPTIONS[name])
+            continue
+        out.append(arg)
+        i += 1
+    return out

@@ -1,0 +1,57 @@
+"""What the frontend under test exposes, found once per session.
+
+Cases that need something the frontend does not expose end UNSUPPORTED, not
+FAIL: the vLLM dev endpoints (``GET /is_sleeping`` answers 404 without dev
+mode, FACTS section 11.1), an explicit-abort endpoint (``/abort_requests`` in
+vLLM and vllm-rs, ``/v1/abort_requests`` in FastDeploy), chat completions,
+and a configured KV connector (seen on the command line).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+from .http_driver import ABORT_APIS, AbortApi, HttpDriver
+
+#: An id no frontend tracks: probing the abort endpoint with it aborts nothing.
+PROBE_REQUEST_ID = "ecp-conformance-probe-no-such-request"
+
+NOT_FOUND = (404, 405)
+
+
+@dataclass
+class Capabilities:
+    model: str
+    dev_endpoints: bool
+    abort_api: AbortApi | None
+    chat: bool
+    kv_connector: bool
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "model": self.model, "dev_endpoints": self.dev_endpoints,
+            "abort_api": self.abort_api.path if self.abort_api else None,
+            "chat": self.chat, "kv_connector": self.kv_connector,
+        }
+
+
+async def probe(driver: HttpDriver, *, kv_connector: bool) -> Capabilities:
+    """Ask the frontend what it serves; sets ``driver.model`` as a side effect."""
+    models = await driver.models()
+    if models:
+        driver.model = models[0]
+    dev = (await driver.request("GET", "/is_sleeping")).status_code not in NOT_FOUND
+    abort_api = None
+    for api in ABORT_APIS:
+        try:
+            reply = await driver.request("POST", api.path, json_body=api.ids_body([PROBE_REQUEST_ID]))
+        except httpx.HTTPError:
+            continue
+        if reply.status_code not in NOT_FOUND:
+            abort_api = api
+            break
+    chat_reply = await driver.request("POST", "/v1/chat/completions", json_body={"model": driver.model})
+    chat = chat_reply.status_code not in NOT_FOUND
+    return Capabilities(driver.model, dev, abort_api, chat, kv_connector)

@@ -1,0 +1,435 @@
+"""Frontend lifetimes for the frontend role: one shared launch, fresh ones on demand.
+
+A launch is the frontend process (a :class:`~ecp.conformance.launch.CommandPeer`
+running the user's COMMAND with fresh ports) plus ``engine_count`` scripted
+engines that join its handshake. Most cases share one launch and reprogram
+its engines; cases that need a frontend in another state (an engine that
+withholds READY, a ready payload of another shape, no KV connector, an engine
+that dies) use :meth:`FrontendManager.fresh`.
+
+Everything asynchronous (zmq engines, httpx) runs on one event loop in a
+background thread (:class:`LoopThread`), so that synchronous pytest cases can
+share a launch across tests: a case body is an ``async def`` taking the
+manager, run with :meth:`FrontendManager.run` under the case's time budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+
+import zmq
+import zmq.asyncio
+
+from ..launch import CommandPeer, LaunchError, PeerHandle
+from ..outcomes import CaseTimeout, PeerCrashed, Unsupported, Violation
+from ..transcript import Transcript
+from .engine import EngineHandshakeFailed, ScriptedEngine
+from .http_driver import HttpDriver
+from .launcher import Placeholders, has_kv_connector, without_kv_connector
+from .probe import Capabilities, probe
+from .recorder import FrameRecord
+
+T = TypeVar("T")
+
+#: How often process liveness and ``/health`` are polled while waiting (neither has an event).
+POLL_S = 0.1
+
+
+@dataclass
+class FrontendRunConfig:
+    """Everything the frontend role needs to launch and drive frontends (JSON-serialisable).
+
+    ``attach`` is the handshake address of a frontend the user started
+    (``tcp://HOST:PORT``, its ``--data-parallel-rpc-port``) and ``http_url``
+    its HTTP base URL; the harness then cannot relaunch it.
+    """
+
+    command: list[str] = field(default_factory=list)
+    attach: str | None = None
+    http_url: str | None = None
+    engine_count: int = 2
+    startup_timeout_s: float = 60.0
+    case_timeout_s: float = 30.0
+    quiet_window_s: float = 0.3
+    workdir: str = ""
+
+
+class LoopThread:
+    """An asyncio loop on a daemon thread; :meth:`run` executes a coroutine there."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="ecp-frontend-role", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Awaitable[T], deadline: Callable[[], float], what: str) -> T:
+        """Run ``coro`` on the loop; cancel it at ``deadline()`` (re-read, so it may be extended)."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+        started = time.monotonic()
+        while True:
+            remaining = deadline() - time.monotonic()
+            try:
+                return future.result(max(0.0, min(remaining, 0.5)))
+            except TimeoutError:
+                if future.done() or time.monotonic() < deadline():
+                    continue
+                future.cancel()
+                raise CaseTimeout(f"{what} did not finish within {time.monotonic() - started:.1f} s") from None
+
+    def close(self) -> None:
+        async def drain() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        try:
+            asyncio.run_coroutine_threadsafe(drain(), self.loop).result(5)
+        except Exception:  # noqa: BLE001 - best effort at teardown
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.loop.close()
+
+
+def _record_to_transcript(transcript: Transcript) -> Callable[[FrameRecord], None]:
+    def sink(rec: FrameRecord) -> None:
+        direction = "recv" if rec.direction == "in" else "sent"
+        channel = f"engine{rec.rank}/{rec.channel}" + ("" if rec.client_index is None else f"[{rec.client_index}]")
+        transcript.record(direction, channel, rec.frames,
+                          (lambda: rec.error.to_dict()) if rec.error is not None else (lambda: rec.message))
+    return sink
+
+
+class FrontendUnderTest:
+    """One launch: the frontend process, its scripted engines, an HTTP driver."""
+
+    def __init__(self, cfg: FrontendRunConfig, ctx: zmq.asyncio.Context, transcript: Transcript,
+                 launch_no: int, *, engine_count: int, argv: list[str], scripts: list[Any] | None) -> None:
+        self.cfg = cfg
+        self.ctx = ctx
+        self.transcript = transcript
+        self.launch_no = launch_no
+        self.engine_count = engine_count
+        self.argv = argv
+        self.kv_connector = has_kv_connector(argv) if not cfg.attach else True
+        self.handle: PeerHandle | None = None
+        if cfg.attach:
+            host_port = cfg.attach.removeprefix("tcp://")
+            host, _, port = host_port.rpartition(":")
+            http_port = int((cfg.http_url or "").rsplit(":", 1)[-1].split("/")[0] or 0)
+            self.placeholders = Placeholders(int(port), http_port, engine_count, host)
+            self.base_url = (cfg.http_url or "").rstrip("/")
+        else:
+            self.placeholders = Placeholders.fresh(engine_count)
+            self.base_url = self.placeholders.http_url
+        to_transcript = _record_to_transcript(transcript)
+        # Set on every frame any engine sends or receives: waits wake on it.
+        self._changed = asyncio.Event()
+
+        def sink(rec: FrameRecord) -> None:
+            to_transcript(rec)
+            self._changed.set()
+
+        self.engines = [
+            ScriptedEngine(ctx, rank, engine_count, self.placeholders.handshake_address,
+                           scripts[rank] if scripts else None)
+            for rank in range(engine_count)
+        ]
+        for engine in self.engines:
+            engine.recorder.sink = sink
+        self.driver = HttpDriver(self.base_url, timeout=cfg.case_timeout_s)
+        self.caps: Capabilities | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+    async def start(self, *, wait_healthy: bool = True) -> None:
+        """Join the handshake with every engine, then (optionally) wait for ``/health`` 200 and probe."""
+        for engine in self.engines:
+            engine.start(self.cfg.startup_timeout_s)
+        if not self.cfg.attach:
+            log = Path(self.cfg.workdir or ".") / f"frontend-{self.launch_no}.log"
+            self.handle = CommandPeer(self.argv, self.placeholders.values(), log)
+        self.transcript.note(f"launch {self.launch_no}: {self.engine_count} engine(s) joining "
+                             f"{self.placeholders.handshake_address}, HTTP {self.base_url}")
+        await self.until(self._engines_registered, self.cfg.startup_timeout_s,
+                         "every scripted engine to finish its handshake with the frontend")
+        if wait_healthy:
+            await self.wait_health(lambda s: s == 200, self.cfg.startup_timeout_s, "GET /health to answer 200")
+            self.caps = await probe(self.driver, kv_connector=self.kv_connector)
+            self.transcript.note(f"capabilities: {self.caps.describe()}")
+
+    def _engines_registered(self) -> bool:
+        for engine in self.engines:
+            if engine.failure is not None:
+                if isinstance(engine.failure, EngineHandshakeFailed) and "does not decode" in str(engine.failure):
+                    raise Violation(str(engine.failure), clause="ECP-HS-2")
+                raise CaseTimeout(str(engine.failure))
+        return all(e.registered.is_set() for e in self.engines)
+
+    def alive(self) -> bool:
+        return self.handle is None or self.handle.alive()
+
+    @contextlib.contextmanager
+    def frozen(self):
+        """Stop the frontend's process group (SIGSTOP) for the body, then continue it.
+
+        Used to drop a crowd of streams *at once* as the frontend sees it: the
+        disconnects queue up in the kernel and reach its event loop in one
+        batch, instead of the first few waking it while the harness is still
+        closing the rest. Without a process of its own (``--attach``) this
+        does nothing.
+        """
+        proc = getattr(self.handle, "proc", None)
+        if proc is None or proc.poll() is not None:
+            yield
+            return
+        os.killpg(proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(proc.pid, signal.SIGCONT)
+
+    def log_tail(self) -> str:
+        return self.handle.log_tail() if self.handle else ""
+
+    async def close(self) -> None:
+        for engine in self.engines:
+            await engine.stop()
+        await self.driver.aclose()
+        if self.handle is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.handle.stop)
+
+    # -- waiting ---------------------------------------------------------------------
+    async def until(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+        """Wait until ``predicate()`` is truthy and return it; CRASH if the frontend exits.
+
+        Re-checked whenever an engine sends or receives a frame (engine state
+        only changes then), and every ``POLL_S`` for the process's liveness.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            self._changed.clear()
+            value = predicate()
+            if value:
+                return value
+            if not self.alive():
+                raise PeerCrashed(f"the frontend exited with status {self.handle.exit_status()} "
+                                  f"while the harness waited for {what}")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise CaseTimeout(f"waited {timeout:.1f} s for {what}")
+            try:
+                await asyncio.wait_for(self._changed.wait(), min(remaining, POLL_S))
+            except asyncio.TimeoutError:
+                pass
+
+    async def wait_health(self, accept: Callable[[int | None], bool], timeout: float, what: str) -> int | None:
+        """Poll ``GET /health`` until ``accept(status)``; return the status."""
+        status: list[int | None] = [None]
+
+        async def poll() -> None:
+            deadline = time.monotonic() + timeout
+            while True:
+                status[0] = await self.driver.health()
+                if accept(status[0]):
+                    return
+                if not self.alive():
+                    raise PeerCrashed(f"the frontend exited with status {self.handle.exit_status()} "
+                                      f"while the harness waited for {what}")
+                if time.monotonic() >= deadline:
+                    raise CaseTimeout(f"waited {timeout:.1f} s for {what} (last status {status[0]})")
+                await asyncio.sleep(POLL_S)
+
+        await poll()
+        return status[0]
+
+    async def quiet(self) -> None:
+        """Let late frames arrive before asserting that something did *not* happen."""
+        await asyncio.sleep(self.cfg.quiet_window_s)
+
+    # -- per-case state --------------------------------------------------------------
+    async def reset(self) -> None:
+        """Default scripts, no held requests left, empty records (between shared cases)."""
+        from .script import EngineScript
+
+        leftovers = any(e.generation.active for e in self.engines)
+        for engine in self.engines:
+            engine.script = EngineScript()
+            engine.release()
+        await self.until(lambda: all(not e.generation.active for e in self.engines), 10.0,
+                         "leftover requests of the previous case to finish")
+        if leftovers:
+            await self.quiet()   # late ABORTs for them land before the records are cleared
+        for engine in self.engines:
+            engine.recorder.clear()
+            engine.generation.finished_ids.clear()
+            engine.generation.aborted_ids.clear()
+            engine.generation.immediately_aborted_ids.clear()
+
+    # -- capability gates ----------------------------------------------------------
+    def require_dev_endpoints(self) -> None:
+        if not (self.caps and self.caps.dev_endpoints):
+            raise Unsupported("the frontend does not expose the dev endpoints (GET /is_sleeping is 404); "
+                              "start it in dev mode (vLLM: VLLM_SERVER_DEV_MODE=1)")
+
+    def require_abort_api(self):
+        if not (self.caps and self.caps.abort_api):
+            raise Unsupported("the frontend exposes no explicit-abort endpoint "
+                              "(/abort_requests or /v1/abort_requests)")
+        return self.caps.abort_api
+
+    def require_engines(self, n: int) -> None:
+        if self.engine_count < n:
+            raise Unsupported(f"needs at least {n} engines (--engine-count {n})")
+
+
+def raise_open_file_limit(wanted: int = 16384) -> int:
+    """Raise this process's soft ``RLIMIT_NOFILE`` towards ``wanted`` (capped by the hard limit).
+
+    A burst case holds thousands of connections open, and so does the
+    frontend, which inherits the limit when the harness launches it.
+    Returns the soft limit now in force.
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+class FrontendManager:
+    """Owns the loop thread, the zmq context, the shared launch and fresh launches."""
+
+    def __init__(self, cfg: FrontendRunConfig, transcript: Transcript) -> None:
+        self.open_file_limit = raise_open_file_limit()
+        self.cfg = cfg
+        self.transcript = transcript
+        self.loop = LoopThread()
+        self.ctx = zmq.asyncio.Context()
+        self._launches = 0
+        self._shared: FrontendUnderTest | None = None
+        self._dirty = False
+        self.touched: list[FrontendUnderTest] = []
+        self.deadline: float | None = None
+        #: burst size -> result, shared by a burst's exact-ids and coalescing cases
+        self.bursts: dict[int, Any] = {}
+
+    # -- running case bodies -------------------------------------------------------
+    def run(self, body: Callable[["FrontendManager"], Awaitable[T]]) -> T:
+        """Run an ``async def body(manager)`` on the loop under the case budget.
+
+        The budget is the plugin's deadline (``set_deadline``), or
+        ``case_timeout_s`` from now; time spent launching frontends extends it.
+        """
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.cfg.case_timeout_s
+        return self.loop.run(body(self), lambda: self.deadline, "the case")
+
+    def set_deadline(self, deadline: float | None) -> None:
+        """Called by the plugin when a case body starts (its time budget)."""
+        self.deadline = deadline
+
+    # -- lifetimes -------------------------------------------------------------------
+    async def _launch(self, *, engine_count: int | None = None, argv: list[str] | None = None,
+                      scripts: list[Any] | None = None, wait_healthy: bool = True) -> FrontendUnderTest:
+        if self.cfg.attach and self._launches >= 1:
+            raise Unsupported("needs another frontend launch, which --attach cannot do")
+        if not self.cfg.attach and not self.cfg.command:
+            raise LaunchError("no frontend command given after --")
+        self._launches += 1
+        started = time.monotonic()
+        fut = FrontendUnderTest(self.cfg, self.ctx, self.transcript, self._launches,
+                                engine_count=engine_count or self.cfg.engine_count,
+                                argv=list(argv if argv is not None else self.cfg.command), scripts=scripts)
+        self.touched.append(fut)
+        try:
+            await fut.start(wait_healthy=wait_healthy)
+        except BaseException:
+            await fut.close()
+            raise
+        finally:
+            # Startup time does not eat the case budget.
+            if self.deadline is not None:
+                self.deadline += time.monotonic() - started
+        return fut
+
+    async def shared(self) -> FrontendUnderTest:
+        """The shared launch (started, or restarted after a crash), reset for a new case."""
+        if self.cfg.attach:
+            self._dirty = False   # cannot relaunch: the reset below is all we can do
+        if self._shared is not None and (self._dirty or not self._shared.alive()):
+            await self._shared.close()
+            self._shared = None
+        self._dirty = False
+        if self._shared is None:
+            self._shared = await self._launch()
+        else:
+            self.touched.append(self._shared)
+        try:
+            await self._shared.reset()
+        except CaseTimeout:
+            self._dirty = True
+            raise
+        return self._shared
+
+    def mark_dirty(self) -> None:
+        """The shared frontend may be in a state later cases must not see: relaunch before reuse."""
+        self._dirty = True
+
+    @contextlib.asynccontextmanager
+    async def fresh(self, *, engine_count: int | None = None, argv: list[str] | None = None,
+                    scripts: list[Any] | None = None, wait_healthy: bool = True
+                    ) -> AsyncIterator[FrontendUnderTest]:
+        """A dedicated launch for one case, closed afterwards."""
+        if self.cfg.attach:
+            raise Unsupported("needs a frontend launched by the harness in a special state "
+                              "(not possible with --attach)")
+        fut = await self._launch(engine_count=engine_count, argv=argv, scripts=scripts,
+                                 wait_healthy=wait_healthy)
+        try:
+            yield fut
+        finally:
+            await fut.close()
+
+    def command_without_kv_connector(self) -> list[str]:
+        return without_kv_connector(self.cfg.command)
+
+    def begin_case(self) -> None:
+        """Called by the plugin before each case: no deadline yet, nothing touched."""
+        self.deadline = None
+        self.touched = []
+
+    def case_crashed(self) -> bool:
+        """The shared frontend died during the case (fresh launches are judged by their cases)."""
+        shared = self._shared
+        return shared is not None and shared in self.touched and not shared.alive()
+
+    def log_tail(self) -> str:
+        return "\n".join(t for t in (f.log_tail() for f in self.touched[-2:]) if t)
+
+    def close(self) -> None:
+        async def close_all() -> None:
+            if self._shared is not None:
+                await self._shared.close()
+                self._shared = None
+
+        try:
+            deadline = time.monotonic() + 30
+            self.loop.run(close_all(), lambda: deadline, "closing the shared frontend")
+        finally:
+            self.loop.close()
+            self.ctx.term()

@@ -1,0 +1,102 @@
+"""The frontend role's small pieces: command template helpers, the coalescing bound,
+the catalogue, and the SSE client against a scripted HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from ecp.conformance.frontend.catalog import CASES
+from ecp.conformance.frontend.launcher import Placeholders, has_kv_connector, without_kv_connector
+from ecp.conformance.frontend.scenarios import coalescing_bound
+from ecp.conformance.frontend.sse import SseStream
+from ecp.conformance.launch import fill_template
+from ecp.conformance.registry import validate_cases
+
+
+def test_placeholders_fill_the_vllm_style_command():
+    p = Placeholders(handshake_port=41000, http_port=42000, engine_count=2)
+    argv = fill_template(["serve", "--data-parallel-rpc-port", "{handshake_port}", "--port", "{http_port}",
+                          "-dp", "{engine_count}", "--at", "{handshake_address}", '{"kv_role": "kv_both"}'],
+                         p.values())
+    assert argv == ["serve", "--data-parallel-rpc-port", "41000", "--port", "42000", "-dp", "2",
+                    "--at", "tcp://127.0.0.1:41000", '{"kv_role": "kv_both"}']
+
+
+def test_kv_connector_options_are_found_and_removed():
+    argv = ["serve", "--kv-connector", "reference", "--dev-mode", "--kv-transfer-config={\"a\": 1}", "--x"]
+    assert has_kv_connector(argv)
+    assert without_kv_connector(argv) == ["serve", "--dev-mode", "--x"]
+    assert not has_kv_connector(["serve", "--dev-mode"])
+
+
+@pytest.mark.parametrize("k_total, k_engine, bound", [(3, 2, 2), (64, 32, 2), (2000, 1000, 3), (1, 1, 2),
+                                                      (5000, 5000, 6)])
+def test_coalescing_bound(k_total, k_engine, bound):
+    assert coalescing_bound(k_total, k_engine) == bound
+
+
+def test_catalogue_is_valid_and_frontend_only():
+    cases = validate_cases(CASES, "frontend")
+    assert all(c.id.startswith("FE-") for c in cases)
+    assert {"FE-ABORT-3", "FE-REJECT-1", "FE-UTIL-1", "FE-ROB-1"} <= {c.id for c in cases}
+
+
+async def _serve_once(response: bytes) -> tuple[asyncio.AbstractServer, int, list[bytes]]:
+    seen: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int([line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length")][0])
+        seen.append(head + await reader.readexactly(length))
+        writer.write(response)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], seen
+
+
+def chunked(*pieces: bytes, end: bool = True) -> bytes:
+    body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces)
+    return (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            + body + (b"0\r\n\r\n" if end else b""))
+
+
+def test_sse_stream_reads_chunked_events_split_across_chunks():
+    async def main():
+        event = b'data: {"id": "cmpl-1", "choices": [{"text": "a", "finish_reason": null}]}\n\n'
+        last = b'data: {"id": "cmpl-1", "choices": [{"text": "", "finish_reason": "length"}]}\n\n'
+        server, port, seen = await _serve_once(chunked(event[:10], event[10:] + last[:5], last[5:],
+                                                       b"data: [DONE]\n\n"))
+        async with server:
+            stream = await SseStream.open("127.0.0.1", port, "/v1/completions", {"stream": True},
+                                          {"X-Request-Id": "abc"})
+            first = await stream.first_token(5)
+            end = await stream.read_to_end(5)
+        return stream, first, end, seen
+    stream, first, end, seen = asyncio.run(main())
+    assert stream.status_code == 200 and stream.response_id == "cmpl-1"
+    assert first["choices"][0]["text"] == "a"
+    assert end.done and end.finish_reasons == ["length"] and not end.ended_with_error
+    assert b"X-Request-Id: abc" in seen[0] and json.loads(seen[0].split(b"\r\n\r\n", 1)[1]) == {"stream": True}
+
+
+def test_sse_stream_cut_mid_body_ends_with_error_and_error_status_keeps_its_body():
+    async def main():
+        server, port, _ = await _serve_once(chunked(b'data: {"choices": [{"text": "a"}]}\n\n', end=False))
+        async with server:
+            stream = await SseStream.open("127.0.0.1", port, "/v1/completions", {})
+            cut = await stream.read_to_end(5)
+        body = b'{"error": {"message": "no such model"}}'
+        server, port, _ = await _serve_once(b"HTTP/1.1 404 Not Found\r\ncontent-length: %d\r\n\r\n%s"
+                                            % (len(body), body))
+        async with server:
+            refused = await SseStream.open("127.0.0.1", port, "/v1/completions", {})
+        return cut, refused
+    cut, refused = asyncio.run(main())
+    assert cut.transport_error and not cut.done and cut.ended_with_error
+    assert refused.status_code == 404 and "no such model" in refused.text
