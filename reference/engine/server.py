@@ -424,7 +424,14 @@ class EngineServer:
                 if push is None:
                     push = self._ctx.socket(zmq.PUSH)
                     push.setsockopt(zmq.LINGER, 1000)
-                    push.connect(notice.address)
+                    try:
+                        push.connect(notice.address)
+                    except zmq.ZMQError as exc:
+                        # the address came from a request's kv_transfer_params: bad input, never fatal
+                        push.close(0)
+                        log.warning("[ECP-ROB-1] KV side-channel notice for %s not sent: bad producer "
+                                    "address %r (%s)", notice.payload.get("request_id"), notice.address, exc)
+                        continue
                     self._side_push[notice.address] = push
                 try:
                     push.send(msgspec.msgpack.encode(notice.payload), zmq.NOBLOCK)

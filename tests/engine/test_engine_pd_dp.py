@@ -55,6 +55,21 @@ def test_abort_immediately_frees_producer_blocks_in_milliseconds(rig):
     assert any(m.scheduler_stats and m.scheduler_stats.kv_connector_stats for m in pfe.messages[0])
 
 
+
+@pytest.mark.parametrize("params", [{"remote_host": "127.0.0.1"}, {"remote_host": "h", "remote_port": "zz"},
+                                    {"remote_host": "ipc://"}], ids=["no-port", "bad-port", "empty-ipc"])
+def test_a_bad_producer_address_in_kv_transfer_params_is_not_fatal(rig, params):
+    # the consumer's notice goes to an address taken from the request: a bad one is bad input (ECP-ROB-1)
+    fe, _ = rig.start(1, kv_connector="reference", kv_role="consumer")
+    kv = {"do_remote_prefill": True, "remote_engine_id": "p", **params}
+    fe.add(0, make_request("bad-pd", [0], max_tokens=1, abort_immediately=True,
+                           extra_args={"kv_transfer_params": kv}))
+    fe.add(0, make_request("bad-pd-2", max_tokens=2, extra_args={"kv_transfer_params": kv}))
+    assert fe.wait_finished(["bad-pd-2"])["bad-pd-2"].finish_reason == FinishReason.LENGTH
+    fe.add(0, make_request("after", max_tokens=2))
+    assert fe.wait_finished(["after"])["after"].finish_reason == FinishReason.LENGTH
+    assert not fe.dead()
+
 def test_producer_lease_expires(rig):
     fe, _ = rig.start(1, kv_connector="reference", kv_role="producer", kv_lease_s=0.2)
     _prefill(fe, "lease-1")
