@@ -51,3 +51,9 @@ def test_a_frontend_that_never_comes_up_costs_one_startup_timeout(tmp_path):
     assert all("without launching again" in m for m in later), later
     assert proc.returncode == 1
     assert elapsed < 2 * 2 + 15, f"{elapsed:.1f} s: later cases waited out the startup timeout again"
+
+
+def test_help_shows_the_frontend_roles_own_case_timeout():
+    proc = subprocess.run([*ECP, "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    assert "time budget per case (30)" in " ".join(proc.stdout.split())
