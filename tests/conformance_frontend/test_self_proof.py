@@ -133,7 +133,7 @@ def test_a_frontend_that_exits_at_once_is_a_crash_not_a_hang(tmp_path):
     out = tmp_path / "results.json"
     proc = subprocess.run(
         [sys.executable, "-m", "ecp.spec.cli", "conformance", "frontend", "--json", str(out), "--case", "FE-REQ-1",
-         "--", sys.executable, "-c", "import sys; sys.exit(3)"],
+         "--", sys.executable, "-c", "import sys; sys.exit(3)", "{handshake_port}", "{http_port}"],
         capture_output=True, text=True, timeout=60)
     results = {r["id"]: r for r in json.loads(out.read_text())["cases"]}
     assert results["FE-REQ-1"]["outcome"] == "CRASH" and "status 3" in results["FE-REQ-1"]["message"]
