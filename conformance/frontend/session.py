@@ -353,12 +353,12 @@ class FrontendManager:
     # -- lifetimes -------------------------------------------------------------------
     async def _launch(self, *, engine_count: int | None = None, argv: list[str] | None = None,
                       scripts: list[Any] | None = None, wait_healthy: bool = True) -> FrontendUnderTest:
+        if self.startup_failure is not None:
+            raise self.startup_failure
         if self.cfg.attach and self._launches >= 1:
             raise Unsupported("needs another frontend launch, which --attach cannot do")
         if not self.cfg.attach and not self.cfg.command:
             raise LaunchError("no frontend command given after --")
-        if self.startup_failure is not None:
-            raise self.startup_failure
         self._launches += 1
         started = time.monotonic()
         fut = FrontendUnderTest(self.cfg, self.ctx, self.transcript, self._launches,
@@ -394,8 +394,8 @@ class FrontendManager:
                     # wrong option) fails every launch alike, and waiting --startup-timeout per case
                     # would only multiply the wait.
                     self.startup_failure = type(exc)(
-                        f"{exc} (the run's first launch of COMMAND failed like this; later cases report "
-                        f"it without launching again)")
+                        f"{exc} (the run's first start of the frontend failed like this; later cases "
+                        f"report it without trying again)")
                 raise
         else:
             self.touched.append(self._shared)
