@@ -49,6 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="the handshake address (tcp://HOST:PORT) of a frontend you started yourself; "
                          "needs --http-url")
     fe.add_argument("--http-url", metavar="URL", help="with --attach: the frontend's HTTP base URL")
+    fe.add_argument("--no-kv-connector", action="store_true",
+                    help="with --attach: the frontend has no KV connector configured (FE-REJECT-1/2 are then "
+                         "UNSUPPORTED and FE-REJECT-4 runs); without it an attached frontend is assumed to have one")
     fe.add_argument("--engine-count", type=int, default=2, help="scripted engines (DP ranks) per launch (2)")
     fe.add_argument("--startup-timeout", type=float, default=60.0, metavar="S",
                     help="budget for a launch to finish its handshake and answer /health 200 (60)")
@@ -134,8 +137,23 @@ def _frontend(args: argparse.Namespace) -> int:
     if not 1 <= args.engine_count <= 0xFFFF:
         print("ecp conformance frontend: bad --engine-count", file=sys.stderr)
         return 2
+    missing = [p for p, alternatives in (("{handshake_port}", ("{handshake_port}", "{handshake_address}")),
+                                         ("{http_port}", ("{http_port}",)))
+               if command and not any(alt in arg for arg in command for alt in alternatives)]
+    if missing:
+        # The harness picks free ports per launch and only looks for the frontend there: without
+        # these every case would wait out --startup-timeout for a frontend it cannot reach.
+        print(f"ecp conformance frontend: COMMAND does not use {' or '.join(missing)}; the harness picks the "
+              f"ports and reaches the frontend only there (e.g. --data-parallel-rpc-port {{handshake_port}} "
+              f"--port {{http_port}})", file=sys.stderr)
+        return 2
+    if args.no_kv_connector and not args.attach:
+        print("ecp conformance frontend: --no-kv-connector is for --attach; with COMMAND the harness reads "
+              "the KV connector options from the command line", file=sys.stderr)
+        return 2
     role_config = {
         "command": command, "attach": args.attach, "http_url": args.http_url, "engine_count": args.engine_count,
+        "attach_kv_connector": not args.no_kv_connector,
         "startup_timeout_s": args.startup_timeout, "quiet_window_s": args.quiet_window,
     }
     target = shlex.join(command) if command else f"--attach {args.attach} --http-url {args.http_url}"

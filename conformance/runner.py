@@ -41,7 +41,7 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--case", action="append", default=[], metavar="PATTERN",
                    help="run only cases whose id or slug matches this glob (repeatable)")
     p.add_argument("--strict", action="store_true", help="SHOULD/MAY violations fail the run")
-    p.add_argument("--case-timeout", type=float, default=10.0, metavar="S", help="time budget per case (10)")
+    p.add_argument("--case-timeout", type=float, default=10.0, metavar="S", help="time budget per case (%(default)g)")
     p.add_argument("--expected-failures", metavar="FILE",
                    help="known failures: '<case id or glob> <reason>' per line")
     p.add_argument("--update-expected-failures", action="store_true",

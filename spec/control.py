@@ -17,7 +17,8 @@ class UtilityRequest(msgspec.Struct, array_like=True, omit_defaults=False):
     client_index: int
     call_id: int
     method_name: str
-    args: list[Any] = []
+    # required, as in vLLM 0.33: its engine unpacks exactly four items
+    args: list[Any]
 
 
 class StartDPWave(msgspec.Struct, array_like=True, omit_defaults=False):

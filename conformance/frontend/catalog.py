@@ -46,11 +46,14 @@ CASES: tuple[Case, ...] = (
     _c("FE-ABORT-3", "ECP-ABORT-6", "MUST", "burst-2000-exact-ids",
        "Dropping 2,000 open streams at once aborts exactly their ids at each engine, and no finished request."),
     _c("FE-ABORT-4", "ECP-ABORT-5", "SHOULD", "burst-3-coalesced",
-       "Dropping 3 streams at once costs each engine at most ceil(K_engine/1024)+1 ABORT messages."),
+       "Dropping 3 streams at once costs each engine at most min(ceil(K/1024), K_engine)+1 ABORT messages "
+       "(one per drain, plus one)."),
     _c("FE-ABORT-5", "ECP-ABORT-5", "SHOULD", "burst-64-coalesced",
-       "Dropping 64 streams at once costs each engine at most ceil(K_engine/1024)+1 ABORT messages."),
+       "Dropping 64 streams at once costs each engine at most min(ceil(K/1024), K_engine)+1 ABORT messages "
+       "(one per drain, plus one)."),
     _c("FE-ABORT-6", "ECP-ABORT-5", "SHOULD", "burst-2000-coalesced",
-       "Dropping 2,000 streams at once costs each engine at most ceil(K_engine/1024)+1 ABORT messages."),
+       "Dropping 2,000 streams at once costs each engine at most min(ceil(K/1024), K_engine)+1 ABORT messages "
+       "(one per drain, plus one)."),
     _c("FE-ABORT-7", "ECP-ABORT-7", "MUST", "single-drop-aborted-promptly",
        "A single dropped stream is aborted at its engine within 1 s."),
     _c("FE-ABORT-8", "ECP-ABORT-8", "MUST", "explicit-abort-by-id",

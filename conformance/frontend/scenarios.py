@@ -158,8 +158,12 @@ async def _served_with_payload(m: FrontendManager, payload: dict[str, Any], what
             expect(fe.engines[0].recorder.adds(include_notices=False),
                    f"after {what} the request never reached the engine")
     except PeerCrashed as exc:
+        if exc is m.startup_failure:
+            raise   # COMMAND never came up at all: not this payload's fault
         raise Violation(f"the frontend exited after {what}: {exc}") from None
     except CaseTimeout as exc:
+        if exc is m.startup_failure:
+            raise
         raise Violation(f"the frontend never became healthy after {what}: {exc}") from None
 
 
@@ -536,8 +540,9 @@ async def _rejected(fe: FrontendUnderTest, kv_params: dict[str, Any] | None, ran
 
 def _require_connector(fe: FrontendUnderTest) -> None:
     if not fe.kv_connector:
-        raise Unsupported("the frontend command configures no KV connector (--kv-connector / "
-                          "--kv-transfer-config), so it must never send rejection notices")
+        raise Unsupported("the frontend has no KV connector configured (its command has no --kv-connector / "
+                          "--kv-transfer-config, or --attach with --no-kv-connector), so it must never send "
+                          "rejection notices")
 
 
 async def rejection_notice_shape(m: FrontendManager) -> None:
@@ -552,8 +557,10 @@ async def rejection_notice_shape(m: FrontendManager) -> None:
     try:
         await fe.until(lambda: notices(fe), EXPECT_S, "a rejection notice")
     except CaseTimeout:
+        hint = (" (an attached frontend is assumed to have a KV connector: pass --no-kv-connector if it has none)"
+                if m.cfg.attach else "")
         raise Violation("a request with do_remote_prefill rejected before admission sent no ADD with "
-                        "abort_immediately: the prefill node's KV blocks stay pinned", "ECP-REJECT-3") from None
+                        "abort_immediately: the prefill node's KV blocks stay pinned" + hint, "ECP-REJECT-3") from None
     await fe.quiet()
     sent = notices(fe)
     expect(len(sent) == 1, f"{len(sent)} rejection notices for one rejected request")

@@ -49,12 +49,15 @@ class FrontendRunConfig:
 
     ``attach`` is the handshake address of a frontend the user started
     (``tcp://HOST:PORT``, its ``--data-parallel-rpc-port``) and ``http_url``
-    its HTTP base URL; the harness then cannot relaunch it.
+    its HTTP base URL; the harness then cannot relaunch it, nor read from its
+    command line whether it has a KV connector (``attach_kv_connector``).
     """
 
     command: list[str] = field(default_factory=list)
     attach: str | None = None
     http_url: str | None = None
+    #: with ``attach``: whether the attached frontend has a KV connector (the harness cannot see its command)
+    attach_kv_connector: bool = True
     engine_count: int = 2
     startup_timeout_s: float = 60.0
     case_timeout_s: float = 30.0
@@ -120,7 +123,7 @@ class FrontendUnderTest:
         self.launch_no = launch_no
         self.engine_count = engine_count
         self.argv = argv
-        self.kv_connector = has_kv_connector(argv) if not cfg.attach else True
+        self.kv_connector = has_kv_connector(argv) if not cfg.attach else cfg.attach_kv_connector
         self.handle: PeerHandle | None = None
         if cfg.attach:
             host_port = cfg.attach.removeprefix("tcp://")
@@ -322,6 +325,10 @@ class FrontendManager:
         self.ctx = zmq.asyncio.Context()
         self._launches = 0
         self._shared: FrontendUnderTest | None = None
+        #: the first shared launch failed (timeout, crash, cannot start) before any launch of this
+        #: run ever came up: every later launch reports it at once instead of waiting again
+        self.startup_failure: Exception | None = None
+        self._ever_started = False
         self._dirty = False
         self.touched: list[FrontendUnderTest] = []
         self.deadline: float | None = None
@@ -346,6 +353,8 @@ class FrontendManager:
     # -- lifetimes -------------------------------------------------------------------
     async def _launch(self, *, engine_count: int | None = None, argv: list[str] | None = None,
                       scripts: list[Any] | None = None, wait_healthy: bool = True) -> FrontendUnderTest:
+        if self.startup_failure is not None:
+            raise self.startup_failure
         if self.cfg.attach and self._launches >= 1:
             raise Unsupported("needs another frontend launch, which --attach cannot do")
         if not self.cfg.attach and not self.cfg.command:
@@ -358,6 +367,7 @@ class FrontendManager:
         self.touched.append(fut)
         try:
             await fut.start(wait_healthy=wait_healthy)
+            self._ever_started = True
         except BaseException:
             await fut.close()
             raise
@@ -376,7 +386,17 @@ class FrontendManager:
             self._shared = None
         self._dirty = False
         if self._shared is None:
-            self._shared = await self._launch()
+            try:
+                self._shared = await self._launch()
+            except (CaseTimeout, PeerCrashed, LaunchError) as exc:
+                if not self._ever_started and self.startup_failure is None:
+                    # The plain COMMAND never came up once: a bad command (a missing placeholder, a
+                    # wrong option) fails every launch alike, and waiting --startup-timeout per case
+                    # would only multiply the wait.
+                    self.startup_failure = type(exc)(
+                        f"{exc} (the run's first start of the frontend failed like this; later cases "
+                        f"report it without trying again)")
+                raise
         else:
             self.touched.append(self._shared)
         try:

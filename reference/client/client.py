@@ -313,8 +313,15 @@ class EngineCoreClient:
 
     # ================================================================== sending
     async def _send(self, rank: int, frames: list[bytes]) -> None:
+        """Send to engine ``rank``; raises :class:`EngineDisconnected` when it is not
+        connected (``ROUTER_MANDATORY``), e.g. in the grace period after it died."""
         assert self._input is not None
-        await self._input.send_multipart([engine_identity(rank), *frames], copy=False)
+        try:
+            await self._input.send_multipart([engine_identity(rank), *frames], copy=False)
+        except zmq.ZMQError as exc:
+            if exc.errno == zmq.EHOSTUNREACH:
+                raise EngineDisconnected(f"engine {rank} is not connected (send failed: {exc})") from None
+            raise
 
     # ================================================================== requests
     async def add(self, request: EngineCoreRequest) -> RequestStream:
@@ -481,6 +488,9 @@ class EngineCoreClient:
             for rank, (call_id, fut) in calls.items():
                 try:
                     await self._send(rank, encode_utility(self.config.client_index, call_id, method, list(args)))
+                except EngineDisconnected as exc:  # that engine's failure; still wait for the others
+                    if not fut.done():
+                        fut.set_result(UtilityOutput(call_id, f"could not send {method} to engine {rank}: {exc}"))
                 except ProtocolError:
                     raise
                 except Exception as exc:  # count it as that engine's failure; still wait for the others

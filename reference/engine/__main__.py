@@ -3,12 +3,12 @@
 import argparse
 import sys
 
-from .commands import add_engine_arguments
+from .commands import PARSER_TEXT, add_engine_arguments
 from .main import run
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ecp.reference.engine")
+    parser = argparse.ArgumentParser(prog="python -m ecp.reference.engine", **PARSER_TEXT)
     add_engine_arguments(parser)
     return run(parser.parse_args(argv))
 

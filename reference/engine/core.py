@@ -101,11 +101,13 @@ class EngineCore:
         num_blocks = config.num_gpu_blocks
         if num_blocks is None:
             num_blocks = executor.available_blocks(config.block_size, config.gpu_memory_utilization)
-        self.num_blocks = int(num_blocks or DEFAULT_NUM_GPU_BLOCKS)
+        # 0 from the executor means "no room on the device": an error below, never the default
+        self.num_blocks = int(DEFAULT_NUM_GPU_BLOCKS if num_blocks is None else num_blocks)
         if self.num_blocks * config.block_size < self.max_model_len:
             raise ValueError(
                 f"the KV cache ({self.num_blocks} blocks x {config.block_size} tokens) cannot hold one "
-                f"sequence of max_model_len={self.max_model_len}; lower --max-model-len")
+                f"sequence of max_model_len={self.max_model_len}; lower --max-model-len, or raise "
+                f"--num-gpu-blocks / --gpu-memory-utilization")
         executor.initialize(self.num_blocks, config.block_size)
         self.scheduler = Scheduler(
             num_blocks=self.num_blocks, block_size=config.block_size, max_num_seqs=config.max_num_seqs,
@@ -192,6 +194,8 @@ class EngineCore:
         self.scheduler.add(er)
         if abort_now:
             self._end(er, aborted=True)
+            if self.include_finished_set:  # no output, but reported as finished (as vLLM)
+                self._finished_for_client.setdefault(client, set()).add(rid)
             self._stats_dirty = True
 
     def _validate(self, req: EngineCoreRequest) -> tuple[str, str] | None:
@@ -214,6 +218,13 @@ class EngineCore:
         errors = req.sampling_params.validation_errors()
         if errors:
             return "invalid_request", "; ".join(errors)
+        for name in ("logprobs", "prompt_logprobs"):
+            # more alternatives than the vocabulary has cannot be returned (and would
+            # make an executor search forever); -1 already means "the whole vocabulary"
+            num = getattr(req.sampling_params, name)
+            if num is not None and num > vocab:
+                return ("invalid_request", f"Requested {name} of {num}, which is greater than the "
+                        f"vocabulary size {vocab} (use -1 for the whole vocabulary)")
         if req.lora_request is not None and req.lora_request.lora_int_id not in self.loras:
             return "invalid_request", f"LoRA adapter {req.lora_request.lora_name!r} is not loaded"
         return None

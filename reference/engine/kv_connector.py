@@ -103,6 +103,10 @@ class ReferenceKVConnector:
         if self.is_consumer and params.get("do_remote_prefill"):
             self._notify_producer(request_id, params)
         if self.is_producer and params.get("do_remote_decode") and not aborted and blocks:
+            stale = self.leases.pop(request_id, None)
+            if stale is not None:  # the id was reused before its consumer came: the old blocks go back
+                self._release(stale)
+                self.stats.freed_by_reset += len(stale.blocks)
             self.leases[request_id] = Lease(request_id, list(blocks), self.clock() + self.lease_s)
             self.stats.pinned_requests = len(self.leases)
             self.stats.pinned_blocks += len(blocks)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import logging
 import os
 import signal
@@ -36,6 +37,15 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
     except ValueError as exc:
         print(f"ecp engine: {exc}", file=sys.stderr)
+        return 2
+    if config.executor == "torch" and importlib.util.find_spec("torch") is None:
+        # say so now, not after a frontend's INIT arrives
+        print("ecp engine: --executor torch needs torch: pip install 'engine-core-protocol[gpu]'",
+              file=sys.stderr)
+        return 2
+    if not args.handshake_address.startswith(("tcp://", "ipc://")):
+        print(f"ecp engine: --handshake-address must be tcp://HOST:PORT or ipc:///PATH, "
+              f"got {args.handshake_address!r}", file=sys.stderr)
         return 2
     if args.engine_count < 1 or not 0 <= args.engine_start_index <= 0xFFFF - args.engine_count + 1:
         print("ecp engine: --engine-count must be >= 1 and ranks must fit 2 bytes", file=sys.stderr)
@@ -89,8 +99,12 @@ def _supervise(args: argparse.Namespace, config: EngineConfig, dp_size: int) -> 
     if args.local:
         gone = threading.Event()
         watch_parent(lambda: (gone.set(), handle.signal(signal.SIGTERM)), gone)
+    stopping = False
     while handle.alive():
         handle.wait(0.5)
+        if not stopping and any(c not in (None, 0) for c in handle.exit_codes()):
+            stopping = True  # one rank failed: take the others down too (as --in-process does)
+            handle.signal(signal.SIGTERM)
     codes = handle.exit_codes()
     return max((c if c is not None and c >= 0 else 1) for c in codes)
 

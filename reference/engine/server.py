@@ -154,6 +154,10 @@ class EngineServer:
                 log.error("engine rank %d failed to start: %s", self.rank, exc)
                 self.exit_code = 1
                 return 1
+            except Exception as exc:  # a bad address, a model that cannot load, no such device …
+                log.error("engine rank %d failed to start: %s: %s", self.rank, type(exc).__name__, exc)
+                self.exit_code = 1
+                return 1
             if self.stop_event.is_set() and self.core is None:
                 self.exit_code = 0
                 return 0
@@ -187,15 +191,14 @@ class EngineServer:
         cfg = self.config
         ctx = self._ctx
         hs = ctx.socket(zmq.DEALER)
-        hs.setsockopt(zmq.IDENTITY, self.identity)
-        hs.setsockopt(zmq.LINGER, 5000)
-        try:
-            hs.connect(self.handshake_address)
-        except zmq.ZMQError as exc:
-            # an open socket would block ctx.term() forever: close it before reporting
-            hs.close(0)
-            raise EngineStartupError(f"cannot connect to handshake address {self.handshake_address!r}: {exc}") from exc
-        try:
+        try:  # every socket must be closed on failure, or Context.term() would wait forever
+            hs.setsockopt(zmq.IDENTITY, self.identity)
+            hs.setsockopt(zmq.LINGER, 5000)
+            try:
+                hs.connect(self.handshake_address)
+            except zmq.ZMQError as exc:
+                raise EngineStartupError(
+                    f"cannot connect to handshake address {self.handshake_address!r}: {exc}") from exc
             hs.send(encode_handshake(Hello(local=cfg.local, headless=not cfg.local)))
             if not self._wait_readable(hs, cfg.handshake_timeout_s, "INIT"):
                 return
@@ -426,7 +429,14 @@ class EngineServer:
                 if push is None:
                     push = self._ctx.socket(zmq.PUSH)
                     push.setsockopt(zmq.LINGER, 1000)
-                    push.connect(notice.address)
+                    try:
+                        push.connect(notice.address)
+                    except zmq.ZMQError as exc:
+                        # the address came from a request's kv_transfer_params: bad input, never fatal
+                        push.close(0)
+                        log.warning("[ECP-ROB-1] KV side-channel notice for %s not sent: bad producer "
+                                    "address %r (%s)", notice.payload.get("request_id"), notice.address, exc)
+                        continue
                     self._side_push[notice.address] = push
                 try:
                     push.send(msgspec.msgpack.encode(notice.payload), zmq.NOBLOCK)

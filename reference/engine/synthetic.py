@@ -154,7 +154,8 @@ class SyntheticExecutor:
         return result
 
     def _logprobs(self, base: int, first: int, toks: list[int], num: int) -> LogprobsLists:
-        k = min(MAX_SYNTHETIC_LOGPROBS, self.vocab_size - 1) if num < 0 else num
+        # never more alternatives than the vocabulary holds: the search below must end
+        k = min(MAX_SYNTHETIC_LOGPROBS, self.vocab_size - 1) if num < 0 else min(num, self.vocab_size - 1)
         ids = array("i")
         lps = array("f")
         for row, tok in enumerate(toks):

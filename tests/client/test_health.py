@@ -170,3 +170,28 @@ def test_a_crashed_background_loop_fails_closed():
             await stop(client, [engine])
 
     run(main())
+
+
+def test_add_to_a_vanished_engine_in_the_grace_period_is_a_typed_error():
+    async def main():
+        # a long grace period: the client is still healthy while the ROUTER already knows the peer is gone
+        client, engines = await start_client(2, peer_loss_grace_s=2.0)
+        try:
+            engines[1].close()
+            error = None
+            for i in range(400):  # bounded: until the ROUTER has dropped the peer (~ms)
+                try:
+                    await client.add(req(f"x{i}", rank=1))
+                except EngineDisconnected as exc:
+                    error = exc
+                    break
+                await asyncio.sleep(0.005)
+            assert error is not None and error.clause == "ECP-ROB-3"
+            assert "engine 1 is not connected" in str(error)
+            assert f"x{i}" not in client._registry  # nothing left in flight for the failed ADD
+            # engine 0 still serves until the grace period ends
+            assert (await client.add(req("ok", rank=0))).engine_rank == 0
+        finally:
+            await stop(client, engines[:1])
+
+    run(main())

@@ -100,3 +100,45 @@ def test_sse_stream_cut_mid_body_ends_with_error_and_error_status_keeps_its_body
     cut, refused = asyncio.run(main())
     assert cut.transport_error and not cut.done and cut.ended_with_error
     assert refused.status_code == 404 and "no such model" in refused.text
+
+
+def _burst(k, **engines):
+    from ecp.conformance.frontend.scenarios import BurstResult, EngineBurst
+
+    return BurstResult(k, {int(rank[1:]): EngineBurst(**fields) for rank, fields in engines.items()})
+
+
+def test_burst_judges_accept_exact_ids_and_late_aborts_of_earlier_requests():
+    from ecp.conformance.frontend.scenarios import judge_coalesced, judge_exact_ids
+
+    result = _burst(3, e0=dict(expected={"a", "b"}, finished={"f0"}, earlier={"old"},
+                               aborted=["a", "old", "b"], messages=2),
+                    e1=dict(expected={"c"}, finished={"f1"}, aborted=["c"], messages=1))
+    judge_exact_ids(result)
+    judge_coalesced(result)
+
+
+@pytest.mark.parametrize("aborted, words", [
+    (["a", "b", "f0"], "already finished"),          # an ABORT for a request that had finished
+    (["a"], "never aborted"),                        # a dropped stream left running
+    (["a", "b", "x"], "was not running"),            # an id this engine was never sent (e.g. the other's)
+])
+def test_burst_exact_ids_judge_catches(aborted, words):
+    from ecp.conformance.outcomes import Violation
+    from ecp.conformance.frontend.scenarios import judge_exact_ids
+
+    result = _burst(2, e0=dict(expected={"a", "b"}, finished={"f0"}, aborted=aborted, messages=1))
+    with pytest.raises(Violation, match=words):
+        judge_exact_ids(result)
+
+
+def test_burst_coalescing_judge_catches_one_abort_per_request():
+    from ecp.conformance.outcomes import Violation
+    from ecp.conformance.frontend.scenarios import judge_coalesced
+
+    ids = [f"r{i}" for i in range(32)]
+    ok = _burst(64, e0=dict(expected=set(ids), finished=set(), aborted=ids, messages=2))
+    judge_coalesced(ok)
+    bad = _burst(64, e0=dict(expected=set(ids), finished=set(), aborted=ids, messages=3))
+    with pytest.raises(Violation, match="cost 3 ABORT messages"):
+        judge_coalesced(bad)

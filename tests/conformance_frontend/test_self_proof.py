@@ -103,11 +103,37 @@ def test_attach_to_a_frontend_started_by_the_user(tmp_path):
     assert proc.returncode == 0
 
 
+def test_attach_to_a_frontend_without_kv_connector(tmp_path):
+    """The harness cannot read an attached frontend's command line: --no-kv-connector says it has
+    no connector, so the notice cases are UNSUPPORTED (not FAIL) and FE-REJECT-4 runs on it."""
+    from ecp.conformance.frontend.launcher import free_port, without_kv_connector
+
+    hs, http = free_port(), free_port()
+    argv = [a.replace("{handshake_port}", str(hs)).replace("{http_port}", str(http))
+            .replace("{engine_count}", "2") for a in without_kv_connector(SERVE)]
+    frontend = subprocess.Popen([sys.executable, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    try:
+        out = tmp_path / "results.json"
+        proc = subprocess.run(
+            [sys.executable, "-m", "ecp.spec.cli", "conformance", "frontend", "--json", str(out),
+             "--attach", f"tcp://127.0.0.1:{hs}", "--http-url", f"http://127.0.0.1:{http}", "--no-kv-connector",
+             "--case", "FE-REJECT-*"],
+            capture_output=True, text=True, timeout=120)
+    finally:
+        frontend.kill()
+        frontend.wait(10)
+    results = {r["id"]: r["outcome"] for r in json.loads(out.read_text())["cases"]}
+    assert results == {"FE-REJECT-1": "UNSUPPORTED", "FE-REJECT-2": "UNSUPPORTED", "FE-REJECT-3": "PASS",
+                       "FE-REJECT-4": "PASS"}, proc.stdout[-2000:]
+    assert proc.returncode == 0
+
+
 def test_a_frontend_that_exits_at_once_is_a_crash_not_a_hang(tmp_path):
     out = tmp_path / "results.json"
     proc = subprocess.run(
         [sys.executable, "-m", "ecp.spec.cli", "conformance", "frontend", "--json", str(out), "--case", "FE-REQ-1",
-         "--", sys.executable, "-c", "import sys; sys.exit(3)"],
+         "--", sys.executable, "-c", "import sys; sys.exit(3)", "{handshake_port}", "{http_port}"],
         capture_output=True, text=True, timeout=60)
     results = {r["id"]: r for r in json.loads(out.read_text())["cases"]}
     assert results["FE-REQ-1"]["outcome"] == "CRASH" and "status 3" in results["FE-REQ-1"]["message"]

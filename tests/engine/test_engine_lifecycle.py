@@ -70,6 +70,11 @@ def test_malformed_init_exits_one(tmp_path):
 def test_invalid_handshake_address_exits_one_instead_of_hanging():
     """zmq rejects the address in connect(); the engine must report it and exit, not block in ctx.term()."""
     handle = launch("not-an-endpoint")
+
+
+def test_unusable_handshake_address_exits_one_without_hanging():
+    # connect() fails before any message: the socket must still be closed, or Context.term() hangs
+    handle = launch("tcp://no-port-here")
     try:
         assert handle.wait(10) == [1]
     finally:
@@ -112,3 +117,57 @@ def test_local_engine_exits_when_its_parent_is_killed(tmp_path, engine_count):
             os.killpg(parent.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_executor_that_cannot_load_exits_one(tmp_path):
+    from ecp.spec import EngineHandshakeMetadata, EngineZmqAddresses, encode_handshake
+
+    ctx, sock, address = _router(tmp_path, "hs")
+    handle = launch(address, executor="torch", device="cpu", model=str(tmp_path / "no-model-here"))
+    try:
+        assert sock.poll(5000)
+        ident, _hello = sock.recv_multipart()
+        init = EngineHandshakeMetadata(EngineZmqAddresses([f"ipc://{tmp_path}/in"], [f"ipc://{tmp_path}/out"],
+                                                          None, None, None), {})
+        sock.send_multipart([ident, encode_handshake(init)])
+        assert handle.wait(30) == [1]  # a clear startup failure, not an uncaught exception
+    finally:
+        handle.stop()
+        ctx.destroy(linger=0)
+
+
+def test_cli_refuses_a_handshake_address_that_is_not_tcp_or_ipc():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "ecp.spec.cli", "engine", "--handshake-address", "localhost:5555"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--handshake-address must be tcp://HOST:PORT or ipc:///PATH" in proc.stderr
+
+
+def test_cli_without_torch_refuses_the_torch_executor_at_once():
+    import subprocess
+    import sys
+
+    # sys.modules["torch"] = None makes torch unimportable, as in an install without the gpu extra
+    code = ("import sys; sys.modules['torch'] = None; from ecp.spec.cli import main; "
+            "sys.exit(main(['engine', '--handshake-address', 'ipc:///nonexistent/hs', '--executor', 'torch']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "pip install 'engine-core-protocol[gpu]'" in proc.stderr
+
+
+def test_help_explains_every_flag_with_its_default_and_the_exit_codes(capsys):
+    import pytest
+
+    from ecp.spec.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["engine", "--help"])
+    assert info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Exit codes: 0 after a graceful stop" in text
+    for flag, default in [("--max-model-len", "4096"), ("--block-size", "16"), ("--max-num-seqs", "256"),
+                          ("--handshake-timeout-s", "300.0"), ("--kv-lease-s", "480.0")]:
+        assert f"(default: {default})" in text.split(flag, 2)[2].split(" --", 1)[0], flag

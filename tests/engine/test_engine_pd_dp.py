@@ -55,6 +55,21 @@ def test_abort_immediately_frees_producer_blocks_in_milliseconds(rig):
     assert any(m.scheduler_stats and m.scheduler_stats.kv_connector_stats for m in pfe.messages[0])
 
 
+
+@pytest.mark.parametrize("params", [{"remote_host": "127.0.0.1"}, {"remote_host": "h", "remote_port": "zz"},
+                                    {"remote_host": "ipc://"}], ids=["no-port", "bad-port", "empty-ipc"])
+def test_a_bad_producer_address_in_kv_transfer_params_is_not_fatal(rig, params):
+    # the consumer's notice goes to an address taken from the request: a bad one is bad input (ECP-ROB-1)
+    fe, _ = rig.start(1, kv_connector="reference", kv_role="consumer")
+    kv = {"do_remote_prefill": True, "remote_engine_id": "p", **params}
+    fe.add(0, make_request("bad-pd", [0], max_tokens=1, abort_immediately=True,
+                           extra_args={"kv_transfer_params": kv}))
+    fe.add(0, make_request("bad-pd-2", max_tokens=2, extra_args={"kv_transfer_params": kv}))
+    assert fe.wait_finished(["bad-pd-2"])["bad-pd-2"].finish_reason == FinishReason.LENGTH
+    fe.add(0, make_request("after", max_tokens=2))
+    assert fe.wait_finished(["after"])["after"].finish_reason == FinishReason.LENGTH
+    assert not fe.dead()
+
 def test_producer_lease_expires(rig):
     fe, _ = rig.start(1, kv_connector="reference", kv_role="producer", kv_lease_s=0.2)
     _prefill(fe, "lease-1")
@@ -116,3 +131,41 @@ def test_cli_runs_ranks_and_exits_zero_on_sigterm(tmp_path, extra):
             proc.kill()
             proc.wait(5)
         fe.close()
+
+
+def test_cli_supervisor_takes_the_other_ranks_down_when_one_fails(tmp_path):
+    fe = RawFrontend(str(tmp_path), transport="ipc")
+    proc = subprocess.Popen([sys.executable, "-m", "ecp.spec.cli", "engine", "--handshake-address",
+                             fe.handshake_address, "--engine-count", "2", "--max-model-len", "256",
+                             "--num-gpu-blocks", "64", "--step-time-ms", "50", "--bug", "crash-on-bad-frame",
+                             "--log-level", "ERROR"],
+                            stderr=subprocess.DEVNULL)
+    try:
+        fe.handshake([0, 1], timeout=30)
+        fe.add(1, make_request("survivor", max_tokens=10_000, ignore_eos=True))
+        assert fe.pump(lambda: fe.tokens("survivor"), timeout=15)
+        fe.send(0, [b"\x09", b"\x90"])  # fatal for rank 0 under the knob
+        assert fe.pump(lambda: fe.dead(), timeout=15)
+        # rank 1 is stopped gracefully (its request gets an ABORT output) and the CLI reports the failure
+        assert fe.wait_finished(["survivor"], timeout=15)["survivor"].finish_reason == FinishReason.ABORT
+        assert proc.wait(20) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        fe.close()
+
+
+def test_aborted_ids_go_into_finished_requests_with_a_coordinator(rig):
+    # vLLM's include_finished_set: client ABORTs and abort_immediately ADDs produce no output,
+    # but their ids are reported in finished_requests
+    fe, _ = rig.start(1, coordinator=True, step_time_ms=5)
+    fe.add(0, make_request("ai", [0], max_tokens=1, abort_immediately=True))
+    fe.add(0, make_request("ab", max_tokens=10_000))
+    assert fe.pump(lambda: fe.tokens("ab"))
+    fe.abort(0, ["ab"])
+    fe.add(0, make_request("after", max_tokens=2))
+    fe.wait_finished(["after"])
+    reported = set().union(*(m.finished_requests or set() for m in fe.messages[0]))
+    assert {"ai", "ab", "after"} <= reported
+    assert fe.outputs_for("ai") == [] and all(o.finish_reason is None for o in fe.outputs_for("ab"))

@@ -19,12 +19,17 @@ def test_error_outputs_and_engine_keeps_serving(rig):
     fe.add(0, make_request("badp", max_tokens=2, temperature=5.0))                 # invalid sampling
     fe.add(0, make_request("vocab", [20, 5000], max_tokens=2))                     # out of vocabulary
     fe.add(0, make_request("empty", [], max_tokens=2))
+    # more logprobs than the vocabulary: refused (it used to send the synthetic executor into
+    # an effectively endless search, freezing the engine)
+    fe.add(0, make_request("hugelp", max_tokens=2, logprobs=2**31 - 1))
+    fe.add(0, make_request("hugeplp", max_tokens=2, prompt_logprobs=1001))
     pooling = EngineCoreRequest("pool", [20, 21], None, None, PoolingParams(task="embed"), 0.0, None, None, None)
     fe.add(0, pooling)
     fe.add(0, make_request("dup", max_tokens=50))
     fe.add(0, make_request("dup", max_tokens=50))                                  # duplicate in flight
     errs = {"long": "prompt_too_long", "badp": "invalid_request", "vocab": "invalid_request",
-            "empty": "invalid_request", "pool": "unsupported_task", "dup": "duplicate_request_id"}
+            "empty": "invalid_request", "pool": "unsupported_task", "dup": "duplicate_request_id",
+            "hugelp": "invalid_request", "hugeplp": "invalid_request"}
     fe.pump(lambda: all(fe.finished(r) for r in errs), timeout=10)
     for rid, code in errs.items():
         out = fe.finished(rid)

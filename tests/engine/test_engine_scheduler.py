@@ -244,3 +244,18 @@ def test_core_shutdown_aborts_and_answers_waiting_calls():
     msgs = [m.payload for m in core.take_outbox()]
     assert msgs[0].outputs[0].finish_reason == FinishReason.ABORT and msgs[0].finished_requests == {"a"}
     assert msgs[-1].utility_output.call_id == 3 and msgs[-1].utility_output.failure_message is None
+
+
+def test_an_executor_with_no_room_for_blocks_is_a_startup_error_not_the_default_pool():
+    import pytest
+
+    from ecp.reference.engine.config import config_from_options
+    from ecp.reference.engine.core import EngineCore
+    from ecp.reference.engine.synthetic import SyntheticExecutor
+
+    class NoRoom(SyntheticExecutor):
+        def available_blocks(self, block_size, utilization):
+            return 0  # e.g. CUDA with the weights filling the memory budget
+
+    with pytest.raises(ValueError, match="cannot hold one sequence"):
+        EngineCore(config_from_options(max_model_len=256), NoRoom())

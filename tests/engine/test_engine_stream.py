@@ -142,3 +142,20 @@ def test_synthetic_logprobs_layout(rig):
             assert ids[row * 4] == o.new_token_ids[row] and len(set(ids[row * 4:row * 4 + 4])) == 4
             assert list(vals[row * 4:row * 4 + 4]) == sorted(vals[row * 4:row * 4 + 4], reverse=True)
     assert all(o.new_logprobs is None for o in fe.outputs_for("nolp"))
+
+
+@pytest.mark.timeout(20)
+def test_synthetic_logprobs_never_exceed_the_vocabulary():
+    # the executor caps K at vocab_size - 1 itself (defence in depth: the engine also refuses
+    # K > vocab_size at admission); uncapped, K = 10**9 searched for alternatives ~8e9 times
+    from ecp.reference.engine.executor import ScheduledSpan, StepBatch
+    from ecp.reference.engine.synthetic import SyntheticExecutor
+    from ecp.spec import SamplingParams
+
+    ex = SyntheticExecutor(seed=0, vocab_size=64)
+    ex.initialize(4, 16)
+    span = ScheduledSpan(request_id="a", token_ids=[20, 21], start_position=0, block_table=[0], sample=True,
+                         sampling_params=SamplingParams(max_tokens=2, logprobs=10**9),
+                         prompt_token_ids=[20, 21], output_token_ids=[], is_first_chunk=True, seed=None)
+    lp = ex.execute(StepBatch([span], [])).logprobs["a"]
+    assert lp.logprob_token_ids.shape == (1, 64)
