@@ -227,8 +227,8 @@ def _refused_ext(payload: Frame) -> UnsafeExtType | None:
         _DEC_ANY.decode(payload)
     except UnsafeExtType as exc:
         return exc
-    except (msgspec.DecodeError, ProtocolError, RecursionError):
-        pass
+    except (msgspec.DecodeError, ProtocolError, RecursionError, ValueError):
+        pass  # ValueError: invalid UTF-8 (UnicodeDecodeError) also stops the untyped pass
     return None
 
 

@@ -189,3 +189,14 @@ def test_multimodal_tensors_inline_and_in_aux_frames():
         "r", [1], [spec.MultiModalFeatureSpec(None, "image", "img-0", request_module.PlaceholderRange(0, 1))],
         spec.SamplingParams(), None, 1.0, None, None, None))).request
     assert cached.mm_features[0].data is None
+
+
+def test_invalid_utf8_after_an_ext_in_a_typed_position_is_a_protocol_error():
+    """The error path re-reads the payload untyped to name refused ext types; invalid UTF-8 met
+    there (here after an ext-3 request id) must still surface as a typed error, not UnicodeDecodeError."""
+    from ecp.spec import ProtocolError, decode_input
+
+    payload = bytes.fromhex("99" "d40378" "91a1ff") + b"\xc0" * 7
+    with pytest.raises(ProtocolError) as info:
+        decode_input([b"\x00", payload])
+    assert info.value.clause.startswith("ECP-")
