@@ -17,6 +17,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import msgspec
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -43,6 +44,13 @@ def json_response(obj: Any, status: int = 200) -> Response:
 
 def error_response(err: OpenAIError) -> Response:
     return json_response(err.body(), err.status)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    """Unknown routes (404) and wrong methods (405) answer OpenAI-style JSON like every other error."""
+    response = error_response(OpenAIError(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}"))
+    response.headers.update(exc.headers or {})  # 405 carries Allow
+    return response
 
 
 def client_error_to_openai(exc: BaseException, healthy: bool) -> OpenAIError:
@@ -137,7 +145,7 @@ class ServeApp:
                 Route("/is_paused", self.is_paused, methods=["GET"]),
                 Route("/collective_rpc", self.collective_rpc, methods=["POST"]),
             ]
-        app = Starlette(routes=routes)
+        app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
         app.state.serve = self
         return app
 

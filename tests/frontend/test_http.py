@@ -224,12 +224,19 @@ def test_info_routes_and_dev_routes_404_without_dev_mode():
             dev = [(await h.request(m, p)).status_code for m, p in
                    [("GET", "/is_sleeping"), ("POST", "/sleep"), ("POST", "/wake_up"),
                     ("POST", "/reset_prefix_cache"), ("GET", "/is_paused"), ("POST", "/collective_rpc")]]
+            unknown = await h.get("/no/such/route")
+            wrong_method = await h.get("/v1/completions")
         assert models["data"][0]["id"] == "ecp-synthetic" and models["data"][0]["max_model_len"] == 256
         assert version["version"] == "0.33.0"
         assert load == {"server_load": 0}
         assert "vllm:time_to_first_token_seconds_bucket" in metrics.text
         assert "vllm:num_requests_running" in metrics.text
         assert dev == [404] * 6
+        # unknown routes and wrong methods answer OpenAI-style JSON errors too
+        assert unknown.status_code == 404
+        assert unknown.json()["error"]["code"] == 404 and "/no/such/route" in unknown.json()["error"]["message"]
+        assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == 405
+        assert "POST" in wrong_method.headers["allow"]
     run(body)
 
 
