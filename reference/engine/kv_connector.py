@@ -80,7 +80,10 @@ class ReferenceKVConnector:
     leases: dict[str, Lease] = field(default_factory=dict)
     outbox: list[Notice] = field(default_factory=list)
     stats: ConnectorStats = field(default_factory=ConnectorStats)
-    _notified: set[str] = field(default_factory=set)
+    #: ids already notified, so a request that ends twice (abort racing a finish) notifies once;
+    #: a bounded window (oldest forgotten first) so a long-running consumer does not grow forever
+    _notified: dict[str, None] = field(default_factory=dict)
+    notified_memory: int = 65536
 
     @property
     def is_producer(self) -> bool:
@@ -127,7 +130,9 @@ class ReferenceKVConnector:
         host = params.get("remote_host")
         if not isinstance(host, str) or request_id in self._notified:
             return
-        self._notified.add(request_id)
+        self._notified[request_id] = None
+        if len(self._notified) > self.notified_memory:
+            del self._notified[next(iter(self._notified))]
         rid = params.get("remote_request_id") or request_id
         self.outbox.append(Notice(side_channel_address(host, params.get("remote_port")), {
             "type": "free", "request_id": str(rid), "engine_id": str(params.get("remote_engine_id", "")),
@@ -136,7 +141,7 @@ class ReferenceKVConnector:
 
     def forget(self, request_id: str) -> None:
         """Drop per-request memory once a request id may be reused."""
-        self._notified.discard(request_id)
+        self._notified.pop(request_id, None)
 
     # -- producer side ------------------------------------------------------
     def on_notice(self, payload: Any) -> bool:
