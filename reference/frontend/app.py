@@ -130,6 +130,8 @@ class ServeApp:
             Route("/load", self.load, methods=["GET"]),
             Route("/metrics", self.metrics, methods=["GET"]),
             Route("/abort_requests", self.abort_requests_vllm, methods=["POST"]),
+            # vLLM 0.33 also registers this path, always (FACTS 11.1): same body, same answer
+            Route("/inference/v1/abort_requests", self.abort_requests_vllm, methods=["POST"]),
             Route("/v1/abort_requests", self.abort_requests_fastdeploy, methods=["POST"]),
         ]
         if self.frontend.config.dev_mode:

@@ -146,6 +146,7 @@ def test_abort_apis_by_every_id_form_and_for_all_with_partial_results():
             r_all = (await h.post("/abort_requests", json={})).json()
             again = (await h.post("/v1/abort_requests", json={"abort_all": True})).json()
             bad = await h.post("/v1/abort_requests", json={})
+            r_inference = (await h.post("/inference/v1/abort_requests", json={"request_ids": ["nope"]})).json()
             results = {rid: await asyncio.wait_for(t, 5) for rid, t in tasks.items()}
         assert r_base["status"] == "aborted" and r_base["aborted"] == 1 and r_base["not_found"] == ["unknown"]
         for resp in (r_base, r_resp, r_ext, r_all):
@@ -156,6 +157,7 @@ def test_abort_apis_by_every_id_form_and_for_all_with_partial_results():
         assert r_all["results"][0]["response_id"] == "cmpl-r4"
         assert again == {"aborted": [], "results": [], "not_found": []}
         assert bad.status_code == 400 and bad.json() == {"error": "must provide abort_all=true or req_ids"}
+        assert r_inference["aborted"] == 0 and r_inference["not_found"] == ["nope"]
         for events in results.values():
             assert events[-1] == "[DONE]"
             assert events[-2]["choices"][0]["finish_reason"] == "abort"
