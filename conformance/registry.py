@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal
+from typing import Any, Callable, Iterable, Literal
 
 from ecp.spec import clauses as spec_clauses
 
@@ -67,6 +67,16 @@ class Case:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "clause": self.clause, "level": self.level, "roles": list(self.roles),
                 "requirement": self.requirement, "slug": self.slug, "feature": self.feature}
+
+
+def case_factory(*roles: str) -> Callable[..., Case]:
+    """``_c(id, clause, level, slug, requirement, feature=None)`` for one role's catalogue: keeps the
+    catalogue tables one line per field, in the order a reader scans them."""
+    def make(id: str, clause: str, level: str, slug: str, requirement: str, feature: str | None = None) -> Case:
+        return Case(id=id, clause=clause, level=level, roles=roles, requirement=requirement,  # type: ignore[arg-type]
+                    slug=slug, feature=feature)
+
+    return make
 
 
 def validate_cases(cases: Iterable[Case], role: str | None = None) -> list[Case]:

@@ -6,14 +6,9 @@ cases take the next free number of their area.
 
 from __future__ import annotations
 
-from ..registry import Case
+from ..registry import Case, case_factory
 
-E = ("engine",)
-
-
-def _c(id: str, clause: str, level: str, slug: str, requirement: str, feature: str | None = None) -> Case:
-    return Case(id=id, clause=clause, level=level, roles=E, requirement=requirement, slug=slug,  # type: ignore[arg-type]
-                feature=feature)
+_c = case_factory("engine")
 
 
 CASES: tuple[Case, ...] = (
