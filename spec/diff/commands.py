@@ -16,10 +16,21 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
     sub = spec.add_subparsers(dest="spec_command", metavar="SPEC_COMMAND")
     spec.set_defaults(func=_usage, spec_parser=spec)
 
-    p = sub.add_parser("layout", help="write the layout of the current spec (vLLM 0.33) as JSON")
-    p.add_argument("--out", metavar="FILE",
-                   help="where to write it (default: spec/layouts/vllm-0.33.json of this package; '-' = stdout)")
-    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file differs from the code")
+    p = sub.add_parser(
+        "layout", help="write a layout as JSON: of vLLM's sources (--from-vllm) or of ecp.spec",
+        description="With --from-vllm, extract the wire layout statically (Python ast; nothing of vLLM is "
+                    "imported) from a vLLM source checkout, an unpacked wheel or a .whl file. Without it, "
+                    "describe the messages of ecp.spec itself. Constructs that cannot be resolved statically "
+                    "are reported on stderr as file:line: code: message and recorded in the layout's "
+                    "provenance; exit 1 with --strict when there are any.")
+    p.add_argument("--from-vllm", metavar="PATH", dest="from_vllm",
+                   help="a vLLM checkout (the directory holding vllm/), an unpacked wheel or a .whl file")
+    p.add_argument("--vllm-version", metavar="X.Y.Z", dest="vllm_version",
+                   help="the release the tree is (for a checkout that does not record its version)")
+    p.add_argument("--out", metavar="FILE", help="where to write it (default: stdout)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if --out differs from the output")
+    p.add_argument("--strict", action="store_true", help="exit 1 when the extractor met anything it could not "
+                                                         "resolve statically")
     p.set_defaults(func=_layout)
 
     p = sub.add_parser(
@@ -29,7 +40,9 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
                     "spec/layouts/vllm-0.33.json at that ref).")
     p.add_argument("old", metavar="OLD")
     p.add_argument("new", metavar="NEW")
-    p.add_argument("--format", choices=("text", "json", "github"), default="text")
+    p.add_argument("--format", choices=("text", "json", "markdown", "github"), default="text",
+                   help="text for people, json for tools, markdown for a pull-request comment, github for "
+                        "workflow annotations")
     p.add_argument("--fail-on", choices=("breaking", "warning", "never"), default="breaking",
                    help="lowest severity that makes the exit status 1 (default: breaking)")
     p.set_defaults(func=_diff)
@@ -45,14 +58,6 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
 def _usage(args: argparse.Namespace) -> int:
     args.spec_parser.print_help()
     return 2
-
-
-def _default_layout_path():
-    from pathlib import Path
-
-    from ..layout.introspect import NAME
-
-    return Path(__file__).resolve().parents[1] / "layouts" / f"{NAME}.json"
 
 
 def _write_or_check(text: bytes, out: str | None, check: bool, what: str) -> int:
@@ -79,10 +84,30 @@ def _write_or_check(text: bytes, out: str | None, check: bool, what: str) -> int
 
 
 def _layout(args: argparse.Namespace) -> int:
-    from ..layout.introspect import current_layout_json
+    from ..layout.model import encode_layout
 
-    out = args.out if args.out is not None else str(_default_layout_path())
-    return _write_or_check(current_layout_json(), out, args.check, "the layout")
+    if args.from_vllm is None:
+        if args.vllm_version or args.strict:
+            print("ecp spec layout: --vllm-version and --strict apply to --from-vllm only", file=sys.stderr)
+            return 2
+        from ..layout.introspect import current_layout_json
+
+        return _write_or_check(current_layout_json(), args.out, args.check, "the layout")
+    from ..layout.vllm import SourceError, extract
+
+    try:
+        result = extract(args.from_vllm, version=args.vllm_version)
+    except SourceError as exc:
+        print(f"ecp spec layout: {exc}", file=sys.stderr)
+        return 2
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    code = _write_or_check(encode_layout(result.layout), args.out, args.check, "the layout")
+    if code == 0 and args.strict and result.warnings:
+        print(f"ecp spec layout: {len(result.warnings)} construct(s) not resolved statically (--strict)",
+              file=sys.stderr)
+        return 1
+    return code
 
 
 def _diff(args: argparse.Namespace) -> int:

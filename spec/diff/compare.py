@@ -11,11 +11,12 @@ against NEW), ``new->old``, ``both`` or ``none``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..layout import types as wt
 from ..layout.model import FieldLayout, Layout, MessageLayout
+from .clauses import clause_for
 from .rules import RULES, Rule
 
 Affects = Literal["old->new", "new->old", "both", "none"]
@@ -33,6 +34,8 @@ class Finding:
     new: Any = None
     #: repository path where NEW defines the subject, for annotations
     file: str | None = None
+    #: the clause of spec/PROTOCOL.md the change violates (:mod:`.clauses`)
+    clause: str | None = None
 
     @property
     def severity(self) -> str:
@@ -56,6 +59,7 @@ class Finding:
             "rule": self.rule.id, "name": self.rule.name, "severity": self.severity, "subject": self.subject,
             "message": self.message, "direction": self.direction, "affects": self.affects,
             "impact": self.impact(), "old": self.old, "new": self.new, "file": self.file,
+            "clause": self.clause,
         }
 
 
@@ -73,8 +77,9 @@ def _json(value: Any) -> str:
 
 
 def _repo_file(msg: MessageLayout | None) -> str | None:
-    """``defined_in`` when it is a path of this repository (generated layouts)."""
-    if msg and msg.defined_in and msg.defined_in.startswith("spec/") and " " not in msg.defined_in:
+    """``defined_in`` when it is a repository path: ``spec/...`` (ecp.spec) or ``vllm/...``
+    (layouts extracted from vLLM's sources, so annotations land in a vLLM pull request)."""
+    if msg and msg.defined_in and msg.defined_in.startswith(("spec/", "vllm/")) and " " not in msg.defined_in:
         return msg.defined_in
     return None
 
@@ -238,6 +243,16 @@ def _compare_request_types(out: _Collector, old: Layout, new: Layout) -> None:
             out.add("DIFF-041", subject, f"request type {o.name} removed", d, "old->new", o.name, None)
 
 
+def _signature_affects(om, nm) -> Affects:
+    """Trailing arguments with defaults appended: only NEW callers (passing them) hurt OLD engines."""
+    n_old = len(om.params)
+    same_prefix = len(nm.params) > n_old and all(
+        wt.relation(wt.parse(a.type), wt.parse(b.type)) == "same" for a, b in zip(om.params, nm.params))
+    if same_prefix and not any(p.required for p in nm.params[n_old:]):
+        return "new->old"
+    return "both"
+
+
 def _compare_utility(out: _Collector, old: Layout, new: Layout) -> None:
     d = "frontend->engine"
     for name, nm in new.utility_methods.items():
@@ -257,7 +272,8 @@ def _compare_utility(out: _Collector, old: Layout, new: Layout) -> None:
             if len(old_types) != len(new_types) or any(
                     wt.relation(wt.parse(a), wt.parse(b)) != "same" for a, b in zip(old_types, new_types)):
                 out.add("DIFF-052", subject, f"arguments changed from [{', '.join(old_types)}] to "
-                                             f"[{', '.join(new_types)}]", d, "both", old_types, new_types)
+                                             f"[{', '.join(new_types)}]", d, _signature_affects(om, nm),
+                        old_types, new_types)
             else:
                 for i, (op, np_) in enumerate(zip(om.params, nm.params)):
                     if op.name and np_.name and op.name != np_.name:
@@ -304,7 +320,7 @@ def diff_layouts(old: Layout, new: Layout) -> list[Finding]:
     _compare_enums(out, old, new)
     _compare_request_types(out, old, new)
     _compare_utility(out, old, new)
-    return out.findings
+    return [replace(f, clause=clause_for(f.rule.id, f.subject, old, new)) for f in out.findings]
 
 
 def counts(findings: list[Finding]) -> dict[str, int]:

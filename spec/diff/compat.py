@@ -112,8 +112,12 @@ def check_utility(frontend: Layout, engine: Layout) -> Cell:
         if em is None:
             continue
         if fm.params is not None and em.params is not None:
+            # The frontend passes every argument of its release's signature, positionally; the
+            # engine takes them when it has at least that many and no more are required.
             ft, et = [p.type for p in fm.params], [p.type for p in em.params]
-            if len(ft) != len(et) or any(not wt.accepts(wt.parse(e), wt.parse(f)) for f, e in zip(ft, et)):
+            needed = sum(1 for p in em.params if p.required)
+            if not needed <= len(ft) <= len(et) or any(
+                    not wt.accepts(wt.parse(e), wt.parse(f)) for f, e in zip(ft, et)):
                 notes.append(f"{name}: arguments [{', '.join(ft)}] vs engine [{', '.join(et)}]")
                 verdict = "rejected"
         if not wt.accepts(wt.parse(fm.result), wt.parse(em.result)):
@@ -153,6 +157,7 @@ def render_markdown(layouts: list[Layout], results: list[PairResult]) -> str:
     ]
     for layout in layouts:
         lines.append(f"- `{layout.name}` (vLLM {layout.vllm_version}): {layout.source}")
+    lines += _grid(layouts, results)
     lines += [
         "",
         "Verdicts: **ok**; **ok (partly unchecked)**: a nested type one layout does not describe was not",
@@ -182,6 +187,32 @@ def render_markdown(layouts: list[Layout], results: list[PairResult]) -> str:
     if notes:
         lines += ["", "Notes:", ""] + notes
     return "\n".join(lines) + "\n"
+
+
+_SHORT = {"ok": "ok", "ok-partial": "ok", "lossy": "lossy", "misaligned": "MISALIGNED", "rejected": "BREAKS",
+          "not-compared": "n/c", "absent": "-"}
+
+
+def _grid(layouts: list[Layout], results: list[PairResult]) -> list[str]:
+    """Frontend release (rows) x engine release (columns): the worst cell of each pair, and
+    which message kinds break."""
+    by_pair = {(r.frontend, r.engine): r for r in results}
+    names = [layout.name for layout in layouts]
+    lines = ["", "## Summary", "",
+             "Rows: the frontend's release; columns: the engine's release. A cell gives the worst verdict over "
+             "all message kinds and, when something breaks, the kinds that do (details per pair below).", "",
+             "| frontend \\ engine | " + " | ".join(f"`{n}`" for n in names) + " |",
+             "|---|" + "---|" * len(names)]
+    for f in names:
+        row = []
+        for e in names:
+            cells = by_pair[(f, e)].cells
+            worst = worst_verdict(list(cells.values()))
+            broken = [k for k, c in cells.items() if c.verdict in ("rejected", "misaligned")]
+            row.append(_SHORT[worst] + (f" ({', '.join(broken)})" if broken else ""))
+        lines.append(f"| `{f}` | " + " | ".join(row) + " |")
+    lines += ["", "## Per pair"]
+    return lines
 
 
 def worst_verdict(cells: list[Cell]) -> str:

@@ -1,4 +1,5 @@
-"""Render diff findings as text, JSON or GitHub Actions workflow commands."""
+"""Render diff findings as text, JSON, Markdown (pull-request comments) or GitHub Actions
+workflow commands. Every finding names the clause of ``spec/PROTOCOL.md`` it violates."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 from ..layout.model import Layout
 from .compare import Finding, counts
 
-FORMATS = ("text", "json", "github")
+FORMATS = ("text", "json", "markdown", "github")
 
 _ORDER = {"breaking": 0, "warning": 1, "info": 2}
 
@@ -15,6 +16,11 @@ _ORDER = {"breaking": 0, "warning": 1, "info": 2}
 def _ordered(findings: list[Finding]) -> list[Finding]:
     # Stable: most severe first, otherwise in comparison order.
     return sorted(findings, key=lambda f: _ORDER[f.severity])
+
+
+def _clause_text(f: Finding) -> str:
+    """A break violates its clause; a compatible change only concerns it."""
+    return f"{'violates' if f.severity != 'info' else 'concerns'} {f.clause}"
 
 
 def _summary(findings: list[Finding]) -> str:
@@ -29,7 +35,7 @@ def render_text(old: Layout, new: Layout, findings: list[Finding]) -> str:
         return "\n".join(lines) + "\n"
     for f in _ordered(findings):
         lines.append(f"{f.severity.upper():<8} {f.rule.id} {f.subject}: {f.message}")
-        lines.append(f"         {f.rule.name}; {f.impact()}")
+        lines.append(f"         {f.rule.name}; {_clause_text(f)}; {f.impact()}")
     lines.append(_summary(findings))
     return "\n".join(lines) + "\n"
 
@@ -63,11 +69,34 @@ def render_github(old: Layout, new: Layout, findings: list[Finding]) -> str:
         if f.file:
             props.append(f"file={_escape_property(f.file)}")
         props.append(f"title={_escape_property(f'{f.rule.id} {f.rule.name}')}")
-        body = f"{f.subject}: {f.message} ({f.impact()}; {old.name} -> {new.name})"
+        body = f"{f.subject}: {f.message} ({_clause_text(f)}; {f.impact()}; {old.name} -> {new.name})"
         lines.append(f"::{_COMMAND[f.severity]} {','.join(props)}::{_escape_data(body)}")
     lines.append(f"ecp spec diff {old.name} -> {new.name}: {_summary(findings) if findings else 'no differences'}")
     return "\n".join(lines) + "\n"
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(old: Layout, new: Layout, findings: list[Finding]) -> str:
+    """A pull-request comment: verdict first, then one table row per finding."""
+    c = counts(findings)
+    verdict = ("**breaking**: peers built against the two layouts do not interoperate" if c["breaking"]
+               else "no breaking change")
+    lines = [f"### Protocol diff: `{old.name}` ({old.vllm_version}) → `{new.name}` ({new.vllm_version})", "",
+             f"{verdict} ({_summary(findings)}).", ""]
+    if not findings:
+        return "\n".join(lines)
+    lines += ["| severity | rule | subject | change | clause | who breaks |", "|---|---|---|---|---|---|"]
+    for f in _ordered(findings):
+        lines.append(f"| {f.severity} | {f.rule.id} {f.rule.name} | `{_cell(f.subject)}` | {_cell(f.message)} "
+                     f"| {f.clause} | {_cell(f.impact())} |")
+    lines += ["", "Clauses are those of `spec/PROTOCOL.md` of the engine-core protocol (`ecp`); the rules are "
+                  "described in `docs/ci.md` of ecp."]
+    return "\n".join(lines) + "\n"
+
+
 def render(fmt: str, old: Layout, new: Layout, findings: list[Finding]) -> str:
-    return {"text": render_text, "json": render_json, "github": render_github}[fmt](old, new, findings)
+    renderers = {"text": render_text, "json": render_json, "markdown": render_markdown, "github": render_github}
+    return renderers[fmt](old, new, findings)

@@ -91,11 +91,14 @@ class RequestTypeLayout(msgspec.Struct, omit_defaults=True, forbid_unknown_field
     on_wire: bool
 
 
-class UtilityParamLayout(msgspec.Struct, forbid_unknown_fields=True):
-    """One positional argument; ``name`` is documentation (``None`` where unknown)."""
+class UtilityParamLayout(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+    """One positional argument; ``name`` is documentation (``None`` where unknown).
+    ``required`` is false when the engine's method has a default for it, so a caller
+    may leave it (and every later one) out."""
 
     name: str | None
     type: str
+    required: bool = True
 
 
 class UtilityMethodLayout(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
@@ -103,6 +106,20 @@ class UtilityMethodLayout(msgspec.Struct, omit_defaults=True, forbid_unknown_fie
 
     result: str
     params: list[UtilityParamLayout] | None = None
+
+
+class Provenance(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
+    """Where a generated layout came from: enough to regenerate and verify it."""
+
+    vllm_version: str
+    #: the extractor and its output version (``vllm-ast/1``)
+    extractor: str
+    #: ``wheel``, ``unpacked`` or ``checkout``
+    tree: str
+    wheel: str | None = None
+    sha256: str | None = None
+    #: every construct the extractor could not resolve statically (``file:line: code: what``)
+    warnings: list[str] = []
 
 
 class Layout(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
@@ -119,6 +136,8 @@ class Layout(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
     #: messages/enums the source of a hand-written layout did not show; never compared
     not_described: list[str] = []
     note: str | None = None
+    #: generated layouts: release, wheel and extractor they come from
+    provenance: Provenance | None = None
 
     def describes(self, name: str) -> bool:
         return name in self.messages or name in self.enums

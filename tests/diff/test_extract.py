@@ -1,0 +1,152 @@
+"""``ecp spec layout --from-vllm``: static extraction from a vLLM tree, without vLLM installed.
+
+``fixtures/vllm-0.33/`` is a skeleton of the vLLM 0.33.0 wheel (declarations
+only, cut by ``fixtures/skeleton.py``): every file the extractor reads, in the
+same places. Extracting it must give the checked-in ``vllm-0.33.json``,
+generated from the real wheel; only the wheel's sha256 and the line numbers in
+the warnings differ.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ecp.spec.cli import main
+from ecp.spec.layout.model import decode_layout, encode_layout
+from ecp.spec.layout.vllm import CODES, SourceError, extract
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "vllm-0.33"
+SHIPPED = ROOT / "spec" / "layouts" / "vllm-0.33.json"
+WHEEL = "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+
+
+def _normalised(doc: dict) -> dict:
+    doc = json.loads(json.dumps(doc))
+    prov = doc["provenance"]
+    prov.pop("sha256", None)
+    prov["warnings"] = [re.sub(r":\d+: ", ": ", w) for w in prov["warnings"]]
+    return doc
+
+
+def _wheel_of(tree: Path, dest: Path, name: str = WHEEL) -> Path:
+    path = dest / name
+    with zipfile.ZipFile(path, "w") as zf:
+        for file in sorted(tree.rglob("*.py")):
+            zf.write(file, file.relative_to(tree).as_posix())
+        zf.writestr("vllm-0.33.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: vllm\nVersion: 0.33.0\n")
+    return path
+
+
+def test_the_fixture_reproduces_the_checked_in_0_33_layout(tmp_path):
+    result = extract(_wheel_of(FIXTURE, tmp_path))
+    shipped = json.loads(SHIPPED.read_bytes())
+    assert _normalised(json.loads(encode_layout(result.layout))) == _normalised(shipped)
+    assert shipped["provenance"]["wheel"] == WHEEL and len(shipped["provenance"]["sha256"]) == 64
+
+
+def test_a_checkout_and_an_unpacked_tree_give_the_same_layout(tmp_path):
+    from_dir = extract(FIXTURE, version="0.33.0").layout
+    from_whl = extract(_wheel_of(FIXTURE, tmp_path)).layout
+    assert from_dir.messages == from_whl.messages and from_dir.utility_methods == from_whl.utility_methods
+    assert from_dir.provenance.tree == "checkout" and from_whl.provenance.tree == "wheel"
+    assert from_dir.provenance.sha256 is None and from_whl.provenance.sha256 is not None
+
+
+def test_the_extracted_wire_facts():
+    layout = decode_layout(SHIPPED.read_bytes(), "vllm-0.33.json")
+    req = layout.messages["EngineCoreRequest"]
+    assert (req.encoding, req.frame, len(req.fields), req.required_count) == ("array", "ADD", 22, 9)
+    assert [f.name for f in req.fields][19:] == ["abort_immediately", "session_id", "kv_hints"]
+    out = layout.messages["EngineCoreOutput"]
+    assert len(out.fields) == 19 and out.field("finish_reason").type == "enum:FinishReason | nil"
+    assert out.field("routed_experts").type == "tensor | nil"  # np.ndarray
+    assert layout.messages["SamplingParams"].omit_defaults
+    assert layout.messages["SamplingParams"].field("output_kind").default == 0  # RequestOutputKind.CUMULATIVE
+    assert layout.messages["SamplingParams"].field("_all_stop_token_ids").default == []  # default_factory=set
+    assert layout.messages["Hello"].tag == ["status", "HELLO"]
+    assert [f.name for f in layout.messages["Ready"].fields if not f.required] == [
+        "parallel_config_hash", "coord_store_port", "elastic_ep_max_dp_size", "num_redundant_experts"]
+    assert layout.enums["FinishReason"].values == {"STOP": 0, "LENGTH": 1, "ABORT": 2, "ERROR": 3, "REPETITION": 4}
+    assert [(t.byte, t.name, t.on_wire) for t in layout.request_types] == [
+        ("00", "ADD", True), ("01", "ABORT", True), ("02", "START_DP_WAVE", True), ("03", "UTILITY", True),
+        ("04", "EXECUTOR_FAILED", False), ("05", "WAKEUP", False)]
+    profile = layout.utility_methods["profile"]
+    assert [p.name for p in profile.params] == ["is_start", "profile_prefix", "delay_iterations",
+                                                "max_iterations", "profiler_kwargs"]
+    assert layout.utility_methods["get_supported_tasks"].result == "array[str]"  # nested Literal aliases
+    assert layout.utility_methods["is_sleeping"].result == "bool"
+    # nested types take the direction of the payload that carries them
+    assert layout.messages["LoRARequest"].direction == "frontend->engine"
+    assert layout.messages["PrefillStats"].direction == "engine->frontend"
+
+
+def test_every_warning_names_a_file_a_line_and_a_known_code():
+    layout = decode_layout(SHIPPED.read_bytes(), "vllm-0.33.json")
+    assert layout.provenance.warnings
+    for w in layout.provenance.warnings:
+        m = re.match(r"^(vllm/[\w/]+\.py):(\d+): ([a-z-]+): ", w)
+        assert m and m.group(3) in CODES, w
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for rel, text in {"vllm/__init__.py": "", **files}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    return tmp_path
+
+
+def test_unresolvable_constructs_are_typed_warnings_not_guesses(tmp_path):
+    root = _tree(tmp_path, {"vllm/v1/engine/__init__.py": (
+        "import msgspec\n"
+        "from thirdparty import Blob\n"
+        "class Opaque:\n    pass\n"
+        "def make():\n    return 3\n"
+        "class EngineCoreRequest(msgspec.Struct, array_like=True):\n"
+        "    request_id: str\n"
+        "    blob: Blob | None = None\n"
+        "    opaque: Opaque | None = None\n"
+        "    count: int = make()\n"
+        "    later: 'Missing' = None\n")})
+    result = extract(root, version="9.9.0")
+    req = result.layout.messages["EngineCoreRequest"]
+    assert [(f.name, f.type) for f in req.fields] == [
+        ("request_id", "str"), ("blob", "any"), ("opaque", "any"), ("count", "int"), ("later", "any")]
+    assert req.field("count").default is not None and not req.field("count").required
+    assert "default" not in json.loads(encode_layout(result.layout))["messages"]["EngineCoreRequest"]["fields"][3]
+    found = {(w.code, w.line) for w in result.warnings if w.file == "vllm/v1/engine/__init__.py"}
+    assert {("external-type", 9), ("unsupported-class", 10), ("default", 11), ("unresolved-type", 12)} <= found
+    missing = [w.message for w in result.warnings if w.code == "missing"]
+    assert any("EngineCoreOutputs" in m for m in missing) and any("HELLO" in m for m in missing)
+    assert result.layout.name == "vllm-9.9"
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: p / "nowhere",
+    lambda p: (p / "x.txt").write_text("x") and p / "x.txt",
+    lambda p: (p / "bad.whl").write_bytes(b"not a zip") and p / "bad.whl",
+    lambda p: p,  # a directory without vllm/
+])
+def test_paths_that_are_not_vllm_trees_are_refused(tmp_path, make):
+    with pytest.raises(SourceError):
+        extract(make(tmp_path))
+
+
+def test_the_command_writes_checks_and_reports_warnings(tmp_path, capsys):
+    out = tmp_path / "layout.json"
+    assert main(["spec", "layout", "--from-vllm", str(FIXTURE), "--vllm-version", "0.33.0", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: vllm/v1/engine/core.py:" in err and "tuple-payload" in err
+    assert main(["spec", "layout", "--from-vllm", str(FIXTURE), "--vllm-version", "0.33.0", "--out", str(out),
+                 "--check"]) == 0
+    assert main(["spec", "layout", "--from-vllm", str(FIXTURE), "--vllm-version", "0.32.0", "--out", str(out),
+                 "--check"]) == 1
+    assert main(["spec", "layout", "--from-vllm", str(FIXTURE), "--vllm-version", "0.33.0", "--out", str(out),
+                 "--strict"]) == 1
+    assert main(["spec", "layout", "--from-vllm", str(tmp_path / "nowhere")]) == 2
+    capsys.readouterr()
