@@ -9,7 +9,7 @@ import pytest
 
 from ecp.spec import EngineCoreRequest, SamplingParams
 from ecp.spec.layout import types as wt
-from ecp.spec.layout.introspect import current_layout, current_layout_json
+from ecp.spec.layout.introspect import current_layout
 from ecp.spec.layout.model import LayoutError, decode_layout, encode_layout
 from ecp.spec.layout.resolve import load_shipped, resolve, shipped_names
 from ecp.spec.utility_methods import UTILITY_METHODS

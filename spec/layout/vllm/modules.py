@@ -130,6 +130,10 @@ class ModuleIndex:
                 mod.assigns.setdefault(stmt.name.id, stmt.value)  # type: ignore[attr-defined]
         return mod
 
+    def parsed_paths(self) -> list[str]:
+        """The paths of every module parsed so far, sorted."""
+        return sorted(m.path for m in self._modules.values() if m is not None)
+
     # ------------------------------------------------------------------ names
     def resolve(self, mod: Module, name: str, _depth: int = 0) -> Resolved:
         """What ``name`` means at module level in ``mod``."""

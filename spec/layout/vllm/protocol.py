@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 
 from ..model import (
-    FORMAT, FieldLayout, Layout, MessageLayout, Provenance, RequestTypeLayout, UtilityMethodLayout,
+    FORMAT, EnumLayout, FieldLayout, Layout, MessageLayout, Provenance, RequestTypeLayout, UtilityMethodLayout,
     UtilityParamLayout,
 )
 from .modules import Module, ModuleIndex
@@ -61,11 +61,13 @@ _TUPLE_PAYLOADS = {"UtilityRequest": "UTILITY", "StartDPWave": "START_DP_WAVE"}
 
 
 class Extraction:
-    """The result: the layout plus every :class:`ExtractionWarning` met on the way."""
+    """The result: the layout, every :class:`ExtractionWarning` met on the way, and the
+    paths of the files read (``vllm/...``)."""
 
-    def __init__(self, layout: Layout, warnings: list[ExtractionWarning]) -> None:
+    def __init__(self, layout: Layout, warnings: list[ExtractionWarning], files: list[str]) -> None:
         self.layout = layout
         self.warnings = warnings
+        self.files = files
 
 
 def _release_name(version: str | None) -> str:
@@ -101,7 +103,7 @@ class _Extractor:
                 if found is None:
                     self._warn("missing", None, None, f"class {name} ({frame}) not found in this tree")
                     continue
-                self.reader._qualnames[name] = found.qualname
+                self.reader.claim(name, found.qualname)
                 msg = self.reader.message(found)
             if msg is None:
                 continue
@@ -384,7 +386,7 @@ class _Extractor:
             source=f"extracted statically from {what} of vLLM {version or '(version not recorded)'} by "
                    f"`ecp spec layout --from-vllm` ({EXTRACTOR_VERSION})",
             messages=self.reader.messages,
-            enums={name: _enum(values) for name, values in sorted(self.reader.enums.items())},
+            enums={name: EnumLayout(values=values) for name, values in sorted(self.reader.enums.items())},
             request_types=request_types,
             utility_methods=utility,
             provenance=Provenance(
@@ -392,13 +394,9 @@ class _Extractor:
                 wheel=self.tree.wheel_name, sha256=self.tree.sha256,
                 warnings=[str(w) for w in warnings]),
         )
-        return Extraction(layout, list(warnings))
-
-
-def _enum(values: dict[str, int]):
-    from ..model import EnumLayout
-
-    return EnumLayout(values=values)
+        for path in FRONTEND_FILES:  # read for the request types even when nothing else is
+            self.index.module_at(path)
+        return Extraction(layout, list(warnings), self.index.parsed_paths())
 
 
 def extract(path: str | Path, version: str | None = None) -> Extraction:

@@ -52,23 +52,12 @@ def _tail(qualname: str) -> str:
     return qualname.rsplit(".", 1)[-1]
 
 
-def _origin(qualname: str) -> str:
-    """``typing.List`` / ``collections.abc.Sequence`` / ``builtins.list`` -> the bare name."""
-    return _tail(qualname)
-
-
 @dataclass
 class ClassInfo:
     """What kind of wire type a class is."""
 
     kind: str  # struct | dataclass | namedtuple | typeddict | enum | other
     config: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Described:
-    message: MessageLayout | None = None
-    enum: dict[str, int] | None = None
 
 
 class TypeReader:
@@ -89,6 +78,10 @@ class TypeReader:
         w = ExtractionWarning(code, mod.path if mod else "?", getattr(node, "lineno", 0), message)
         if w not in self.warnings:
             self.warnings.append(w)
+
+    def claim(self, name: str, qualname: str) -> None:
+        """Reserve ``name`` for the class ``qualname`` (a payload described by the caller)."""
+        self._qualnames[name] = qualname
 
     # ------------------------------------------------------------------ classes
     def class_info(self, found: Resolved, _depth: int = 0) -> ClassInfo:
@@ -344,7 +337,7 @@ class TypeReader:
     def _factory(self, mod: Module, node: ast.expr, where: ast.AST, quiet: bool = False) -> Any:
         r = self.index.resolve_expr(mod, node) if isinstance(node, (ast.Name, ast.Attribute)) else None
         if r is not None:
-            bare = _origin(r.qualname)
+            bare = _tail(r.qualname)
             if r.kind == "external" and bare in ("list", "set", "frozenset", "tuple", "deque"):
                 return []
             if r.kind == "external" and bare in ("dict", "defaultdict", "OrderedDict", "Counter"):
@@ -420,7 +413,7 @@ class TypeReader:
 
     def _subscript(self, mod: Module, ann: ast.Subscript, depth: int) -> list[str]:
         origin = self.index.resolve_expr(mod, ann.value)
-        bare = _origin(origin.qualname)
+        bare = _tail(origin.qualname)
         args = self._args(ann)
         if origin.qualname in _TENSORS:
             return ["tensor"]
@@ -468,7 +461,7 @@ class TypeReader:
                 return [_SCALARS[q]]
             if q in _TENSORS:
                 return ["tensor"]
-            bare = _origin(q)
+            bare = _tail(q)
             if bare in _ARRAYS or bare in ("tuple", "Tuple"):
                 return ["array[any]"]
             if bare in _MAPS:
