@@ -122,3 +122,11 @@ def test_compat_check_against_a_file(tmp_path, capsys):
     assert run(capsys, "spec", "compat", "--out", str(target), "--check")[0] == 0
     target.write_text("stale\n")
     assert run(capsys, "spec", "compat", "--out", str(target), "--check")[0] == 1
+
+
+def test_compat_of_a_release_and_an_extracted_layout(capsys):
+    fixture = Path(__file__).resolve().parent / "fixtures" / "vllm-0.33"
+    code, out, _ = run(capsys, "spec", "compat", "--layouts", "vllm-0.32", str(LAYOUTS / "vllm-0.33.json"))
+    assert code == 0 and out.count("\n| `vllm-0.3") == 2  # a 2x2 summary
+    assert "| vllm-0.33 | vllm-0.32 |" in out and "pause_generation" in out
+    assert run(capsys, "spec", "compat", "--layouts", "vllm-0.33", str(fixture))[0] == 2  # a tree is no layout
