@@ -141,7 +141,7 @@ def test_the_command_writes_checks_and_reports_warnings(tmp_path, capsys):
     out = tmp_path / "layout.json"
     assert main(["spec", "layout", "--from-vllm", str(FIXTURE), "--vllm-version", "0.33.0", "--out", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "warning: vllm/v1/engine/core.py:" in err and "tuple-payload" in err
+    assert "warning: vllm/v1/engine/core.py:" in err and "value-type" in err
     assert main(["spec", "layout", "--from-vllm", str(FIXTURE), "--vllm-version", "0.33.0", "--out", str(out),
                  "--check"]) == 0
     assert main(["spec", "layout", "--from-vllm", str(FIXTURE), "--vllm-version", "0.32.0", "--out", str(out),

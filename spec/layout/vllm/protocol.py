@@ -122,6 +122,8 @@ class _Extractor:
         for arg in func.args.posonlyargs + func.args.args + func.args.kwonlyargs:
             if arg.arg == name and arg.annotation is not None:
                 return self.reader.type_of(mod, arg.annotation)
+        if func.args.vararg is not None and func.args.vararg.arg == name:
+            return "array[any]"  # *args is a tuple: an array of whatever the caller passed
         return None
 
     def _value_type(self, mod: Module, func, value: ast.expr, key: str, dict_name: str) -> str:
@@ -133,15 +135,52 @@ class _Extractor:
             t = self._param_type(mod, func, value.id)
             if t is not None:
                 return t
+        if (isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == "self"):
+            t = self._self_attr_type(mod, func, value.attr)
+            if t is not None:
+                return t
         if isinstance(value, (ast.Compare, ast.BoolOp)) or (
                 isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.Not)):
             return "bool"
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in (
                 "str", "int", "float", "bool"):
             return value.func.id
-        self._warn("handshake-value", mod, value,
+        self._warn("value-type", mod, value,
                    f"{dict_name}[{key!r}] = {ast.unparse(value)}: type not declared in the source; any")
         return "any"
+
+    def _self_attr_type(self, mod: Module, func, attr: str, _depth: int = 0) -> str | None:
+        """The declared type of ``self.<attr>`` in the class that defines ``func``: an annotated
+        assignment, or an assignment from an annotated parameter, in that class or its bases."""
+        owner = next((c for c in mod.classes.values() if any(n is func for n in ast.walk(c))), None)
+        if owner is None:
+            return None
+        return self._class_attr_type(mod, owner, attr, 0)
+
+    def _class_attr_type(self, mod: Module, cls: ast.ClassDef, attr: str, depth: int) -> str | None:
+        for method in cls.body:
+            if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(method):
+                target = node.target if isinstance(node, ast.AnnAssign) else (
+                    node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None)
+                if not (isinstance(target, ast.Attribute) and target.attr == attr
+                        and isinstance(target.value, ast.Name) and target.value.id == "self"):
+                    continue
+                if isinstance(node, ast.AnnAssign):
+                    return self.reader.type_of(mod, node.annotation)
+                if isinstance(node.value, ast.Name):  # type: ignore[union-attr]
+                    t = self._param_type(mod, method, node.value.id)  # type: ignore[union-attr]
+                    if t is not None:
+                        return t
+        if depth < 5:
+            for base in cls.bases:
+                found = self.index.resolve_expr(mod, base)
+                if found.kind == "class" and found.module is not None:
+                    t = self._class_attr_type(found.module, found.node, attr, depth + 1)  # type: ignore[arg-type]
+                    if t is not None:
+                        return t
+        return None
 
     def handshake(self, name: str, tag: str) -> MessageLayout | None:
         core = self._core()
@@ -209,13 +248,38 @@ class _Extractor:
                         and all(isinstance(e, ast.Name) for e in stmt.targets[0].elts)
                         and isinstance(stmt.value, ast.Name)):
                     names = [e.id for e in stmt.targets[0].elts]  # type: ignore[attr-defined]
-                    self._warn("tuple-payload", core, stmt,
-                               f"{member} is the tuple ({', '.join(names)}); element types are not declared: any")
-                    fields = [FieldLayout(index=i, name=n, type="any", required=True) for i, n in enumerate(names)]
+                    types = self._sender_types(member, names)
+                    if types is None:
+                        self._warn("tuple-payload", core, stmt, f"{member} is the tuple ({', '.join(names)}); no "
+                                                                f"sender builds it in {', '.join(FRONTEND_FILES)}: any")
+                        types = ["any"] * len(names)
+                    fields = [FieldLayout(index=i, name=n, type=t, required=True)
+                              for i, (n, t) in enumerate(zip(names, types))]
                     return MessageLayout(encoding="array", direction="frontend->engine", fields=fields,
                                          defined_in=core.path,
-                                         note=f"a tuple the engine core unpacks in {core.path}")
+                                         note=f"a tuple: names from the engine core's unpacking in {core.path}, "
+                                              f"types from the sender's tuple")
         self._warn("missing", core, None, f"no tuple unpacking of a {member} request in {CORE}")
+        return None
+
+    def _sender_types(self, member: str, names: list[str]) -> list[str] | None:
+        """Element types of the tuple the frontend side encodes for ``member``: the
+        ``encode((a, b, ...))`` call in a function that sends ``EngineCoreRequestType.<member>``."""
+        for path in FRONTEND_FILES:
+            mod = self.index.module_at(path)
+            if mod is None:
+                continue
+            for func in self._functions(mod):
+                if not any(isinstance(n, ast.Attribute) and n.attr == member and isinstance(n.value, ast.Name)
+                           and n.value.id == "EngineCoreRequestType" for n in ast.walk(func)):
+                    continue
+                for call in ast.walk(func):
+                    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                            and call.func.attr == "encode" and len(call.args) == 1
+                            and isinstance(call.args[0], ast.Tuple) and len(call.args[0].elts) == len(names)
+                            and not any(isinstance(e, ast.Starred) for e in call.args[0].elts)):
+                        return [self._value_type(mod, func, e, name, member)
+                                for e, name in zip(call.args[0].elts, names)]
         return None
 
     @staticmethod

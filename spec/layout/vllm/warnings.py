@@ -19,9 +19,9 @@ CODES: dict[str, str] = {
     "enum-value": "an enum member whose value is not a literal: left out",
     "request-type": "a request-type member that is not a one-byte bytes literal: left out",
     "missing": "a payload this tree does not define (the release has no such message, or it moved): left out",
-    "handshake-value": "a value of the HELLO/READY dict whose type the source does not declare: any",
-    "tuple-payload": "a payload sent as a plain tuple: element names come from the engine's unpacking, types "
-                     "are not declared (any)",
+    "value-type": "a value whose type the source does not declare (a HELLO/READY dict entry, an element of "
+                  "a tuple payload): any",
+    "tuple-payload": "a payload sent as a plain tuple that no frontend-side code builds: element types any",
     "utility-dynamic": "a UTILITY call whose method name is not a constant: not listed",
     "utility-unknown": "a UTILITY method the frontend calls but the engine core does not define: arguments "
                        "not documented, result any",
