@@ -3,9 +3,7 @@
 The generic, layout-driven decoder is checked against a real one: bytes
 written with any shipped layout must be refused by :mod:`ecp.spec.codec`
 exactly when the generic check with the layout of ecp.spec's own types
-(``current``) says ``rejected``. UTILITY and START_DP_WAVE are left out of that
-check: vLLM sends them as plain tuples whose element types its sources do not
-declare (``any`` in the layouts), so their samples carry no typed values.
+(``current``) says ``rejected``.
 """
 
 from __future__ import annotations
@@ -45,7 +43,7 @@ def _decode_with_codec(message: str, data: bytes):
 
 
 PAYLOADS = ["Hello", "EngineHandshakeMetadata", "EngineCoreReadyResponse", "Ready", "EngineCoreRequest",
-            "EngineCoreOutputs"]
+            "UtilityRequest", "StartDPWave", "EngineCoreOutputs"]
 
 
 SENT = [(s, m) for s in RELEASES for m in PAYLOADS if m in load_shipped(s).messages]
