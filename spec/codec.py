@@ -261,6 +261,7 @@ def decode_payload(decoder: msgspec.msgpack.Decoder, frames: Sequence[Frame], *,
                 check = _checker(decoder)
                 if check is None or n <= limits._depth_free or not check(out, limits.max_depth):
                     return out
+                raise _too_deep(decoder, out, limits, payload_index + frame_offset)
     return _decode_checked(decoder, frames, payload_index, clause, limits, frame_offset)
 
 
@@ -313,10 +314,15 @@ def _decode_checked(decoder: msgspec.msgpack.Decoder, frames: Sequence[Frame], p
         _frames_in.reset(token)
     check = _checker(decoder)
     if check is not None and check(out, limits.max_depth):
-        raise LimitExceeded(f"nesting deeper than {limits.max_depth} levels", clause="ECP-FRAME-9",
-                            frame_index=index, field_path=locate_too_deep(decoder.type, out, limits.max_depth),
-                            expected=f"<= {limits.max_depth} levels", got=f"> {limits.max_depth}")
+        raise _too_deep(decoder, out, limits, index)
     return out
+
+
+def _too_deep(decoder: msgspec.msgpack.Decoder, out: Any, limits: DecodeLimits, index: int) -> LimitExceeded:
+    """The error for a decoded payload whose untyped part nests deeper than ``max_depth``."""
+    return LimitExceeded(f"nesting deeper than {limits.max_depth} levels", clause="ECP-FRAME-9",
+                         frame_index=index, field_path=locate_too_deep(decoder.type, out, limits.max_depth),
+                         expected=f"<= {limits.max_depth} levels", got=f"> {limits.max_depth}")
 
 
 def _msgspec_path(exc: Exception) -> str | None:
@@ -340,8 +346,8 @@ def _validation_error(decoder: msgspec.msgpack.Decoder, payload: Frame, exc: msg
         return cause
     try:
         mismatch = find_mismatch(decoder.type, _DEC_DIAGNOSTIC.decode(payload), _dec_hook)
-    except (msgspec.DecodeError, ProtocolError, RecursionError, ValueError):
-        mismatch = None  # ValueError: invalid UTF-8 (UnicodeDecodeError) also stops the untyped pass
+    except Exception:  # noqa: BLE001 - e.g. a map used as a map key; then msgspec's path is all we have
+        mismatch = None
     if mismatch is not None and mismatch.got.startswith("ext ") and mismatch.got != f"ext {EXT_RAW_VIEW}":
         code = int(mismatch.got[4:])
         name = {EXT_PICKLE: "pickle", EXT_CLOUDPICKLE: "cloudpickle"}.get(code, "unknown")
@@ -429,6 +435,7 @@ _INPUT_DECODERS = {
     RequestType.START_DP_WAVE: (_DEC_WAVE, StartDPWaveMessage, "ECP-DP-4"),
 }
 # type frame -> (decode, message class, depth check), for two-frame messages
+_DEC_OF = {wrap: dec for dec, wrap, _ in _INPUT_DECODERS.values()}
 _INPUT_FAST = {rtype.value: (dec.decode, wrap, _checker(dec)) for rtype, (dec, wrap, _) in _INPUT_DECODERS.items()}
 
 
@@ -461,6 +468,7 @@ def decode_input(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMITS,
                 else:
                     if check is None or not check(body, limits.max_depth):
                         return wrap(body)
+                    raise _too_deep(_DEC_OF[wrap], body, limits, 1 + frame_offset)
     _check_frame_count(frames, 2, limits, "an input message", "ECP-FRAME-1")
     type_frame = bytes(frames[0])
     try:
@@ -525,6 +533,7 @@ def decode_outputs(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMIT
             else:
                 if not _CHECK_OUTPUTS(out, limits.max_depth):
                     return out
+                raise _too_deep(_DEC_OUTPUTS, out, limits, 0)
     _check_frame_count(frames, 1, limits, "an output message", "ECP-FRAME-2")
     if len(frames) == 1 and bytes(frames[0]) == ENGINE_CORE_DEAD:
         return ENGINE_DEAD
