@@ -82,7 +82,7 @@ def cases() -> list[dict[str, Any]]:
 
     def add(name: str, frames: list[bytes], ecp_dec: Callable, typ: Any, payload: int,
             ecp_enc: Callable | None, encode_arg: Callable[[Any], Any] | None = None) -> None:
-        msg = ecp_dec(frames)
+        msg = ecp_dec(frames if payload >= 0 else frames[0])
         body = encode_arg(msg) if encode_arg else msg
         out.append({"name": name, "frames": frames, "bytes": sum(len(f) for f in frames),
                     "ecp_decode": ecp_dec, "bare_decode": _bare(typ), "payload": payload,
@@ -125,8 +125,7 @@ def cases() -> list[dict[str, Any]]:
                               ("init", spec.decode_init, EngineHandshakeMetadata),
                               ("ready_response", spec.decode_ready_response, EngineCoreReadyResponse)):
         v = _vector(vs, lambda v: v.kind == kind and v.producer.startswith("python"))
-        add(f"handshake {kind}", v.frames[-1:], lambda frames, d=decode: d(frames[0]), typ, 0,
-            spec.encode_handshake)
+        add(f"handshake {kind}", v.frames[-1:], decode, typ, -1, spec.encode_handshake)
     return out
 
 
@@ -162,16 +161,22 @@ def measure(rounds: int, target_s: float) -> list[dict[str, Any]]:
     for c in cases():
         frames, p = c["frames"], c["payload"]
         bare_dec = c["bare_decode"]
+        arg: Any = frames
         if p == 1:  # an input message: the bare receiver also dispatches on the type frame, as vLLM's does
             decoders = {frames[0]: bare_dec}
 
             def bare_decode(fr: list[bytes], decoders: dict = decoders) -> Any:
                 return fr[0], decoders[fr[0]](fr[1])
-        else:
+        elif p == 0:
             def bare_decode(fr: list[bytes], d: Callable = bare_dec) -> Any:
                 return d(fr[0])
+        else:  # a handshake decoder takes the one frame itself
+            arg = frames[0]
 
-        dec = _pair(c["ecp_decode"], frames, bare_decode, frames, rounds, target_s)
+            def bare_decode(frame: bytes, d: Callable = bare_dec) -> Any:
+                return d(frame)
+
+        dec = _pair(c["ecp_decode"], arg, bare_decode, arg, rounds, target_s)
         row = {"message": c["name"], "bytes": c["bytes"], "decode": dec}
         if c["ecp_encode"] is spec.encode_handshake:
             enc = _pair(spec.encode_handshake, c["msg"], c["bare_encode"], c["body"], rounds, target_s)

@@ -446,29 +446,28 @@ def decode_input(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMITS,
     Raises :class:`FrameCountError`, :class:`UnknownRequestType`,
     :class:`DecodeError` (and subclasses); never anything else.
     """
-    if len(frames) == 2:
-        # Hot path, inline because it costs a fraction of a microsecond; see decode_payload.
-        try:
-            decode, wrap, check = _INPUT_FAST[frames[0]]
-        except (KeyError, TypeError):
-            pass
-        else:
-            payload = frames[1]
-            n = len(payload)
-            if n <= limits._depth_free:
-                try:
-                    return wrap(decode(payload))
-                except Exception:
-                    pass
-            elif n <= limits._walk_free:
-                try:
-                    body = decode(payload)
-                except Exception:
-                    pass
-                else:
-                    if check is None or not check(body, limits.max_depth):
-                        return wrap(body)
-                    raise _too_deep(_DEC_OF[wrap], body, limits, 1 + frame_offset)
+    # Hot path, inline because it costs a fraction of a microsecond; see decode_payload.
+    try:
+        type_frame, payload = frames  # anything but two frames takes the careful path
+        decode, wrap, check = _INPUT_FAST[type_frame]
+    except (ValueError, KeyError, TypeError):
+        pass
+    else:
+        n = len(payload)
+        if n <= limits._depth_free:
+            try:
+                return wrap(decode(payload))
+            except Exception:
+                pass
+        elif n <= limits._walk_free:
+            try:
+                body = decode(payload)
+            except Exception:
+                pass
+            else:
+                if check is None or not check(body, limits.max_depth):
+                    return wrap(body)
+                raise _too_deep(_DEC_OF[wrap], body, limits, 1 + frame_offset)
     _check_frame_count(frames, 2, limits, "an input message", "ECP-FRAME-1")
     type_frame = bytes(frames[0])
     try:
@@ -516,9 +515,12 @@ def decode_outputs(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMIT
     sentinel frame never decodes as ``EngineCoreOutputs``, so the hot path
     tries the payload first and leaves the sentinel to the careful path).
     """
-    if len(frames) == 1:
-        # Hot path, inline because it costs a fraction of a microsecond; see decode_payload.
-        payload = frames[0]
+    # Hot path, inline because it costs a fraction of a microsecond; see decode_payload.
+    try:
+        (payload,) = frames  # aux frames take the careful path
+    except (ValueError, TypeError):
+        pass
+    else:
         n = len(payload)
         if n <= limits._depth_free:
             try:
