@@ -325,21 +325,25 @@ def _too_deep(decoder: msgspec.msgpack.Decoder, out: Any, limits: DecodeLimits, 
                          expected=f"<= {limits.max_depth} levels", got=f"> {limits.max_depth}")
 
 
-def _msgspec_path(exc: Exception) -> str | None:
-    """The ``$…`` path msgspec appends to its messages, if any (used only when the
-    type table finds no mismatch, e.g. for a failure raised by a hook)."""
-    _, sep, tail = str(exc).rpartition(" - at `")
-    return tail[:-1] if sep and tail.endswith("`") else None
+def _split_msgspec_message(exc: Exception) -> tuple[str, str | None]:
+    """msgspec's sentence without the ``- at `$…``` suffix, and the path in it, if any.
+    The path is used only where the type table finds no mismatch (a failure raised
+    by a hook); ``expected``/``got`` never come from the sentence."""
+    text = str(exc)
+    head, sep, tail = text.rpartition(" - at `")
+    if not sep or not tail.endswith("`"):
+        return text, None
+    path = tail[:-1]
+    if "` in `" in path:  # "`key` in `$[2]`": a dict key
+        path = path.rpartition("` in `")[2]
+    return head, path
 
 
 def _validation_error(decoder: msgspec.msgpack.Decoder, payload: Frame, exc: msgspec.ValidationError,
                       clause: str, index: int) -> ProtocolError:
     """The typed error for a payload msgspec refused as not matching ``decoder.type``."""
     cause = exc.__cause__ or exc.__context__
-    path = _msgspec_path(exc)
-    message = str(exc)
-    if path is not None:
-        message = message[:-len(path) - len(" - at ``")]
+    message, path = _split_msgspec_message(exc)
     if isinstance(cause, ProtocolError):  # raised inside a hook: re-raise as is
         cause.frame_index = index
         cause.field_path = cause.field_path or path
