@@ -1,6 +1,6 @@
 """What the sans-IO codec costs over msgspec itself, per message (``ecp.spec``).
 
-Run: ``python benchmarks/bench_codec.py`` (``--rounds``, ``--json``, ``--bound``).
+Run: ``python benchmarks/bench_codec.py`` (``--rounds``, ``--round-ms``, ``--json``, ``--bound``).
 
 For each message it times ecp's decoder and encoder and, side by side in the
 same run, a bare ``msgspec.msgpack.Decoder(T)`` / ``Encoder`` on the same
@@ -206,8 +206,9 @@ def machine() -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=21, help="alternating rounds per measurement (median)")
-    ap.add_argument("--round-ms", type=float, default=4.0, help="length of one timed batch, ms")
+    # many short rounds: on a shared machine most batches then run without being preempted
+    ap.add_argument("--rounds", type=int, default=201, help="alternating rounds per measurement (median)")
+    ap.add_argument("--round-ms", type=float, default=0.3, help="length of one timed batch, ms")
     ap.add_argument("--bound", type=float, default=BOUND, help="largest ecp/msgspec ratio accepted")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     args = ap.parse_args(argv)
