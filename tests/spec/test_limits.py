@@ -11,6 +11,8 @@ import tracemalloc
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ecp import spec
 from ecp.spec import codec, limits, untyped
@@ -199,3 +201,45 @@ def test_fast_and_careful_paths_agree_on_good_frames():
             fast = spec.decode_input(v.frames)
             careful = codec._decode_checked(codec._DEC_REQUEST, v.frames, 1, "ECP-REQ-1", spec.DEFAULT_LIMITS, 0)
             assert fast.request == careful
+
+
+_small = st.recursive(st.none() | st.integers(-5, 5) | st.text(max_size=3),
+                      lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=2), inner,
+                                                                                    max_size=2),
+                      max_leaves=4)
+
+
+@st.composite
+def _deep_values(draw):
+    """A chain of 0-16 nested arrays/maps (with siblings, empty containers among them) around a leaf."""
+    value = draw(_small | st.just([]) | st.just({}))
+    for _ in range(draw(st.integers(0, 16))):
+        siblings = draw(st.lists(_small, max_size=2))
+        if draw(st.booleans()):
+            value = [*siblings, value]
+        else:
+            value = {**{f"s{i}": s for i, s in enumerate(siblings)}, "k": value}
+    return value
+
+
+@settings(max_examples=150, deadline=None)
+@given(_deep_values(), _deep_values(), st.integers(limits.TYPED_DEPTH_BOUND, 14))
+def test_the_generated_checker_agrees_with_the_wire_walk(extra_args, kv_params, max_depth):
+    """For untyped values of any shape, the hot path refuses exactly what the header walk refuses."""
+    tight = spec.DecodeLimits(max_depth=max_depth)
+    cases = [(lambda f: spec.decode_input(f, tight), [b"\x00", _add_payload({"x": extra_args})], 1)]
+    out = spec.EngineCoreOutput("r", [1], kv_transfer_params={"k": kv_params})
+    cases.append((lambda f: spec.decode_outputs(f, tight), spec.encode_outputs(spec.EngineCoreOutputs(outputs=[out])), 0))
+    for decode, frames, index in cases:
+        try:
+            limits.check_frame(frames[index], tight)
+            walk_refuses = False
+        except spec.LimitExceeded:
+            walk_refuses = True
+        try:
+            decode(frames)
+            refused = False
+        except spec.LimitExceeded as exc:
+            refused = True
+            assert exc.frame_index == index
+        assert refused == walk_refuses
