@@ -90,6 +90,8 @@ def test_a_collection_longer_than_max_collection_len_is_limit_exceeded():
         frame = b"\xdd" + count.to_bytes(4, "big") + b"\xc0" * tail
         exc = _refused(lambda: spec.decode_outputs([frame], tight), spec.LimitExceeded)
         assert (exc.clause, exc.got, exc.frame_index) == ("ECP-FRAME-9", count, 0)
+    claim = b"\xdd\xff\xff\xff\xff" + b"\xc0" * 200
+    assert _peak(lambda: spec.decode_outputs([claim], tight)) < 16 * KIB
     # the same real array inside an untyped field
     exc = _refused(lambda: spec.decode_input([b"\x00", _add_payload({"k": [0] * 150})], tight),
                    spec.LimitExceeded)
@@ -182,6 +184,10 @@ def test_too_many_frames_and_an_oversized_frame_are_refused_before_decoding():
                    lambda: spec.decode_handshake(big, small)):
         exc = _refused(decode, spec.RemoteProtocolError)  # handshake decoders raise HandshakeError
         assert (exc.clause, exc.got, exc.expected) == ("ECP-FRAME-9", len(big), "<= 1000 bytes")
+    huge = b"\xdc\xff\xff" + b"\xc0" * (4 * 1024 * 1024)  # refused by its size alone: nothing is built
+    assert _peak(lambda: spec.decode_outputs([huge], small)) < 16 * KIB
+    many = [b"\x00", b"\x90"] + [b"x"] * 100_000
+    assert _peak(lambda: spec.decode_input(many)) < 16 * KIB
     # an oversized aux frame, too
     exc = _refused(lambda: spec.decode_input([b"\x00", _add_payload(None), b"a" * 2000], small),
                    spec.LimitExceeded)
