@@ -228,7 +228,7 @@ def _deep_values(draw):
     return value
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(_deep_values(), _deep_values(), st.integers(limits.TYPED_DEPTH_BOUND, 14))
 def test_the_generated_checker_agrees_with_the_wire_walk(extra_args, kv_params, max_depth):
     """For untyped values of any shape, the hot path refuses exactly what the header walk refuses."""
