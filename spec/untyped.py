@@ -160,8 +160,9 @@ class _Gen:
                 v = self.var()
                 self.emit(indent, f"{v} = {expr}")
             needing = [f for f in t.fields if _has_untyped(f.type)]
-            if len(needing) > 1:
+            if len(needing) > 1 and level > 0:
                 # one cheap test first: in a typical message every such field is nil or empty
+                # (not at the top, where some usually is set: the outputs, the sampling params)
                 self.emit(indent, "if " + " or ".join(_present(v, f) for f in needing) + ":")
                 indent += 1
             for f in needing:
