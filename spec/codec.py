@@ -11,14 +11,18 @@ same values. Decoding is as tolerant as vLLM's decoder (``ECP-FRAME-4``/``-5``)
 and strictly safer: ext types 1/2 are refused (``ECP-SEC-1``) and limits are
 checked before allocation (``ECP-FRAME-9``). Every failure is a
 :class:`~ecp.spec.errors.RemoteProtocolError` subclass naming its clause.
+
+Cost: a well-formed message costs msgspec's decode plus a few length tests
+and, where the type has untyped fields, a generated check of those
+(:mod:`ecp.spec.limits` says which limit is kept where). Anything msgspec
+refuses, and any frame too long for that reasoning, takes the careful path
+(:func:`_decode_checked`): a header walk first, then a precise, typed error.
 """
 
 from __future__ import annotations
 
 import contextvars
-import re
-from dataclasses import dataclass
-from typing import Any, Sequence, Union
+from typing import Any, ClassVar, Sequence, Union
 
 import msgspec
 
@@ -30,46 +34,46 @@ from .errors import (
     DecodeError, FrameCountError, HandshakeError, LimitExceeded, LocalProtocolError, ProtocolError,
     UnknownRequestType, UnsafeExtType,
 )
+from .diagnose import ExtValue, TensorShapeError, find_mismatch, kind
 from .handshake import EngineCoreReadyResponse, EngineHandshakeMetadata, Hello, Ready
 from .limits import DEFAULT_LIMITS, DecodeLimits, check_frame
 from .outputs import EngineCoreOutputs
 from .request import EngineCoreRequest
 from .tensors import Tensor
+from .untyped import depth_checker, locate_too_deep
 
 Frame = Union[bytes, bytearray, memoryview]
 
 
 # --------------------------------------------------------------------------- messages
-@dataclass(frozen=True, slots=True)
-class AddMessage:
+# Immutable msgspec structs (not dataclasses): the decoder builds one per message,
+# and a struct is the cheapest Python object to build.
+class AddMessage(msgspec.Struct, frozen=True, gc=False):
     """ADD: ``[0x00, EngineCoreRequest, *aux]``."""
 
     request: EngineCoreRequest
-    type = RequestType.ADD
+    type: ClassVar[RequestType] = RequestType.ADD
 
 
-@dataclass(frozen=True, slots=True)
-class AbortMessage:
+class AbortMessage(msgspec.Struct, frozen=True, gc=False):
     """ABORT: ``[0x01, [request_id, …]]``."""
 
     request_ids: list[str]
-    type = RequestType.ABORT
+    type: ClassVar[RequestType] = RequestType.ABORT
 
 
-@dataclass(frozen=True, slots=True)
-class UtilityMessage:
+class UtilityMessage(msgspec.Struct, frozen=True, gc=False):
     """UTILITY: ``[0x03, [client_index, call_id, method_name, args]]``."""
 
     call: UtilityRequest
-    type = RequestType.UTILITY
+    type: ClassVar[RequestType] = RequestType.UTILITY
 
 
-@dataclass(frozen=True, slots=True)
-class StartDPWaveMessage:
+class StartDPWaveMessage(msgspec.Struct, frozen=True, gc=False):
     """START_DP_WAVE: ``[0x02, [wave, exclude_engine_index]]``."""
 
     wave: StartDPWave
-    type = RequestType.START_DP_WAVE
+    type: ClassVar[RequestType] = RequestType.START_DP_WAVE
 
 
 InputMessage = Union[AddMessage, AbortMessage, UtilityMessage, StartDPWaveMessage]
@@ -118,22 +122,33 @@ def _ext_hook(code: int, data: memoryview) -> Any:
 def _dec_hook(typ: type, obj: Any) -> Any:
     if typ is Tensor:
         if not (isinstance(obj, list) and len(obj) == 3):
-            raise TypeError("expected a tensor [dtype, shape, data]")
+            raise TensorShapeError("expected a tensor [dtype, shape, data]",
+                                   expected="tensor [dtype, shape, data]", got=kind(obj))
         dtype, shape, data = obj
         if not isinstance(dtype, str) or not isinstance(shape, list) or not all(
                 isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-            raise TypeError("expected a tensor [dtype: str, shape: [int >= 0], data]")
+            raise TensorShapeError("expected a tensor [dtype: str, shape: [int >= 0], data]",
+                                   expected="tensor [dtype: str, shape: [int >= 0], data]",
+                                   got=f"[{kind(dtype)}, {kind(shape)}, ...]")
         if isinstance(data, int) and not isinstance(data, bool):
-            frames = _frames_in.get(())
-            if not 0 <= data < len(frames):
-                raise ValueError(f"tensor refers to frame {data}, message has {len(frames)} frame(s)")
+            frames = _frames_in.get(None)
+            count = 1 if frames is None else len(frames)  # None: the payload is the only frame
+            if not 0 <= data < count:
+                raise TensorShapeError(f"tensor refers to frame {data}, message has {count} frame(s)",
+                                       expected=f"aux frame index 1..{count - 1}", got=str(data))
             if data == 0:
-                raise ValueError("tensor data index 0 is the payload itself, not an aux frame")
+                raise TensorShapeError("tensor data index 0 is the payload itself, not an aux frame",
+                                       expected="aux frame index >= 1", got="0")
             data = bytes(frames[data])
         elif not isinstance(data, bytes):
-            raise TypeError("tensor data must be ext type 3 or an aux-frame index")
+            raise TensorShapeError("tensor data must be ext type 3 or an aux-frame index",
+                                   expected="ext type 3 or an aux-frame index", got=kind(data))
         tensor = Tensor(dtype, tuple(shape), data)
-        tensor.check()
+        try:
+            tensor.check()
+        except ValueError as exc:
+            raise TensorShapeError(str(exc), expected=f"{tensor.expected_nbytes()} bytes",
+                                   got=f"{len(data)} bytes") from None
         return tensor
     raise TypeError(f"unsupported type {typ!r}")
 
@@ -176,7 +191,29 @@ _DEC_READY_RESPONSE = _decoder(EngineCoreReadyResponse)
 _DEC_COORDINATOR_PUBLICATION = _decoder(CoordinatorPublication)
 _DEC_ANY = msgspec.msgpack.Decoder(ext_hook=_ext_hook)
 
-_PATH_RE = re.compile(r"^(?P<msg>.*?)(?: - at `(?P<path>[^`]*)`)?$", re.S)
+
+def _diagnostic_ext_hook(code: int, data: memoryview) -> Any:
+    return ExtValue(code, data if code == EXT_RAW_VIEW else b"")  # a refused ext's body is never read
+
+
+# The error path re-reads a refused payload untyped, turning every ext into a marker.
+_DEC_DIAGNOSTIC = msgspec.msgpack.Decoder(ext_hook=_diagnostic_ext_hook)
+
+# decoder -> depth checker of its untyped positions (None: the type has none)
+_CHECKS: dict[msgspec.msgpack.Decoder, Any] = {}
+
+
+def _checker(decoder: msgspec.msgpack.Decoder) -> Any:
+    try:
+        return _CHECKS[decoder]
+    except KeyError:
+        check = _CHECKS[decoder] = depth_checker(decoder.type)
+        return check
+
+
+for _d in (_DEC_REQUEST, _DEC_ABORT, _DEC_UTILITY, _DEC_WAVE, _DEC_OUTPUTS, _DEC_HANDSHAKE, _DEC_INIT,
+           _DEC_READY_RESPONSE, _DEC_COORDINATOR_PUBLICATION, _DEC_ANY):
+    _checker(_d)
 
 
 # --------------------------------------------------------------------------- core helpers
@@ -195,41 +232,7 @@ def encode_payload(obj: Any) -> list[bytes]:
     return [payload, *aux]
 
 
-_EXPECTED_GOT = (
-    (re.compile(r"^Expected `(?P<e>[^`]*)`(?P<more>[^,]*), got (?P<g>.*)$", re.S), None),
-    (re.compile(r"^Object missing required field `(?P<e>[^`]*)`$"), "missing"),
-    (re.compile(r"^Invalid (?:enum )?value (?P<g>.*)$", re.S), None),
-)
-
-
-def _expected_got(msg: str) -> tuple[str | None, str]:
-    """Split a msgspec validation message into the ``expected`` / ``got`` error fields
-    ("Expected `array` of at least length 9, got 8" -> "array of at least length 9", "8")."""
-    for pattern, got in _EXPECTED_GOT:
-        m = pattern.match(msg)
-        if m:
-            d = m.groupdict()
-            expected = f"{d['e']}{d.get('more') or ''}" if d.get("e") is not None else None
-            if pattern is _EXPECTED_GOT[1][0]:
-                expected = f"required field `{d['e']}`"
-            return expected, (got if got is not None else d["g"].strip("`"))
-    return None, msg
-
-
-def _refused_ext(payload: Frame) -> UnsafeExtType | None:
-    """The :class:`UnsafeExtType` for the first ext other than type 3 in ``payload``, if any.
-
-    msgspec rejects an ext in a position whose type admits none before the ext
-    hook sees it; this untyped pass (error path only) lets such a frame still
-    be reported as ``ECP-SEC-1``. Nothing is ever unpickled.
-    """
-    try:
-        _DEC_ANY.decode(payload)
-    except UnsafeExtType as exc:
-        return exc
-    except (msgspec.DecodeError, ProtocolError, RecursionError, ValueError):
-        pass  # ValueError: invalid UTF-8 (UnicodeDecodeError) also stops the untyped pass
-    return None
+_FAILED = object()
 
 
 def decode_payload(decoder: msgspec.msgpack.Decoder, frames: Sequence[Frame], *, payload_index: int,
@@ -237,56 +240,131 @@ def decode_payload(decoder: msgspec.msgpack.Decoder, frames: Sequence[Frame], *,
     """Decode ``frames[payload_index]`` with ``decoder``, aux frames after it.
 
     ``frame_offset`` is added to reported frame indexes (the position of
-    ``frames[0]`` in the message as the transport saw it).
+    ``frames[0]`` in the message as the transport saw it). The frame count is
+    the caller's to check.
     """
     payload = frames[payload_index]
-    check_frame(payload, limits, frame_index=payload_index + frame_offset)
+    n = len(payload)
+    if n <= limits._walk_free:
+        # The common case: msgspec alone keeps every limit (see ecp.spec.limits).
+        aux = frames[payload_index + 1:]
+        if all(len(frame) <= limits.max_frame_bytes for frame in aux):
+            token = _frames_in.set(frames[payload_index:]) if aux else None
+            try:
+                out = decoder.decode(payload)
+            except Exception:  # diagnosed, precisely, on the careful path
+                out = _FAILED
+            finally:
+                if token is not None:
+                    _frames_in.reset(token)
+            if out is not _FAILED:
+                check = _checker(decoder)
+                if check is None or n <= limits._depth_free or not check(out, limits.max_depth):
+                    return out
+                raise _too_deep(decoder, out, limits, payload_index + frame_offset)
+    return _decode_checked(decoder, frames, payload_index, clause, limits, frame_offset)
+
+
+def _decode_checked(decoder: msgspec.msgpack.Decoder, frames: Sequence[Frame], payload_index: int,
+                    clause: str, limits: DecodeLimits, frame_offset: int) -> Any:
+    """The careful path: every limit checked on the wire first, every failure typed.
+
+    Taken for frames too long for the fast path and for every frame the fast
+    path refused, so a refused frame is reported as the limit it breaks, else
+    as msgspec found it, with field path / expected / got from the type.
+    """
+    index = payload_index + frame_offset
+    payload = frames[payload_index]
+    try:
+        check_frame(payload, limits, frame_index=index)
+    except LimitExceeded:
+        raise
+    except DecodeError:
+        pass  # malformed: msgspec reports it below, in its own terms (it never over-allocates)
     for i in range(payload_index + 1, len(frames)):
         if len(frames[i]) > limits.max_frame_bytes:
             check_frame(frames[i], limits, frame_index=i + frame_offset)
     token = _frames_in.set(frames[payload_index:])
     try:
-        return decoder.decode(payload)
+        out = decoder.decode(payload)
     except ProtocolError as exc:
         if exc.frame_index is None:
-            exc.frame_index = payload_index + frame_offset
+            exc.frame_index = index
         raise
     except msgspec.ValidationError as exc:
-        m = _PATH_RE.match(str(exc))
-        msg, path = (m.group("msg"), m.group("path")) if m else (str(exc), None)
-        cause = exc.__cause__ or exc.__context__
-        if isinstance(cause, ProtocolError):  # raised inside a hook, re-raise as is
-            cause.frame_index = payload_index + frame_offset
-            cause.field_path = cause.field_path or path
-            raise cause from None
-        if "`ext`" in msg:  # an ext where the type allows none: name a refused ext type as such
-            refused = _refused_ext(payload)
-            if refused is not None:
-                refused.frame_index = payload_index + frame_offset
-                refused.field_path = path
-                raise refused from None
-        expected, got = _expected_got(msg)
-        raise DecodeError(msg, clause=clause, frame_index=payload_index + frame_offset,
-                          field_path=path or "$", expected=expected, got=got) from None
+        raise _validation_error(decoder, payload, exc, clause, index) from None
     except msgspec.DecodeError as exc:
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, ProtocolError):
-            cause.frame_index = payload_index + frame_offset
+            cause.frame_index = index
             raise cause from None
-        raise DecodeError(f"malformed msgpack: {exc}", clause="ECP-FRAME-9",
-                          frame_index=payload_index + frame_offset, got=str(exc)) from None
+        raise DecodeError(f"malformed msgpack: {exc}", clause="ECP-FRAME-9", frame_index=index,
+                          got=str(exc)) from None
     except RecursionError:
-        raise LimitExceeded("nesting too deep to decode", clause="ECP-FRAME-9",
-                            frame_index=payload_index + frame_offset) from None
+        raise LimitExceeded("nesting too deep to decode", clause="ECP-FRAME-9", frame_index=index,
+                            expected=f"<= {limits.max_depth} levels") from None
     except UnicodeDecodeError as exc:  # msgspec lets invalid UTF-8 in a str escape as is
         raise DecodeError(f"invalid UTF-8 in a msgpack string: {exc.reason} at byte {exc.start}",
-                          clause="ECP-FRAME-9", frame_index=payload_index + frame_offset,
+                          clause="ECP-FRAME-9", frame_index=index,
                           expected="UTF-8 text", got=exc.object[exc.start:exc.start + 4].hex()) from None
     except (ValueError, TypeError, OverflowError) as exc:  # anything else a hook or msgspec lets out
-        raise DecodeError(f"undecodable payload: {exc}", clause=clause,
-                          frame_index=payload_index + frame_offset, got=type(exc).__name__) from None
+        raise DecodeError(f"undecodable payload: {exc}", clause=clause, frame_index=index,
+                          got=type(exc).__name__) from None
     finally:
         _frames_in.reset(token)
+    check = _checker(decoder)
+    if check is not None and check(out, limits.max_depth):
+        raise _too_deep(decoder, out, limits, index)
+    return out
+
+
+def _too_deep(decoder: msgspec.msgpack.Decoder, out: Any, limits: DecodeLimits, index: int) -> LimitExceeded:
+    """The error for a decoded payload whose untyped part nests deeper than ``max_depth``."""
+    return LimitExceeded(f"nesting deeper than {limits.max_depth} levels", clause="ECP-FRAME-9",
+                         frame_index=index, field_path=locate_too_deep(decoder.type, out, limits.max_depth),
+                         expected=f"<= {limits.max_depth} levels", got=f"> {limits.max_depth}")
+
+
+def _split_msgspec_message(exc: Exception) -> tuple[str, str | None]:
+    """msgspec's sentence without the ``- at `$…``` suffix, and the path in it, if any.
+    The path is used only where the type table finds no mismatch (a failure raised
+    by a hook); ``expected``/``got`` never come from the sentence."""
+    text = str(exc)
+    head, sep, tail = text.rpartition(" - at `")
+    if not sep or not tail.endswith("`"):
+        return text, None
+    path = tail[:-1]
+    if "` in `" in path:  # "`key` in `$[2]`": a dict key
+        path = path.rpartition("` in `")[2]
+    return head, path
+
+
+def _validation_error(decoder: msgspec.msgpack.Decoder, payload: Frame, exc: msgspec.ValidationError,
+                      clause: str, index: int) -> ProtocolError:
+    """The typed error for a payload msgspec refused as not matching ``decoder.type``."""
+    cause = exc.__cause__ or exc.__context__
+    message, path = _split_msgspec_message(exc)
+    if isinstance(cause, ProtocolError):  # raised inside a hook: re-raise as is
+        cause.frame_index = index
+        cause.field_path = cause.field_path or path
+        return cause
+    try:
+        mismatch = find_mismatch(decoder.type, _DEC_DIAGNOSTIC.decode(payload), _dec_hook)
+    except Exception:  # noqa: BLE001 - e.g. a map used as a map key; then msgspec's path is all we have
+        mismatch = None
+    if mismatch is not None and mismatch.got.startswith("ext ") and mismatch.got != f"ext {EXT_RAW_VIEW}":
+        code = int(mismatch.got[4:])
+        name = {EXT_PICKLE: "pickle", EXT_CLOUDPICKLE: "cloudpickle"}.get(code, "unknown")
+        return UnsafeExtType(f"msgpack ext type {code} ({name}) is refused and never decoded", code=code,
+                             frame_index=index, field_path=mismatch.path)
+    if mismatch is not None:
+        return DecodeError(message, clause=clause, frame_index=index, field_path=mismatch.path,
+                           expected=mismatch.expected, got=mismatch.got)
+    expected = got = None
+    if isinstance(cause, TensorShapeError):
+        expected, got = cause.expected, cause.got
+    return DecodeError(message, clause=clause, frame_index=index, field_path=path or "$",
+                       expected=expected, got=got)
 
 
 def _check_frame_count(frames: Sequence[Frame], minimum: int, limits: DecodeLimits, what: str,
@@ -301,8 +379,26 @@ def _check_frame_count(frames: Sequence[Frame], minimum: int, limits: DecodeLimi
 
 
 # --------------------------------------------------------------------------- input side
+_PLAIN_ENCODE = _PLAIN_ENCODER.encode
+_ENCODE_FAILURES = (TypeError, ValueError, OverflowError)
+_ADD, _ABORT, _UTILITY, _WAVE = (t.value for t in (RequestType.ADD, RequestType.ABORT, RequestType.UTILITY,
+                                                   RequestType.START_DP_WAVE))
+
+
 def encode_input(msg: InputMessage) -> list[bytes]:
     """Frames for an engine's input DEALER: ``[type, payload, *aux]`` (no identity)."""
+    cls = type(msg)
+    try:  # the common case, no tensor inside: msgspec alone (a tensor makes this encoder refuse)
+        if cls is AddMessage:
+            return [_ADD, _PLAIN_ENCODE(msg.request)]
+        if cls is UtilityMessage:
+            return [_UTILITY, _PLAIN_ENCODE(msg.call)]
+        if cls is AbortMessage:
+            return [_ABORT, _PLAIN_ENCODE(msg.request_ids)]
+        if cls is StartDPWaveMessage:
+            return [_WAVE, _PLAIN_ENCODE(msg.wave)]
+    except _ENCODE_FAILURES:
+        pass
     if isinstance(msg, AddMessage):
         body: Any = msg.request
     elif isinstance(msg, AbortMessage):
@@ -342,6 +438,9 @@ _INPUT_DECODERS = {
     RequestType.UTILITY: (_DEC_UTILITY, UtilityMessage, "ECP-UTIL-1"),
     RequestType.START_DP_WAVE: (_DEC_WAVE, StartDPWaveMessage, "ECP-DP-4"),
 }
+# type frame -> (decode, message class, depth check), for two-frame messages
+_DEC_OF = {wrap: dec for dec, wrap, _ in _INPUT_DECODERS.values()}
+_INPUT_FAST = {rtype.value: (dec.decode, wrap, _checker(dec)) for rtype, (dec, wrap, _) in _INPUT_DECODERS.items()}
 
 
 def decode_input(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMITS,
@@ -351,6 +450,28 @@ def decode_input(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMITS,
     Raises :class:`FrameCountError`, :class:`UnknownRequestType`,
     :class:`DecodeError` (and subclasses); never anything else.
     """
+    # Hot path, inline because it costs a fraction of a microsecond; see decode_payload.
+    try:
+        type_frame, payload = frames  # anything but two frames takes the careful path
+        decode, wrap, check = _INPUT_FAST[type_frame]
+    except (ValueError, KeyError, TypeError):
+        pass
+    else:
+        n = len(payload)
+        if n <= limits._depth_free:
+            try:
+                return wrap(decode(payload))
+            except Exception:
+                pass
+        elif n <= limits._walk_free:
+            try:
+                body = decode(payload)
+            except Exception:
+                pass
+            else:
+                if check is None or not check(body, limits.max_depth):
+                    return wrap(body)
+                raise _too_deep(_DEC_OF[wrap], body, limits, 1 + frame_offset)
     _check_frame_count(frames, 2, limits, "an input message", "ECP-FRAME-1")
     type_frame = bytes(frames[0])
     try:
@@ -375,7 +496,10 @@ def decode_input(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMITS,
 # --------------------------------------------------------------------------- output side
 def encode_outputs(outputs: EngineCoreOutputs) -> list[bytes]:
     """Frames for an engine's output PUSH: ``[payload, *aux]``."""
-    return encode_payload(outputs)
+    try:  # no tensor inside: msgspec alone (a tensor makes the plain encoder refuse)
+        return [_PLAIN_ENCODE(outputs)]
+    except _ENCODE_FAILURES:
+        return encode_payload(outputs)
 
 
 def encode_engine_dead() -> list[bytes]:
@@ -383,12 +507,39 @@ def encode_engine_dead() -> list[bytes]:
     return [ENGINE_CORE_DEAD]
 
 
+_DECODE_OUTPUTS = _DEC_OUTPUTS.decode
+_CHECK_OUTPUTS = _checker(_DEC_OUTPUTS)
+
+
 def decode_outputs(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMITS
                    ) -> EngineCoreOutputs | EngineDead:
     """Decode the frames a frontend PULL received.
 
-    Checks for the ``ENGINE_CORE_DEAD`` sentinel first, as vLLM does.
+    Checks for the ``ENGINE_CORE_DEAD`` sentinel first, as vLLM does (a
+    sentinel frame never decodes as ``EngineCoreOutputs``, so the hot path
+    tries the payload first and leaves the sentinel to the careful path).
     """
+    # Hot path, inline because it costs a fraction of a microsecond; see decode_payload.
+    try:
+        (payload,) = frames  # aux frames take the careful path
+    except (ValueError, TypeError):
+        pass
+    else:
+        n = len(payload)
+        if n <= limits._depth_free:
+            try:
+                return _DECODE_OUTPUTS(payload)
+            except Exception:
+                pass
+        elif n <= limits._walk_free:
+            try:
+                out = _DECODE_OUTPUTS(payload)
+            except Exception:
+                pass
+            else:
+                if not _CHECK_OUTPUTS(out, limits.max_depth):
+                    return out
+                raise _too_deep(_DEC_OUTPUTS, out, limits, 0)
     _check_frame_count(frames, 1, limits, "an output message", "ECP-FRAME-2")
     if len(frames) == 1 and bytes(frames[0]) == ENGINE_CORE_DEAD:
         return ENGINE_DEAD
@@ -396,28 +547,52 @@ def decode_outputs(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMIT
 
 
 # --------------------------------------------------------------------------- handshake
-def encode_handshake(msg: Hello | Ready | EngineHandshakeMetadata | EngineCoreReadyResponse) -> bytes:
-    """One handshake frame (HELLO, READY, INIT or the ready payload)."""
-    return _PLAIN_ENCODER.encode(msg)
+# One handshake frame (HELLO, READY, INIT or the ready payload): msgspec's own
+# encoder method, as is (a wrapper would only add a call).
+encode_handshake = _PLAIN_ENCODE
 
 
 def _decode_single(decoder: msgspec.msgpack.Decoder, frame: Frame, clause: str,
                    limits: DecodeLimits) -> Any:
+    """The careful path of the one-frame handshake decoders; errors as :class:`HandshakeError`."""
     try:
-        return decode_payload(decoder, [frame], payload_index=0, clause=clause, limits=limits)
+        return _decode_checked(decoder, [frame], 0, clause, limits, 0)
     except DecodeError as exc:
         raise HandshakeError(exc.message, clause=exc.clause, frame_index=exc.frame_index,
                              field_path=exc.field_path, expected=exc.expected, got=exc.got) from None
 
 
+# The handshake decoders try msgspec alone first, inline, like decode_outputs.
+_DECODE_HANDSHAKE = _DEC_HANDSHAKE.decode
+_DECODE_INIT, _CHECK_INIT = _DEC_INIT.decode, _checker(_DEC_INIT)
+_DECODE_READY_RESPONSE, _CHECK_READY_RESPONSE = _DEC_READY_RESPONSE.decode, _checker(_DEC_READY_RESPONSE)
+assert _checker(_DEC_HANDSHAKE) is None  # HELLO/READY have no untyped field
+
+
 def decode_handshake(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS) -> Hello | Ready:
     """Decode an engine → frontend handshake frame (HELLO or READY by ``status``)."""
+    if len(frame) <= limits._walk_free:
+        try:
+            return _DECODE_HANDSHAKE(frame)
+        except Exception:
+            pass
     return _decode_single(_DEC_HANDSHAKE, frame, "ECP-HS-7", limits)
 
 
 def decode_init(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS) -> EngineHandshakeMetadata:
     """Decode INIT and check ``inputs``/``outputs`` are non-empty and of equal length."""
-    init = _decode_single(_DEC_INIT, frame, "ECP-HS-2", limits)
+    init = None
+    n = len(frame)
+    if n <= limits._walk_free:
+        try:
+            init = _DECODE_INIT(frame)
+        except Exception:
+            pass
+        else:
+            if n > limits._depth_free and _CHECK_INIT(init, limits.max_depth):
+                init = None
+    if init is None:
+        init = _decode_single(_DEC_INIT, frame, "ECP-HS-2", limits)
     a = init.addresses
     if not a.inputs or len(a.inputs) != len(a.outputs):
         raise HandshakeError(
@@ -433,8 +608,17 @@ def decode_init(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS) -> EngineHa
 def decode_ready_response(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS
                           ) -> EngineCoreReadyResponse | None:
     """Decode a ready payload; an empty frame decodes to ``None`` (``ECP-HS-12``)."""
-    if len(frame) == 0:
+    n = len(frame)
+    if n == 0:
         return None
+    if n <= limits._walk_free:
+        try:
+            out = _DECODE_READY_RESPONSE(frame)
+        except Exception:
+            pass
+        else:
+            if n <= limits._depth_free or not _CHECK_READY_RESPONSE(out, limits.max_depth):
+                return out
     return _decode_single(_DEC_READY_RESPONSE, frame, "ECP-HS-4", limits)
 
 

@@ -1,17 +1,27 @@
 """Decode limits enforced *before* allocation (``ECP-FRAME-9``).
 
-:func:`check_frame` walks the msgpack headers of one frame without building
-any object: it sees every declared collection length and the nesting depth,
-and rejects a frame that claims more than the limits allow (a 5-byte header
-claiming 2^32 elements is rejected here, in constant memory). Only then does
-msgspec decode the frame.
+Who enforces what, for a frame that msgspec decodes:
 
-Cost: the walk touches each header once, in Python. It is skipped when the
-frame cannot break a limit: a frame no longer than ``max_collection_len``
-cannot declare a collection it can fill (msgspec itself refuses declared
-lengths beyond the bytes that remain), and a frame with no more
-map/array-marker bytes than ``max_depth`` cannot nest deeper. Typical ADD and
-output frames take the fast path.
+* frame count and frame size: the codec compares lengths (no walk);
+* a declared length beyond the bytes that remain (a 5-byte header claiming
+  2^32 elements, a str/bin/ext claiming more bytes than follow): msgspec
+  itself refuses it before allocating (arrays and maps are pre-sized to at most
+  16 items and grow only with items actually read), so memory stays bounded by
+  the frame size;
+* more elements than ``max_collection_len``: impossible in a frame of at most
+  ``max_collection_len`` bytes (every element takes a byte); longer frames are
+  walked by :func:`check_frame` before msgspec sees them;
+* nesting: typed positions nest only as deep as their type allows, and msgspec
+  bounds all recursion; values typed ``Any`` are bounded by
+  :mod:`ecp.spec.untyped` against ``max_depth``. A frame of at most
+  ``max_depth + 1`` bytes cannot nest deeper than ``max_depth``.
+
+:func:`check_frame` walks the msgpack headers of one frame without building any
+object and rejects the first declared length or nesting level that breaks the
+limits. It runs before decoding only for frames longer than
+``max_collection_len`` (or when ``max_depth`` is below what the message types
+themselves nest), and on the error path, so that a refused frame is reported as
+the limit it breaks.
 """
 
 from __future__ import annotations
@@ -19,6 +29,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import DecodeError, LimitExceeded
+
+#: Typed positions of every ecp message nest at most this deep (checked by the
+#: tests against the message types); a lower ``max_depth`` walks every frame.
+TYPED_DEPTH_BOUND = 8
 
 
 @dataclass(frozen=True)
@@ -29,6 +43,22 @@ class DecodeLimits:
     max_frames: int = 1024
     max_collection_len: int = 16 * 1024 * 1024
     max_depth: int = 64
+
+    # Not fields (no annotation): derived in __post_init__, for the codec's hot path.
+    _walk_free = -1
+    _depth_free = -1
+
+    def __post_init__(self) -> None:
+        # Precomputed for the codec's hot path (not fields: equality and repr are unchanged).
+        # Frames of at most ``_walk_free`` bytes need no header walk before decoding;
+        # frames of at most ``_depth_free`` bytes need no depth check after it.
+        walk_free = min(self.max_frame_bytes, self.max_collection_len)
+        if self.max_depth < TYPED_DEPTH_BOUND:
+            walk_free = -1
+        if self.max_frames < 2:
+            walk_free = -1  # the hot paths assume one- and two-frame messages are allowed
+        object.__setattr__(self, "_walk_free", walk_free)
+        object.__setattr__(self, "_depth_free", min(self.max_depth + 1, walk_free))
 
 
 DEFAULT_LIMITS = DecodeLimits()
@@ -71,7 +101,11 @@ def check_frame(buf: bytes | memoryview, limits: DecodeLimits = DEFAULT_LIMITS,
     """Raise :class:`LimitExceeded` if ``buf`` breaks ``limits``.
 
     Malformed headers (unknown marker 0xC1, truncation) raise
-    :class:`DecodeError`; a well-formed frame passes silently.
+    :class:`DecodeError`; a well-formed frame passes silently. The walk is
+    skipped (a C-speed count decides) when the frame has too few map/array
+    markers to nest past ``max_depth`` and is too short to hold more than
+    ``max_collection_len`` elements: then msgspec keeps every limit itself, and
+    a long frame of scalars costs no Python loop on the error path.
     """
     n = len(buf)
     if n > limits.max_frame_bytes:
@@ -82,7 +116,7 @@ def check_frame(buf: bytes | memoryview, limits: DecodeLimits = DEFAULT_LIMITS,
         )
     if n <= limits.max_collection_len and (
             n <= limits.max_depth or _container_marker_bound(buf) <= limits.max_depth):
-        return
+        return  # cannot break a limit that msgspec does not keep itself
     data = bytes(buf)
     max_len = limits.max_collection_len
     max_depth = limits.max_depth

@@ -51,9 +51,16 @@ def schema_for(kind: str) -> dict[str, Any]:
     return doc
 
 
+def _json_default(value: Any) -> Any:
+    # msgspec before 0.22 leaves set-valued defaults as Python sets in the schema
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def render_schemas() -> dict[str, str]:
     """File name -> exact file text, for every kind."""
-    return {f"{kind}.json": json.dumps(schema_for(kind), indent=1, sort_keys=False) + "\n"
+    return {f"{kind}.json": json.dumps(schema_for(kind), indent=1, sort_keys=False, default=_json_default) + "\n"
             for kind in MESSAGE_TYPES}
 
 

@@ -161,7 +161,7 @@ def test_error_fields_are_structured():
         spec.decode_input([b"\x03", b"\x94\x00\x01\x02\x90"], frame_offset=1)
     d = info.value.to_dict()
     assert d["clause"] == "ECP-UTIL-1" and d["frame_index"] == 2 and d["field_path"] == "$[2]"
-    assert (d["expected"], d["got"]) == ("str", "int")  # split out of msgspec's message
+    assert (d["expected"], d["got"]) == ("str", "int")  # from the type table and the value
     assert str(info.value).startswith("[ECP-UTIL-1]")
     with pytest.raises(spec.DecodeError) as info:
         spec.decode_input([b"\x00", enc(["r", [1], None, {}, None, 1.0, None, None])])
@@ -200,3 +200,36 @@ def test_invalid_utf8_after_an_ext_in_a_typed_position_is_a_protocol_error():
     with pytest.raises(ProtocolError) as info:
         decode_input([b"\x00", payload])
     assert info.value.clause.startswith("ECP-")
+
+
+def test_error_fields_do_not_depend_on_msgspec_wording():
+    """expected/got/field path come from the type table and the value, not from msgspec's prose:
+    the same fields result when msgspec's message says something else entirely."""
+    cases = [
+        (codec._DEC_UTILITY, b"\x94\x00\x01\x02\x90", "ECP-UTIL-1", ("$[2]", "str", "int")),
+        (codec._DEC_REQUEST, enc(["r", [1], None, {}, None, 1.0, None, None]), "ECP-REQ-1",
+         ("$", "array of at least length 9", "8")),
+        (codec._DEC_READY_RESPONSE, b"\x80", "ECP-HS-4", ("$", "required field `max_model_len`", "missing")),
+        (codec._DEC_OUTPUTS, enc([0, [["r", [], None, None, None, 9]]]), "ECP-FRAME-2",
+         ("$[1][0][5]", "FinishReason (0, 1, 2, 3, 4)", "9")),
+        (codec._DEC_OUTPUTS, enc([0, [["r", [], None, None, None, None, None, None, {"k": 1},
+                                       None, {"t": 5}]]]), "ECP-FRAME-2", ("$[1][0][10][...]", "str", "int")),
+        (codec._DEC_HANDSHAKE, enc({"status": "HELO", "local": True, "headless": False}), "ECP-HS-7",
+         ("$.status", "'HELLO' | 'READY'", "'HELO'")),
+    ]
+    for decoder, payload, clause, fields in cases:
+        with pytest.raises(codec.msgspec.ValidationError):
+            decoder.decode(payload)
+        err = codec._validation_error(decoder, payload, codec.msgspec.ValidationError("(reworded)"), clause, 1)
+        assert (err.field_path, err.expected, err.got) == fields, err.to_dict()
+        assert err.clause == clause and err.frame_index == 1
+
+
+def test_refused_ext_in_a_typed_position_is_named_with_its_path():
+    pickled = codec._PLAIN_ENCODER.encode(codec.msgspec.msgpack.Ext(1, b"\x80\x04N."))
+    with pytest.raises(spec.UnsafeExtType) as info:
+        spec.decode_input([b"\x00", b"\x99\xa1r\x90\xc0" + pickled + b"\xc0\x01\xc0\xc0\xc0"])
+    assert (info.value.code, info.value.field_path, info.value.frame_index) == (1, "$[3]", 1)
+    with pytest.raises(spec.DecodeError) as info:  # ext 3 is a tensor body, not a request id
+        spec.decode_input([b"\x00", b"\x99\xd4\x03\x00" + b"\x90" + b"\xc0" * 7])
+    assert (info.value.field_path, info.value.expected, info.value.got) == ("$[0]", "str", "ext 3")

@@ -1,0 +1,34 @@
+"""The codec benchmark runs end to end (a tiny variant: no timing is asserted here)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_codec.py"
+
+
+def _load():
+    module_spec = importlib.util.spec_from_file_location("bench_codec", BENCH)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def test_every_case_round_trips_and_the_exit_code_follows_the_bound(capsys):
+    bench = _load()
+    cases = bench.cases()
+    names = {c["name"] for c in cases}
+    assert {"ADD 512-token prompt", "outputs step + stats, 64 streams",
+            "outputs step + stats, 256 streams"} <= names
+    for c in cases:  # ecp and the bare decoder agree on every benchmarked frame
+        arg = c["frames"][0] if c["payload"] < 0 else c["frames"]
+        got = c["ecp_decode"](arg)
+        for attr in ("request", "call", "request_ids"):  # the payload of an input message
+            got = getattr(got, attr, got)
+        assert got == c["bare_decode"](c["frames"][max(c["payload"], 0)]), c["name"]
+    capsys.readouterr()
+    assert bench.main(["--rounds", "1", "--round-ms", "0.01", "--bound", "1000"]) == 0
+    table = capsys.readouterr().out
+    assert "ADD 512-token prompt" in table and "worst ratio" in table
+    assert bench.main(["--rounds", "1", "--round-ms", "0.01", "--bound", "0.001"]) == 1
