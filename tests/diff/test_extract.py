@@ -149,6 +149,24 @@ def test_unresolvable_constructs_are_typed_warnings_not_guesses(tmp_path):
     assert result.layout.name == "vllm-9.9"
 
 
+def test_relative_imports_and_annotated_aliases_resolve(tmp_path):
+    # shapes the wheel has outside the wire types, so the fixture does not carry them
+    root = _tree(tmp_path, {
+        "vllm/v1/engine/__init__.py": (
+            "import msgspec\n"
+            "from .kinds import Kind\n"  # level 1 from a package
+            "from ..wire import Ids\n"  # level 2 from a package
+            "class EngineCoreRequest(msgspec.Struct, array_like=True):\n"
+            "    request_id: str\n    kind: Kind\n    ids: Ids\n"),
+        "vllm/v1/engine/kinds.py": "from typing import Literal, TypeAlias\nKind: TypeAlias = Literal['a', 'b']\n",
+        "vllm/v1/wire.py": "from typing import TypeAlias\nfrom .engine.kinds import Kind as K\nIds: TypeAlias = list[K]\n",
+    })
+    result = extract(root, version="9.9.0")
+    req = result.layout.messages["EngineCoreRequest"]
+    assert [(f.name, f.type) for f in req.fields] == [("request_id", "str"), ("kind", "str"), ("ids", "array[str]")]
+    assert [w for w in result.warnings if w.code != "missing"] == []
+
+
 @pytest.mark.parametrize("make", [
     lambda p: p / "nowhere",
     lambda p: (p / "x.txt").write_text("x") and p / "x.txt",
