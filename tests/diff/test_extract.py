@@ -1,10 +1,17 @@
 """``ecp spec layout --from-vllm``: static extraction from a vLLM tree, without vLLM installed.
 
-``fixtures/vllm-0.33/`` is a skeleton of the vLLM 0.33.0 wheel (declarations
-only, cut by ``fixtures/skeleton.py``): every file the extractor reads, in the
-same places. Extracting it must give the checked-in ``vllm-0.33.json``,
-generated from the real wheel; only the wheel's sha256 and the line numbers in
-the warnings differ.
+``fixtures/vllm-0.33/`` is a minimal tree written for these tests, not vLLM's
+source: the 24 modules the extractor reads in the vLLM 0.33.0 wheel, at the same
+paths, each holding only what the layout is made of (the wire classes with their
+fields, types and defaults in wire order, the enums, the HELLO/READY dict
+literals, the request-type dispatch, the UTILITY call sites and the tuple sends),
+written in the shapes the wheel uses (``msgspec.Struct`` with ``array_like``,
+dataclasses and vLLM's ``@config``, ``NamedTuple``, str- and int-valued enums,
+``TYPE_CHECKING`` imports, forward references, nested ``Literal`` aliases,
+inherited fields, re-exports). Extracting it must give the checked-in
+``vllm-0.33.json``, generated from the real wheel, warnings included (so every
+warning code the wheel triggers is triggered here); only the wheel's sha256 and
+the line numbers in the warnings differ.
 """
 
 from __future__ import annotations
@@ -24,6 +31,17 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "vllm-0.33"
 SHIPPED = ROOT / "spec" / "layouts" / "vllm-0.33.json"
 WHEEL = "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+#: the modules the extractor parses in the real 0.33.0 wheel; the fixture holds exactly these
+WHEEL_FILES = [
+    "vllm/compilation/cuda_graph.py", "vllm/config/kv_events.py", "vllm/config/utils.py",
+    "vllm/distributed/elastic_ep/external_elastic_ep.py", "vllm/lora/request.py", "vllm/multimodal/inputs.py",
+    "vllm/outputs.py", "vllm/pooling_params.py", "vllm/sampling_params.py", "vllm/tasks.py",
+    "vllm/v1/engine/__init__.py", "vllm/v1/engine/coordinator.py", "vllm/v1/engine/core.py",
+    "vllm/v1/engine/core_client.py", "vllm/v1/engine/utils.py", "vllm/v1/fault_tolerance/engine_core_sentinel.py",
+    "vllm/v1/kv_hints/__init__.py", "vllm/v1/kv_hints/protocol.py", "vllm/v1/metrics/cache_hit_source.py",
+    "vllm/v1/metrics/perf.py", "vllm/v1/metrics/stats.py", "vllm/v1/outputs.py", "vllm/v1/serial_utils.py",
+    "vllm/v1/spec_decode/metrics.py",
+]
 
 
 def _normalised(doc: dict) -> dict:
@@ -46,7 +64,12 @@ def _wheel_of(tree: Path, dest: Path, name: str = WHEEL) -> Path:
 def test_the_fixture_reproduces_the_checked_in_0_33_layout(tmp_path):
     result = extract(_wheel_of(FIXTURE, tmp_path))
     shipped = json.loads(SHIPPED.read_bytes())
-    assert _normalised(json.loads(encode_layout(result.layout))) == _normalised(shipped)
+    got, want = _normalised(json.loads(encode_layout(result.layout))), _normalised(shipped)
+    assert got == want
+    assert json.dumps(got) == json.dumps(want)  # the same order too: messages, enums, UTILITY methods
+    assert result.files == WHEEL_FILES
+    assert sorted(p.relative_to(FIXTURE).as_posix() for p in FIXTURE.rglob("*.py")) == sorted(
+        WHEEL_FILES + ["vllm/__init__.py"])  # nothing the extractor does not read
     assert shipped["provenance"]["wheel"] == WHEEL and len(shipped["provenance"]["sha256"]) == 64
 
 
@@ -124,6 +147,24 @@ def test_unresolvable_constructs_are_typed_warnings_not_guesses(tmp_path):
     missing = [w.message for w in result.warnings if w.code == "missing"]
     assert any("EngineCoreOutputs" in m for m in missing) and any("HELLO" in m for m in missing)
     assert result.layout.name == "vllm-9.9"
+
+
+def test_relative_imports_and_annotated_aliases_resolve(tmp_path):
+    # shapes the wheel has outside the wire types, so the fixture does not carry them
+    root = _tree(tmp_path, {
+        "vllm/v1/engine/__init__.py": (
+            "import msgspec\n"
+            "from .kinds import Kind\n"  # level 1 from a package
+            "from ..wire import Ids\n"  # level 2 from a package
+            "class EngineCoreRequest(msgspec.Struct, array_like=True):\n"
+            "    request_id: str\n    kind: Kind\n    ids: Ids\n"),
+        "vllm/v1/engine/kinds.py": "from typing import Literal, TypeAlias\nKind: TypeAlias = Literal['a', 'b']\n",
+        "vllm/v1/wire.py": "from typing import TypeAlias\nfrom .engine.kinds import Kind as K\nIds: TypeAlias = list[K]\n",
+    })
+    result = extract(root, version="9.9.0")
+    req = result.layout.messages["EngineCoreRequest"]
+    assert [(f.name, f.type) for f in req.fields] == [("request_id", "str"), ("kind", "str"), ("ids", "array[str]")]
+    assert [w for w in result.warnings if w.code != "missing"] == []
 
 
 @pytest.mark.parametrize("make", [
