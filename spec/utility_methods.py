@@ -122,7 +122,7 @@ _METHODS: tuple[UtilityMethod, ...] = (
     _m("compute_weight_checksums", [], "array[map[str, str]]", "flatten"),
     _m("profile", [("is_start", "bool"), ("profile_prefix", "str | nil"), ("delay_iterations", "int | nil"),
                    ("max_iterations", "int | nil"), ("profiler_kwargs", "map[any, any] | nil")], "nil"),
-    _m("add_lora", [(None, "struct:LoRARequest")], "bool"),
+    _m("add_lora", [("lora_request", "struct:LoRARequest")], "bool"),
     _m("remove_lora", [("lora_id", "int")], "bool"),
     _m("list_loras", [], "array[int]"),
     _m("pin_lora", [("lora_id", "int")], "bool"),
