@@ -107,7 +107,8 @@ def render_utility_methods() -> str:
         if m.params is None:
             args = "(not documented)"
         else:
-            args = "`[" + ", ".join(f"{p.name}: {p.type}" if p.name else p.type for p in m.params) + "]`"
+            args = "`[" + ", ".join(f"{p.name}{'' if p.required else '?'}: {p.type}" if p.name else p.type
+                                    for p in m.params) + "]`"
         rule = f"{m.aggregation} ({m.aggregation_clause})"
         mark = " †" if m.origin else ""
         rows.append(f"| `{m.name}`{mark} | {args.replace('|', chr(92) + '|')} | `{m.result}` "
