@@ -29,9 +29,12 @@ from .handshake import (
 from .limits import DEFAULT_LIMITS, DecodeLimits
 from .outputs import (
     EngineCoreEvent, EngineCoreOutput, EngineCoreOutputs, LogprobsLists, LogprobsTensors, PrefillStats,
-    RequestError, SchedulerStats, UtilityOutput, UtilityResult,
+    RequestError, SamplingMaskLists, SchedulerStats, UtilityOutput, UtilityResult,
 )
-from .request import EngineCoreRequest, LoRARequest, MultiModalFeatureSpec, PoolingParams
+from .request import (
+    EngineCoreRequest, KvHintAction, KvHintsEnvelope, LateChunkingParams, LateInteractionParams, LoRARequest,
+    MultiModalFeatureSpec, PoolingParams,
+)
 from .sampling import SamplingParams
 from .tensors import Tensor
 

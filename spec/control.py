@@ -25,7 +25,8 @@ class StartDPWave(msgspec.Struct, array_like=True, omit_defaults=False):
     """START_DP_WAVE payload ``[wave, exclude_engine_index]`` (``ECP-DP-4``)."""
 
     wave: int
-    exclude_engine_index: int | None = None
+    # required, as in vLLM 0.33: its engine unpacks exactly two items
+    exclude_engine_index: int | None
 
 
 class CoordinatorPublication(msgspec.Struct, array_like=True, omit_defaults=False):

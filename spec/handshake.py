@@ -52,7 +52,9 @@ class EngineHandshakeMetadata(msgspec.Struct, omit_defaults=False):
     """INIT, frontend → engine (``ECP-HS-2``)."""
 
     addresses: EngineZmqAddresses
-    parallel_config: dict[str, Any]
+    #: empty, or the DP coordination keys (``data_parallel_master_ip``, ...); vLLM 0.33
+    #: engines decode it typed and refuse any other value type (a float, a bool, nil)
+    parallel_config: dict[str, int | str | list[int]]
 
 
 class EngineCoreReadyResponse(msgspec.Struct, omit_defaults=False):

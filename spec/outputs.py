@@ -40,12 +40,6 @@ class PrefillStats(msgspec.Struct, omit_defaults=False):
     num_cache_creation_tokens: int = 0
 
 
-class KvFetchStages(msgspec.Struct, omit_defaults=False):
-    waiting_to_start: int = 0
-    in_progress: int = 0
-    completed_waiting: int = 0
-
-
 class PrefixCacheStats(msgspec.Struct, omit_defaults=False):
     reset: bool = False
     requests: int = 0
@@ -63,17 +57,19 @@ class SchedulerStats(msgspec.Struct, omit_defaults=False):
     num_running_reqs: int = 0
     num_waiting_reqs: int = 0
     num_skipped_waiting_reqs: int = 0
-    num_kv_fetch_reqs_by_stage: KvFetchStages = msgspec.field(default_factory=KvFetchStages)
+    #: requests per KV-fetch stage (vLLM 0.33 sends ``waiting_to_start``, ``in_progress``,
+    #: ``completed_waiting``; the key set is open, a receiver must not assume it)
+    num_kv_fetch_reqs_by_stage: dict[str, int] = {}
     step_counter: int = 0
     current_wave: int = 0
     kv_cache_usage: float = 0.0
     iteration_details: Any = None
-    prefix_cache_stats: PrefixCacheStats | None = msgspec.field(default_factory=PrefixCacheStats)
-    connector_prefix_cache_stats: Any = None
+    prefix_cache_stats: PrefixCacheStats = msgspec.field(default_factory=PrefixCacheStats)
+    connector_prefix_cache_stats: PrefixCacheStats | None = None
     kv_cache_eviction_events: list[Any] = []
     spec_decoding_stats: Any = None
-    kv_connector_stats: Any = None
-    ec_connector_stats: Any = None
+    kv_connector_stats: dict[str, Any] | None = None
+    ec_connector_stats: dict[str, Any] | None = None
     waiting_lora_adapters: dict[str, int] = {}
     running_lora_adapters: dict[str, int] = {}
     cudagraph_stats: Any = None
@@ -93,13 +89,28 @@ class LogprobsLists(msgspec.Struct, array_like=True, omit_defaults=False):
 
 
 class LogprobsTensors(msgspec.Struct, array_like=True, omit_defaults=False):
-    """Prompt logprobs, same layout as :class:`LogprobsLists` (optional 5th element)."""
+    """Prompt logprobs, same layout as :class:`LogprobsLists` plus a 5th element.
+
+    ``cu_num_generated_tokens_tensor`` carries the per-request boundaries as a
+    tensor when the sender only has them on device; a receiver uses it when
+    ``cu_num_generated_tokens`` is nil.
+    """
 
     logprob_token_ids: Tensor
     logprobs: Tensor
     selected_token_ranks: Tensor
     cu_num_generated_tokens: list[int] | None = None
-    extra: Any = None
+    cu_num_generated_tokens_tensor: Tensor | None = None
+
+
+class SamplingMaskLists(msgspec.Struct, array_like=True, omit_defaults=False):
+    """The tokens a request was allowed to sample, in CSR form: ``token_ids`` of
+    every kept token, ``offsets`` (``[positions + 1]``, nil for a single position)
+    and ``cu_num_generated_tokens`` for multi-position batches."""
+
+    token_ids: Tensor
+    offsets: Tensor | None = None
+    cu_num_generated_tokens: list[int] | None = None
 
 
 class UtilityResult(msgspec.Struct, array_like=True, omit_defaults=False):
@@ -136,7 +147,7 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     routed_experts: Tensor | None = None
     num_nans_in_logits: int = 0
     mm_cache_miss_hashes: list[str] | None = None
-    new_sampling_mask: Any = None
+    new_sampling_mask: SamplingMaskLists | None = None
     spec_decode_metrics: dict[str, Any] | None = None
     prompt_token_id_logprobs: Tensor | None = None
     error: RequestError | None = None

@@ -11,27 +11,54 @@ from typing import Any
 
 import msgspec
 
+from .enums import RequestOutputKind
 from .sampling import SamplingParams
 from .tensors import Tensor
 
 
 class LoRARequest(msgspec.Struct, array_like=True, omit_defaults=True):
-    """vLLM's LoRA adapter reference (array; the vllm-rs view, trailing fields optional)."""
+    """A LoRA adapter reference: an array of 6 in vLLM 0.33 wire order
+    (``vllm/lora/request.py``). Receivers must refuse ``lora_int_id < 1``.
+
+    vLLM 0.31 and older carry a 7th element, ``tensorizer_config_dict``, at
+    position 4 (removed in 0.32): every later field is shifted between those
+    releases and 0.33 (``ECP-FRAME-3``).
+    """
 
     lora_name: str
     lora_int_id: int
     lora_path: str = ""
     base_model_name: str | None = None
-    tensorizer_config_dict: dict[str, Any] | None = None
     load_inplace: bool = False
     is_3d_lora_weight: bool = False
 
 
+class LateInteractionParams(msgspec.Struct, array_like=True, omit_defaults=True):
+    """Late-interaction scoring metadata of a pooling request (array of 3).
+
+    ``mode`` is ``cache_query`` or ``score_doc``; ``query_key`` names the cached
+    query (also used for DP routing); ``query_uses`` is how many documents will be
+    scored against it (a positive int for ``cache_query``).
+    """
+
+    mode: str
+    query_key: str
+    query_uses: int | None = None
+
+
+class LateChunkingParams(msgspec.Struct, array_like=True, omit_defaults=True):
+    """Mean-pool token states into chunks of ``chunk_size`` tokens (array of 1;
+    ``0 < chunk_size < 2**63``)."""
+
+    chunk_size: int
+
+
 class PoolingParams(msgspec.Struct, array_like=True, omit_defaults=True):
-    """Pooling parameters (array; the 5-element prefix the Rust client sends).
+    """Pooling parameters: an array of 11 in vLLM 0.33 wire order (``vllm/pooling_params.py``).
 
     ``task`` is one of ``embed``, ``classify``, ``token_embed``,
-    ``token_classify``, ``plugin``, ``embed&token_classify``.
+    ``token_classify``, ``plugin``, ``embed&token_classify``. vllm-rs sends only
+    the first 5 elements; a receiver applies the defaults to the rest.
     """
 
     use_activation: bool | None = None
@@ -39,6 +66,12 @@ class PoolingParams(msgspec.Struct, array_like=True, omit_defaults=True):
     step_tag_id: int | None = None
     returned_token_ids: list[int] | None = None
     task: str | None = None
+    requires_token_ids: bool = False
+    skip_reading_prefix_cache: bool | None = None
+    late_interaction_params: LateInteractionParams | None = None
+    extra_kwargs: dict[str, Any] | None = None
+    output_kind: RequestOutputKind = RequestOutputKind.FINAL_ONLY
+    late_chunking_params: LateChunkingParams | None = None
 
 
 class PlaceholderRange(msgspec.Struct, omit_defaults=False):
@@ -91,18 +124,22 @@ def _nested_tensors(x: Any) -> Any:
 
 
 class KvHintAction(msgspec.Struct, omit_defaults=False):
+    """One versioned KV hint action (map; every key required, as in
+    ``vllm/v1/kv_hints/protocol.py``). ``payload`` holds JSON-compatible values
+    whose schema is the action's own."""
+
     action_id: str
     action_type: str
-    action_version: str | int | None = None
-    payload: dict[str, Any] | None = None
+    action_version: str
+    payload: dict[str, Any]
 
 
 class KvHintsEnvelope(msgspec.Struct, omit_defaults=False):
-    """``kv_hints`` (map form, as the Rust source defines it; OPEN for 0.33 Python)."""
+    """``kv_hints``: a map of 3 required keys (``vllm/v1/kv_hints/protocol.py``)."""
 
     protocol_version: str
     message_id: str
-    actions: list[KvHintAction] = []
+    actions: list[KvHintAction]
 
 
 class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):

@@ -24,6 +24,8 @@ STRUCTS: dict[str, type] = {
     "EngineCoreRequest": request.EngineCoreRequest,
     "SamplingParams": sampling.SamplingParams,
     "PoolingParams": request.PoolingParams,
+    "LateInteractionParams": request.LateInteractionParams,
+    "LateChunkingParams": request.LateChunkingParams,
     "LoRARequest": request.LoRARequest,
     "MultiModalFeatureSpec": request.MultiModalFeatureSpec,
     "PlaceholderRange": request.PlaceholderRange,
@@ -35,6 +37,8 @@ STRUCTS: dict[str, type] = {
     "PrefillStats": outputs.PrefillStats,
     "SchedulerStats": outputs.SchedulerStats,
     "LogprobsLists": outputs.LogprobsLists,
+    "LogprobsTensors": outputs.LogprobsTensors,
+    "SamplingMaskLists": outputs.SamplingMaskLists,
     "UtilityOutput": outputs.UtilityOutput,
     "UtilityResult": outputs.UtilityResult,
     "UtilityRequest": control.UtilityRequest,
@@ -103,11 +107,15 @@ def render_utility_methods() -> str:
         if m.params is None:
             args = "(not documented)"
         else:
-            args = "`[" + ", ".join(f"{p.name}: {p.type}" if p.name else p.type for p in m.params) + "]`"
+            args = "`[" + ", ".join(f"{p.name}{'' if p.required else '?'}: {p.type}" if p.name else p.type
+                                    for p in m.params) + "]`"
         rule = f"{m.aggregation} ({m.aggregation_clause})"
-        rows.append(f"| `{m.name}` | {args.replace('|', chr(92) + '|')} | `{m.result}` "
+        mark = " †" if m.origin else ""
+        rows.append(f"| `{m.name}`{mark} | {args.replace('|', chr(92) + '|')} | `{m.result}` "
                     f"| {'✓' if m.observed else ''} | {m.dp_rule} | {rule} |")
-    return "\n".join(rows) + "\n"
+    origins = sorted({m.origin for m in UTILITY_METHODS.values() if m.origin})
+    notes = "".join(f"\n† {origin}: a vLLM 0.33 engine answers with a failure message.\n" for origin in origins)
+    return "\n".join(rows) + "\n" + notes
 
 
 def refresh_protocol(text: str) -> str:

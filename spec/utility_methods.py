@@ -1,22 +1,27 @@
-"""The UTILITY method table of vLLM 0.33, as data (FACTS section 9).
+"""The UTILITY method table of vLLM 0.33, as data.
 
 A UTILITY call is ``[client_index, call_id, method_name, args]``; the engine
 looks ``method_name`` up on itself and calls it with ``args`` *positionally*
 (``ECP-UTIL-1``). So on the wire a signature is an ordered list of argument
-types; argument names are documentation only. Frontends observed in 0.33
-always send every argument, so the table records no engine-side defaults.
+types; argument names are documentation only (they are vLLM 0.33's parameter
+names, ``vllm/v1/engine/core.py``). A caller may leave out trailing arguments
+that have a default in the engine (:attr:`UtilityParam.required` false); vLLM
+0.33's frontends send every argument of the methods they call, and an engine
+refuses more arguments than its method takes (a failure message).
 
 Clients use :data:`UTILITY_METHODS` to build calls and to combine per-engine
 replies under data parallelism (:attr:`UtilityMethod.dp_rule`); engines use it
 to know which names they must answer; ``ecp spec layout`` snapshots it so that
-``ecp spec diff`` can flag a removed method or a changed signature.
+``ecp spec diff`` can flag a removed method or a changed signature, and a test
+compares it with the layout extracted from the vLLM 0.33.0 wheel
+(``spec/layouts/vllm-0.33.json``).
 
 Types use the layout type grammar of :mod:`ecp.spec.layout.types`
 (``int``, ``str | nil``, ``array[str]``, ``struct:LoRARequest`` ...).
-Methods whose wire arguments FACTS does not document have ``params=None``;
-an argument whose type it does not give is ``any``.
+An argument whose type the source does not give is ``any``.
 The weight-transfer routes are not listed: 0.33 reaches them through
-``collective_rpc`` as far as the fact sheet shows.
+``collective_rpc``. :attr:`UtilityMethod.origin` marks the methods that are
+not methods of the vLLM 0.33 engine core.
 """
 
 from __future__ import annotations
@@ -45,10 +50,13 @@ AGGREGATION_CLAUSE: dict[str, str] = {
 
 @dataclass(frozen=True)
 class UtilityParam:
-    """One positional argument. ``name`` is ``None`` where the source gives none."""
+    """One positional argument. ``name`` is ``None`` where the source gives none;
+    ``required`` is false when the engine's method has a default for it, so a
+    caller may leave it, and every later argument, out."""
 
     name: str | None
     type: str
+    required: bool = True
 
 
 @dataclass(frozen=True)
@@ -59,10 +67,13 @@ class UtilityMethod:
     params: tuple[UtilityParam, ...] | None
     result: str
     dp_rule: DPRule = "default"
-    #: seen on the wire against, or from, a vLLM 0.33 peer (FACTS: ✓)
+    #: seen on the wire against, or from, a vLLM 0.33 peer
     observed: bool = False
     #: the conforming DP aggregation (derived from ``dp_rule`` and ``result`` unless given)
     aggregation: Aggregation = "raw"
+    #: where the method comes from when it is not a method of the vLLM 0.33 engine core
+    #: (``None``: vLLM 0.33); a 0.33 engine answers such a call with a failure message
+    origin: str | None = None
 
     @property
     def aggregation_clause(self) -> str:
@@ -87,9 +98,19 @@ def _conforming(name: str, result: str, dp_rule: DPRule) -> Aggregation:
 
 
 def _m(name: str, params: list[tuple[str | None, str]] | None, result: str,
-       dp_rule: DPRule = "default", observed: bool = False) -> UtilityMethod:
-    ps = None if params is None else tuple(UtilityParam(n, t) for n, t in params)
-    return UtilityMethod(name, ps, result, dp_rule, observed, _conforming(name, result, dp_rule))
+       dp_rule: DPRule = "default", observed: bool = False, origin: str | None = None,
+       defaults: int = 0) -> UtilityMethod:
+    """``defaults``: how many trailing arguments have a default in the engine (as in Python)."""
+    ps = None
+    if params is not None:
+        first_default = len(params) - defaults
+        ps = tuple(UtilityParam(n, t, i < first_default) for i, (n, t) in enumerate(params))
+    return UtilityMethod(name, ps, result, dp_rule, observed, _conforming(name, result, dp_rule), origin)
+
+
+#: the KV-connector handshake calls of vLLM's Rust frontend source newer than 0.33: neither the
+#: 0.33.0 engine core nor the vllm-rs binary of the 0.33.0 wheel knows them
+_RUST_AFTER_0_33 = "vLLM Rust frontend source after 0.33 (not in the vLLM 0.33.0 wheel)"
 
 
 _METHODS: tuple[UtilityMethod, ...] = (
@@ -97,30 +118,41 @@ _METHODS: tuple[UtilityMethod, ...] = (
     _m("reset_mm_cache", [], "nil", observed=True),
     _m("reset_encoder_cache", [], "nil"),
     _m("is_sleeping", [], "bool", "consensus", observed=True),
-    _m("sleep", [("level", "int"), ("mode", "str")], "nil", observed=True),
-    _m("wake_up", [("tags", "array[str] | nil")], "bool", "all", observed=True),
-    _m("reset_prefix_cache", [("reset_running_requests", "bool"), ("reset_external", "bool")], "bool", "all",
-       observed=True),
-    _m("pause_generation", [("mode", "str"), ("clear_cache", "bool")], "nil", observed=True),
-    _m("pause_scheduler", [("mode", "str"), ("clear_cache", "bool")], "nil"),
+    _m("sleep", [("level", "int"), ("mode", "str")], "nil", observed=True, defaults=2),
+    _m("wake_up", [("tags", "array[str] | nil")], "bool", "all", observed=True, defaults=1),
+    _m("reset_prefix_cache", [("reset_running_requests", "bool"), ("reset_connector", "bool")], "bool", "all",
+       observed=True, defaults=2),
+    _m("pause_generation", [("mode", "str"), ("clear_cache", "bool")], "nil", observed=True, defaults=2),
+    _m("pause_scheduler", [("mode", "str"), ("clear_cache", "bool")], "nil", defaults=2),
     _m("resume_scheduler", [], "nil", observed=True),
     _m("is_scheduler_paused", [], "bool", "consensus", observed=True),
     _m("get_weight_version", [], "str", "consensus"),
-    _m("set_weight_version", [("version", "str")], "nil"),
-    _m("compute_weight_checksums", None, "array[any]", "flatten"),
-    _m("profile", [("is_start", "bool"), ("prefix", "str | nil")], "nil"),
-    _m("add_lora", [(None, "struct:LoRARequest")], "bool"),
+    _m("set_weight_version", [("weight_version", "str")], "nil"),
+    _m("compute_weight_checksums", [], "array[map[str, str]]", "flatten"),
+    _m("profile", [("is_start", "bool"), ("profile_prefix", "str | nil"), ("delay_iterations", "int | nil"),
+                   ("max_iterations", "int | nil"), ("profiler_kwargs", "map[any, any] | nil")], "nil",
+       defaults=5),
+    _m("add_lora", [("lora_request", "struct:LoRARequest")], "bool"),
     _m("remove_lora", [("lora_id", "int")], "bool"),
     _m("list_loras", [], "array[int]"),
     _m("pin_lora", [("lora_id", "int")], "bool"),
     _m("collective_rpc", [("method", "str"), ("timeout", "float | nil"), ("args", "array[any]"),
-                          ("kwargs", "map[str, any] | nil")], "array[any]"),
+                          ("kwargs", "map[str, any] | nil")], "array[any]", defaults=3),
     _m("release_kv_cache_memory", [], "nil"),
     _m("execute_dummy_batch", [], "nil"),
-    _m("save_sharded_state", [("path", "str"), ("pattern", "str | nil"), ("max_size", "int | nil")], "nil"),
-    _m("get_kv_connector_handshake_entries", [], "array[map[str, any]]"),
-    _m("add_remote_kv_handshake", [("remote_engine_id", "any"), ("entries", "any")], "nil"),
+    _m("save_sharded_state", [("path", "str"), ("pattern", "str | nil"), ("max_size", "int | nil")], "nil",
+       defaults=2),
+    # elastic EP (per engine, not fanned out); the request is vLLM's ReconfigureDistributedRequest,
+    # a map of 7 keys (new_data_parallel_size, new_data_parallel_rank, ...)
+    _m("reinitialize_distributed", [("reconfig_request", "map[str, any]")], "str"),
+    _m("commit_prepared_elastic_ep", [], "nil"),
+    # fault tolerance: answered by the engine's fault-tolerance sentinel, with
+    # {request_id, success, reason} for a request {instruction, params, request_id}
+    _m("handle_fault_tolerance", [("ft_request", "map[str, any]")], "map[str, any]"),
+    _m("get_kv_connector_handshake_entries", [], "array[map[str, any]]", origin=_RUST_AFTER_0_33),
+    _m("add_remote_kv_handshake", [("remote_engine_id", "any"), ("entries", "any")], "nil",
+       origin=_RUST_AFTER_0_33),
 )
 
-#: name -> method, in FACTS order.
+#: name -> method.
 UTILITY_METHODS: dict[str, UtilityMethod] = {m.name: m for m in _METHODS}

@@ -546,8 +546,10 @@ class EngineCoreClient:
     async def get_weight_version(self) -> str:
         return await self.call_utility("get_weight_version")
 
-    async def profile(self, is_start: bool = True, prefix: str | None = None) -> None:
-        await self.call_utility("profile", is_start, prefix)
+    async def profile(self, is_start: bool = True, prefix: str | None = None, delay_iterations: int | None = None,
+                      max_iterations: int | None = None, profiler_kwargs: dict[str, Any] | None = None) -> None:
+        # all 5 arguments, as vLLM 0.33 sends them (an engine older than 0.33 takes only the first 2)
+        await self.call_utility("profile", is_start, prefix, delay_iterations, max_iterations, profiler_kwargs)
 
     async def collective_rpc(self, method: str, timeout: float | None = None, args: Sequence[Any] = (),
                              kwargs: dict[str, Any] | None = None) -> list[Any]:

@@ -609,7 +609,10 @@ class EngineCore:
     def u_reset_encoder_cache(self) -> None:
         return None
 
-    def u_profile(self, is_start: bool = True, profile_prefix: str | None = None) -> None:
+    def u_profile(self, is_start: bool = True, profile_prefix: str | None = None,
+                  delay_iterations: int | None = None, max_iterations: int | None = None,
+                  profiler_kwargs: dict | None = None) -> None:
+        # vLLM 0.33 frontends send all 5 arguments; older ones the first 2
         self.profiling = bool(is_start)
 
     def u_pause_generation(self, mode: str = "abort", clear_cache: bool = True) -> Any:

@@ -163,7 +163,8 @@ def current_layout() -> Layout:
     utility = {
         m.name: UtilityMethodLayout(
             result=m.result,
-            params=None if m.params is None else [UtilityParamLayout(name=p.name, type=p.type) for p in m.params],
+            params=None if m.params is None else [UtilityParamLayout(name=p.name, type=p.type, required=p.required)
+                                                 for p in m.params],
         )
         for m in UTILITY_METHODS.values()
     }

@@ -105,7 +105,12 @@ def test_misc_utilities(rig):
     assert fe.value(0, "collective_rpc", ["echo", None, [1, 2], {"k": 3}]) == [[[1, 2], {"k": 3}]]
     assert fe.call(0, "collective_rpc", ["nope"]).failure_message
     assert fe.value(0, "reset_encoder_cache") is None and fe.value(0, "profile", [True, None]) is None
+    # vLLM 0.33 frontends send profile's 5 arguments
+    assert fe.value(0, "profile", [False, "run", None, 8, {"record_shapes": True}]) is None
     assert fe.value(0, "add_lora", [["a", 1, "/p"]]) is True
+    # the 6-element LoRARequest of vLLM 0.33, load_inplace at position 4
+    assert fe.value(0, "add_lora", [["c", 3, "/p", None, True, False]]) is True
+    assert fe.value(0, "remove_lora", [3]) is True
     assert fe.value(0, "add_lora", [["b", 2, "/p"]]) is True
     assert fe.value(0, "list_loras") == [1, 2]
     assert fe.value(0, "remove_lora", [1]) is True and fe.value(0, "remove_lora", [1]) is False

@@ -12,8 +12,9 @@ from ecp import spec
 from ecp.spec import codec, golden
 from ecp.spec.errors import ProtocolError
 from ecp.spec.frames import decode_frames
-from ecp.spec.outputs import KvFetchStages, PrefixCacheStats
-from ecp.spec.request import KvHintAction, KvHintsEnvelope, PlaceholderRange
+from ecp.spec.outputs import PrefixCacheStats, SamplingMaskLists
+from ecp.spec.request import (KvHintAction, KvHintsEnvelope, LateChunkingParams, LateInteractionParams,
+                              PlaceholderRange)
 
 FAST = settings(max_examples=40, deadline=5000, suppress_health_check=[HealthCheck.too_slow])
 
@@ -65,7 +66,13 @@ requests = st.builds(
         mm_hash=opt(text)), max_size=2)),
     sampling_params=opt(sampling_params),
     pooling_params=opt(st.builds(spec.PoolingParams, use_activation=opt(st.booleans()),
-                                 dimensions=opt(small), task=opt(st.sampled_from(["embed", "classify"])))),
+                                 dimensions=opt(small), task=opt(st.sampled_from(["embed", "classify"])),
+                                 late_interaction_params=opt(st.builds(
+                                     LateInteractionParams, mode=st.sampled_from(["cache_query", "score_doc"]),
+                                     query_key=text, query_uses=opt(st.integers(1, 9)))),
+                                 extra_kwargs=opt(st.dictionaries(text, json_like, max_size=2)),
+                                 output_kind=st.sampled_from(list(spec.RequestOutputKind)),
+                                 late_chunking_params=opt(st.builds(LateChunkingParams, chunk_size=st.integers(1, 512))))),
     arrival_time=floats,
     lora_request=opt(st.builds(spec.LoRARequest, lora_name=text, lora_int_id=st.integers(1, 99),
                                lora_path=text)),
@@ -77,8 +84,8 @@ requests = st.builds(
     abort_immediately=st.booleans(), session_id=opt(text),
     kv_hints=opt(st.builds(KvHintsEnvelope, protocol_version=text, message_id=text,
                            actions=st.lists(st.builds(KvHintAction, action_id=text, action_type=text,
-                                                      payload=opt(st.dictionaries(text, json_like,
-                                                                                  max_size=2))),
+                                                      action_version=text,
+                                                      payload=st.dictionaries(text, json_like, max_size=2)),
                                             max_size=2))),
 )
 
@@ -88,6 +95,9 @@ outputs_one = st.builds(
     new_logprobs=opt(st.builds(spec.LogprobsLists, logprob_token_ids=tensors(), logprobs=tensors(),
                                sampled_token_ranks=tensors(),
                                cu_num_generated_tokens=opt(st.lists(small, max_size=3)))),
+    new_prompt_logprobs_tensors=opt(st.builds(spec.LogprobsTensors, logprob_token_ids=tensors(), logprobs=tensors(),
+                                              selected_token_ranks=tensors(),
+                                              cu_num_generated_tokens_tensor=opt(tensors()))),
     pooling_output=opt(tensors()), finish_reason=opt(st.sampled_from(list(spec.FinishReason))),
     stop_reason=opt(st.one_of(small, text)),
     events=opt(st.lists(st.builds(spec.EngineCoreEvent, type=st.sampled_from(list(spec.EngineCoreEventType)),
@@ -95,6 +105,8 @@ outputs_one = st.builds(
     kv_transfer_params=opt(st.dictionaries(text, json_like, max_size=3)),
     prefill_stats=opt(st.builds(spec.PrefillStats, num_prompt_tokens=small, num_cached_tokens=small)),
     routed_experts=opt(tensors()), num_nans_in_logits=small,
+    new_sampling_mask=opt(st.builds(SamplingMaskLists, token_ids=tensors(), offsets=opt(tensors()),
+                                    cu_num_generated_tokens=opt(st.lists(small, max_size=3)))),
     error=opt(st.builds(spec.RequestError, code=text, message=text, retryable=st.booleans())),
 )
 
@@ -103,8 +115,11 @@ outputs = st.builds(
     engine_index=st.integers(0, 65535), outputs=st.lists(outputs_one, max_size=3),
     scheduler_stats=opt(st.builds(spec.SchedulerStats, num_running_reqs=small, num_waiting_reqs=small,
                                   kv_cache_usage=floats, step_counter=small,
-                                  num_kv_fetch_reqs_by_stage=st.builds(KvFetchStages, in_progress=small),
-                                  prefix_cache_stats=opt(st.builds(PrefixCacheStats, hits=small)))),
+                                  num_kv_fetch_reqs_by_stage=st.dictionaries(
+                                      st.sampled_from(["waiting_to_start", "in_progress", "completed_waiting"]),
+                                      small, max_size=3),
+                                  prefix_cache_stats=st.builds(PrefixCacheStats, hits=small),
+                                  connector_prefix_cache_stats=opt(st.builds(PrefixCacheStats, queries=small)))),
     timestamp=floats,
     utility_output=opt(st.builds(spec.UtilityOutput, call_id=u64, failure_message=opt(text),
                                  result=opt(st.builds(spec.UtilityResult, value=json_like)))),
