@@ -589,7 +589,7 @@ def decode_init(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS) -> EngineHa
         except Exception:
             pass
         else:
-            if n > limits._depth_free and _CHECK_INIT(init, limits.max_depth):
+            if n > limits._depth_free and _CHECK_INIT is not None and _CHECK_INIT(init, limits.max_depth):
                 init = None
     if init is None:
         init = _decode_single(_DEC_INIT, frame, "ECP-HS-2", limits)
