@@ -286,13 +286,17 @@ class _Connection:
                      f"wave_complete {msg.wave_complete} on {where}", done)
         if msg.start_wave is not None:
             chk.step(WAVE, view.wave_state, f"Outputs(start_wave) {target}", f"start_wave {msg.start_wave} on {where}")
+        # effects run after every check passed, so later outputs of one message are judged
+        # against the state the earlier ones lead to: (state, owed ERRORs) per id
+        shadow: dict[str, tuple[str, int]] = {}
         for out in msg.outputs:
             rid = out.request_id
             r = view.request(rid)
+            state, owed = shadow.get(rid) or (("NONE", 0) if r is None else (r.state, r.owed_errors))
             if out.finish_reason is None:
                 key = "Output(tokens)"
             elif out.finish_reason == FinishReason.ERROR:
-                key = "Output(owed ERROR)" if r is not None and r.owed_errors else "Output(terminal ERROR)"
+                key = "Output(owed ERROR)" if owed else "Output(terminal ERROR)"
             else:
                 key = "Output(terminal)"
 
@@ -306,12 +310,25 @@ class _Connection:
                 if row.next is not None:
                     cur.state = row.next
                     view.set_request(rid, cur)
-            chk.step(REQUEST, view.request_state(rid), key, f"output for {rid!r} on {where}", effect)
-            if r is not None and client != COORDINATOR and r.client != client and r.state not in CLOSED_STATES:
+            row = chk.step(REQUEST, state, key, f"output for {rid!r} on {where}", effect)
+            if row.verdict != "illegal":
+                if key == "Output(owed ERROR)":
+                    owed -= 1
+                elif row.next is not None:
+                    state = row.next
+            shadow[rid] = (state, owed)
+            if r is not None and client != COORDINATOR and r.client != client and r.state not in CLOSED_STATES \
+                    and self._routable(view, r.client):
                 chk.step(LIVENESS, view.liveness, "Output(another client's request)",
                          f"output for {rid!r} (client {r.client}) on {where}")
         if msg.utility_output is not None:
             self._check_reply(chk, view, client, msg, where)
+
+    @staticmethod
+    def _routable(view: EngineView, client: int) -> bool:
+        """Whether ``client`` has an output socket; an engine may answer a request or call whose
+        ``client_index`` has none wherever it can (``ECP-ROB-4``)."""
+        return view.clients is not None and 0 <= client < view.clients
 
     def _check_reply(self, chk: _Checker, view: EngineView, client: int, msg: EngineCoreOutputs, where: str) -> None:
         uo = msg.utility_output
@@ -335,9 +352,9 @@ class _Connection:
         chk.step(UTILITY, "PENDING" if call is not None else "NONE", key, what, effect)
         if call is None:
             return
-        if call.client != client:
+        if call.client != client and self._routable(view, call.client):
             chk.step(LIVENESS, view.liveness, "Output(another client's request)",
-                     f"{what}: the call came on input[{call.client}]")
+                     f"{what}: the call named client {call.client}")
         if uo.failure_message is not None or uo.result is None:
             return
         value = uo.result.value
