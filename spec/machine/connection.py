@@ -34,7 +34,7 @@ from ..codec import (
 )
 from ..control import StartDPWave, UtilityRequest
 from ..enums import EEP_NOTIFICATION_CALL_ID, FT_STATUS_CALL_ID, FinishReason
-from ..errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
 from ..handshake import (
     COORDINATOR_READY, XSUB_SUBSCRIBE, EngineCoreReadyResponse, EngineHandshakeMetadata, Hello, Ready,
     engine_identity, rank_of_identity,
@@ -158,7 +158,7 @@ class _Checker:
         bad = row.verdict == "illegal" or (row.verdict == "tolerated" and self.local)
         if bad and not self.lenient:
             why = row.note or f"{event} is not allowed in state {state}"
-            cls = LocalProtocolError if self.local else RemoteProtocolError
+            cls = LocalProtocolError if self.local else HandshakeError if table is HANDSHAKE else RemoteProtocolError
             self.errors.append(cls(f"{what}: {why}", clause=row.clause, expected=f"an event the {table.area} "
                                    f"table allows in {state}", got=f"{event} in {state}"))
         if effect is not None and (row.verdict != "illegal" or self.lenient):
@@ -446,7 +446,7 @@ class FrontendConnection(_Connection):
             self._remote(exc, socket, frames, None)
             return None
         if rank not in self.engines:
-            self._remote(RemoteProtocolError(
+            self._remote(HandshakeError(
                 f"{socket}: identity {identity.hex()} (rank {rank}) is not one of the configured engines",
                 clause="ECP-HS-11", expected=list(self.ranks), got=rank), socket, frames, None)
             return None
@@ -477,7 +477,7 @@ class FrontendConnection(_Connection):
             return []
         view = self.engines[rank]
         if len(frames) != 2:
-            self._remote(RemoteProtocolError(
+            self._remote(HandshakeError(
                 f"a handshake message is one frame after the identity, got {len(frames) - 1}",
                 clause="ECP-HS-7", expected="2 frames at the ROUTER", got=len(frames)), socket, frames, rank)
             if len(frames) < 2:
@@ -522,7 +522,7 @@ class FrontendConnection(_Connection):
         key = ("Registration" if view.handshake in ("START", "HELLO") else
                "Registration(registered input)" if client in view.registered else "Registration(new input)")
         if len(frames) != 2:
-            self._remote(RemoteProtocolError(
+            self._remote(HandshakeError(
                 f"a registration is one frame after the identity, got {len(frames) - 1}", clause="ECP-HS-3",
                 expected="2 frames at the ROUTER", got=len(frames)), socket, frames, rank)
             return []
@@ -788,7 +788,7 @@ class EngineConnection(_Connection):
     def _recv_init(self, socket: str, frames: Sequence[bytes]) -> list[Event]:
         view = self.view
         if len(frames) != 1:
-            self._remote(RemoteProtocolError(f"INIT is one frame, got {len(frames)}", clause="ECP-HS-7",
+            self._remote(HandshakeError(f"INIT is one frame, got {len(frames)}", clause="ECP-HS-7",
                                              expected="1 frame", got=len(frames)), socket, frames, self.rank)
             if not frames:
                 return []
@@ -808,6 +808,41 @@ class EngineConnection(_Connection):
         chk.step(HANDSHAKE, view.handshake, "Init", "INIT", take)
         chk.finish(socket, frames, self.rank)
         return [Init(self.rank, init)]
+
+    def send_raw(self, socket: str, frames: Sequence[bytes]) -> Send:
+        """Send ``frames`` exactly as given, around the rules (a test peer misbehaving on purpose:
+        a ready payload with extra keys, a second registration, READY too early).
+
+        Nothing is checked; what the frames say still moves the machine as far as it can be read.
+        """
+        frames = [bytes(f) for f in frames]
+        view = self.view
+        kind, client = parse_socket(socket)
+        if kind == "handshake" and len(frames) == 1:
+            try:
+                msg = decode_handshake(frames[0])
+            except ProtocolError:
+                msg = None
+            if isinstance(msg, Hello) and view.handshake == "START":
+                view.hello, view.handshake = msg, "HELLO"
+            elif isinstance(msg, Ready):
+                view.ready, view.handshake = msg, "READY"
+        elif kind == "input" and view.handshake in ("REGISTERING", "READY") and client not in view.registered:
+            view.registered.add(client)
+        elif kind == "coordinator_input" and frames == [XSUB_SUBSCRIBE] and view.handshake == "REGISTERING":
+            view.handshake = "SUBSCRIBED"
+        elif kind in ("output", "coordinator_output"):
+            try:
+                msg = decode_outputs(frames)
+            except ProtocolError:
+                msg = None
+            if msg is ENGINE_DEAD:
+                view.liveness = "DEAD"
+            elif msg is not None:
+                chk = _Checker(self, local=True, lenient=True)
+                self._check_outputs(chk, view, COORDINATOR if client is None else client, msg)
+                chk.finish(socket, frames, self.rank)
+        return Send(socket, frames)
 
     # ------------------------------------------------------------------ send
     def send(self, event: Event) -> list[Send]:
