@@ -823,7 +823,8 @@ class EngineConnection(_Connection):
                 msg = decode_handshake(frames[0])
             except ProtocolError:
                 msg = None
-            if isinstance(msg, Hello) and view.handshake == "START":
+            if view.handshake == "START" and not isinstance(msg, Ready):
+                # a malformed first message stands for HELLO: the frontend may still answer with INIT
                 view.hello, view.handshake = msg, "HELLO"
             elif isinstance(msg, Ready):
                 view.ready, view.handshake = msg, "READY"
