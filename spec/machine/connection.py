@@ -142,14 +142,17 @@ class _Checker:
         self.errors: list[ProtocolError] = []
         self.effects: list[Effect] = []
 
-    def step(self, table: Table, state: str, event: str, what: str, effect: Callable[[Row], None] | None = None
-             ) -> Row:
+    def step(self, table: Table, state: str, event: str, what: str | Callable[[], str],
+             effect: Callable[[Row], None] | None = None) -> Row:
+        """Look the row up; note its violation (``what``: the message, or a callable making it only
+        when needed) and queue its effect."""
         row = table.step(state, event)
         bad = row.verdict == "illegal" or (row.verdict == "tolerated" and self.local)
         if bad and not self.lenient:
             why = row.note or f"{event} is not allowed in state {state}"
             cls = LocalProtocolError if self.local else HandshakeError if table is HANDSHAKE else RemoteProtocolError
-            self.errors.append(cls(f"{what}: {why}", clause=row.clause, expected=f"an event the {table.area} "
+            text = what if isinstance(what, str) else what()
+            self.errors.append(cls(f"{text}: {why}", clause=row.clause, expected=f"an event the {table.area} "
                                    f"table allows in {state}", got=f"{event} in {state}"))
         if effect is not None and (row.verdict != "illegal" or self.lenient):
             self.effects.append(lambda: effect(row))
@@ -300,7 +303,7 @@ class _Connection:
                 if row.next is not None:
                     cur.state = row.next
                     view.set_request(rid, cur)
-            row = chk.step(REQUEST, state, key, f"output for {rid!r} on {where}", effect)
+            row = chk.step(REQUEST, state, key, lambda rid=rid: f"output for {rid!r} on {where}", effect)
             if row.verdict != "illegal":
                 if key == "Output(owed ERROR)":
                     owed -= 1
