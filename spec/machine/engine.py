@@ -25,15 +25,22 @@ class EngineConnection(_Connection):
 
     role = "engine"
 
-    def __init__(self, rank: int, *, mode: Mode = "strict") -> None:
+    def __init__(self, rank: int, *, mode: Mode = "strict", bootstrapped: bool = False, clients: int = 1) -> None:
+        """``bootstrapped=True``: there is no handshake socket; the engine was given ``clients``
+        input/output address pairs and registers on each directly (a frontend started with
+        ``--engine-start-index``)."""
         super().__init__(mode)
         self.rank = rank
         self.view = EngineView(rank)
         self.init: EngineHandshakeMetadata | None = None
+        self.bootstrapped = bootstrapped
+        if bootstrapped:
+            self.view.handshake, self.view.clients = "REGISTERING", clients
 
     @property
     def ready(self) -> bool:
-        return self.view.handshake == "READY"
+        """The handshake is over: READY went out (bootstrapped: every input registered)."""
+        return self.view.handshake == "READY" or (self.bootstrapped and self.view.all_registered)
 
     # ------------------------------------------------------------------ receive
     def receive(self, socket: str, frames: Sequence[bytes]) -> list[Event]:

@@ -306,3 +306,14 @@ def test_frontend_machine_is_one_per_deployment():
     assert fe.missing("registration") == [2, 3] and fe.missing("HELLO") == []
     with raises(LocalProtocolError, "ECP-HS-11"):
         fe.engine(0)
+
+
+def test_a_bootstrapped_engine_registers_without_a_handshake_socket():
+    eng = EngineConnection(3, bootstrapped=True, clients=2)
+    fe = FrontendConnection([3], bootstrapped=True, clients=2)
+    with raises(LocalProtocolError, "ECP-HS-7"):  # no handshake socket: no HELLO
+        eng.send(EngineHello(3, Hello(local=False, headless=True)))
+    for c in (0, 1):
+        [send] = eng.send(Registration(3, c, ready_response(3)))
+        fe.receive(send.socket, [b"\x03\x00", *send.frames])
+    assert eng.ready and fe.handshake_done
