@@ -35,6 +35,7 @@ from .request import (
     EngineCoreRequest, KvHintAction, KvHintsEnvelope, LateChunkingParams, LateInteractionParams, LoRARequest,
     MultiModalFeatureSpec, PoolingParams,
 )
+from .recover import RecoveredAdd, recover_add, recover_add_frames
 from .sampling import SamplingParams
 from .tensors import Tensor
 

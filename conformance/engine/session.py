@@ -54,6 +54,7 @@ class EngineUnderTest:
         self.cfg = cfg
         self.engine_count = engine_count
         self.handle: PeerHandle | None = None
+        self.handshake_violations = 0
         addresses = self._addresses(launch_no, clients, coordinator)
         self.fe = HarnessFrontend(ctx, addresses, engine_count, cfg.engine_start_index, transcript,
                                   cfg.quiet_window_s)
@@ -61,6 +62,9 @@ class EngineUnderTest:
             self.handle = self._start(launch_no)
             self.fe.alive_check = self.alive
             self.fe.run_handshake(cfg.startup_timeout_s)
+            # what the machine recorded during the handshake is the handshake cases' to report
+            # (a relaunch must not make every later case fail on the same startup fault)
+            self.handshake_violations = len(self.fe.machine.violations)
         except PeerCrashed as exc:
             detail = self._exit_detail()
             self.close()
@@ -156,6 +160,8 @@ class EngineManager:
         self._fresh: list[EngineUnderTest] = []
         self._fresh_crashed = False
         self.logs: list[EngineUnderTest] = []
+        #: engine launch -> how many machine violations it had when the current case began
+        self._violation_marks: dict[int, int] = {}
 
     # ------------------------------------------------------------------ lifetimes
     def _launch(self, clients: int, engine_count: int, coordinator: bool = False) -> EngineUnderTest:
@@ -236,6 +242,16 @@ class EngineManager:
         self.touched = []
         self._fresh = []
         self._fresh_crashed = False
+        self._violation_marks = {} if self._shared is None else {
+            id(self._shared): len(self._shared.fe.machine.violations)}
+
+    def violations(self) -> list:
+        """What the protocol machine recorded against the engines this case used, since it began."""
+        seen: dict[int, EngineUnderTest] = {id(e): e for e in [*self.touched, *self._fresh]}
+        out: list = []
+        for key, eut in seen.items():
+            out += eut.fe.violations_since(self._violation_marks.get(key, eut.handshake_violations))
+        return out
 
     def set_deadline(self, deadline: float | None) -> None:
         self.deadline = deadline

@@ -27,15 +27,19 @@ import msgspec
 import zmq
 
 from ecp.spec import (
-    COORDINATOR_READY, VLLM_VERSION, XSUB_SUBSCRIBE, AbortMessage, AddMessage, EngineCoreOutputs,
+    COORDINATOR_READY, VLLM_VERSION, AbortMessage, AddMessage, EngineCoreOutputs,
     EngineCoreReadyResponse, Hello, Ready, RemoteProtocolError, StartDPWaveMessage, UtilityMessage,
-    decode_any, decode_init, decode_input, encode_engine_dead, encode_handshake, encode_outputs,
+    decode_any, decode_input, encode_engine_dead, encode_outputs,
     encode_payload, engine_identity,
 )
-from ecp.spec.enums import RequestType
+from ecp.spec.machine import (
+    CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineHello, EngineReady, Registration,
+)
+from ecp.spec.recover import recover_add_frames
 
 from .config import EngineConfig
 from .core import COORDINATOR, EngineCore
+from .faults import FaultLayer, InjectedCrash
 from .kv_connector import ReferenceKVConnector
 
 log = logging.getLogger("ecp.engine")
@@ -60,44 +64,6 @@ def make_executor(config: EngineConfig) -> Any:
         output_token_chunk_size=config.output_token_chunk_size, step_time_ms=config.step_time_ms,
         prefill_token_cost_us=config.prefill_token_cost_us, decode_token_cost_us=config.decode_token_cost_us,
         eos_every=config.eos_every, eos_token_id=config.eos_token_id)
-
-
-def recover_request_id(payload: bytes) -> str | None:
-    """Read just ``request_id`` (element 0) of an ADD payload that failed to decode.
-
-    Parses the array header and the first string by hand so that a bad
-    element later on (a pickle ext, a wrong type) does not hide the id.
-    """
-    b = bytes(payload)
-    if not b:
-        return None
-    i = 0
-    h = b[0]
-    if 0x90 <= h <= 0x9F:
-        i = 1
-    elif h == 0xDC:
-        i = 3
-    elif h == 0xDD:
-        i = 5
-    else:
-        return None
-    if i >= len(b):
-        return None
-    h = b[i]
-    if 0xA0 <= h <= 0xBF:
-        n, i = h & 0x1F, i + 1
-    elif h == 0xD9 and i + 1 < len(b):
-        n, i = b[i + 1], i + 2
-    elif h == 0xDA and i + 2 < len(b):
-        n, i = int.from_bytes(b[i + 1:i + 3], "big"), i + 3
-    else:
-        return None
-    if i + n > len(b) or n > 4096:
-        return None
-    try:
-        return b[i:i + n].decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 def rank_side_channel(address: str, local_index: int) -> str:
@@ -132,6 +98,10 @@ class EngineServer:
         self.identity = engine_identity(rank)
         self.instance_id = str(random.getrandbits(63))
         self.core: EngineCore | None = None
+        #: the engine side of the protocol, here for the handshake (the serving loop speaks the codec)
+        self.machine = EngineConnection(rank)
+        #: the deliberate faults of ``--bug`` (inactive without any), between the sockets and the core
+        self.faults = FaultLayer(config.bugs, rank)
         self.ready = threading.Event()
         self.exit_code: int | None = None
         self.bad_frames = 0
@@ -167,6 +137,11 @@ class EngineServer:
             self._close()
 
     # ------------------------------------------------------------------ startup
+    @staticmethod
+    def _send(sock: zmq.Socket, sends: list) -> None:
+        for send in sends:
+            sock.send_multipart(send.frames)
+
     def _wait_readable(self, sock: zmq.Socket, timeout_s: float, what: str) -> bool:
         deadline = time.monotonic() + timeout_s
         while not self.stop_event.is_set():
@@ -199,15 +174,15 @@ class EngineServer:
             except zmq.ZMQError as exc:
                 raise EngineStartupError(
                     f"cannot connect to handshake address {self.handshake_address!r}: {exc}") from exc
-            hs.send(encode_handshake(Hello(local=cfg.local, headless=not cfg.local)))
+            machine = self.machine
+            self._send(hs, machine.send(EngineHello(self.rank, Hello(local=cfg.local, headless=not cfg.local))))
             if not self._wait_readable(hs, cfg.handshake_timeout_s, "INIT"):
                 return
-            frames = hs.recv_multipart()
             try:
-                init = decode_init(frames[-1])
+                [init_event] = machine.receive("handshake", hs.recv_multipart())
             except RemoteProtocolError as exc:
                 raise EngineStartupError(f"bad INIT: {exc}") from None
-            addrs = init.addresses
+            addrs = init_event.init.addresses
             has_coord = addrs.coordinator_input is not None
             executor = make_executor(cfg)
             connector = self._make_connector()
@@ -225,20 +200,20 @@ class EngineServer:
                 _set_hwm(p)
                 p.connect(out_addr)
                 self._outputs.append(p)
-            ready_payload = encode_handshake(self._ready_response())
-            for d in self._inputs:
+            ready_response = self._ready_response()
+            for client, d in enumerate(self._inputs):
                 # A DEALER is writable once its peer is connected: sending then puts the
                 # ready payload on the wire before READY goes out on the handshake socket.
                 if not self._wait_writable(d, cfg.handshake_timeout_s, "an input ROUTER connection"):
                     return
-                d.send(ready_payload)
+                self._send(d, machine.send(Registration(self.rank, client, ready_response)))
             if has_coord:
                 self._coordinator_gate(addrs.coordinator_input, addrs.coordinator_output)
                 if self.stop_event.is_set():
                     return
             ready = Ready(local=cfg.local, headless=not cfg.local,
                           parallel_config_hash=self._parallel_config_hash() if self.dp_size > 1 else None)
-            hs.send(encode_handshake(ready))
+            self._send(hs, machine.send(EngineReady(self.rank, ready)))
         finally:
             # stopped mid-handshake: an undelivered HELLO must not hold ctx.term() for the linger time
             hs.close(0 if self.stop_event.is_set() else None)
@@ -252,7 +227,7 @@ class EngineServer:
         sub.setsockopt(zmq.LINGER, 0)
         _set_hwm(sub)
         sub.connect(coord_in)
-        sub.send(XSUB_SUBSCRIBE)
+        self._send(sub, self.machine.send(CoordinatorSubscribe(self.rank)))
         self._coord_sub = sub
         push = self._ctx.socket(zmq.PUSH)
         push.setsockopt(zmq.LINGER, 4000)
@@ -267,9 +242,15 @@ class EngineServer:
             if not self._wait_readable(sub, left, "the coordinator's READY"):
                 return
             frames = sub.recv_multipart()
-            if len(frames) == 1 and frames[0] == COORDINATOR_READY:
-                return
-            self._on_coordinator(frames)  # a wave broadcast before READY: keep it
+            try:
+                events = self.machine.receive("coordinator_input", frames)
+            except RemoteProtocolError as exc:
+                log.warning("[%s] dropped a bad coordinator message: %s", exc.clause, exc)
+                continue
+            for event in events:
+                if isinstance(event, CoordinatorReady):
+                    return
+                self.core.start_dp_wave(event.wave.wave, event.wave.exclude_engine_index)  # a wave before READY
 
     def _make_connector(self) -> ReferenceKVConnector | None:
         cfg = self.config
@@ -366,13 +347,19 @@ class EngineServer:
         except RemoteProtocolError as exc:
             self.bad_frames += 1
             log.warning("[%s] dropped a bad input message from client %d: %s", exc.clause, client, exc)
-            if self.config.has_bug("crash-on-bad-frame"):
-                raise _Fatal(f"bad input frame ({exc.clause})") from None
-            if len(frames) >= 2 and bytes(frames[0]) == RequestType.ADD.value:
-                rid = recover_request_id(frames[1])
-                if rid is not None:
-                    core.reject(rid, client, "invalid_request", f"[{exc.clause}] {exc.message}")
+            try:
+                self.faults.on_bad_frame(exc)
+            except InjectedCrash as crash:
+                raise _Fatal(str(crash)) from None
+            recovered = recover_add_frames(frames)
+            if recovered is not None:
+                # answered on the socket it came in on, as before (ECP-ROB-2)
+                core.reject(recovered.request_id, client, "invalid_request", f"[{exc.clause}] {exc.message}")
             return
+        if self.faults:
+            msg = self.faults.on_input(msg)
+            if msg is None:
+                return
         if isinstance(msg, AddMessage):
             core.add_request(msg.request, client)
         elif isinstance(msg, AbortMessage):
@@ -406,7 +393,10 @@ class EngineServer:
     # ------------------------------------------------------------------ sending
     def _flush(self) -> None:
         core = self.core
-        for ob in core.take_outbox():
+        outbox = core.take_outbox()
+        if self.faults:
+            outbox = [out for ob in outbox for out in self.faults.on_output(ob)]
+        for ob in outbox:
             if ob.client_index == COORDINATOR:
                 sock = self._coord_push
             elif 0 <= ob.client_index < len(self._outputs):

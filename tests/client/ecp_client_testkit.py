@@ -18,8 +18,10 @@ import zmq.asyncio
 
 from ecp.spec import (
     EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, FinishReason, Hello, Ready,
-    UtilityMessage, UtilityOutput, UtilityResult, decode_init, decode_input, encode_handshake,
-    encode_outputs, engine_identity,
+    UtilityMessage, UtilityOutput, UtilityResult, decode_input, encode_outputs, engine_identity,
+)
+from ecp.spec.machine import (
+    CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineHello, EngineReady, Registration,
 )
 
 RECV_TIMEOUT_S = 10.0
@@ -68,25 +70,26 @@ class ScriptedEngine:
         self.push: zmq.asyncio.Socket | None = None
         self.init = None
         self.received: list[Received] = []
+        #: the engine side of the protocol; a ``bytes`` ready payload goes around it (send_raw)
+        self.machine = EngineConnection(rank)
 
     # ------------------------------------------------------------------ handshake
-    def _ready_frame(self) -> bytes:
-        return self.ready if isinstance(self.ready, bytes) else encode_handshake(self.ready)
-
     async def send_hello(self, handshake_address: str) -> None:
         sock = self.ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.IDENTITY, self.identity)
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(handshake_address)
         self.handshake_sock = sock
-        await sock.send(encode_handshake(Hello(local=self.local, headless=self.headless)))
+        [hello] = self.machine.send(EngineHello(self.rank, Hello(local=self.local, headless=self.headless)))
+        await sock.send_multipart(hello.frames)
 
     async def hello(self, handshake_address: str) -> None:
         """Send HELLO and wait for INIT."""
         await self.send_hello(handshake_address)
         assert self.handshake_sock is not None
-        frame = await asyncio.wait_for(self.handshake_sock.recv(), RECV_TIMEOUT_S)
-        self.init = decode_init(frame)
+        frames = await asyncio.wait_for(self.handshake_sock.recv_multipart(), RECV_TIMEOUT_S)
+        [init] = self.machine.receive("handshake", frames)
+        self.init = init.init
 
     def connect_io(self, input_address: str, output_address: str) -> None:
         self.dealer = self.ctx.socket(zmq.DEALER)
@@ -99,11 +102,29 @@ class ScriptedEngine:
 
     async def register(self) -> None:
         assert self.dealer is not None
-        await self.dealer.send(self._ready_frame())
+        if isinstance(self.ready, bytes):
+            send = self.machine.send_raw("input[0]", [self.ready])
+        else:
+            [send] = self.machine.send(Registration(self.rank, 0, self.ready))
+        await self.dealer.send_multipart(send.frames)
+
+    async def join_coordinator(self, timeout: float = RECV_TIMEOUT_S) -> None:
+        """Subscribe to INIT's coordinator and wait for its READY (``ECP-HS-6``)."""
+        a = self.init.addresses
+        self.xsub = self.ctx.socket(zmq.XSUB)
+        self.xsub.setsockopt(zmq.LINGER, 0)
+        self.xsub.connect(a.coordinator_input)
+        [subscribe] = self.machine.send(CoordinatorSubscribe(self.rank))
+        await self.xsub.send_multipart(subscribe.frames)
+        gate = False
+        while not gate:
+            frames = await asyncio.wait_for(self.xsub.recv_multipart(), timeout)
+            gate = any(isinstance(e, CoordinatorReady) for e in self.machine.receive("coordinator_input", frames))
 
     async def send_ready(self) -> None:
         assert self.handshake_sock is not None
-        await self.handshake_sock.send(encode_handshake(Ready(local=self.local, headless=self.headless)))
+        [ready] = self.machine.send(EngineReady(self.rank, Ready(local=self.local, headless=self.headless)))
+        await self.handshake_sock.send_multipart(ready.frames)
 
     async def handshake(self, handshake_address: str) -> None:
         """The whole engine side of the handshake."""
@@ -114,6 +135,7 @@ class ScriptedEngine:
         await self.send_ready()
 
     async def bootstrap(self, input_address: str, output_address: str) -> None:
+        self.machine = EngineConnection(self.rank, bootstrapped=True, clients=1)
         self.connect_io(input_address, output_address)
         await self.register()
 

@@ -6,8 +6,7 @@ import time
 import zmq
 
 from ecp.spec import (
-    COORDINATOR_READY, XSUB_SUBSCRIBE, EngineCoreOutputs, EngineCoreRequest, SamplingParams, decode_input,
-    encode_outputs,
+    EngineCoreOutputs, EngineCoreRequest, SamplingParams, decode_input, encode_outputs,
 )
 from ecp_client_testkit import ScriptedEngine, run, stop
 
@@ -17,11 +16,7 @@ async def gated_handshake(engine: ScriptedEngine, address: str, gate_seen: list)
     a = engine.init.addresses
     engine.connect_io(a.inputs[0], a.outputs[0])
     await engine.register()
-    engine.xsub = engine.ctx.socket(zmq.XSUB)
-    engine.xsub.setsockopt(zmq.LINGER, 0)
-    engine.xsub.connect(a.coordinator_input)
-    await engine.xsub.send(XSUB_SUBSCRIBE)
-    assert await asyncio.wait_for(engine.xsub.recv(), 10) == COORDINATOR_READY
+    await engine.join_coordinator(10)
     gate_seen.append(engine.rank)
     engine.coord_push = engine.ctx.socket(zmq.PUSH)
     engine.coord_push.setsockopt(zmq.LINGER, 0)

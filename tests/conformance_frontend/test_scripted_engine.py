@@ -17,9 +17,10 @@ from ecp.conformance.frontend.engine import ScriptedEngine
 from ecp.conformance.frontend.script import EngineScript, UtilityFailure
 from ecp.spec import (
     ENGINE_DEAD, EngineCoreRequest, EngineHandshakeMetadata, EngineZmqAddresses, FinishReason, Hello, Ready,
-    SamplingParams, decode_handshake, decode_outputs, decode_ready_response, encode_abort, encode_add,
+    SamplingParams, decode_handshake, decode_outputs, encode_abort, encode_add,
     encode_handshake, encode_utility, engine_identity,
 )
+from ecp.spec.machine import FrontendConnection, Init
 
 T = 5.0  # bound of every wait
 
@@ -47,16 +48,20 @@ class RawFrontend:
         return f"tcp://127.0.0.1:{self.port}"
 
     async def handshake(self) -> tuple[bytes, Hello, object, Ready]:
-        ident, frame = await asyncio.wait_for(self.hs.recv_multipart(), T)
-        hello = decode_handshake(frame)
+        """The frontend side of the handshake, through the frontend protocol machine (strict: a
+        step out of order or a malformed message fails the test)."""
+        frames = await asyncio.wait_for(self.hs.recv_multipart(), T)
+        rank = int.from_bytes(frames[0], "little")
+        machine = self.machine = FrontendConnection([rank])
+        [hello] = machine.receive("handshake", frames)
         init = EngineHandshakeMetadata(EngineZmqAddresses([f"tcp://127.0.0.1:{self.inp_port}"],
                                                           [f"tcp://127.0.0.1:{self.out_port}"]), {})
-        await self.hs.send_multipart([ident, encode_handshake(init)])
-        reg_ident, payload = await asyncio.wait_for(self.inp.recv_multipart(), T)
-        assert reg_ident == ident
-        ready_payload = decode_ready_response(payload)
-        _, ready = await asyncio.wait_for(self.hs.recv_multipart(), T)
-        return ident, hello, ready_payload, decode_handshake(ready)
+        for send in machine.send(Init(rank, init)):
+            await self.hs.send_multipart(send.frames)
+        [registration] = machine.receive("input[0]", await asyncio.wait_for(self.inp.recv_multipart(), T))
+        [ready] = machine.receive("handshake", await asyncio.wait_for(self.hs.recv_multipart(), T))
+        assert machine.handshake_done
+        return frames[0], hello.hello, registration.response, ready.ready
 
     async def outputs(self):
         return decode_outputs(await asyncio.wait_for(self.out.recv_multipart(), T))
