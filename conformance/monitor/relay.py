@@ -344,3 +344,21 @@ class Relay:
         self._observe_pending()
         self.session.peer_gone(link.rank)
         return True
+
+
+class RelayThread:
+    """A started relay running in a daemon thread (for embedding the monitor in a program,
+    a test or a benchmark). :meth:`close` stops it and closes its sockets."""
+
+    def __init__(self, relay: Relay) -> None:
+        self.relay = relay
+        self.address = relay.bound_address or relay.start()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=relay.run, args=(self.stop,), name="ecp-monitor-relay", daemon=True)
+        self.thread.start()
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.stop.set()
+        self.thread.join(timeout)
+        if not self.thread.is_alive():
+            self.relay.close()

@@ -1,0 +1,109 @@
+"""The relay in-process: the reference client (with its DP coordinator, ipc) and two reference
+engines talk through the monitor; then a peer that sends garbage."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import msgspec
+import zmq
+
+from ecp.conformance.monitor.relay import Relay, RelayThread
+from ecp.conformance.monitor.session import Session
+from ecp.conformance.monitor.validator import CodecValidator
+from ecp.reference.client import ClientConfig, EngineCoreClient
+from ecp.reference.engine import launch
+from ecp.spec import EngineCoreRequest, FinishReason, Hello, SamplingParams, encode_handshake
+
+
+def req(rid: str, max_tokens: int, rank=None) -> EngineCoreRequest:
+    return EngineCoreRequest(rid, [1, 2, 3, 4], None, SamplingParams(max_tokens=max_tokens, temperature=0.0),
+                             None, time.time(), None, None, rank)
+
+
+async def drain(stream):
+    outs = [o async for o in stream]
+    return outs
+
+
+def test_client_and_two_engines_with_coordinator_through_the_monitor(tmp_path):
+    session = Session(CodecValidator())
+
+    async def main():
+        client = EngineCoreClient(ClientConfig(engine_count=2, coordinator=True, handshake_timeout_s=20,
+                                               ready_timeout_s=20, utility_timeout_s=20))
+        await client.bind()
+        relay = RelayThread(Relay(f"ipc://{tmp_path}/monitor-hs", client.handshake_address, session))
+        handle = launch(relay.address, 2, mode="thread", max_model_len=300, num_gpu_blocks=256,
+                        step_time_ms=1, handshake_timeout_s=20, coordinator_timeout_s=20)
+        try:
+            await asyncio.wait_for(client.wait_ready(), 20)
+            streams = [await client.add(req(f"r{i}", 5)) for i in range(4)]
+            for s in streams:
+                outs = await asyncio.wait_for(drain(s), 10)
+                assert sum(len(o.new_token_ids) for o in outs) == 5
+                assert outs[-1].finish_reason == FinishReason.LENGTH
+            long = await client.add(req("long", 250, rank=0))
+            await asyncio.wait_for(long.__anext__(), 10)
+            assert await client.abort(["long"]) == ["long"]
+            rest = await asyncio.wait_for(drain(long), 10)
+            assert rest[-1].finish_reason == FinishReason.ABORT
+            assert await client.is_sleeping() is False
+        finally:
+            await client.shutdown()
+            handle.stop()
+            relay.close()
+
+    asyncio.run(main())
+    snap = session.metrics.snapshot(0)
+    assert session.violation_count == 0, [v.summary() for v in session.violations]
+    m = snap.messages
+    assert m[("to_frontend", "hello")] == 2 and m[("to_frontend", "ready")] == 2
+    assert m[("to_engine", "init")] == 2 and m[("to_frontend", "ready_response")] == 2
+    # the coordinator traffic passed through the monitor too: both subscriptions and the gate
+    assert m[("to_frontend", "subscription")] >= 2 and m[("to_engine", "coordinator_ready")] == 2
+    assert m[("to_engine", "add")] == 5 and m[("to_engine", "abort")] == 1
+    assert m[("to_engine", "utility")] == 2 and m[("to_frontend", "utility_output")] == 2  # is_sleeping x2
+    assert ("to_frontend", "control_outputs") in m or ("to_frontend", "outputs") in m
+    assert snap.open_requests == 0 and snap.engines == [0, 1]
+
+
+def test_garbage_from_a_peer_is_reported_and_relayed_and_the_monitor_keeps_going(tmp_path):
+    """A fake engine sends a malformed HELLO, a pickle-carrying HELLO and then a good one; the
+    frontend side (a raw ROUTER) receives all three unchanged, and the monitor reports two
+    violations with their clauses and keeps relaying."""
+    session = Session(CodecValidator(), context_after=0)
+    ctx = zmq.Context()
+    front = ctx.socket(zmq.ROUTER)
+    front.setsockopt(zmq.LINGER, 0)
+    front.bind(f"ipc://{tmp_path}/front-hs")
+    relay = RelayThread(Relay(f"ipc://{tmp_path}/mon-hs", f"ipc://{tmp_path}/front-hs", session))
+    engine = ctx.socket(zmq.DEALER)
+    engine.setsockopt(zmq.LINGER, 0)
+    engine.setsockopt(zmq.IDENTITY, b"\x00\x00")
+    engine.connect(relay.address)
+    try:
+        bad = b"\xc1\xc1"                                        # never-used msgpack bytes
+        pickled = msgspec.msgpack.encode({"status": "HELLO", "local": msgspec.msgpack.Ext(1, b"cos\nsystem\n"),
+                                          "headless": True})
+        good = encode_handshake(Hello(local=False, headless=True))
+        for payload in (bad, pickled, good):
+            engine.send(payload)
+        got = []
+        for _ in range(3):
+            assert front.poll(5000), f"the frontend received only {got}"
+            got.append(front.recv_multipart())
+        assert got == [[b"\x00\x00", bad], [b"\x00\x00", pickled], [b"\x00\x00", good]]
+        deadline = time.monotonic() + 5
+        while session.seq < 3 and time.monotonic() < deadline:  # observed just after relaying
+            time.sleep(0.01)
+    finally:
+        relay.close()
+        engine.close()
+        front.close()
+        ctx.term()
+    clauses = [v.finding.clause for v in session.violations]
+    assert clauses == ["ECP-FRAME-9", "ECP-SEC-1"], clauses
+    assert session.violations[1].msg.seq == 2 and session.violations[1].msg.rank == 0
+    assert session.metrics.snapshot(0).messages[("to_frontend", "hello")] == 1
