@@ -29,7 +29,7 @@ class EventLog:
         self._f: IO[str] = open(self.path, "w", encoding="utf-8", buffering=1 << 16)
         self._lock = threading.Lock()
 
-    def write(self, t: float, event: str, **fields: Any) -> None:
+    def write(self, t: float, event: str, /, **fields: Any) -> None:
         line = json.dumps({"t": round(t, 6), "event": event, **fields}, default=str, ensure_ascii=False)
         with self._lock:
             if not self._f.closed:

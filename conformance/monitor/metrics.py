@@ -4,7 +4,8 @@ One :class:`Metrics` object per session, updated by the session thread and
 read (as a :meth:`Metrics.snapshot`) by the console and the Prometheus
 collector. The open-request gauge is bookkeeping for display only: a request
 is open from its ADD until a terminal output, an ABORT or a
-``finished_requests`` entry names it on the same engine.
+``finished_requests`` entry names it on the same engine (an ``abort_immediately``
+ADD opens none).
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ class Metrics:
 
     def _track(self, rank: int | None, m: Any) -> None:
         if isinstance(m, AddMessage):
-            self._open.add((rank, m.request.request_id))
+            if not m.request.abort_immediately:  # a rejection notice opens nothing (ECP-REJECT-1)
+                self._open.add((rank, m.request.request_id))
         elif isinstance(m, AbortMessage):
             for rid in m.request_ids:
                 self._open.discard((rank, rid))
