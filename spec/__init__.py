@@ -31,6 +31,7 @@ from .outputs import (
     EngineCoreEvent, EngineCoreOutput, EngineCoreOutputs, LogprobsLists, LogprobsTensors, PrefillStats,
     RequestError, SchedulerStats, UtilityOutput, UtilityResult,
 )
+from .recover import RecoveredAdd, recover_add, recover_add_frames
 from .request import EngineCoreRequest, LoRARequest, MultiModalFeatureSpec, PoolingParams
 from .sampling import SamplingParams
 from .tensors import Tensor

@@ -29,6 +29,10 @@ class ProtocolError(Exception):
         field_path: msgspec-style path inside the payload (``$[3].max_tokens``).
         expected: what the clause requires, short.
         got: what was found, short (never a full payload).
+        request_id: the request the offending message concerns, where known
+            (for an ADD that failed to decode: the id recovered from it, so
+            the receiver can answer it, ``ECP-ROB-2``).
+        client_index: that request's ``client_index``, where known.
     """
 
     def __init__(
@@ -40,6 +44,8 @@ class ProtocolError(Exception):
         field_path: str | None = None,
         expected: Any = None,
         got: Any = None,
+        request_id: str | None = None,
+        client_index: int | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -48,6 +54,8 @@ class ProtocolError(Exception):
         self.field_path = field_path
         self.expected = expected
         self.got = got
+        self.request_id = request_id
+        self.client_index = client_index
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly view, used by CLIs and conformance reports."""
@@ -59,6 +67,7 @@ class ProtocolError(Exception):
             "field_path": self.field_path,
             "expected": None if self.expected is None else str(self.expected),
             "got": None if self.got is None else str(self.got),
+            "request_id": self.request_id,
         }
 
     def __str__(self) -> str:

@@ -32,7 +32,7 @@ from ecp.spec import (
     decode_any, decode_init, decode_input, encode_engine_dead, encode_handshake, encode_outputs,
     encode_payload, engine_identity,
 )
-from ecp.spec.enums import RequestType
+from ecp.spec.recover import recover_add_frames
 
 from .config import EngineConfig
 from .core import COORDINATOR, EngineCore
@@ -60,44 +60,6 @@ def make_executor(config: EngineConfig) -> Any:
         output_token_chunk_size=config.output_token_chunk_size, step_time_ms=config.step_time_ms,
         prefill_token_cost_us=config.prefill_token_cost_us, decode_token_cost_us=config.decode_token_cost_us,
         eos_every=config.eos_every, eos_token_id=config.eos_token_id)
-
-
-def recover_request_id(payload: bytes) -> str | None:
-    """Read just ``request_id`` (element 0) of an ADD payload that failed to decode.
-
-    Parses the array header and the first string by hand so that a bad
-    element later on (a pickle ext, a wrong type) does not hide the id.
-    """
-    b = bytes(payload)
-    if not b:
-        return None
-    i = 0
-    h = b[0]
-    if 0x90 <= h <= 0x9F:
-        i = 1
-    elif h == 0xDC:
-        i = 3
-    elif h == 0xDD:
-        i = 5
-    else:
-        return None
-    if i >= len(b):
-        return None
-    h = b[i]
-    if 0xA0 <= h <= 0xBF:
-        n, i = h & 0x1F, i + 1
-    elif h == 0xD9 and i + 1 < len(b):
-        n, i = b[i + 1], i + 2
-    elif h == 0xDA and i + 2 < len(b):
-        n, i = int.from_bytes(b[i + 1:i + 3], "big"), i + 3
-    else:
-        return None
-    if i + n > len(b) or n > 4096:
-        return None
-    try:
-        return b[i:i + n].decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 def rank_side_channel(address: str, local_index: int) -> str:
@@ -368,10 +330,10 @@ class EngineServer:
             log.warning("[%s] dropped a bad input message from client %d: %s", exc.clause, client, exc)
             if self.config.has_bug("crash-on-bad-frame"):
                 raise _Fatal(f"bad input frame ({exc.clause})") from None
-            if len(frames) >= 2 and bytes(frames[0]) == RequestType.ADD.value:
-                rid = recover_request_id(frames[1])
-                if rid is not None:
-                    core.reject(rid, client, "invalid_request", f"[{exc.clause}] {exc.message}")
+            recovered = recover_add_frames(frames)
+            if recovered is not None:
+                # answered on the socket it came in on, as before (ECP-ROB-2)
+                core.reject(recovered.request_id, client, "invalid_request", f"[{exc.clause}] {exc.message}")
             return
         if isinstance(msg, AddMessage):
             core.add_request(msg.request, client)

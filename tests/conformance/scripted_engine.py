@@ -24,7 +24,7 @@ import zmq
 from ecp.spec import (
     AbortMessage, AddMessage, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, FinishReason,
     Hello, ProtocolError, Ready, RequestError, StartDPWaveMessage, UtilityMessage, UtilityOutput, UtilityResult,
-    XSUB_SUBSCRIBE, decode_any, decode_init, decode_input, encode_engine_dead, encode_handshake, encode_outputs, engine_identity,
+    XSUB_SUBSCRIBE, decode_any, decode_init, recover_add_frames, decode_input, encode_engine_dead, encode_handshake, encode_outputs, engine_identity,
 )
 
 MAX_MODEL_LEN = 256
@@ -178,15 +178,10 @@ class Rank:
                 if i >= 0:
                     path = f[i + 7:f.index(b"\n", i + 7)].decode()
                     open(path, "w").close()
-        if len(frames) >= 2 and frames[0] == b"\x00" and "no-recover-id" not in self.bugs:
-            try:
-                raw = decode_any(frames[1])
-                rid = raw[0] if isinstance(raw, list) and raw and isinstance(raw[0], str) else None
-                cidx = raw[11] if isinstance(raw, list) and len(raw) > 11 and isinstance(raw[11], int) else client
-            except (ProtocolError, IndexError, TypeError):
-                rid = None
-            if rid is not None:
-                self.error(rid, cidx, "invalid_request", str(exc))
+        recovered = recover_add_frames(frames)
+        if recovered is not None and "no-recover-id" not in self.bugs:
+            cidx = client if recovered.client_index is None else recovered.client_index
+            self.error(recovered.request_id, cidx, "invalid_request", str(exc))
 
     def on_input(self, client: int, frames: list[bytes]) -> None:
         try:

@@ -1,0 +1,23 @@
+"""``ecp.spec.machine``: the protocol's behaviour as sans-IO state machines.
+
+Messages are specified by the types and codec of :mod:`ecp.spec`; *who may
+send what, when, and what must follow* is specified here, once, for both
+roles: :class:`FrontendConnection` and :class:`EngineConnection` (events in,
+frames out, no I/O), driven by the transition tables of :mod:`.table` that
+``spec/PROTOCOL.md`` renders. Local misuse raises
+:class:`~ecp.spec.errors.LocalProtocolError`; a peer that breaks a rule raises
+:class:`~ecp.spec.errors.RemoteProtocolError` or, in recording mode, is
+recorded as a :class:`Violation`.
+"""
+
+from .connection import (
+    CLOSED_STATES, RESERVED_CALL_IDS, EngineConnection, EngineView, FrontendConnection, Mode, PendingCall,
+    RequestState, Violation,
+)
+from .events import (
+    COORDINATOR, Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineDead, EngineHello, EngineReady, Event,
+    Init, Outputs, Registration, Send, StartWave, UtilityCall, input_socket, output_socket, parse_socket,
+)
+from .table import HANDSHAKE, LIVENESS, REQUEST, SCHEDULER, TABLES, UTILITY, WAVE, Row, Table, render_table
+
+__all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,296 @@
+"""The protocol machines: each rule of the tables, from both sides, and recording mode."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from ecp.spec import (
+    EngineCoreOutputs, FinishReason, Hello, LocalProtocolError, Ready, RemoteProtocolError, encode_add,
+)
+from ecp.spec.control import StartDPWave, UtilityRequest
+from ecp.spec.machine import (
+    Abort, Add, CoordinatorReady, EngineConnection, EngineDead, EngineHello, EngineReady, FrontendConnection, Init,
+    Outputs, Registration, StartWave, UtilityCall, render_table,
+)
+from ecp.spec.recover import recover_add, recover_add_frames
+
+from machine_pair import Pair, out, ready_response, reply, request
+
+
+def raises(cls, clause):
+    class _Ctx:
+        def __enter__(self):
+            self.cm = pytest.raises(cls)
+            self.info = self.cm.__enter__()
+            return self.info
+
+        def __exit__(self, *exc):
+            ok = self.cm.__exit__(*exc)
+            assert self.info.value.clause == clause, str(self.info.value)
+            return ok
+    return _Ctx()
+
+
+# ------------------------------------------------------------------ handshake
+def test_a_full_handshake_reaches_ready_on_both_sides():
+    p = Pair(ranks=(0, 1), clients=2)
+    p.handshake()
+    assert p.fe.handshake_done and all(e.ready for e in p.engines.values())
+    assert p.fe.missing("READY") == [] and p.fe.engine(1).registered == {0, 1}
+
+
+def test_handshake_with_a_coordinator_gate():
+    p = Pair(ranks=(0, 1), coordinator=True)
+    p.handshake()
+    assert p.fe.handshake_done and p.fe.gate_open
+
+
+def test_engine_may_not_send_ready_before_registering_every_input():
+    p = Pair(clients=2)
+    p.e(EngineHello(0, Hello(local=True, headless=False)))
+    p.f(Init(0, p.init()))
+    p.e(Registration(0, 0, ready_response(0)))
+    with raises(LocalProtocolError, "ECP-HS-5"):
+        p.engines[0].send(EngineReady(0, Ready(local=True, headless=False)))
+
+
+def test_engine_with_a_coordinator_waits_for_the_gate():
+    p = Pair(coordinator=True)
+    p.e(EngineHello(0, Hello(local=True, headless=False)))
+    p.f(Init(0, p.init()))
+    p.e(Registration(0, 0, ready_response(0)))
+    with raises(LocalProtocolError, "ECP-HS-6"):
+        p.engines[0].send(EngineReady(0, Ready(local=True, headless=False)))
+    with raises(LocalProtocolError, "ECP-HS-6"):  # the gate opens only after every subscription
+        p.fe.send(CoordinatorReady())
+
+
+def test_frontend_rejects_duplicate_hello_and_ready_and_unknown_identity():
+    p = Pair()
+    p.handshake()
+    hello = p.engines[0]
+    with raises(LocalProtocolError, "ECP-HS-7"):
+        hello.send(EngineHello(0, Hello(local=True, headless=False)))
+    from ecp.spec import encode_handshake
+    frame = encode_handshake(Ready(local=True, headless=False))
+    with raises(RemoteProtocolError, "ECP-HS-7"):
+        p.fe.receive("handshake", [b"\x00\x00", frame])
+    with raises(RemoteProtocolError, "ECP-HS-11"):
+        p.fe.receive("handshake", [b"\x05\x00", frame])
+    with raises(RemoteProtocolError, "ECP-HS-11"):
+        p.fe.receive("handshake", [b"\x00\x00\x00", frame])
+
+
+def test_frontend_accepts_ready_read_before_a_registration():
+    p = Pair()
+    p.e(EngineHello(0, Hello(local=True, headless=False)))
+    p.f(Init(0, p.init()))
+    sends = p.engines[0].send(Registration(0, 0, ready_response(0)))
+    p.e(EngineReady(0, Ready(local=True, headless=False)))  # READY read first
+    p.deliver_to_frontend(0, sends)
+    assert p.fe.handshake_done
+
+
+def test_nothing_goes_to_an_engine_before_it_registered_on_that_input():
+    p = Pair()
+    p.e(EngineHello(0, Hello(local=True, headless=False)))
+    p.f(Init(0, p.init()))
+    with raises(LocalProtocolError, "ECP-HS-3"):
+        p.fe.send(Add(0, request("a")))
+
+
+# ------------------------------------------------------------------ requests
+def test_request_lifecycle_and_one_terminal_output():
+    p = Pair()
+    p.handshake()
+    p.add(0, "a")
+    p.output(0, out(0, "a"))
+    p.output(0, out(0, "a", FinishReason.LENGTH))
+    assert p.fe.engine(0).request_state("a") == "FINISHED"
+    # the engine's own machine refuses a second terminal output ...
+    with raises(LocalProtocolError, "ECP-OUT-1"):
+        p.engines[0].send(Outputs(0, 0, out(0, "a", FinishReason.STOP)))
+    # ... and a frontend receiving one rejects it
+    from ecp.spec import encode_outputs
+    with raises(RemoteProtocolError, "ECP-OUT-1"):
+        p.fe.receive("output[0]", encode_outputs(out(0, "a", FinishReason.STOP)))
+    with raises(RemoteProtocolError, "ECP-OUT-1"):
+        p.fe.receive("output[0]", encode_outputs(out(0, "never-added")))
+
+
+def test_outputs_after_a_client_abort_are_tolerated():
+    p = Pair()
+    p.handshake()
+    p.add(0, "a")
+    p.f(Abort(0, ["a"]))
+    p.output(0, out(0, "a"))
+    p.output(0, out(0, "a", FinishReason.ABORT))
+    assert p.fe.engine(0).request_state("a") == "ABORTED"
+    with raises(LocalProtocolError, "ECP-ABORT-6"):  # a frontend never aborts what it no longer tracks
+        p.fe.send(Abort(0, ["a"]))
+    p.engines[0].receive("input[0]", [b"\x01", msgspec.msgpack.encode(["zzz"])])  # the engine ignores it
+
+
+def test_duplicate_add_owes_one_error_and_leaves_the_running_request():
+    p = Pair()
+    p.handshake()
+    p.add(0, "a")
+    with raises(LocalProtocolError, "ECP-REQ-8"):
+        p.fe.send(Add(0, request("a")))
+    p.deliver_to_engine(0, [p.fe.send_raw("input[0]", [b"\x00\x00", *encode_add(request("a"))])])
+    p.output(0, out(0, "a", FinishReason.ERROR, error=True))  # the owed ERROR
+    p.output(0, out(0, "a"))
+    p.output(0, out(0, "a", FinishReason.LENGTH))
+    assert p.fe.engine(0).request_state("a") == "FINISHED"
+
+
+def test_abort_immediately_never_produces_output():
+    p = Pair()
+    p.handshake()
+    p.add(0, "r", abort_immediately=True)
+    with raises(LocalProtocolError, "ECP-REJECT-1"):
+        p.engines[0].send(Outputs(0, 0, out(0, "r")))
+
+
+def test_add_while_generation_is_paused_is_answered_with_engine_paused():
+    p = Pair()
+    p.handshake()
+    p.call(0, 11, "pause_generation", ["abort", False])
+    p.output(0, reply(0, 11, None))
+    assert p.fe.engine(0).scheduler == "REJECTING"
+    p.add(0, "late")
+    with raises(LocalProtocolError, "ECP-REQ-7"):
+        p.engines[0].send(Outputs(0, 0, out(0, "late")))
+    p.output(0, out(0, "late", FinishReason.ERROR, error=True))
+    p.add(0, "notice", abort_immediately=True)  # passes a pause (ECP-REJECT-5)
+    p.call(0, 12, "resume_scheduler")
+    p.output(0, reply(0, 12, None))
+    assert p.fe.engine(0).scheduler == "AWAKE"
+
+
+def test_output_on_another_clients_socket():
+    p = Pair(clients=2)
+    p.handshake()
+    p.add(0, "a", client=1)
+    with raises(LocalProtocolError, "ECP-SOCK-4"):
+        p.engines[0].send(Outputs(0, 0, out(0, "a")))
+    with raises(LocalProtocolError, "ECP-ROB-4"):
+        p.engines[0].send(Outputs(0, 5, out(0, "a")))
+
+
+# ------------------------------------------------------------------ utility calls
+def test_utility_calls_are_matched_by_call_id():
+    p = Pair()
+    p.handshake()
+    p.call(0, 7, "is_sleeping")
+    p.output(0, reply(0, 7, False))
+    with raises(LocalProtocolError, "ECP-UTIL-1"):
+        p.engines[0].send(Outputs(0, 0, reply(0, 7, False)))
+    p.output(0, reply(0, -1, None))  # an engine-initiated notice (reserved id) is tolerated
+    with raises(LocalProtocolError, "ECP-UTIL-12"):
+        p.fe.send(UtilityCall(0, UtilityRequest(0, -2, "is_sleeping", [])))
+    p.call(0, 8, "is_sleeping")
+    bare = EngineCoreOutputs(engine_index=0, utility_output=msgspec.convert([8, None, None], type=type(
+        reply(0, 8).utility_output)))
+    with raises(LocalProtocolError, "ECP-UTIL-2"):
+        p.engines[0].send(Outputs(0, 0, bare))
+
+
+def test_sleep_state_is_checked_through_is_sleeping():
+    p = Pair()
+    p.handshake()
+    p.call(0, 1, "sleep", [1, "abort"])
+    p.output(0, reply(0, 1, None))
+    p.call(0, 2, "is_sleeping")
+    from ecp.spec import encode_outputs
+    with raises(RemoteProtocolError, "ECP-UTIL-8"):
+        p.fe.receive("output[0]", encode_outputs(reply(0, 2, False)))
+    p.output(0, reply(0, 2, True))
+    p.call(0, 3, "wake_up", [None])
+    p.output(0, reply(0, 3, True))
+    p.call(0, 4, "is_sleeping")
+    p.output(0, reply(0, 4, False))
+    assert p.fe.engine(0).scheduler == "AWAKE"
+
+
+# ------------------------------------------------------------------ waves, death
+def test_dp_control_goes_only_to_the_coordinator():
+    p = Pair(coordinator=True)
+    p.handshake()
+    p.f(StartWave(0, StartDPWave(3)))
+    assert p.fe.engine(0).wave == 3 and p.engines[0].view.wave_state == "RUNNING"
+    with raises(LocalProtocolError, "ECP-OUT-6"):
+        p.engines[0].send(Outputs(0, 0, EngineCoreOutputs(engine_index=0, wave_complete=3)))
+    p.e(Outputs(0, -1, EngineCoreOutputs(engine_index=0, wave_complete=3)))
+    assert p.fe.engine(0).wave == 4
+
+
+def test_engine_core_dead_ends_everything():
+    p = Pair(clients=2)
+    p.handshake()
+    p.add(0, "a")
+    sends = p.engines[0].send(EngineDead(0))
+    assert [s.socket for s in sends] == ["output[0]", "output[1]"]
+    p.deliver_to_frontend(0, sends)
+    with raises(LocalProtocolError, "ECP-ROB-3"):
+        p.fe.send(Add(0, request("b")))
+    with raises(LocalProtocolError, "ECP-OUT-8"):
+        p.engines[0].send(Outputs(0, 0, out(0, "a")))
+
+
+# ------------------------------------------------------------------ recording mode, recovery
+def test_recording_mode_records_every_violation_and_keeps_going():
+    p = Pair(frontend_mode="record")
+    p.handshake()
+    p.add(0, "a")
+    from ecp.spec import encode_outputs
+    term = encode_outputs(out(0, "a", FinishReason.LENGTH))
+    p.fe.receive("output[0]", term)
+    p.fe.receive("output[0]", term)  # a second terminal output
+    p.fe.receive("output[0]", encode_outputs(reply(0, 99, 1)))  # a reply nobody asked for
+    p.fe.receive("output[0]", [b"\xc1"])  # undecodable
+    assert [v.clause for v in p.fe.violations] == ["ECP-OUT-1", "ECP-UTIL-1", "ECP-FRAME-9"]
+    assert p.fe.violations[0].frames == term and p.fe.violations[0].rank == 0
+
+
+def test_an_undecodable_add_yields_its_id_and_allows_the_error_answer():
+    eng = EngineConnection(0)
+    eng.send(EngineHello(0, Hello(local=True, headless=False)))
+    eng.receive("handshake", [msgspec.msgpack.encode({"addresses": {"inputs": ["a"], "outputs": ["b"]},
+                                                      "parallel_config": {}})])
+    payload = msgspec.msgpack.encode(["bad-1", "not a list"] + [None] * 9 + [0])
+    with pytest.raises(RemoteProtocolError) as info:
+        eng.receive("input[0]", [b"\x00", payload])
+    assert info.value.request_id == "bad-1" and info.value.client_index == 0
+    eng.send(Outputs(0, 0, out(0, "bad-1", FinishReason.ERROR, error=True)))
+    with raises(LocalProtocolError, "ECP-OUT-1"):
+        eng.send(Outputs(0, 0, out(0, "bad-1", FinishReason.ERROR, error=True)))
+
+
+def test_recover_add_reads_only_what_it_needs():
+    pickle_ext = msgspec.msgpack.Ext(1, b"cos\nsystem\n")
+    assert recover_add(msgspec.msgpack.encode(["id-9", pickle_ext, 3])).request_id == "id-9"
+    assert recover_add(msgspec.msgpack.encode(["id-9", pickle_ext])).client_index is None
+    got = recover_add(msgspec.msgpack.encode(["x"] + [0] * 10 + [2]))
+    assert (got.request_id, got.client_index) == ("x", 2)
+    for bad in (b"", b"\xc1", msgspec.msgpack.encode({"a": 1}), msgspec.msgpack.encode([1, "x"]),
+                msgspec.msgpack.encode([]), b"\x92\xa3ab"):
+        assert recover_add(bad) is None
+    assert recover_add_frames([b"\x01", msgspec.msgpack.encode(["x"])]) is None
+
+
+def test_every_table_renders_and_cites_known_clauses():
+    from ecp.spec.clauses import CLAUSES
+    from ecp.spec.machine import TABLES
+    for area, table in TABLES.items():
+        assert "| state | event |" in render_table(area)
+        for row in table.rows:
+            assert row.clause in CLAUSES, (area, row)
+
+
+def test_frontend_machine_is_one_per_deployment():
+    fe = FrontendConnection((2, 3), bootstrapped=True, clients=1)
+    assert fe.missing("registration") == [2, 3] and fe.missing("HELLO") == []
+    with raises(LocalProtocolError, "ECP-HS-11"):
+        fe.engine(0)
