@@ -30,6 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--replay", metavar="FILE", help="re-check a capture written by --record instead of relaying")
     g.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds")
     g = p.add_argument_group("checking")
+    g.add_argument("--validator", choices=("machines", "codec"), default="machines",
+                   help="machines: every rule of the protocol machines (default); codec: decoding only")
     g.add_argument("--fail-closed", action="store_true",
                    help="check each message before relaying it and stop relaying at the first MUST violation")
     g.add_argument("--strict", action="store_true", help="SHOULD/MAY violations also fail (exit 1)")

@@ -16,18 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ecp.spec import AbortMessage, AddMessage, EngineCoreOutputs
-from ecp.spec.frames import Decoded
 
 from .observed import Observed
 
 
-def metric_kind(kind: str, decoded: Decoded | None) -> str:
-    """The label a message is counted under: the decoded kind, with outputs split into
+def metric_kind(kind: str, message: Any) -> str:
+    """The label a message is counted under: its kind, with outputs split into
     request ``outputs``, ``utility_output`` and ``control_outputs`` (stats, waves only)."""
-    if kind != "outputs" or decoded is None:
-        return kind
-    msg = decoded.message
-    if isinstance(msg, EngineCoreOutputs):
+    msg = message
+    if kind == "outputs" and isinstance(msg, EngineCoreOutputs):
         if msg.outputs:
             return "outputs"
         if msg.utility_output is not None:
@@ -74,14 +71,14 @@ class Metrics:
     _open: set = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def count(self, msg: Observed, kind: str, decoded: Decoded | None) -> None:
-        label = metric_kind(kind, decoded)
+    def count(self, msg: Observed, kind: str, message: Any) -> None:
+        label = metric_kind(kind, message)
         with self._lock:
             self.messages[(msg.direction, label)] += 1
             self.bytes_total += sum(len(f) for f in msg.frames)
             self.engines.add(msg.rank)
-            if decoded is not None:
-                self._track(msg.rank, decoded.message)
+            if message is not None:
+                self._track(msg.rank, message)
 
     def _track(self, rank: int | None, m: Any) -> None:
         if isinstance(m, AddMessage):

@@ -15,12 +15,12 @@ from .relay import Relay, RelayError
 from .report import MonitorReport
 from .session import Session
 from .transcripts import TranscriptWriter
-from .validator import default_validator
+from .validator import make_validator
 
 
 def _session(args: argparse.Namespace, clock=None, record: bool = True) -> Session:
     return Session(
-        default_validator(),
+        make_validator(args.validator),
         capture=CaptureWriter(args.record) if record and getattr(args, "record", None) else None,
         events=EventLog(args.events) if args.events else None,
         transcripts=TranscriptWriter(args.transcripts, args.max_transcripts) if args.transcripts else None,

@@ -75,9 +75,9 @@ class Session:
     def _after_verdict(self, msg: Observed, verdict: Verdict) -> list[Violation]:
         if self.capture is not None:
             self.capture.write(msg, control=verdict.kind in CONTROL_KINDS)
-        self.metrics.count(msg, verdict.kind, verdict.decoded)
+        self.metrics.count(msg, verdict.kind, verdict.message)
         if self.log_messages and self.events is not None:
-            self.events.write(msg.t, "message", **msg.meta(), kind=metric_kind(verdict.kind, verdict.decoded),
+            self.events.write(msg.t, "message", **msg.meta(), kind=metric_kind(verdict.kind, verdict.message),
                               frames=len(msg.frames), bytes=sum(len(f) for f in msg.frames))
         for v in self._pending:
             v.after.append(msg)

@@ -2,7 +2,7 @@
 
 :class:`Validator` is the narrow interface the relay and the replay use: feed
 it every observed message in order and it returns a :class:`Verdict` (the
-message kind, for the metrics; the decoded message, for transcripts; and the
+message kind and the decoded message, for the counters; and the
 protocol violations found, each a :class:`Finding` naming its clause).
 
 :class:`CodecValidator` checks what ``ecp.spec``'s codec checks: every frame
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ecp.spec import COORDINATOR_READY, DEFAULT_LIMITS, CLAUSES, DecodeLimits, ProtocolError
-from ecp.spec.frames import Decoded, decode_frames
+from ecp.spec.frames import decode_frames
 
 from .observed import (
     COORDINATOR_INPUT, COORDINATOR_OUTPUT, HANDSHAKE, INPUT, OUTPUT, TO_ENGINE, TO_FRONTEND, Observed,
@@ -73,7 +73,9 @@ class Verdict:
 
     kind: str
     findings: tuple[Finding, ...] = ()
-    decoded: Decoded | None = None
+    #: the decoded message as the codec returns it (``AddMessage``, ``AbortMessage``,
+    #: ``EngineCoreOutputs``, ...), for the counters; ``None`` when there is none
+    message: Any = None
 
 
 class Validator(Protocol):
@@ -116,7 +118,7 @@ class CodecValidator:
             decoded = decode_frames(frames, direction, self.limits)
         except ProtocolError as exc:
             return Verdict(UNDECODABLE, (Finding.from_error(exc),))
-        return Verdict(decoded.kind, (), decoded)
+        return Verdict(decoded.kind, (), decoded.message)
 
     def peer_gone(self, rank: int | None) -> list[Finding]:
         return []
@@ -125,6 +127,16 @@ class CodecValidator:
         return []
 
 
-def default_validator() -> Validator:
-    """The validator ``ecp monitor`` uses."""
-    return CodecValidator()
+VALIDATORS = ("machines", "codec")
+
+
+def make_validator(name: str = "machines") -> Validator:
+    """``machines``: the protocol machines in recording mode (every rule; the default);
+    ``codec``: decoding only (faster, catches malformed frames and refused payloads only)."""
+    if name == "codec":
+        return CodecValidator()
+    if name == "machines":
+        from .machines import MachineValidator
+
+        return MachineValidator()
+    raise ValueError(f"unknown validator {name!r}; one of {', '.join(VALIDATORS)}")

@@ -151,7 +151,8 @@ def test_replay_reproduces_the_findings_of_the_recorded_session(tmp_path):
         live.observe_msg(m)
     live.close()
     out = tmp_path / "replay.json"
-    assert ecp_main(["monitor", "--replay", str(cap), "--report-json", str(out), "--quiet"]) == 1
+    assert ecp_main(["monitor", "--replay", str(cap), "--validator", "codec", "--report-json", str(out),
+                     "--quiet"]) == 1
     replayed = json.loads(out.read_text())
     assert [(v["clause"], v["seq"], v["rank"], v["message"]) for v in replayed["violations"]] == \
         [(v.finding.clause, v.msg.seq, v.msg.rank, v.finding.message) for v in live.violations]
