@@ -11,8 +11,8 @@ would if they checked each other:
   frontend machine read; a send the rules refuse was already recorded as the
   engine's violation by the frontend machine, so it only leaves the state as it was).
 
-Every violation either machine records is a finding, once, with its clause and,
-where the machine knows it, the request id. Messages from an engine whose
+Every violation either machine records is a finding, once, with its clause and
+the request id where one is known (the machine's, or the message's only request). Messages from an engine whose
 identity is not two bytes have no rank and are checked by the codec only.
 """
 
@@ -55,6 +55,29 @@ def _kind_and_message(event: Any) -> tuple[str, Any]:
     return kind, None
 
 
+def _request_ids(event: Any) -> list[str]:
+    if isinstance(event, Add):
+        return [event.request.request_id]
+    if isinstance(event, Abort):
+        return list(event.request_ids)
+    if isinstance(event, Outputs):
+        return [o.request_id for o in event.outputs.outputs]
+    return []
+
+
+def _with_request_id(finding: Finding, event: Any) -> Finding:
+    """Name the request a finding concerns when the machine did not: the message's only
+    request, or the only one of its requests the finding's text quotes."""
+    if finding.request_id is not None:
+        return finding
+    ids = _request_ids(event)
+    if len(ids) > 1:
+        ids = [rid for rid in ids if repr(rid) in finding.message]
+    if len(ids) != 1:
+        return finding
+    return Finding(finding.clause, finding.level, finding.message, ids[0], finding.detail)
+
+
 @dataclass
 class _Pair:
     frontend: FrontendConnection
@@ -95,6 +118,8 @@ class MachineValidator:
             for event in events:
                 self._follow_engine(pair, msg, event)
             self._take(pair.engine)  # a refused send is the frontend machine's finding already
+        if events and found:
+            found = [_with_request_id(f, events[0]) for f in found]
         if events:
             kind, message = _kind_and_message(events[0])
         elif found:

@@ -100,23 +100,35 @@ def test_real_traffic_through_the_monitor_has_no_violations_and_replays_the_same
     assert replayed["traffic"]["messages"] == report["traffic"]["messages"]
 
 
-def test_an_engine_fault_is_reported_with_its_clause_and_replay_finds_the_same(tmp_path):
-    """`--bug bare-utility-result`: utility results are bare values, not [type_info, value]."""
-    d = Deployment(tmp_path, engine_args=("--bug", "bare-utility-result"))
+@pytest.mark.parametrize("bug, clause, drive", [
+    # utility results are bare values, not [type_info, value]: the reply does not decode
+    ("bare-utility-result", "ECP-FRAME-2", "utility"),
+    # every terminal output is sent twice: a rule of the request lifecycle (the protocol machines)
+    ("duplicate-output", "ECP-OUT-1", "completions"),
+])
+def test_an_engine_fault_is_reported_with_its_clause_and_replay_finds_the_same(tmp_path, bug, clause, drive):
+    d = Deployment(tmp_path, engine_args=("--bug", bug))
     try:
-        assert _complete(d.http)["choices"][0]["finish_reason"] == "length"
-        # the frontend cannot read the replies (and fails closed: that is its business, not the monitor's)
-        assert d.http.get("/is_sleeping").status_code >= 500
+        for _ in range(2):
+            assert _complete(d.http)["choices"][0]["finish_reason"] == "length"
+        if drive == "utility":
+            # the frontend cannot read the replies (and fails closed: its business, not the monitor's)
+            assert d.http.get("/is_sleeping").status_code >= 500
         code, report = d.stop_monitor()
     finally:
         d.close()
-    assert code == 1 and report["exit_code"] == 1
+    assert code == 1 and report["exit_code"] == 1 and report["validator"] == "machines"
     found = {(v["clause"], v["direction"], v["socket"]) for v in report["violations"]}
-    assert found == {("ECP-FRAME-2", "to_frontend", "output")}, report["violations"]
-    assert sorted(v["rank"] for v in report["violations"]) == [0, 1]
-    assert [c["id"] for c in report["cases"]] == ["MON-FRAME-2"] and report["cases"][0]["transcript"]
+    assert found == {(clause, "to_frontend", "output")}, report["violations"]
+    assert report["violations_total"] == 2
+    if drive == "utility":  # one reply from each engine
+        assert sorted(v["rank"] for v in report["violations"]) == [0, 1]
+    else:  # one per completion, naming the request it concerns
+        assert len({v["request_id"] for v in report["violations"]}) == 2
+        assert all(v["request_id"].startswith("cmpl-") for v in report["violations"])
+    assert [c["id"] for c in report["cases"]] == ["MON-" + clause[4:]] and report["cases"][0]["transcript"]
     assert len(list(d.transcripts.iterdir())) == 2
     code, replayed = replay(d.capture, tmp_path / "replay.json")
     assert code == 1
-    key = lambda v: (v["seq"], v["clause"], v["rank"], v["socket"], v["message"])  # noqa: E731
+    key = lambda v: (v["seq"], v["clause"], v["rank"], v["socket"], v["request_id"], v["message"])  # noqa: E731
     assert [key(v) for v in replayed["violations"]] == [key(v) for v in report["violations"]]

@@ -4,11 +4,15 @@ engines talk through the monitor; then a peer that sends garbage."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import msgspec
+import pytest
 import zmq
 
+from ecp.conformance.monitor.eventlog import EventLog
+from ecp.conformance.monitor.machines import MachineValidator
 from ecp.conformance.monitor.relay import Relay, RelayThread
 from ecp.conformance.monitor.session import Session
 from ecp.conformance.monitor.validator import CodecValidator
@@ -28,7 +32,7 @@ async def drain(stream):
 
 
 def test_client_and_two_engines_with_coordinator_through_the_monitor(tmp_path):
-    session = Session(CodecValidator())
+    session = Session(MachineValidator())
 
     async def main():
         client = EngineCoreClient(ClientConfig(engine_count=2, coordinator=True, handshake_timeout_s=20,
@@ -69,11 +73,16 @@ def test_client_and_two_engines_with_coordinator_through_the_monitor(tmp_path):
     assert snap.open_requests == 0 and snap.engines == [0, 1]
 
 
-def test_garbage_from_a_peer_is_reported_and_relayed_and_the_monitor_keeps_going(tmp_path):
+@pytest.mark.parametrize("validator, clauses", [
+    (CodecValidator, ["ECP-FRAME-9", "ECP-SEC-1"]),
+    # the machine takes the malformed first message for a HELLO: the good one is then a duplicate
+    (MachineValidator, ["ECP-FRAME-9", "ECP-SEC-1", "ECP-HS-7"]),
+])
+def test_garbage_from_a_peer_is_reported_and_relayed_and_the_monitor_keeps_going(tmp_path, validator, clauses):
     """A fake engine sends a malformed HELLO, a pickle-carrying HELLO and then a good one; the
-    frontend side (a raw ROUTER) receives all three unchanged, and the monitor reports two
-    violations with their clauses and keeps relaying."""
-    session = Session(CodecValidator(), context_after=0)
+    frontend side (a raw ROUTER) receives all three unchanged, and the monitor reports each
+    violation with its clause and keeps relaying."""
+    session = Session(validator(), context_after=0)
     ctx = zmq.Context()
     front = ctx.socket(zmq.ROUTER)
     front.setsockopt(zmq.LINGER, 0)
@@ -103,7 +112,36 @@ def test_garbage_from_a_peer_is_reported_and_relayed_and_the_monitor_keeps_going
         engine.close()
         front.close()
         ctx.term()
-    clauses = [v.finding.clause for v in session.violations]
-    assert clauses == ["ECP-FRAME-9", "ECP-SEC-1"], clauses
+    assert [v.finding.clause for v in session.violations] == clauses
     assert session.violations[1].msg.seq == 2 and session.violations[1].msg.rank == 0
-    assert session.metrics.snapshot(0).messages[("to_frontend", "hello")] == 1
+
+
+def test_an_engine_that_leaves_is_seen_leaving_by_the_frontend_and_the_monitor_goes_on(tmp_path):
+    events = EventLog(tmp_path / "events.jsonl")
+    session = Session(MachineValidator(), events=events)
+
+    async def main():
+        client = EngineCoreClient(ClientConfig(engine_count=2, handshake_timeout_s=20, ready_timeout_s=20))
+        await client.bind()
+        relay = RelayThread(Relay(f"ipc://{tmp_path}/monitor-hs", client.handshake_address, session))
+        first = launch(relay.address, 1, 0, mode="thread", data_parallel_size=2, handshake_timeout_s=20)
+        second = launch(relay.address, 1, 1, mode="thread", data_parallel_size=2, handshake_timeout_s=20)
+        try:
+            await asyncio.wait_for(client.wait_ready(), 20)
+            s = await client.add(req("before", 3, rank=1))
+            assert (await asyncio.wait_for(drain(s), 10))[-1].finish_reason == FinishReason.LENGTH
+            first.stop()  # rank 0 leaves: the monitor closes its side, so the client sees it go
+            deadline = time.monotonic() + 10
+            while client.healthy and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert not client.healthy and "disappeared" in str(client.error)
+        finally:
+            await client.shutdown()
+            second.stop()
+            relay.close()
+
+    asyncio.run(main())
+    events.close()
+    log = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [e["rank"] for e in log if e["event"] == "engine_gone"][:1] == [0]
+    assert session.violation_count == 0 and session.errors == []
