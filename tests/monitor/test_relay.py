@@ -145,3 +145,51 @@ def test_an_engine_that_leaves_is_seen_leaving_by_the_frontend_and_the_monitor_g
     log = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [e["rank"] for e in log if e["event"] == "engine_gone"][:1] == [0]
     assert session.violation_count == 0 and session.errors == []
+
+
+def test_fail_closed_stops_relaying_at_the_first_must_violation(tmp_path):
+    session = Session(MachineValidator(), context_after=0)
+    ctx = zmq.Context()
+    front = ctx.socket(zmq.ROUTER)
+    front.setsockopt(zmq.LINGER, 0)
+    front.bind(f"ipc://{tmp_path}/front-hs")
+    relay = RelayThread(Relay(f"ipc://{tmp_path}/mon-hs", f"ipc://{tmp_path}/front-hs", session,
+                              fail_closed=True))
+    engine = ctx.socket(zmq.DEALER)
+    engine.setsockopt(zmq.LINGER, 0)
+    engine.setsockopt(zmq.IDENTITY, b"\x00\x00")
+    engine.connect(relay.address)
+    try:
+        engine.send(encode_handshake(Hello(local=False, headless=True)))
+        assert front.poll(5000) and front.recv_multipart()[1][:1] == b"\x83"  # a good HELLO passes
+        engine.send(b"\xc1")  # then a malformed message: checked first, not relayed, relay stops
+        relay.thread.join(5)
+        assert not relay.thread.is_alive() and relay.relay.tripped
+        assert not front.poll(200)
+    finally:
+        relay.close()
+        engine.close()
+        front.close()
+        ctx.term()
+    assert [v.finding.clause for v in session.violations] == ["ECP-FRAME-9"]
+
+
+def test_prometheus_metrics_and_console_summary(tmp_path):
+    from urllib.request import urlopen
+
+    from ecp.conformance.monitor.console import render
+    from ecp.conformance.monitor.metrics import start_prometheus
+
+    session = Session(MachineValidator())
+    session.observe("to_frontend", 0, "handshake", None, [encode_handshake(Hello(local=False, headless=True))])
+    session.observe("to_frontend", 0, "handshake", None, [b"\xc1"])
+    server, _ = start_prometheus(session.metrics, session.clock, "127.0.0.1", 0)
+    try:
+        text = urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=5).read().decode()
+    finally:
+        server.shutdown()
+    assert 'ecp_monitor_messages_total{direction="to_frontend",kind="hello"} 1.0' in text
+    assert 'ecp_monitor_violations_total{clause="ECP-FRAME-9"} 1.0' in text
+    snap = session.metrics.snapshot(2.0)
+    out = render(snap, None)
+    assert "hello 0.5/s (1)" in out and "ECP-FRAME-9 x1" in out and "engines 0" in out
