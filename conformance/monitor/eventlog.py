@@ -6,6 +6,8 @@ One JSON object per line, each with ``t`` (seconds since start) and ``event``:
 * ``engine_handshake``: an engine's HELLO arrived (``rank``, ``identity``);
 * ``init_rewritten``: the addresses the engine was given instead (``original``, ``rewritten``),
   or ``init_not_rewritten`` with the reason (its traffic then bypasses the monitor);
+* ``ready_response_restored``: an engine's ready payload echoed the relay's coordinator
+  addresses and was given the frontend's back;
 * ``engine_gone``: an engine's input connection closed;
 * ``violation``: a finding (clause, level, message, direction, rank, socket, seq, request id);
 * ``relay_drop``: a message the monitor could not deliver (peer not connected);

@@ -12,7 +12,8 @@ type the frontend would use::
     engine PUSH   --> [PULL    coord out| PUSH           ] --> coordinator PULL
 
 The engine's HELLO opens its upstream handshake DEALER; the frontend's INIT
-is rewritten (:mod:`.rewrite`) to the downstream addresses, which are bound
+is rewritten (:mod:`.rewrite`) to the downstream addresses (and the
+coordinator addresses the ready payload echoes are mapped back), which are bound
 on the same transport as the originals (tcp on ``relay_host``, or ipc in a
 private directory). Every message is forwarded unchanged (identity frames
 are the sockets' business) and then handed to the :class:`Session`; with
@@ -40,7 +41,7 @@ from zmq.utils.monitor import recv_monitor_message
 from .observed import (
     COORDINATOR_INPUT, COORDINATOR_OUTPUT, HANDSHAKE, INPUT, OUTPUT, TO_ENGINE, TO_FRONTEND,
 )
-from .rewrite import Addresses, RewriteError, parse_init, rewrite_init
+from .rewrite import Addresses, RewriteError, parse_init, restore_ready_response, rewrite_init
 from .session import Session
 
 POLL_MS = 100
@@ -71,6 +72,8 @@ class Pipe:
     strip_identity: bool = False
     #: ``dst`` is a ROUTER: address the engine by its identity
     route_to: bytes | None = None
+    #: rewrites what is forwarded (not what is observed): handshake rewriting only
+    transform: Callable[[list[bytes]], list[bytes]] | None = None
 
 
 @dataclass
@@ -284,9 +287,11 @@ class Relay:
             return down, up, advertised
 
         inputs, outputs = [], []
+        originals: dict[str, str] = {}  # relay address -> the frontend's, for the ready payload
         for i, (in_addr, out_addr) in enumerate(zip(a.inputs, a.outputs)):
             down, up, adv = pair(zmq.ROUTER, zmq.DEALER, in_addr, f"in{i}", link.identity)
-            self._pipe(link, Pipe(down, up, TO_FRONTEND, INPUT, i, strip_identity=True))
+            self._pipe(link, Pipe(down, up, TO_FRONTEND, INPUT, i, strip_identity=True,
+                                  transform=lambda frames: self._restore(link, frames, originals)))
             self._pipe(link, Pipe(up, down, TO_ENGINE, INPUT, i, route_to=link.identity))
             mon = down.get_monitor_socket(zmq.EVENT_DISCONNECTED)
             link.sockets.append(mon)
@@ -300,12 +305,24 @@ class Relay:
         coord_in = coord_out = None
         if a.coordinator_input is not None and a.coordinator_output is not None:
             down, up, coord_in = pair(zmq.XPUB, zmq.XSUB, a.coordinator_input, "cin", link.identity)
+            originals[coord_in] = a.coordinator_input
             self._pipe(link, Pipe(down, up, TO_FRONTEND, COORDINATOR_INPUT, None))
             self._pipe(link, Pipe(up, down, TO_ENGINE, COORDINATOR_INPUT, None))
             down, up, coord_out = pair(zmq.PULL, zmq.PUSH, a.coordinator_output, "cout", None)
+            originals[coord_out] = a.coordinator_output
             self._pipe(link, Pipe(down, up, TO_FRONTEND, COORDINATOR_OUTPUT, None))
             link.outputs_down.append(down)
         return Addresses(tuple(inputs), tuple(outputs), coord_in, coord_out)
+
+    def _restore(self, link: EngineLink, frames: list[bytes], originals: dict[str, str]) -> list[bytes]:
+        """The ready payload echoes the coordinator addresses INIT gave: give the frontend its own back."""
+        if not originals or len(frames) != 1:
+            return frames
+        restored = restore_ready_response(frames[0], originals)
+        if restored is None:
+            return frames
+        self.session.note("ready_response_restored", rank=link.rank)
+        return [restored]
 
     def _pipe(self, link: EngineLink, p: Pipe) -> None:
         what = f"{p.socket} message of rank {link.rank} {p.direction}"
@@ -317,7 +334,8 @@ class Relay:
                 return False
             payload = frames[1:] if p.strip_identity else frames
             if self._observe(p.direction, link, p.socket, p.client, payload):
-                self._send(p.dst, [p.route_to, *payload] if p.route_to is not None else payload, what)
+                out = p.transform(payload) if p.transform is not None else payload
+                self._send(p.dst, [p.route_to, *out] if p.route_to is not None else out, what)
             return True
 
         self._watch(p.src, handle)

@@ -1,4 +1,4 @@
-"""INIT address rewriting.
+"""Handshake rewriting: INIT's addresses out, the echoed coordinator addresses back.
 
 INIT (``EngineHandshakeMetadata``, ``ECP-HS-2``) tells an engine where to
 connect: ``addresses.inputs[i]``/``outputs[i]`` and, with a DP coordinator,
@@ -7,6 +7,12 @@ an address it binds itself and connects onward to the original. Everything
 else in INIT (``parallel_config``, ``frontend_stats_publish_address``, keys
 this release does not know) is kept as sent: the map is decoded generically,
 four values are replaced, and it is re-encoded in the same key order.
+
+The engine's ready payload (``EngineCoreReadyResponse``) echoes the coordinator
+addresses it was given (``coordinator_input_address``/``coordinator_output_address``),
+and vLLM 0.33's frontend asserts that every engine echoes the same ones
+(``MPClient._apply_ready_response``). :func:`restore_ready_response` maps the
+relay's addresses back to the originals on the way to the frontend.
 """
 
 from __future__ import annotations
@@ -78,3 +84,22 @@ def rewrite_init(doc: dict[str, Any], new: Addresses) -> bytes:
     if "coordinator_output" in addresses or new.coordinator_output is not None:
         addresses["coordinator_output"] = new.coordinator_output
     return msgspec.msgpack.encode({**doc, "addresses": addresses})
+
+
+READY_COORDINATOR_KEYS = ("coordinator_input_address", "coordinator_output_address")
+
+
+def restore_ready_response(frame: bytes, originals: dict[str, str]) -> bytes | None:
+    """``frame`` (a ready payload) with relay addresses replaced by ``originals[relay]``;
+    ``None`` when nothing needs replacing (or the payload is not a map: forward it as is)."""
+    try:
+        doc = decode_any(frame)
+    except ProtocolError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    changed = {k: originals[doc[k]] for k in READY_COORDINATOR_KEYS
+               if isinstance(doc.get(k), str) and doc[k] in originals}
+    if not changed:
+        return None
+    return msgspec.msgpack.encode({**doc, **changed})

@@ -164,3 +164,24 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     assert ecp_main(["monitor", "--replay", str(tmp_path / "missing.txt"), "--quiet"]) == 2
     assert "cannot read" in capsys.readouterr().err
     assert ecp_main(["monitor", "--replay", "x", "--listen", "ipc:///tmp/x"]) == 2
+
+
+def test_the_ready_payload_gets_the_frontends_coordinator_addresses_back():
+    from ecp.conformance.monitor.rewrite import restore_ready_response
+    from ecp.spec import EngineCoreReadyResponse, decode_ready_response
+
+    def payload(cin, cout):
+        return encode_handshake(EngineCoreReadyResponse(
+            max_model_len=256, num_gpu_blocks=8, block_size=16, dp_stats_address=None, dtype="float32",
+            vllm_version="0.33.0", world_size=1, data_parallel_size=2, tensor_parallel_size=1,
+            pipeline_parallel_size=1, decode_context_parallel_size=1, data_parallel_rank=1, max_num_seqs=8,
+            max_num_batched_tokens=64, instance_id="x", supports_lora=False, max_loras=0,
+            kv_cache_max_concurrency=512.0, coordinator_input_address=cin, coordinator_output_address=cout))
+
+    originals = {"tcp://127.0.0.1:5001": "tcp://127.0.0.1:4001", "tcp://127.0.0.1:5002": "tcp://127.0.0.1:4002"}
+    restored = restore_ready_response(payload("tcp://127.0.0.1:5001", "tcp://127.0.0.1:5002"), originals)
+    # byte for byte what the engine would have sent had it been given the frontend's addresses
+    assert restored == payload("tcp://127.0.0.1:4001", "tcp://127.0.0.1:4002")
+    assert decode_ready_response(restored).coordinator_input_address == "tcp://127.0.0.1:4001"
+    assert restore_ready_response(payload(None, None), originals) is None  # nothing to restore
+    assert restore_ready_response(b"", originals) is None  # an empty payload (ECP-HS-12) passes as is
