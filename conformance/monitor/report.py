@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ecp.conformance.outcomes import CaseResult, Outcome
-from ecp.conformance.report import SCHEMA_PATH, RunSummary, markdown, write_console, write_junit
+from ecp.conformance.report import SCHEMA_PATH, RunSummary, markdown, write_junit
 from ecp.conformance.transcript import render
 from ecp.spec import CLAUSES
 
@@ -108,10 +108,19 @@ class MonitorReport:
         return text + "\n".join(lines) + "\n"
 
     def write_console(self, out: TextIO) -> None:
-        write_console(self.summary, out)
+        """The conformance console format: one block per violated clause, then one line."""
+        for r in self.summary.results:
+            status = r.outcome.value if r.blocking else f"{r.outcome.value} (non-strict {r.level})"
+            out.write(f"{status} {r.id} [{r.clause} {r.level}] {r.requirement}\n")
+            for line in r.message.splitlines()[:LISTED + 2]:
+                out.write(f"    {line}\n")
+        for p in self.summary.problems:
+            out.write(f"PROBLEM {p}\n")
         by_kind = ", ".join(f"{d} {k} {n}" for (d, k), n in sorted(self.snapshot.messages.items()))
-        out.write(f"traffic: {self.snapshot.total_messages} messages ({by_kind or 'none'}); "
-                  f"{self.session.violation_count} violation(s); validator {self.session.validator.name}\n")
+        out.write(f"ecp monitor ({self.summary.target}, validator {self.session.validator.name}): "
+                  f"{self.snapshot.total_messages} messages ({by_kind or 'none'}); "
+                  f"{self.session.violation_count} violation(s) in {self.summary.duration_s:.1f}s "
+                  f"-> exit {self.exit_code}\n")
 
     def write(self, *, json_path: str | None = None, markdown_path: str | None = None,
               junit_path: str | None = None) -> None:
