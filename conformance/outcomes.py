@@ -76,6 +76,8 @@ class CaseResult:
     transcript: list[dict[str, Any]] = field(default_factory=list)
     transcript_text: str = ""
     peer_stderr_tail: str = ""
+    #: rules the peer broke outside the case's focus (see :func:`findings_of`), as JSON-ready dicts
+    findings: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def counts_as_failure(self) -> bool:
@@ -95,6 +97,8 @@ class CaseResult:
             out["transcript_text"] = self.transcript_text
         if self.peer_stderr_tail:
             out["peer_stderr_tail"] = self.peer_stderr_tail
+        if self.findings:
+            out["findings"] = self.findings
         return out
 
     @classmethod
@@ -106,4 +110,21 @@ class CaseResult:
             expected_failure_reason=d.get("expected_failure_reason"),
             transcript=d.get("transcript", []), transcript_text=d.get("transcript_text", ""),
             peer_stderr_tail=d.get("peer_stderr_tail", ""),
+            findings=d.get("findings", []),
         )
+
+
+def findings_of(violations: list[Any], focus: set[str]) -> list[dict[str, Any]]:
+    """The protocol machine's recorded violations (``ecp.spec.machine.Violation``) as findings,
+    leaving out those citing a clause in ``focus`` (what the case itself checks and reports)."""
+    from ecp.spec.clauses import CLAUSES
+
+    out = []
+    for v in violations:
+        if v.clause in focus:
+            continue
+        clause = CLAUSES.get(v.clause)
+        out.append({"clause": v.clause, "level": clause.level if clause else "MUST",
+                    "message": v.error.message, "socket": v.socket, "rank": v.rank,
+                    "frames_hex": [bytes(f).hex() for f in v.frames]})
+    return out

@@ -200,9 +200,22 @@ def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Ite
         outcome = Outcome.ERROR
         message = f"harness error: {exc!r}\n" + "".join(
             traceback.format_exception(type(exc), exc, exc.__traceback__, limit=6))
+    # every message of the case went through the protocol machine: what it recorded outside the
+    # case's own focus is a finding of its own; a MUST finding fails a case that otherwise passed
+    findings: list[dict[str, Any]] = []
+    failed_by_findings = False
+    if manager is not None and hasattr(manager, "violations"):
+        from .outcomes import findings_of
+
+        findings = findings_of(manager.violations(), {case.clause, clause})
+        must = [f for f in findings if f["level"] == "MUST"]
+        if outcome is Outcome.PASS and must:
+            outcome, clause, failed_by_findings = Outcome.FAIL, must[0]["clause"], True
+            message = "the case's own check passed, but the engine broke other rules: " + "; ".join(
+                f"[{f['clause']}] {f['message']}" for f in must)
     strict = bool(state.config.get("strict"))
     # a crash always counts: a dead engine breaks ECP-ROB-1 whatever the case's own level
-    blocking = case.level == "MUST" or strict or outcome is Outcome.CRASH
+    blocking = case.level == "MUST" or strict or outcome is Outcome.CRASH or failed_by_findings
     entries = state.transcript.case_entries()
     failed = outcome not in (Outcome.PASS, Outcome.UNSUPPORTED)
     if failed and manager is not None:
@@ -215,6 +228,7 @@ def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Ite
         transcript=[e.to_dict() for e in entries] if failed else [],
         transcript_text=render(entries) if failed else "",
         peer_stderr_tail=(manager.log_tail() if failed and manager is not None else ""),
+        findings=findings,
     )
 
 

@@ -75,6 +75,8 @@ def write_console(s: RunSummary, out: TextIO) -> None:
     out.write("\n")
     for r in s.results:
         if r.outcome is Outcome.PASS:
+            for f in r.findings:  # only SHOULD/MAY findings leave a case passing
+                out.write(f"FINDING {r.id} [{f['clause']} {f['level']}] {f['message']}\n")
             continue
         if r.outcome in (Outcome.UNSUPPORTED, Outcome.XFAIL):  # one line: why it did not count
             why = r.expected_failure_reason if r.outcome is Outcome.XFAIL else r.message
@@ -83,6 +85,9 @@ def write_console(s: RunSummary, out: TextIO) -> None:
         out.write(f"{_status(r)} {r.id} [{r.clause} {r.level}] {r.requirement}\n")
         for line in (r.message or "").splitlines()[:12]:
             out.write(f"    {line}\n")
+        for f in r.findings:
+            if f"[{f['clause']}] {f['message']}" not in (r.message or ""):
+                out.write(f"    also [{f['clause']} {f['level']}] on {f['socket']}: {f['message']}\n")
     for p in s.problems:
         out.write(f"PROBLEM {p}\n")
     parts = [f"{n} {k}" for k, n in s.counts.items() if n]
@@ -130,7 +135,8 @@ def markdown(s: RunSummary) -> str:
     lines += ["| case | clause | level | outcome | requirement |", "|---|---|---|---|---|"]
     for r in s.results:
         lines.append(f"| {r.id} `{r.slug}` | {r.clause} | {r.level} | {_status(r)} | {r.requirement} |")
-    failed = [r for r in s.results if r.transcript_text or (r.message and r.outcome is not Outcome.PASS)]
+    failed = [r for r in s.results
+              if r.transcript_text or r.findings or (r.message and r.outcome is not Outcome.PASS)]
     if failed:
         lines += ["", "## Details", ""]
     for r in failed:
@@ -139,6 +145,9 @@ def markdown(s: RunSummary) -> str:
             lines += [f"Expected failure: {r.expected_failure_reason}", ""]
         if r.message:
             lines += ["```", r.message, "```", ""]
+        if r.findings:
+            lines += ["Findings (rules broken outside the case's focus):", ""] + [
+                f"- {f['clause']} ({f['level']}) on `{f['socket']}`: {f['message']}" for f in r.findings] + [""]
         if r.transcript_text:
             lines += ["<details><summary>transcript</summary>", "", "```", r.transcript_text, "```", "",
                       "</details>", ""]

@@ -29,6 +29,7 @@ from ecp.spec import (
     encode_abort, encode_add, encode_handshake, encode_utility, engine_identity,
 )
 from ecp.spec.enums import RequestOutputKind
+from ecp.spec.machine import FrontendConnection, Violation as MachineViolation
 
 from ..outcomes import CaseTimeout, PeerCrashed, Violation
 from ..transcript import Transcript
@@ -139,6 +140,9 @@ class HarnessFrontend:
         self.poller = zmq.Poller()
         for s in self._sockets:
             self.poller.register(s, zmq.POLLIN)
+        #: the protocol machine of the frontend role, in recording mode: it follows every frame both ways
+        #: and records each rule the engine breaks, whatever the case is looking at
+        self.machine = FrontendConnection(range(start_index, start_index + engine_count), mode="record")
         self.records: dict[bytes, EngineRecord] = {}
         self.route: list[bytes] = []  # engine k (0-based) -> identity to address it with
         self.messages: list[tuple[int, EngineCoreOutputs]] = []
@@ -244,6 +248,7 @@ class HarnessFrontend:
     def _on_coordinator(self, sock: zmq.Socket, frames: list[bytes]) -> None:
         if sock is self.coord_pub:
             self.transcript.record("recv", "coordinator_input", frames)
+            self.machine.receive("coordinator_input", frames)
             if frames and frames[0][:1] == b"\x01":
                 self.coord_subscriptions += 1
                 self.handshake_events.append(("SUB", self.coord_subscriptions))
@@ -252,6 +257,7 @@ class HarnessFrontend:
                     self._gate_due = time.monotonic() + self.gate_delay_s
             return
         self.transcript.record("recv", "coordinator_output", frames, lambda: decode_outputs(frames))
+        self.machine.receive("coordinator_output", frames)
         try:
             msg = decode_outputs(frames)
         except ProtocolError as exc:
@@ -262,6 +268,7 @@ class HarnessFrontend:
     def _maybe_open_gate(self) -> None:
         if self._gate_due is not None and self.gate_published_at is None and time.monotonic() >= self._gate_due:
             self.coord_pub.send(COORDINATOR_READY)
+            self.machine.send_raw("coordinator_input", [COORDINATOR_READY])
             self.gate_published_at = time.monotonic()
             self.transcript.record("sent", "coordinator_input", [COORDINATOR_READY])
 
@@ -273,6 +280,7 @@ class HarnessFrontend:
     def _on_handshake(self, frames: list[bytes], init: bytes) -> None:
         self.transcript.record("recv", "handshake", frames,
                                lambda: decode_any(frames[1]) if len(frames) > 1 else "(no payload)")
+        self.machine.receive("handshake", frames)
         identity = frames[0]
         rec = self._record(identity)
         if len(frames) != 2:
@@ -296,6 +304,7 @@ class HarnessFrontend:
             self.handshake_events.append(("HELLO", identity))
             # INIT goes out even after a bad HELLO: the other cases can still run
             self.handshake.send_multipart([identity, init])
+            self.machine.send_raw("handshake", [identity, init])  # sent even where the rules forbid it
             rec.init_sent = True
             self.transcript.record("sent", "handshake", [identity, init], lambda: decode_init(init))
             return
@@ -317,6 +326,7 @@ class HarnessFrontend:
     def _on_registration(self, client: int, frames: list[bytes]) -> None:
         self.transcript.record("recv", f"input[{client}]", frames,
                                lambda: decode_ready_response(frames[1]) if len(frames) > 1 else "(no payload)")
+        self.machine.receive(f"input[{client}]", frames)
         rec = self._record(frames[0])
         rec.registrations.setdefault(client, []).append(frames[1:])
         if len(rec.registrations[client]) > 1:
@@ -363,6 +373,7 @@ class HarnessFrontend:
         frames = [bytes(f) for f in frames]
         self.transcript.record("sent", f"input[{client}]", frames,
                                decode or (lambda: decode_input(frames)))
+        self.machine.send_raw(f"input[{client}]", [self.identity(engine), *frames])
         try:
             self.inputs[client].send_multipart([self.identity(engine), *frames])
         except zmq.ZMQError as exc:  # ROUTER_MANDATORY: the peer is gone
@@ -420,11 +431,13 @@ class HarnessFrontend:
         for sock, frames in self._poll_once(end):
             if sock is self.handshake:
                 self.transcript.record("recv", "handshake", frames)
+                self.machine.receive("handshake", frames)
                 self.late_handshake.append(frames)
             elif sock is self.coord_pub or sock is self.coord_pull:
                 self._on_coordinator(sock, frames)
             elif sock in self.inputs:
                 self.transcript.record("recv", self._channel(sock), frames)
+                self.machine.receive(self._channel(sock), frames)
                 self.late_inputs.append((self.inputs.index(sock), frames))
             else:
                 self._on_output(self.outputs.index(sock), frames)
@@ -437,6 +450,7 @@ class HarnessFrontend:
             return decoded[0]
 
         self.transcript.record("recv", f"output[{client}]", frames, decode)
+        self.machine.receive(f"output[{client}]", frames)
         if not decoded:
             try:
                 decode()
@@ -484,6 +498,10 @@ class HarnessFrontend:
         end = time.monotonic() + (self.quiet_window_s if window is None else window)
         while time.monotonic() < end and (self.deadline is None or time.monotonic() < self.deadline):
             self.pump(end)
+
+    def violations_since(self, start: int) -> list[MachineViolation]:
+        """The rules the engine broke since ``len(self.machine.violations)`` was ``start``."""
+        return self.machine.violations[start:]
 
     # ------------------------------------------------------------------ request views
     def seen(self, rid: str) -> list[Seen]:

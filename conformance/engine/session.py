@@ -156,6 +156,8 @@ class EngineManager:
         self._fresh: list[EngineUnderTest] = []
         self._fresh_crashed = False
         self.logs: list[EngineUnderTest] = []
+        #: engine launch -> how many machine violations it had when the current case began
+        self._violation_marks: dict[int, int] = {}
 
     # ------------------------------------------------------------------ lifetimes
     def _launch(self, clients: int, engine_count: int, coordinator: bool = False) -> EngineUnderTest:
@@ -236,6 +238,16 @@ class EngineManager:
         self.touched = []
         self._fresh = []
         self._fresh_crashed = False
+        self._violation_marks = {} if self._shared is None else {
+            id(self._shared): len(self._shared.fe.machine.violations)}
+
+    def violations(self) -> list:
+        """What the protocol machine recorded against the engines this case used, since it began."""
+        seen: dict[int, EngineUnderTest] = {id(e): e for e in [*self.touched, *self._fresh]}
+        out: list = []
+        for key, eut in seen.items():
+            out += eut.fe.violations_since(self._violation_marks.get(key, 0))
+        return out
 
     def set_deadline(self, deadline: float | None) -> None:
         self.deadline = deadline

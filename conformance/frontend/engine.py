@@ -25,9 +25,13 @@ import zmq
 import zmq.asyncio
 
 from ecp.spec import (
-    COORDINATOR_READY, XSUB_SUBSCRIBE, AbortMessage, AddMessage, EngineCoreOutputs, EngineHandshakeMetadata, Hello, ProtocolError, Ready,
-    UtilityMessage, UtilityOutput, UtilityResult, decode_init, decode_input, encode_engine_dead,
-    encode_handshake, encode_outputs, encode_payload, engine_identity,
+    AbortMessage, AddMessage, EngineCoreOutputs, EngineHandshakeMetadata, Hello, ProtocolError, Ready,
+    UtilityMessage, UtilityOutput, UtilityResult, decode_input, encode_engine_dead,
+    encode_outputs, encode_payload, engine_identity,
+)
+
+from ecp.spec.machine import (
+    CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineHello, EngineReady, input_socket,
 )
 
 from .recorder import FrameRecord, Recorder
@@ -55,6 +59,8 @@ class ScriptedEngine:
         self.dead = False
         self.failure: BaseException | None = None
         self._identity = engine_identity(rank)
+        #: the engine side of the protocol, for the handshake (serving follows the script)
+        self.machine = EngineConnection(rank)
         self._handshake: zmq.asyncio.Socket | None = None
         self._inputs: list[zmq.asyncio.Socket] = []
         self._outputs: list[zmq.asyncio.Socket] = []
@@ -128,11 +134,13 @@ class ScriptedEngine:
 
     async def _do_handshake(self, timeout: float) -> None:
         script = self.script
+        machine = self.machine
         hs = self._handshake = self._socket(zmq.DEALER)
         hs.connect(self.handshake_address)
-        hello = encode_handshake(Hello(local=script.hello_local, headless=script.hello_headless))
-        self._record("out", "handshake", None, [hello])
-        await hs.send(hello)
+        [hello] = machine.send(EngineHello(self.rank, Hello(local=script.hello_local,
+                                                             headless=script.hello_headless)))
+        self._record("out", "handshake", None, hello.frames)
+        await hs.send_multipart(hello.frames)
         try:
             frames = await asyncio.wait_for(hs.recv_multipart(), timeout)
         except asyncio.TimeoutError:
@@ -140,7 +148,8 @@ class ScriptedEngine:
                 f"engine {self.rank}: no INIT within {timeout:.0f} s of HELLO at {self.handshake_address}"
             ) from None
         try:
-            self.init = decode_init(frames[-1])
+            [init] = machine.receive("handshake", frames)
+            self.init = init.init
         except ProtocolError as exc:
             self._record("in", "handshake", None, frames, error=exc)
             raise EngineHandshakeFailed(f"engine {self.rank}: INIT does not decode: {exc}") from exc
@@ -157,16 +166,19 @@ class ScriptedEngine:
         payload = script.ready_payload
         if payload is None:
             payload = default_ready_payload(self.rank, self.engine_count)
+        # the script's map, exactly as written (extra or missing keys on purpose): around the machine
         ready_frames = encode_payload(payload)
         for index, sock in enumerate(self._inputs):
-            self._record("out", "input", index, ready_frames)
-            await sock.send_multipart(ready_frames)
+            send = machine.send_raw(input_socket(index), ready_frames)
+            self._record("out", "input", index, send.frames)
+            await sock.send_multipart(send.frames)
         if addresses.coordinator_input is not None:
             await self._coordinator_gate(addresses.coordinator_input, addresses.coordinator_output, timeout)
         if script.send_ready:
-            ready = encode_handshake(Ready(local=script.hello_local, headless=script.hello_headless))
-            self._record("out", "handshake", None, [ready])
-            await hs.send(ready)
+            [ready] = machine.send(EngineReady(self.rank, Ready(local=script.hello_local,
+                                                                 headless=script.hello_headless)))
+            self._record("out", "handshake", None, ready.frames)
+            await hs.send_multipart(ready.frames)
         self.registered.set()
 
     async def _coordinator_gate(self, coordinator_input: str, coordinator_output: str | None,
@@ -184,8 +196,9 @@ class ScriptedEngine:
             push = self._socket(zmq.PUSH)
             push.connect(coordinator_output)
             self._extra.append(push)
-        self._record("out", "coordinator", None, [XSUB_SUBSCRIBE])
-        await xsub.send(XSUB_SUBSCRIBE)
+        [subscribe] = self.machine.send(CoordinatorSubscribe(self.rank))
+        self._record("out", "coordinator", None, subscribe.frames)
+        await xsub.send_multipart(subscribe.frames)
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
@@ -196,7 +209,11 @@ class ScriptedEngine:
             except asyncio.TimeoutError:
                 continue
             self._record("in", "coordinator", None, frames)
-            if frames == [COORDINATOR_READY]:
+            try:
+                events = self.machine.receive("coordinator_input", frames)
+            except ProtocolError:
+                continue  # recorded above; the gate is still closed
+            if any(isinstance(e, CoordinatorReady) for e in events):
                 return
 
     # -- serving ---------------------------------------------------------------------

@@ -238,7 +238,12 @@ class EngineCoreClient:
             if self._input in events:
                 owner.on_registration(await self._input.recv_multipart())
             if coord is not None and coord.xpub in events:
-                await coord.on_subscription(await coord.xpub.recv_multipart())
+                frames = await coord.xpub.recv_multipart()
+                owner.on_coordinator_subscription(frames)
+                opened = coord.gate_open
+                await coord.on_subscription(frames)
+                if coord.gate_open and not opened:
+                    owner.coordinator_gate_opened()
         self._handshake = owner.result()
         self._ready = True
         assert self._monitor is not None

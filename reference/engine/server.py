@@ -27,10 +27,13 @@ import msgspec
 import zmq
 
 from ecp.spec import (
-    COORDINATOR_READY, VLLM_VERSION, XSUB_SUBSCRIBE, AbortMessage, AddMessage, EngineCoreOutputs,
+    COORDINATOR_READY, VLLM_VERSION, AbortMessage, AddMessage, EngineCoreOutputs,
     EngineCoreReadyResponse, Hello, Ready, RemoteProtocolError, StartDPWaveMessage, UtilityMessage,
-    decode_any, decode_init, decode_input, encode_engine_dead, encode_handshake, encode_outputs,
+    decode_any, decode_input, encode_engine_dead, encode_outputs,
     encode_payload, engine_identity,
+)
+from ecp.spec.machine import (
+    CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineHello, EngineReady, Registration,
 )
 from ecp.spec.recover import recover_add_frames
 
@@ -94,6 +97,8 @@ class EngineServer:
         self.identity = engine_identity(rank)
         self.instance_id = str(random.getrandbits(63))
         self.core: EngineCore | None = None
+        #: the engine side of the protocol, here for the handshake (the serving loop speaks the codec)
+        self.machine = EngineConnection(rank)
         self.ready = threading.Event()
         self.exit_code: int | None = None
         self.bad_frames = 0
@@ -129,6 +134,11 @@ class EngineServer:
             self._close()
 
     # ------------------------------------------------------------------ startup
+    @staticmethod
+    def _send(sock: zmq.Socket, sends: list) -> None:
+        for send in sends:
+            sock.send_multipart(send.frames)
+
     def _wait_readable(self, sock: zmq.Socket, timeout_s: float, what: str) -> bool:
         deadline = time.monotonic() + timeout_s
         while not self.stop_event.is_set():
@@ -161,15 +171,15 @@ class EngineServer:
             except zmq.ZMQError as exc:
                 raise EngineStartupError(
                     f"cannot connect to handshake address {self.handshake_address!r}: {exc}") from exc
-            hs.send(encode_handshake(Hello(local=cfg.local, headless=not cfg.local)))
+            machine = self.machine
+            self._send(hs, machine.send(EngineHello(self.rank, Hello(local=cfg.local, headless=not cfg.local))))
             if not self._wait_readable(hs, cfg.handshake_timeout_s, "INIT"):
                 return
-            frames = hs.recv_multipart()
             try:
-                init = decode_init(frames[-1])
+                [init_event] = machine.receive("handshake", hs.recv_multipart())
             except RemoteProtocolError as exc:
                 raise EngineStartupError(f"bad INIT: {exc}") from None
-            addrs = init.addresses
+            addrs = init_event.init.addresses
             has_coord = addrs.coordinator_input is not None
             executor = make_executor(cfg)
             connector = self._make_connector()
@@ -187,20 +197,20 @@ class EngineServer:
                 _set_hwm(p)
                 p.connect(out_addr)
                 self._outputs.append(p)
-            ready_payload = encode_handshake(self._ready_response())
-            for d in self._inputs:
+            ready_response = self._ready_response()
+            for client, d in enumerate(self._inputs):
                 # A DEALER is writable once its peer is connected: sending then puts the
                 # ready payload on the wire before READY goes out on the handshake socket.
                 if not self._wait_writable(d, cfg.handshake_timeout_s, "an input ROUTER connection"):
                     return
-                d.send(ready_payload)
+                self._send(d, machine.send(Registration(self.rank, client, ready_response)))
             if has_coord:
                 self._coordinator_gate(addrs.coordinator_input, addrs.coordinator_output)
                 if self.stop_event.is_set():
                     return
             ready = Ready(local=cfg.local, headless=not cfg.local,
                           parallel_config_hash=self._parallel_config_hash() if self.dp_size > 1 else None)
-            hs.send(encode_handshake(ready))
+            self._send(hs, machine.send(EngineReady(self.rank, ready)))
         finally:
             # stopped mid-handshake: an undelivered HELLO must not hold ctx.term() for the linger time
             hs.close(0 if self.stop_event.is_set() else None)
@@ -214,7 +224,7 @@ class EngineServer:
         sub.setsockopt(zmq.LINGER, 0)
         _set_hwm(sub)
         sub.connect(coord_in)
-        sub.send(XSUB_SUBSCRIBE)
+        self._send(sub, self.machine.send(CoordinatorSubscribe(self.rank)))
         self._coord_sub = sub
         push = self._ctx.socket(zmq.PUSH)
         push.setsockopt(zmq.LINGER, 4000)
@@ -229,9 +239,15 @@ class EngineServer:
             if not self._wait_readable(sub, left, "the coordinator's READY"):
                 return
             frames = sub.recv_multipart()
-            if len(frames) == 1 and frames[0] == COORDINATOR_READY:
-                return
-            self._on_coordinator(frames)  # a wave broadcast before READY: keep it
+            try:
+                events = self.machine.receive("coordinator_input", frames)
+            except RemoteProtocolError as exc:
+                log.warning("[%s] dropped a bad coordinator message: %s", exc.clause, exc)
+                continue
+            for event in events:
+                if isinstance(event, CoordinatorReady):
+                    return
+                self.core.start_dp_wave(event.wave.wave, event.wave.exclude_engine_index)  # a wave before READY
 
     def _make_connector(self) -> ReferenceKVConnector | None:
         cfg = self.config

@@ -34,7 +34,7 @@ from ..codec import (
 )
 from ..control import StartDPWave, UtilityRequest
 from ..enums import EEP_NOTIFICATION_CALL_ID, FT_STATUS_CALL_ID, FinishReason
-from ..errors import LocalProtocolError, ProtocolError, RemoteProtocolError
+from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
 from ..handshake import (
     COORDINATOR_READY, XSUB_SUBSCRIBE, EngineCoreReadyResponse, EngineHandshakeMetadata, Hello, Ready,
     engine_identity, rank_of_identity,
@@ -158,7 +158,7 @@ class _Checker:
         bad = row.verdict == "illegal" or (row.verdict == "tolerated" and self.local)
         if bad and not self.lenient:
             why = row.note or f"{event} is not allowed in state {state}"
-            cls = LocalProtocolError if self.local else RemoteProtocolError
+            cls = LocalProtocolError if self.local else HandshakeError if table is HANDSHAKE else RemoteProtocolError
             self.errors.append(cls(f"{what}: {why}", clause=row.clause, expected=f"an event the {table.area} "
                                    f"table allows in {state}", got=f"{event} in {state}"))
         if effect is not None and (row.verdict != "illegal" or self.lenient):
@@ -286,13 +286,17 @@ class _Connection:
                      f"wave_complete {msg.wave_complete} on {where}", done)
         if msg.start_wave is not None:
             chk.step(WAVE, view.wave_state, f"Outputs(start_wave) {target}", f"start_wave {msg.start_wave} on {where}")
+        # effects run after every check passed, so later outputs of one message are judged
+        # against the state the earlier ones lead to: (state, owed ERRORs) per id
+        shadow: dict[str, tuple[str, int]] = {}
         for out in msg.outputs:
             rid = out.request_id
             r = view.request(rid)
+            state, owed = shadow.get(rid) or (("NONE", 0) if r is None else (r.state, r.owed_errors))
             if out.finish_reason is None:
                 key = "Output(tokens)"
             elif out.finish_reason == FinishReason.ERROR:
-                key = "Output(owed ERROR)" if r is not None and r.owed_errors else "Output(terminal ERROR)"
+                key = "Output(owed ERROR)" if owed else "Output(terminal ERROR)"
             else:
                 key = "Output(terminal)"
 
@@ -306,12 +310,25 @@ class _Connection:
                 if row.next is not None:
                     cur.state = row.next
                     view.set_request(rid, cur)
-            chk.step(REQUEST, view.request_state(rid), key, f"output for {rid!r} on {where}", effect)
-            if r is not None and client != COORDINATOR and r.client != client and r.state not in CLOSED_STATES:
+            row = chk.step(REQUEST, state, key, f"output for {rid!r} on {where}", effect)
+            if row.verdict != "illegal":
+                if key == "Output(owed ERROR)":
+                    owed -= 1
+                elif row.next is not None:
+                    state = row.next
+            shadow[rid] = (state, owed)
+            if r is not None and client != COORDINATOR and r.client != client and r.state not in CLOSED_STATES \
+                    and self._routable(view, r.client):
                 chk.step(LIVENESS, view.liveness, "Output(another client's request)",
                          f"output for {rid!r} (client {r.client}) on {where}")
         if msg.utility_output is not None:
             self._check_reply(chk, view, client, msg, where)
+
+    @staticmethod
+    def _routable(view: EngineView, client: int) -> bool:
+        """Whether ``client`` has an output socket; an engine may answer a request or call whose
+        ``client_index`` has none wherever it can (``ECP-ROB-4``)."""
+        return view.clients is not None and 0 <= client < view.clients
 
     def _check_reply(self, chk: _Checker, view: EngineView, client: int, msg: EngineCoreOutputs, where: str) -> None:
         uo = msg.utility_output
@@ -335,9 +352,9 @@ class _Connection:
         chk.step(UTILITY, "PENDING" if call is not None else "NONE", key, what, effect)
         if call is None:
             return
-        if call.client != client:
+        if call.client != client and self._routable(view, call.client):
             chk.step(LIVENESS, view.liveness, "Output(another client's request)",
-                     f"{what}: the call came on input[{call.client}]")
+                     f"{what}: the call named client {call.client}")
         if uo.failure_message is not None or uo.result is None:
             return
         value = uo.result.value
@@ -429,7 +446,7 @@ class FrontendConnection(_Connection):
             self._remote(exc, socket, frames, None)
             return None
         if rank not in self.engines:
-            self._remote(RemoteProtocolError(
+            self._remote(HandshakeError(
                 f"{socket}: identity {identity.hex()} (rank {rank}) is not one of the configured engines",
                 clause="ECP-HS-11", expected=list(self.ranks), got=rank), socket, frames, None)
             return None
@@ -460,7 +477,7 @@ class FrontendConnection(_Connection):
             return []
         view = self.engines[rank]
         if len(frames) != 2:
-            self._remote(RemoteProtocolError(
+            self._remote(HandshakeError(
                 f"a handshake message is one frame after the identity, got {len(frames) - 1}",
                 clause="ECP-HS-7", expected="2 frames at the ROUTER", got=len(frames)), socket, frames, rank)
             if len(frames) < 2:
@@ -505,7 +522,7 @@ class FrontendConnection(_Connection):
         key = ("Registration" if view.handshake in ("START", "HELLO") else
                "Registration(registered input)" if client in view.registered else "Registration(new input)")
         if len(frames) != 2:
-            self._remote(RemoteProtocolError(
+            self._remote(HandshakeError(
                 f"a registration is one frame after the identity, got {len(frames) - 1}", clause="ECP-HS-3",
                 expected="2 frames at the ROUTER", got=len(frames)), socket, frames, rank)
             return []
@@ -771,7 +788,7 @@ class EngineConnection(_Connection):
     def _recv_init(self, socket: str, frames: Sequence[bytes]) -> list[Event]:
         view = self.view
         if len(frames) != 1:
-            self._remote(RemoteProtocolError(f"INIT is one frame, got {len(frames)}", clause="ECP-HS-7",
+            self._remote(HandshakeError(f"INIT is one frame, got {len(frames)}", clause="ECP-HS-7",
                                              expected="1 frame", got=len(frames)), socket, frames, self.rank)
             if not frames:
                 return []
@@ -791,6 +808,41 @@ class EngineConnection(_Connection):
         chk.step(HANDSHAKE, view.handshake, "Init", "INIT", take)
         chk.finish(socket, frames, self.rank)
         return [Init(self.rank, init)]
+
+    def send_raw(self, socket: str, frames: Sequence[bytes]) -> Send:
+        """Send ``frames`` exactly as given, around the rules (a test peer misbehaving on purpose:
+        a ready payload with extra keys, a second registration, READY too early).
+
+        Nothing is checked; what the frames say still moves the machine as far as it can be read.
+        """
+        frames = [bytes(f) for f in frames]
+        view = self.view
+        kind, client = parse_socket(socket)
+        if kind == "handshake" and len(frames) == 1:
+            try:
+                msg = decode_handshake(frames[0])
+            except ProtocolError:
+                msg = None
+            if isinstance(msg, Hello) and view.handshake == "START":
+                view.hello, view.handshake = msg, "HELLO"
+            elif isinstance(msg, Ready):
+                view.ready, view.handshake = msg, "READY"
+        elif kind == "input" and view.handshake in ("REGISTERING", "READY") and client not in view.registered:
+            view.registered.add(client)
+        elif kind == "coordinator_input" and frames == [XSUB_SUBSCRIBE] and view.handshake == "REGISTERING":
+            view.handshake = "SUBSCRIBED"
+        elif kind in ("output", "coordinator_output"):
+            try:
+                msg = decode_outputs(frames)
+            except ProtocolError:
+                msg = None
+            if msg is ENGINE_DEAD:
+                view.liveness = "DEAD"
+            elif msg is not None:
+                chk = _Checker(self, local=True, lenient=True)
+                self._check_outputs(chk, view, COORDINATOR if client is None else client, msg)
+                chk.finish(socket, frames, self.rank)
+        return Send(socket, frames)
 
     # ------------------------------------------------------------------ send
     def send(self, event: Event) -> list[Send]:

@@ -119,6 +119,18 @@ def test_request_lifecycle_and_one_terminal_output():
         p.fe.receive("output[0]", encode_outputs(out(0, "never-added")))
 
 
+def test_two_terminal_outputs_in_one_message():
+    from ecp.spec import EngineCoreOutput
+    p = Pair()
+    p.handshake()
+    p.add(0, "a")
+    twice = EngineCoreOutputs(engine_index=0, outputs=[EngineCoreOutput("a", [5], finish_reason=FinishReason.STOP),
+                                                       EngineCoreOutput("a", [], finish_reason=FinishReason.STOP)])
+    with raises(LocalProtocolError, "ECP-OUT-1"):
+        p.engines[0].send(Outputs(0, 0, twice))
+    assert p.engines[0].view.request_state("a") == "ADDED"  # nothing applied
+
+
 def test_outputs_after_a_client_abort_are_tolerated():
     p = Pair()
     p.handshake()
