@@ -7,9 +7,7 @@ would if they checked each other:
   engine sends (``receive``), and follows what the frontend sent (``send_raw``, which
   moves the machine without judging);
 * an :class:`~ecp.spec.machine.EngineConnection` judges what the frontend sends
-  (``receive``), and follows what the engine sent (``send`` of the events the
-  frontend machine read; a send the rules refuse was already recorded as the
-  engine's violation by the frontend machine, so it only leaves the state as it was).
+  (``receive``), and follows what the engine sent (``send_raw``).
 
 Every violation either machine records is a finding, once, with its clause and
 the request id where one is known (the machine's, or the message's only request). Messages from an engine whose
@@ -21,14 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ecp.spec import AbortMessage, AddMessage, ProtocolError, engine_identity
+from ecp.spec import AbortMessage, AddMessage, engine_identity
 from ecp.spec.codec import StartDPWaveMessage, UtilityMessage
 from ecp.spec.machine import (
     Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineDead, EngineHello, EngineReady,
     FrontendConnection, Init, Outputs, Registration, StartWave, UtilityCall,
 )
 
-from .observed import COORDINATOR_OUTPUT, HANDSHAKE, INPUT, OUTPUT, TO_ENGINE, Observed
+from .observed import HANDSHAKE, INPUT, OUTPUT, TO_ENGINE, Observed
 from .validator import UNDECODABLE, CodecValidator, Finding, Verdict
 
 
@@ -115,9 +113,7 @@ class MachineValidator:
         else:
             events = pair.frontend.receive(socket, routed)
             found = self._take(pair.frontend)
-            for event in events:
-                self._follow_engine(pair, msg, event)
-            self._take(pair.engine)  # a refused send is the frontend machine's finding already
+            pair.engine.send_raw(socket, frames)
         if events and found:
             found = [_with_request_id(f, events[0]) for f in found]
         if events:
@@ -127,20 +123,6 @@ class MachineValidator:
         else:  # frames the machines take no event from (an unsubscription, other XSUB data)
             kind, message = self._codec.feed(msg).kind, None
         return Verdict(kind, tuple(found), message)
-
-    def _follow_engine(self, pair: _Pair, msg: Observed, event: Any) -> None:
-        """Move the engine machine by what the engine sent."""
-        rank = msg.rank
-        if isinstance(event, CoordinatorSubscribe):
-            event = CoordinatorSubscribe(rank)
-        elif isinstance(event, EngineDead):
-            event = EngineDead(rank, msg.client if msg.socket == OUTPUT else None)
-        elif isinstance(event, Outputs) and msg.socket == COORDINATOR_OUTPUT:
-            event = Outputs(event.rank, -1, event.outputs)
-        try:
-            pair.engine.send(event)
-        except ProtocolError:  # LocalProtocolError: judged (and recorded) on the frontend machine
-            pass
 
     @staticmethod
     def _take(conn) -> list[Finding]:
