@@ -169,7 +169,7 @@ class Relay:
                         if not handler(sock):
                             break
                     except Exception:  # noqa: BLE001 - a relay bug must not stop the relay
-                        self.session._error("relay handler failed")
+                        self.session.report_error("relay handler failed")
                         break
             self._observe_pending()
         self._observe_pending()
@@ -226,7 +226,7 @@ class Relay:
                 up.connect(self.frontend)
             except zmq.ZMQError as exc:
                 up.close(0)
-                self.session._error(f"cannot connect to the frontend at {self.frontend!r}: {exc}")
+                self.session.report_error(f"cannot connect to the frontend at {self.frontend!r}: {exc}")
                 return True
             link = self.links[identity] = EngineLink(identity, rank_of(identity), up)
             self._watch(up, lambda s, link=link: self._on_init(link, s))

@@ -64,12 +64,12 @@ class Session:
         try:
             verdict = self.validator.feed(msg)
         except Exception:  # noqa: BLE001 - a validator bug must not stop the relay
-            self._error(f"validator failed on message {msg.seq} ({msg.channel})")
+            self.report_error(f"validator failed on message {msg.seq} ({msg.channel})")
             verdict = Verdict("unchecked")
         try:
             return self._after_verdict(msg, verdict)
         except Exception:  # noqa: BLE001 - nor must a bug in the bookkeeping
-            self._error(f"bookkeeping failed on message {msg.seq} ({msg.channel})")
+            self.report_error(f"bookkeeping failed on message {msg.seq} ({msg.channel})")
             return []
 
     def _after_verdict(self, msg: Observed, verdict: Verdict) -> list[Violation]:
@@ -105,7 +105,7 @@ class Session:
         try:
             findings = self.validator.peer_gone(rank)
         except Exception:  # noqa: BLE001
-            self._error(f"validator failed on engine {rank} leaving")
+            self.report_error(f"validator failed on engine {rank} leaving")
             return []
         return [self._violation(f, None) for f in findings]
 
@@ -114,7 +114,7 @@ class Session:
         try:
             findings = self.validator.finish()
         except Exception:  # noqa: BLE001
-            self._error("validator failed at the end of the session")
+            self.report_error("validator failed at the end of the session")
             findings = []
         for f in findings:
             self._violation(f, None)
@@ -145,7 +145,9 @@ class Session:
         if self.transcripts is not None:
             self.transcripts.write(v)
 
-    def _error(self, what: str) -> None:
+    def report_error(self, what: str) -> None:
+        """A bug in the monitor (call from an ``except`` block): logged with its traceback,
+        a problem in the report (exit 2); relaying goes on."""
         text = f"{what}:\n{traceback.format_exc()}"
         self.errors.append(text)
         if self.events is not None:

@@ -185,3 +185,40 @@ def test_the_ready_payload_gets_the_frontends_coordinator_addresses_back():
     assert decode_ready_response(restored).coordinator_input_address == "tcp://127.0.0.1:4001"
     assert restore_ready_response(payload(None, None), originals) is None  # nothing to restore
     assert restore_ready_response(b"", originals) is None  # an empty payload (ECP-HS-12) passes as is
+
+
+def test_machines_judge_each_side_and_name_the_request():
+    """A coherent handshake, then a frontend that uses a reserved call id (judged by the engine
+    machine) and an engine that answers a call never made and sends a second terminal output
+    (judged by the frontend machine)."""
+    from ecp.conformance.monitor.machines import MachineValidator
+    from ecp.spec import (
+        EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason, Ready, SamplingParams,
+        UtilityOutput, UtilityResult, encode_add, encode_outputs,
+    )
+
+    init = EngineHandshakeMetadata(EngineZmqAddresses(["tcp://127.0.0.1:1"], ["tcp://127.0.0.1:2"]), {})
+    add = encode_add(EngineCoreRequest("req-1", [1, 2], None, SamplingParams(max_tokens=1), None, 0.0, None,
+                                       None, None))
+    done = encode_outputs(EngineCoreOutputs(engine_index=0, outputs=[
+        EngineCoreOutput("req-1", [7], finish_reason=FinishReason.LENGTH)]))
+    stray = encode_outputs(EngineCoreOutputs(engine_index=0, utility_output=UtilityOutput(
+        42, None, UtilityResult(None, True))))
+    msgs = [("to_frontend", "handshake", None, [encode_handshake(Hello(local=False, headless=True))]),
+            ("to_engine", "handshake", None, [encode_handshake(init)]),
+            ("to_frontend", "input", 0, [b""]),
+            ("to_frontend", "handshake", None, [encode_handshake(Ready(local=False, headless=True))]),
+            ("to_engine", "input", 0, add),
+            ("to_frontend", "output", 0, done),
+            ("to_frontend", "output", 0, done),                                  # a second terminal output
+            ("to_engine", "input", 0, [b"\x03", msgspec.msgpack.encode([0, -1, "is_sleeping", []])]),  # reserved id
+            ("to_frontend", "output", 0, stray)]                                 # a reply to no call
+    session = Session(MachineValidator(), context_after=0)
+    for direction, socket, client, frames in msgs:
+        session.observe(direction, 0, socket, client, frames)
+    session.close()
+    got = [(v.finding.clause, v.msg.seq, v.msg.direction, v.request_id) for v in session.violations]
+    assert got == [("ECP-OUT-1", 7, "to_frontend", "req-1"), ("ECP-UTIL-12", 8, "to_engine", None),
+                   ("ECP-UTIL-1", 9, "to_frontend", None)], got
+    snap = session.metrics.snapshot(0)
+    assert snap.messages[("to_engine", "add")] == 1 and snap.open_requests == 0
