@@ -86,6 +86,9 @@ class EngineLink:
     outputs_down: list = field(default_factory=list)
     inputs_up: list = field(default_factory=list)
     gone: bool = False
+    #: the addresses of the last INIT and what they were rewritten to
+    original: Addresses | None = None
+    rewritten: Addresses | None = None
 
 
 class Relay:
@@ -264,15 +267,20 @@ class Relay:
             self._unwatch(s)
             s.close(0)
         link.sockets, link.outputs_down, link.inputs_up = [], [], []
+        link.original = link.rewritten = None
 
     def _relay_addresses(self, link: EngineLink, a: Addresses) -> Addresses:
         """Bind and connect the relay sockets for INIT's addresses; return what the engine gets."""
-        self._teardown(link)  # a new INIT (engine restarted): the old connections are done
+        if a == link.original and not link.gone and link.rewritten is not None:
+            return link.rewritten  # the same INIT again: the engine may still use the relay it has
+        self._teardown(link)  # new addresses, or the engine left and came back: start afresh
         link.generation += 1
         link.gone = False
         tag = f"r{link.rank if link.rank is not None else link.identity.hex()}-g{link.generation}"
         try:
-            return self._build(link, a, tag)
+            link.rewritten = self._build(link, a, tag)
+            link.original = a
+            return link.rewritten
         except (zmq.ZMQError, RewriteError) as exc:
             self._teardown(link)
             raise RewriteError(f"cannot set up the relay sockets: {exc}") from None
