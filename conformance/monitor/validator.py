@@ -9,8 +9,9 @@ protocol violations found, each a :class:`Finding` naming its clause).
 list decodes as the message its socket and direction carry (frame counts,
 request-type byte, field types, limits, refused pickle/ext payloads). It never
 decodes a code-carrying payload. Lifecycle rules (one terminal output per
-request, call ids, handshake order) are the protocol machines' business; a
-validator built on them plugs in behind the same interface.
+request, call ids, handshake order) are the protocol machines' business:
+:class:`~ecp.conformance.monitor.machines.MachineValidator`, the default, runs
+them behind the same interface.
 """
 
 from __future__ import annotations
