@@ -14,9 +14,10 @@ Modules, one concept each:
 =================  ===========================================================
 ``observed``       the record of one relayed message (direction, rank, socket)
 ``validator``      the validator interface and the codec-level validator
+``machines``       the validator on the protocol machines (recording mode; the default)
 ``session``        everything done with one observed message (the part that
                    replay shares with the live relay)
-``rewrite``        INIT address rewriting
+``rewrite``        INIT address rewriting, and the ready payload's echo of it
 ``relay``          the ZeroMQ sockets and the relay loop
 ``capture``        the ``--record`` file format, written and read back
 ``metrics``        counters, the open-request gauge and the Prometheus view
@@ -24,6 +25,7 @@ Modules, one concept each:
 ``eventlog``       the JSON-lines event log
 ``transcripts``    one transcript file per violation
 ``report``         the report at exit, in the conformance report formats
-``commands``       ``ecp monitor`` (argument parsing and wiring)
+``commands``       ``ecp monitor`` (arguments)
+``run``            ``ecp monitor`` (wiring a live session or a replay)
 =================  ===========================================================
 """
