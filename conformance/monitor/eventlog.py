@@ -9,6 +9,7 @@ One JSON object per line, each with ``t`` (seconds since start) and ``event``:
 * ``ready_response_restored``: an engine's ready payload echoed the relay's coordinator
   addresses and was given the frontend's back;
 * ``engine_gone``: an engine's input connection closed;
+* ``frontend_gone``: the frontend's input socket for an engine closed (``rank``, ``client``);
 * ``violation``: a finding (clause, level, message, direction, rank, socket, seq, request id);
 * ``relay_drop``: a message the monitor could not deliver (peer not connected);
 * ``fail_closed``: relaying stopped after a MUST violation (``--fail-closed``);

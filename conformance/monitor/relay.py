@@ -304,6 +304,9 @@ class Relay:
             mon = down.get_monitor_socket(zmq.EVENT_DISCONNECTED)
             link.sockets.append(mon)
             self._watch(mon, lambda s, link=link: self._on_disconnect(link, s))
+            up_mon = up.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            link.sockets.append(up_mon)
+            self._watch(up_mon, lambda s, link=link, i=i: self._on_frontend_disconnect(link, i, s))
             link.inputs_up.append(up)
             inputs.append(adv)
             down, up, adv = pair(zmq.PULL, zmq.PUSH, out_addr, f"out{i}", None)
@@ -349,6 +352,17 @@ class Relay:
         self._watch(p.src, handle)
 
     # ------------------------------------------------------------------ peers leaving
+    def _on_frontend_disconnect(self, link: EngineLink, client: int, mon: zmq.Socket) -> bool:
+        """The frontend's input socket went away: reported; the DEALER reconnects by itself if
+        the frontend comes back, and the engine sees what it would see without the monitor."""
+        try:
+            event = recv_monitor_message(mon, zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        if event["event"] == zmq.EVENT_DISCONNECTED:
+            self.session.note("frontend_gone", rank=link.rank, client=client)
+        return True
+
     def _on_disconnect(self, link: EngineLink, mon: zmq.Socket) -> bool:
         try:
             event = recv_monitor_message(mon, zmq.NOBLOCK)

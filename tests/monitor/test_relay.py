@@ -32,7 +32,9 @@ async def drain(stream):
 
 
 def test_client_and_two_engines_with_coordinator_through_the_monitor(tmp_path):
-    session = Session(MachineValidator())
+    events = EventLog(tmp_path / "events.jsonl")
+    session = Session(MachineValidator(), events=events)
+    gone: list[dict] = []
 
     async def main():
         client = EngineCoreClient(ClientConfig(engine_count=2, coordinator=True, handshake_timeout_s=20,
@@ -54,12 +56,21 @@ def test_client_and_two_engines_with_coordinator_through_the_monitor(tmp_path):
             rest = await asyncio.wait_for(drain(long), 10)
             assert rest[-1].finish_reason == FinishReason.ABORT
             assert await client.is_sleeping() is False
+            await client.shutdown()
+            # the frontend went away: reported for each engine (its relay sockets stay up)
+            deadline = time.monotonic() + 10
+            while len(gone) < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+                events.flush()
+                gone[:] = [e for e in map(json.loads, (tmp_path / "events.jsonl").read_text().splitlines())
+                           if e["event"] == "frontend_gone"]
         finally:
             await client.shutdown()
             handle.stop()
             relay.close()
 
     asyncio.run(main())
+    assert sorted(e["rank"] for e in gone) == [0, 1]
     snap = session.metrics.snapshot(0)
     assert session.violation_count == 0, [v.summary() for v in session.violations]
     m = snap.messages
