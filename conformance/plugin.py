@@ -211,8 +211,9 @@ def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Ite
         must = [f for f in findings if f["level"] == "MUST"]
         if outcome is Outcome.PASS and must:
             outcome, clause, failed_by_findings = Outcome.FAIL, must[0]["clause"], True
-            message = "the case's own check passed, but the engine broke other rules: " + "; ".join(
-                f"[{f['clause']}] {f['message']}" for f in must)
+            shown = [f"[{f['clause']}] {f['message']}" for f in must[:3]]
+            more = f" (and {len(must) - 3} more, listed under findings)" if len(must) > 3 else ""
+            message = "the case's own check passed, but the engine broke other rules: " + "; ".join(shown) + more
     strict = bool(state.config.get("strict"))
     # a crash always counts: a dead engine breaks ECP-ROB-1 whatever the case's own level
     blocking = case.level == "MUST" or strict or outcome is Outcome.CRASH or failed_by_findings

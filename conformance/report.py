@@ -85,9 +85,11 @@ def write_console(s: RunSummary, out: TextIO) -> None:
         out.write(f"{_status(r)} {r.id} [{r.clause} {r.level}] {r.requirement}\n")
         for line in (r.message or "").splitlines()[:12]:
             out.write(f"    {line}\n")
-        for f in r.findings:
-            if f"[{f['clause']}] {f['message']}" not in (r.message or ""):
-                out.write(f"    also [{f['clause']} {f['level']}] on {f['socket']}: {f['message']}\n")
+        extra = [f for f in r.findings if f"[{f['clause']}] {f['message']}" not in (r.message or "")]
+        for f in extra[:5]:
+            out.write(f"    also [{f['clause']} {f['level']}] on {f['socket']}: {f['message']}\n")
+        if len(extra) > 5:
+            out.write(f"    also {len(extra) - 5} more finding(s) (see the JSON report)\n")
     for p in s.problems:
         out.write(f"PROBLEM {p}\n")
     parts = [f"{n} {k}" for k, n in s.counts.items() if n]

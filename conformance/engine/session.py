@@ -54,6 +54,7 @@ class EngineUnderTest:
         self.cfg = cfg
         self.engine_count = engine_count
         self.handle: PeerHandle | None = None
+        self.handshake_violations = 0
         addresses = self._addresses(launch_no, clients, coordinator)
         self.fe = HarnessFrontend(ctx, addresses, engine_count, cfg.engine_start_index, transcript,
                                   cfg.quiet_window_s)
@@ -61,6 +62,9 @@ class EngineUnderTest:
             self.handle = self._start(launch_no)
             self.fe.alive_check = self.alive
             self.fe.run_handshake(cfg.startup_timeout_s)
+            # what the machine recorded during the handshake is the handshake cases' to report
+            # (a relaunch must not make every later case fail on the same startup fault)
+            self.handshake_violations = len(self.fe.machine.violations)
         except PeerCrashed as exc:
             detail = self._exit_detail()
             self.close()
@@ -246,7 +250,7 @@ class EngineManager:
         seen: dict[int, EngineUnderTest] = {id(e): e for e in [*self.touched, *self._fresh]}
         out: list = []
         for key, eut in seen.items():
-            out += eut.fe.violations_since(self._violation_marks.get(key, 0))
+            out += eut.fe.violations_since(self._violation_marks.get(key, eut.handshake_violations))
         return out
 
     def set_deadline(self, deadline: float | None) -> None:

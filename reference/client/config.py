@@ -95,6 +95,3 @@ class ClientConfig:
     @property
     def engine_ranks(self) -> tuple[int, ...]:
         return tuple(range(self.engine_start_index, self.engine_start_index + self.engine_count))
-
-    def has_bug(self, name: str) -> bool:
-        return name in self.bugs

@@ -12,20 +12,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Bug knobs accepted by ``--bug`` (see docs/engine.md for what each breaks).
-BUGS: dict[str, str] = {
-    "ignore-abort-immediately": "ECP-REJECT-1: runs abort_immediately requests like normal ones",
-    "no-terminal-output": "ECP-OUT-1: the last output of a finished request carries no finish_reason",
-    "duplicate-output": "ECP-OUT-1: every terminal output is sent twice",
-    "inconsistent-is-sleeping": "ECP-UTIL-4: odd ranks answer is_sleeping with the inverted value",
-    "reset-prefix-cache-fails": "ECP-UTIL-5: reset_prefix_cache always answers false",
-    "crash-on-bad-frame": "ECP-ROB-1: a malformed input frame kills the engine (ENGINE_CORE_DEAD)",
-    "wrong-call-id": "ECP-UTIL-1: utility replies carry call_id + 1",
-    "ignore-abort": "ECP-ABORT-2: client ABORTs are ignored; the request keeps producing tokens",
-    "bare-utility-result": "ECP-UTIL-2: utility results are sent as bare values, not [type_info, value]",
-    "wave-complete-to-client": "ECP-OUT-6: wave_complete is sent to client 0 instead of the coordinator",
-    "tokens-after-finish": "ECP-OUT-1: one more token output follows every terminal output",
-}
+from .faults import FAULTS
+
+#: Bug knobs accepted by ``--bug``: the faults of :mod:`.faults` (see docs/engine.md for each)
+BUGS: dict[str, str] = {name: f"{f.clause}: {f.does}" for name, f in FAULTS.items()}
 
 EXECUTORS = ("synthetic", "torch")
 KV_ROLES = ("producer", "consumer", "both")
@@ -100,9 +90,6 @@ class EngineConfig:
         for bug in self.bugs:
             if bug not in BUGS:
                 raise ValueError(f"unknown --bug {bug!r}; known: {', '.join(BUGS)}")
-
-    def has_bug(self, name: str) -> bool:
-        return name in self.bugs
 
     def replace(self, **changes: Any) -> "EngineConfig":
         return dataclasses.replace(self, **changes)

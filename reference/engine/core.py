@@ -56,8 +56,8 @@ class PauseState(enum.Enum):
 
 @dataclass
 class Outbound:
-    """One message to send: ``payload`` is an ``EngineCoreOutputs`` (or, for a
-    bug knob, a raw list) for ``outputs[client_index]`` or the coordinator."""
+    """One message to send: ``payload`` is an ``EngineCoreOutputs`` (or, from a
+    fault of :mod:`.faults`, a raw list) for ``outputs[client_index]`` or the coordinator."""
 
     client_index: int
     payload: Any
@@ -160,7 +160,7 @@ class EngineCore:
             self.reject(rid, arrival_client, "invalid_client_index",
                         f"client_index {client} has no output socket (engine has {self.num_clients})")
             return
-        abort_now = req.abort_immediately and not self.config.has_bug("ignore-abort-immediately")
+        abort_now = req.abort_immediately
         params = req.kv_transfer_params
         if self.pause is not PauseState.UNPAUSED and not abort_now:
             self.reject(rid, client, "engine_paused", PAUSED_MESSAGE, retryable=True)
@@ -242,8 +242,6 @@ class EngineCore:
     # ------------------------------------------------------------------ ABORT
     def abort_requests(self, request_ids: list[str]) -> int:
         """Client ABORT: end every known id without output. Returns how many ended."""
-        if self.config.has_bug("ignore-abort"):
-            return 0
         found = []
         seen = set()
         for rid in request_ids:
@@ -321,8 +319,7 @@ class EngineCore:
     def _maybe_complete_wave(self) -> None:
         if not self.has_coordinator or not self.engines_running or self.scheduler.has_unfinished():
             return
-        target = 0 if self.config.has_bug("wave-complete-to-client") else COORDINATOR
-        self._emit(target, EngineCoreOutputs(engine_index=self.engine_index, timestamp=self.clock(),
+        self._emit(COORDINATOR, EngineCoreOutputs(engine_index=self.engine_index, timestamp=self.clock(),
                                              wave_complete=self.current_wave))
         self.current_wave += 1
         self.engines_running = False
@@ -390,7 +387,6 @@ class EngineCore:
         cfg = self.config
         per_client: dict[int, list[EngineCoreOutput]] = {}
         finished_any = False
-        extra_msgs: list[tuple[int, EngineCoreOutput]] = []
         for req, _n in sched.scheduled:
             if req.status is not Status.RUNNING:
                 continue
@@ -431,16 +427,10 @@ class EngineCore:
             if finish is not None:
                 finished_any = True
                 out.kv_transfer_params = self._end(req, aborted=False)
-                if not cfg.has_bug("no-terminal-output"):
-                    out.finish_reason = finish
-                    out.stop_reason = stop_reason
+                out.finish_reason = finish
+                out.stop_reason = stop_reason
                 if self.include_finished_set:
                     self._finished_for_client.setdefault(req.client_index, set()).add(req.request_id)
-                if cfg.has_bug("duplicate-output"):
-                    extra_msgs.append((req.client_index, out))
-                if cfg.has_bug("tokens-after-finish"):
-                    extra_msgs.append((req.client_index, EngineCoreOutput(
-                        request_id=req.request_id, new_token_ids=[new[-1] if new else 17])))
             per_client.setdefault(req.client_index, []).append(out)
         stats_attached = not self.log_stats
         for client, outs in per_client.items():
@@ -451,9 +441,6 @@ class EngineCore:
                 msg.scheduler_stats = self.make_stats()
                 stats_attached = True
             self._emit(client, msg)
-        for client, out in extra_msgs:
-            self._emit(client, EngineCoreOutputs(engine_index=self.engine_index, outputs=[out],
-                                                 timestamp=now, weight_version=self.weight_version))
         if per_client:
             self._stats_dirty = finished_any
         elif finished_any or sched.preempted:
@@ -508,15 +495,10 @@ class EngineCore:
 
     def _reply(self, call: UtilityRequest, client: int, *, value: Any = None, failure: str | None = None) -> None:
         call_id = call.call_id
-        if self.config.has_bug("wrong-call-id"):
-            call_id = (call_id + 1) % 2**64
         now = self.clock()
         if failure is not None:
             self._emit(client, EngineCoreOutputs(engine_index=self.engine_index, timestamp=now,
                                                  utility_output=UtilityOutput(call_id, failure, None)))
-        elif self.config.has_bug("bare-utility-result"):
-            self._emit(client, [self.engine_index, [], None, now, [call_id, None, value],
-                                None, None, None, None])
         else:
             self._emit(client, EngineCoreOutputs(
                 engine_index=self.engine_index, timestamp=now,
@@ -554,10 +536,7 @@ class EngineCore:
 
     # -- the methods (wire names) -------------------------------------------
     def u_is_sleeping(self) -> bool:
-        value = bool(self.sleeping_tags)
-        if self.config.has_bug("inconsistent-is-sleeping") and self.engine_index % 2 == 1:
-            value = not value
-        return value
+        return bool(self.sleeping_tags)
 
     def u_sleep(self, level: int = 1, mode: str = "abort") -> Any:
         if not isinstance(level, int) or level not in (0, 1, 2):
@@ -592,8 +571,6 @@ class EngineCore:
         return awake
 
     def u_reset_prefix_cache(self, reset_running_requests: bool = False, reset_connector: bool = False) -> bool:
-        if self.config.has_bug("reset-prefix-cache-fails"):
-            return False
         if reset_running_requests:
             self.scheduler.preempt_all_running()
         if reset_connector and self.connector is not None:

@@ -39,6 +39,7 @@ from ecp.spec.recover import recover_add_frames
 
 from .config import EngineConfig
 from .core import COORDINATOR, EngineCore
+from .faults import FaultLayer, InjectedCrash
 from .kv_connector import ReferenceKVConnector
 
 log = logging.getLogger("ecp.engine")
@@ -99,6 +100,8 @@ class EngineServer:
         self.core: EngineCore | None = None
         #: the engine side of the protocol, here for the handshake (the serving loop speaks the codec)
         self.machine = EngineConnection(rank)
+        #: the deliberate faults of ``--bug`` (inactive without any), between the sockets and the core
+        self.faults = FaultLayer(config.bugs, rank)
         self.ready = threading.Event()
         self.exit_code: int | None = None
         self.bad_frames = 0
@@ -344,13 +347,19 @@ class EngineServer:
         except RemoteProtocolError as exc:
             self.bad_frames += 1
             log.warning("[%s] dropped a bad input message from client %d: %s", exc.clause, client, exc)
-            if self.config.has_bug("crash-on-bad-frame"):
-                raise _Fatal(f"bad input frame ({exc.clause})") from None
+            try:
+                self.faults.on_bad_frame(exc)
+            except InjectedCrash as crash:
+                raise _Fatal(str(crash)) from None
             recovered = recover_add_frames(frames)
             if recovered is not None:
                 # answered on the socket it came in on, as before (ECP-ROB-2)
                 core.reject(recovered.request_id, client, "invalid_request", f"[{exc.clause}] {exc.message}")
             return
+        if self.faults:
+            msg = self.faults.on_input(msg)
+            if msg is None:
+                return
         if isinstance(msg, AddMessage):
             core.add_request(msg.request, client)
         elif isinstance(msg, AbortMessage):
@@ -384,7 +393,10 @@ class EngineServer:
     # ------------------------------------------------------------------ sending
     def _flush(self) -> None:
         core = self.core
-        for ob in core.take_outbox():
+        outbox = core.take_outbox()
+        if self.faults:
+            outbox = [out for ob in outbox for out in self.faults.on_output(ob)]
+        for ob in outbox:
             if ob.client_index == COORDINATOR:
                 sock = self._coord_push
             elif 0 <= ob.client_index < len(self._outputs):

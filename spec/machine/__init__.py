@@ -10,10 +10,9 @@ frames out, no I/O), driven by the transition tables of :mod:`.table` that
 recorded as a :class:`Violation`.
 """
 
-from .connection import (
-    CLOSED_STATES, RESERVED_CALL_IDS, EngineConnection, EngineView, FrontendConnection, Mode, PendingCall,
-    RequestState, Violation,
-)
+from .connection import CLOSED_STATES, RESERVED_CALL_IDS, EngineView, Mode, PendingCall, RequestState, Violation
+from .engine import EngineConnection
+from .frontend import FrontendConnection
 from .events import (
     COORDINATOR, Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineDead, EngineHello, EngineReady, Event,
     Init, Outputs, Registration, Send, StartWave, UtilityCall, input_socket, output_socket, parse_socket,

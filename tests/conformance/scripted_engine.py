@@ -24,7 +24,10 @@ import zmq
 from ecp.spec import (
     AbortMessage, AddMessage, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, FinishReason,
     Hello, ProtocolError, Ready, RequestError, StartDPWaveMessage, UtilityMessage, UtilityOutput, UtilityResult,
-    XSUB_SUBSCRIBE, decode_any, decode_init, recover_add_frames, decode_input, encode_engine_dead, encode_handshake, encode_outputs, engine_identity,
+    LocalProtocolError, decode_any, recover_add_frames, decode_input, encode_engine_dead, encode_handshake, encode_outputs, engine_identity,
+)
+from ecp.spec.machine import (
+    CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineHello, EngineReady, Registration, input_socket,
 )
 
 MAX_MODEL_LEN = 256
@@ -95,13 +98,18 @@ class Rank:
         hs.setsockopt(zmq.IDENTITY, self.identity)
         hs.setsockopt(zmq.LINGER, 1000)
         hs.connect(self.address)
-        hello = b"\x81\xa6status\xa5HELLO" if "bad-hello" in self.bugs else encode_handshake(Hello(local=True, headless=True))
-        hs.send(hello)
+        # the engine side of the protocol: every step goes through the machine, and a bug knob that
+        # breaks a rule sends its frames around it (send_raw) so the machine still follows
+        m = self.machine = EngineConnection(self.rank)
+        if "bad-hello" in self.bugs:
+            hs.send_multipart(m.send_raw("handshake", [b"\x81\xa6status\xa5HELLO"]).frames)
+        else:
+            self.send_all({"handshake": hs}, m.send(EngineHello(self.rank, Hello(local=True, headless=True))))
         while not hs.poll(100):
             if self.stop.is_set():
                 raise Crash("stopped before INIT")
-        init = decode_init(hs.recv())
-        a = init.addresses
+        [init] = m.receive("handshake", hs.recv_multipart())
+        a = init.init.addresses
         self.inputs, self.outputs = [], []
         for addr in a.inputs:
             s = self.ctx.socket(zmq.DEALER)
@@ -120,30 +128,45 @@ class Rank:
             pipeline_parallel_size=1, decode_context_parallel_size=1, data_parallel_rank=self.rank,
             max_num_seqs=64, max_num_batched_tokens=2048, instance_id=f"scripted-{self.rank}",
             supports_lora=False, max_loras=0, enable_sleep_mode="no-sleep-mode" not in self.bugs)
-        payload = b"" if "empty-ready" in self.bugs else encode_handshake(ready)
-        for i, s in enumerate(self.inputs):
+        sockets = {"handshake": hs, **{input_socket(i): s for i, s in enumerate(self.inputs)}}
+        for i in range(len(self.inputs)):
             if i > 0 and "first-input-only" in self.bugs:
                 continue
-            s.send(payload)
+            [reg] = m.send(Registration(self.rank, i, None if "empty-ready" in self.bugs else ready))
+            self.send_all(sockets, [reg])
             if "double-registration" in self.bugs:
-                s.send(payload)
+                self.send_all(sockets, [m.send_raw(reg.socket, reg.frames)])
         self.coord_push = None
         if a.coordinator_input is not None and "no-coordinator-gate" not in self.bugs:
             sub = self.ctx.socket(zmq.XSUB)
             sub.setsockopt(zmq.LINGER, 0)
             sub.connect(a.coordinator_input)
-            sub.send(XSUB_SUBSCRIBE)
-            while not sub.poll(100):
-                if self.stop.is_set():
-                    raise Crash("stopped during the coordinator gate")
-            sub.recv_multipart()  # READY
+            self.send_all({"coordinator_input": sub}, m.send(CoordinatorSubscribe(self.rank)))
+            gate = False
+            while not gate:
+                while not sub.poll(100):
+                    if self.stop.is_set():
+                        raise Crash("stopped during the coordinator gate")
+                gate = any(isinstance(e, CoordinatorReady) for e in m.receive("coordinator_input", sub.recv_multipart()))
             self.coord_sub = sub
             self.coord_push = self.ctx.socket(zmq.PUSH)
             self.coord_push.setsockopt(zmq.LINGER, 0)
             self.coord_push.connect(a.coordinator_output)
         if "no-ready" not in self.bugs:
-            hs.send(encode_handshake(Ready(local=True, headless=True)))
+            event = EngineReady(self.rank, Ready(local=True, headless=True))
+            try:
+                sends = m.send(event)
+            except LocalProtocolError:
+                if not {"first-input-only", "no-coordinator-gate"} & self.bugs:
+                    raise
+                sends = [m.send_raw("handshake", [encode_handshake(event.ready)])]  # READY too early, on purpose
+            self.send_all(sockets, sends)
         self.hs = hs
+
+    @staticmethod
+    def send_all(sockets: dict, sends) -> None:
+        for send in sends:
+            sockets[send.socket].send_multipart(send.frames)
 
     # ---------------------------------------------------------------- outputs
     def emit(self, client: int, outs=(), utility=None, finished=None) -> None:

@@ -167,3 +167,81 @@ class Machines(RuleBasedStateMachine):
 Machines.TestCase.settings = settings(max_examples=150, stateful_step_count=50, deadline=None,
                                       suppress_health_check=[HealthCheck.too_slow])
 TestMachines = Machines.TestCase
+
+
+# ------------------------------------------------------------------ the handshake, against an oracle
+from hypothesis import given  # noqa: E402
+
+from ecp.spec import Hello, Ready  # noqa: E402
+from ecp.spec.machine import (  # noqa: E402
+    CoordinatorReady, CoordinatorSubscribe, EngineHello, EngineReady, Init, Registration,
+)
+
+from machine_pair import ready_response  # noqa: E402
+
+STEPS = st.lists(st.sampled_from(["hello", "init", "reg0", "reg1", "subscribe", "gate", "ready"]), max_size=12)
+
+
+def oracle(step: str, s: dict) -> str | None:
+    """The clause a step breaks in handshake state ``s`` (None: legal), from spec/PROTOCOL.md section 2."""
+    if step == "hello":
+        return "ECP-HS-7" if s["hello"] else None
+    if step == "init":
+        return "ECP-HS-2" if not s["hello"] else "ECP-HS-7" if s["init"] else None
+    if step.startswith("reg"):
+        if not s["init"]:
+            return "ECP-HS-7"
+        return "ECP-HS-11" if int(step[3]) in s["reg"] else None
+    if step == "subscribe":
+        if not s["coordinator"] or not s["init"] or s["ready"] or s["subscribed"]:
+            return "skip"  # no coordinator to subscribe to, or a state the table leaves unlisted
+        return "ECP-HS-6" if len(s["reg"]) < 2 else None
+    if step == "gate":
+        return None if s["coordinator"] and s["subscribed"] else "skip"
+    if step == "ready":
+        if s["ready"] or not s["hello"] or not s["init"]:
+            return "ECP-HS-7"
+        if len(s["reg"]) < 2:
+            return "ECP-HS-5"
+        if s["coordinator"] and not s["gated"]:
+            return "ECP-HS-6"
+        return None
+    raise AssertionError(step)
+
+
+@settings(max_examples=100, deadline=None)
+@given(coordinator=st.booleans(), steps=STEPS)
+def test_handshake_steps_raise_exactly_when_the_oracle_says(coordinator, steps):
+    p = Pair(clients=2, coordinator=coordinator)
+    eng = p.engines[0]
+    s = {"hello": False, "init": False, "reg": set(), "subscribed": False, "gated": False, "ready": False,
+         "coordinator": coordinator}
+    for step in steps:
+        clause = oracle(step, s)
+        if clause == "skip":
+            continue
+        if step == "init":
+            act = lambda: p.f(Init(0, p.init()))  # noqa: E731
+        elif step == "gate":
+            act = lambda: p.f(CoordinatorReady())  # noqa: E731
+        else:
+            event = {"hello": EngineHello(0, Hello(local=True, headless=False)),
+                     "reg0": Registration(0, 0, ready_response(0)), "reg1": Registration(0, 1, ready_response(0)),
+                     "subscribe": CoordinatorSubscribe(0),
+                     "ready": EngineReady(0, Ready(local=True, headless=False))}[step]
+            act = lambda event=event: p.e(event)  # noqa: E731
+        before = (eng.view.handshake, set(eng.view.registered), p.fe.engine(0).handshake)
+        if clause is None:
+            act()  # legal: neither machine raises
+            s.update({"hello": s["hello"] or step == "hello", "init": s["init"] or step == "init",
+                      "subscribed": s["subscribed"] or step == "subscribe", "gated": s["gated"] or step == "gate",
+                      "ready": s["ready"] or step == "ready"})
+            if step.startswith("reg"):
+                s["reg"].add(int(step[3]))
+        else:
+            with pytest.raises(LocalProtocolError) as info:
+                act()
+            assert info.value.clause == clause, (step, s, str(info.value))
+            assert (eng.view.handshake, set(eng.view.registered), p.fe.engine(0).handshake) == before
+    assert p.fe.violations == [] and eng.violations == []
+    assert p.fe.handshake_done == s["ready"]

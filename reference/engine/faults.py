@@ -1,0 +1,140 @@
+"""Deliberate faults of the reference engine (``ecp engine --bug NAME``), in one layer.
+
+The engine core and server implement the protocol correctly; the conformance
+suite proves itself by running against an engine that breaks one rule on
+purpose and checking that the cases naming that rule fail. Each fault is a
+row of :data:`FAULTS` (its name, the clause it breaks, what it does) and is
+carried out here, *between* the server's sockets and the core: a fault
+rewrites, drops or adds messages on their way in (:meth:`FaultLayer.on_input`)
+or out (:meth:`FaultLayer.on_output`), so nothing in the core or the server
+knows about it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable
+
+import msgspec
+
+from ecp.spec import (
+    AbortMessage, AddMessage, EngineCoreOutput, EngineCoreOutputs, InputMessage, ProtocolError, UtilityMessage,
+    UtilityOutput, UtilityResult,
+)
+from ecp.spec.machine import COORDINATOR
+
+if TYPE_CHECKING:  # the core imports the config, which imports this table
+    from .core import Outbound
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One named fault: ``clause`` is the rule it breaks, ``does`` says how."""
+
+    name: str
+    clause: str
+    does: str
+
+
+FAULTS: dict[str, Fault] = {f.name: f for f in (
+    Fault("ignore-abort-immediately", "ECP-REJECT-1", "runs abort_immediately requests like normal ones"),
+    Fault("no-terminal-output", "ECP-OUT-1", "the last output of a finished request carries no finish_reason"),
+    Fault("duplicate-output", "ECP-OUT-1", "every terminal output is sent twice"),
+    Fault("inconsistent-is-sleeping", "ECP-UTIL-4", "odd ranks answer is_sleeping with the inverted value"),
+    Fault("reset-prefix-cache-fails", "ECP-UTIL-5", "reset_prefix_cache always answers false"),
+    Fault("crash-on-bad-frame", "ECP-ROB-1", "a malformed input frame kills the engine (ENGINE_CORE_DEAD)"),
+    Fault("wrong-call-id", "ECP-UTIL-1", "utility replies carry call_id + 1"),
+    Fault("ignore-abort", "ECP-ABORT-2", "client ABORTs are ignored; the request keeps producing tokens"),
+    Fault("bare-utility-result", "ECP-UTIL-2", "utility results are sent as bare values, not [type_info, value]"),
+    Fault("wave-complete-to-client", "ECP-OUT-6", "wave_complete is sent to client 0 instead of the coordinator"),
+    Fault("tokens-after-finish", "ECP-OUT-1", "one more token output follows every terminal output"),
+)}
+
+
+class InjectedCrash(Exception):
+    """Raised by the ``crash-on-bad-frame`` fault: the server takes its fatal exit."""
+
+
+class FaultLayer:
+    """The faults an engine runs with; inactive (``bool(layer)`` is false) without any."""
+
+    def __init__(self, names: Iterable[str], engine_index: int) -> None:
+        self.names = frozenset(names)
+        unknown = self.names - set(FAULTS)
+        if unknown:
+            raise ValueError(f"unknown fault(s) {sorted(unknown)}; known: {', '.join(FAULTS)}")
+        self.engine_index = engine_index
+        #: call_id -> method name of the pending utility calls a fault rewrites the reply of
+        self._calls: dict[int, str] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.names)
+
+    # ------------------------------------------------------------------ in
+    def on_bad_frame(self, error: ProtocolError) -> None:
+        """A frame that failed to decode: ``crash-on-bad-frame`` dies of it."""
+        if "crash-on-bad-frame" in self.names:
+            raise InjectedCrash(f"bad input frame ({error.clause})")
+
+    def on_input(self, msg: InputMessage) -> InputMessage | None:
+        """The message the core gets instead of ``msg`` (``None``: it never arrives)."""
+        if isinstance(msg, AddMessage) and msg.request.abort_immediately \
+                and "ignore-abort-immediately" in self.names:
+            return AddMessage(msgspec.structs.replace(msg.request, abort_immediately=False))
+        if isinstance(msg, AbortMessage) and "ignore-abort" in self.names:
+            return None
+        if isinstance(msg, UtilityMessage):
+            method = msg.call.method_name
+            if (method == "is_sleeping" and "inconsistent-is-sleeping" in self.names) or \
+                    (method == "reset_prefix_cache" and "reset-prefix-cache-fails" in self.names):
+                self._calls[msg.call.call_id] = method
+        return msg
+
+    # ------------------------------------------------------------------ out
+    def on_output(self, ob: Outbound) -> list[Outbound]:
+        """What goes out instead of ``ob`` (``payload`` may become a raw list for the encoder)."""
+        msg = ob.payload
+        if not isinstance(msg, EngineCoreOutputs):
+            return [ob]
+        names = self.names
+        if msg.wave_complete is not None and ob.client_index == COORDINATOR and "wave-complete-to-client" in names:
+            return [type(ob)(0, msg)]
+        if msg.utility_output is not None:
+            return [self._reply(ob, msg)]
+        extra: list[Outbound] = []
+        outs: list[EngineCoreOutput] = []
+        for out in msg.outputs:
+            if out.finish_reason is not None:
+                if "duplicate-output" in names:
+                    extra.append(self._single(ob, msg, out))
+                if "tokens-after-finish" in names:
+                    token = out.new_token_ids[-1] if out.new_token_ids else 17
+                    extra.append(self._single(ob, msg, EngineCoreOutput(out.request_id, [token])))
+                if "no-terminal-output" in names:
+                    out = msgspec.structs.replace(out, finish_reason=None, stop_reason=None)
+            outs.append(out)
+        if outs != msg.outputs:
+            msg = msgspec.structs.replace(msg, outputs=outs)
+        return [type(ob)(ob.client_index, msg), *extra]
+
+    def _single(self, ob: Outbound, msg: EngineCoreOutputs, out: EngineCoreOutput) -> Outbound:
+        return type(ob)(ob.client_index, EngineCoreOutputs(engine_index=msg.engine_index, outputs=[out],
+                                                  timestamp=msg.timestamp, weight_version=msg.weight_version))
+
+    def _reply(self, ob: Outbound, msg: EngineCoreOutputs) -> Outbound:
+        client, uo = ob.client_index, msg.utility_output
+        call_id, result = uo.call_id, uo.result
+        method = self._calls.pop(call_id, None)
+        if result is not None and uo.failure_message is None:
+            if method == "is_sleeping" and self.engine_index % 2 == 1:
+                result = UtilityResult(None, not result.value)
+            elif method == "reset_prefix_cache":
+                result = UtilityResult(None, False)
+        if "wrong-call-id" in self.names:
+            call_id = (call_id + 1) % 2**64
+        if "bare-utility-result" in self.names and uo.failure_message is None:
+            value: Any = None if result is None else result.value
+            return type(ob)(client, [msg.engine_index, [], None, msg.timestamp, [call_id, None, value],
+                                     None, None, None, None])
+        return type(ob)(client, msgspec.structs.replace(
+            msg, utility_output=UtilityOutput(call_id, uo.failure_message, result)))

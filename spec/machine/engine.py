@@ -1,0 +1,244 @@
+"""The engine role's protocol machine; see :mod:`.connection` for the model."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..codec import (
+    ENGINE_DEAD, AbortMessage, AddMessage, StartDPWaveMessage, UtilityMessage, decode_handshake, decode_init,
+    decode_input, decode_outputs, encode_engine_dead, encode_handshake, encode_outputs,
+)
+from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
+from ..handshake import COORDINATOR_READY, XSUB_SUBSCRIBE, EngineHandshakeMetadata, Ready
+from ..recover import recover_add_frames
+from .connection import EngineView, Mode, _Checker, _Connection
+from .events import (
+    COORDINATOR, Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineDead, EngineHello, EngineReady, Event,
+    Init, Outputs, Registration, Send, StartWave, UtilityCall, input_socket, output_socket, parse_socket,
+)
+from .table import HANDSHAKE, LIVENESS, Row
+
+
+class EngineConnection(_Connection):
+    """The engine role for global DP rank ``rank``: its handshake DEALER, input
+    DEALERs, output PUSHes and (with a coordinator) its XSUB and PUSH."""
+
+    role = "engine"
+
+    def __init__(self, rank: int, *, mode: Mode = "strict") -> None:
+        super().__init__(mode)
+        self.rank = rank
+        self.view = EngineView(rank)
+        self.init: EngineHandshakeMetadata | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.view.handshake == "READY"
+
+    # ------------------------------------------------------------------ receive
+    def receive(self, socket: str, frames: Sequence[bytes]) -> list[Event]:
+        """Feed what ``socket`` received (DEALER/XSUB frames carry no identity); get the events.
+
+        An undecodable ADD whose request id can be read raises (or records) its
+        decode error with ``request_id``/``client_index`` set: answer it with
+        an ERROR output (``ECP-ROB-2``), which the machine then allows."""
+        kind, client = parse_socket(socket)
+        view = self.view
+        if kind == "handshake":
+            return self._recv_init(socket, frames)
+        if kind == "coordinator_input":
+            if [bytes(f) for f in frames] == [COORDINATOR_READY]:
+                chk = _Checker(self, local=False)
+
+                def gate(row: Row) -> None:
+                    if row.next is not None:
+                        view.handshake = row.next
+                        view.gate_passed = True
+                chk.step(HANDSHAKE, view.handshake, "CoordinatorReady", "the coordinator's READY", gate)
+                chk.finish(socket, frames, self.rank)
+                return [CoordinatorReady(self.rank)]
+            try:
+                msg = decode_input(frames)
+            except RemoteProtocolError as exc:
+                self._remote(exc, socket, frames, self.rank)
+                return []
+            if not isinstance(msg, StartDPWaveMessage):
+                self._remote(RemoteProtocolError(
+                    f"the coordinator sent {type(msg).__name__}; it only publishes START_DP_WAVE",
+                    clause="ECP-DP-4", got=type(msg).__name__), socket, frames, self.rank)
+                return []
+            chk = _Checker(self, local=False)
+            self._on_start_wave(chk, view, msg.wave)
+            chk.finish(socket, frames, self.rank)
+            return [StartWave(self.rank, msg.wave, COORDINATOR)]
+        if kind != "input":
+            raise LocalProtocolError(f"an engine receives nothing on {socket!r}", clause="ECP-SOCK-3", got=socket)
+        try:
+            msg = decode_input(frames)
+        except RemoteProtocolError as exc:
+            recovered = recover_add_frames(frames)
+            if recovered is not None:
+                exc.request_id = recovered.request_id
+                exc.client_index = recovered.client_index
+                chk = _Checker(self, local=False, lenient=True)
+                self._on_add(chk, view, recovered.request_id,
+                             client if recovered.client_index is None else recovered.client_index,
+                             "Add(undecodable)", None)
+                chk.finish(socket, frames, self.rank)
+            self._remote(exc, socket, frames, self.rank)
+            return []
+        chk = _Checker(self, local=False)
+        if isinstance(msg, AddMessage):
+            req = msg.request
+            self._on_add(chk, view, req.request_id, req.client_index, self._add_key(view, req), req.current_wave)
+            event: Event = Add(self.rank, req, client)
+        elif isinstance(msg, AbortMessage):
+            self._on_abort(chk, view, msg.request_ids)
+            event = Abort(self.rank, msg.request_ids, client)
+        elif isinstance(msg, UtilityMessage):
+            self._on_utility_call(chk, view, msg.call)
+            event = UtilityCall(self.rank, msg.call)
+        else:
+            self._on_start_wave(chk, view, msg.wave)
+            event = StartWave(self.rank, msg.wave, client)
+        chk.finish(socket, frames, self.rank)
+        return [event]
+
+    def _recv_init(self, socket: str, frames: Sequence[bytes]) -> list[Event]:
+        view = self.view
+        if len(frames) != 1:
+            self._remote(HandshakeError(f"INIT is one frame, got {len(frames)}", clause="ECP-HS-7",
+                                             expected="1 frame", got=len(frames)), socket, frames, self.rank)
+            if not frames:
+                return []
+        try:
+            init = decode_init(frames[-1])
+        except RemoteProtocolError as exc:
+            self._remote(exc, socket, frames, self.rank)
+            return []
+        chk = _Checker(self, local=False)
+
+        def take(row: Row) -> None:
+            if row.next is not None:
+                view.handshake = row.next
+            self.init = init
+            view.clients = len(init.addresses.inputs)
+            view.coordinator = init.addresses.coordinator_input is not None
+        chk.step(HANDSHAKE, view.handshake, "Init", "INIT", take)
+        chk.finish(socket, frames, self.rank)
+        return [Init(self.rank, init)]
+
+    def send_raw(self, socket: str, frames: Sequence[bytes]) -> Send:
+        """Send ``frames`` exactly as given, around the rules (a test peer misbehaving on purpose:
+        a ready payload with extra keys, a second registration, READY too early).
+
+        Nothing is checked; what the frames say still moves the machine as far as it can be read.
+        """
+        frames = [bytes(f) for f in frames]
+        view = self.view
+        kind, client = parse_socket(socket)
+        if kind == "handshake" and len(frames) == 1:
+            try:
+                msg = decode_handshake(frames[0])
+            except ProtocolError:
+                msg = None
+            if view.handshake == "START" and not isinstance(msg, Ready):
+                # a malformed first message stands for HELLO: the frontend may still answer with INIT
+                view.hello, view.handshake = msg, "HELLO"
+            elif isinstance(msg, Ready):
+                view.ready, view.handshake = msg, "READY"
+        elif kind == "input" and view.handshake in ("REGISTERING", "READY") and client not in view.registered:
+            view.registered.add(client)
+        elif kind == "coordinator_input" and frames == [XSUB_SUBSCRIBE] and view.handshake == "REGISTERING":
+            view.handshake = "SUBSCRIBED"
+        elif kind in ("output", "coordinator_output"):
+            try:
+                msg = decode_outputs(frames)
+            except ProtocolError:
+                msg = None
+            if msg is ENGINE_DEAD:
+                view.liveness = "DEAD"
+            elif msg is not None:
+                chk = _Checker(self, local=True, lenient=True)
+                self._check_outputs(chk, view, COORDINATOR if client is None else client, msg)
+                chk.finish(socket, frames, self.rank)
+        return Send(socket, frames)
+
+    # ------------------------------------------------------------------ send
+    def send(self, event: Event) -> list[Send]:
+        """The frames that say ``event``; :class:`LocalProtocolError` if the rules forbid it now."""
+        view = self.view
+        if getattr(event, "rank", self.rank) != self.rank:
+            raise LocalProtocolError(f"this is the machine of rank {self.rank}, not {event.rank}",
+                                     clause="ECP-OUT-2", expected=self.rank, got=event.rank)
+        chk = _Checker(self, local=True)
+        if isinstance(event, EngineHello):
+            def hello(row: Row) -> None:
+                view.hello = event.hello
+                view.handshake = row.next or view.handshake
+            chk.step(HANDSHAKE, view.handshake, "EngineHello", "HELLO", hello)
+            out = [Send("handshake", [encode_handshake(event.hello)])]
+        elif isinstance(event, Registration):
+            c = event.client
+            if view.clients is not None and not 0 <= c < view.clients:
+                raise LocalProtocolError(f"INIT named {view.clients} input(s), there is no input[{c}]",
+                                         clause="ECP-SOCK-3", expected=f"0..{view.clients - 1}", got=c)
+            key = ("Registration" if view.handshake in ("START", "HELLO") else
+                   "Registration(registered input)" if c in view.registered else "Registration(new input)")
+
+            def register(row: Row) -> None:
+                view.registered.add(c)
+                view.responses[c] = event.response
+                view.handshake = row.next or view.handshake
+            chk.step(HANDSHAKE, view.handshake, key, f"registration on input[{c}]", register)
+            payload = b"" if event.response is None else encode_handshake(event.response)
+            out = [Send(input_socket(c), [payload])]
+        elif isinstance(event, CoordinatorSubscribe):
+            if not view.coordinator:
+                raise LocalProtocolError("INIT names no coordinator to subscribe to", clause="ECP-HS-6")
+            key = "CoordinatorSubscribe"
+            if view.handshake == "REGISTERING":
+                key += "(all registered)" if view.all_registered else "(inputs missing)"
+
+            def sub(row: Row) -> None:
+                view.handshake = row.next or view.handshake
+            chk.step(HANDSHAKE, view.handshake, key, "the coordinator subscription", sub)
+            out = [Send("coordinator_input", [XSUB_SUBSCRIBE])]
+        elif isinstance(event, EngineReady):
+            if view.handshake == "REGISTERING":
+                key = ("EngineReady(inputs missing)" if not view.all_registered else
+                       "EngineReady(gate closed)" if view.coordinator else "EngineReady(registered, gate passed)")
+            elif view.handshake == "SUBSCRIBED":
+                key = "EngineReady(gate closed)"
+            elif view.handshake == "GATED":
+                key = "EngineReady(registered, gate passed)"
+            else:
+                key = "EngineReady"
+
+            def ready(row: Row) -> None:
+                view.ready = event.ready
+                view.handshake = row.next or view.handshake
+            chk.step(HANDSHAKE, view.handshake, key, "READY", ready)
+            out = [Send("handshake", [encode_handshake(event.ready)])]
+        elif isinstance(event, Outputs):
+            msg = event.outputs
+            if msg.engine_index != self.rank:
+                raise LocalProtocolError(f"engine_index {msg.engine_index} is not this engine's rank {self.rank}",
+                                         clause="ECP-OUT-2", expected=self.rank, got=msg.engine_index)
+            if event.client == COORDINATOR and not view.coordinator:
+                raise LocalProtocolError("INIT names no coordinator to send to", clause="ECP-OUT-6")
+            self._check_outputs(chk, view, event.client, msg)
+            if chk.errors:
+                raise chk.errors[0]
+            out = [Send(output_socket(event.client), encode_outputs(msg))]
+        elif isinstance(event, EngineDead):
+            def dead(row: Row) -> None:
+                view.liveness = row.next or view.liveness
+            chk.step(LIVENESS, view.liveness, "EngineDead", "ENGINE_CORE_DEAD", dead)
+            clients = range(view.clients or 0) if event.client is None else [event.client]
+            out = [Send(output_socket(c), encode_engine_dead()) for c in clients]
+        else:
+            raise LocalProtocolError(f"an engine does not send {type(event).__name__}", clause="ECP-SOCK-3",
+                                     got=type(event).__name__)
+        chk.finish(out[0].socket if out else "", out[0].frames if out else [], self.rank)
+        return out

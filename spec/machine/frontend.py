@@ -1,0 +1,343 @@
+"""The frontend (client) role's protocol machine; see :mod:`.connection` for the model."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..codec import (
+    ENGINE_DEAD, AbortMessage, AddMessage, StartDPWaveMessage, UtilityMessage, decode_handshake, decode_init,
+    decode_input, decode_outputs, decode_ready_response, encode_abort, encode_add, encode_handshake, encode_input,
+    encode_utility,
+)
+from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
+from ..handshake import COORDINATOR_READY, XSUB_SUBSCRIBE, EngineHandshakeMetadata, Hello, rank_of_identity
+from ..recover import recover_add_frames
+from .connection import EngineView, Mode, _Checker, _Connection
+from .events import (
+    COORDINATOR, Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineDead, EngineHello, EngineReady, Event,
+    Init, Outputs, Registration, Send, StartWave, UtilityCall, input_socket, parse_socket,
+)
+from .table import HANDSHAKE, LIVENESS, Row
+
+
+class FrontendConnection(_Connection):
+    """The frontend (client) role for the engines of global ranks ``ranks``.
+
+    One machine serves every engine of a deployment: the handshake ROUTER,
+    the input ROUTERs and the output PULLs are shared between engines, so
+    the machine routes by identity (ROUTER frames start with it) and by
+    ``engine_index`` (outputs). ``bootstrapped=True``: there is no handshake
+    socket, engines register directly (as for vllm-rs started with
+    ``--engine-start-index``); then ``clients`` is the number of inputs.
+    """
+
+    role = "frontend"
+
+    def __init__(self, ranks: Sequence[int], *, clients: int = 1, bootstrapped: bool = False,
+                 mode: Mode = "strict") -> None:
+        super().__init__(mode)
+        self.ranks = tuple(ranks)
+        self.bootstrapped = bootstrapped
+        self.engines: dict[int, EngineView] = {r: EngineView(r) for r in self.ranks}
+        #: coordinator subscriptions seen on ``coordinator_input`` (the XPUB cannot tell engines apart)
+        self.subscriptions = 0
+        self.gate_open = False
+        #: ``ENGINE_CORE_DEAD`` seen on a PULL shared by several engines (not attributable)
+        self.dead_seen = False
+        if bootstrapped:
+            for v in self.engines.values():
+                v.handshake, v.clients = "REGISTERING", clients
+
+    # ------------------------------------------------------------------ views
+    def engine(self, rank: int) -> EngineView:
+        try:
+            return self.engines[rank]
+        except KeyError:
+            raise LocalProtocolError(f"rank {rank} is not one of this frontend's engines {list(self.ranks)}",
+                                     clause="ECP-HS-11", expected=list(self.ranks), got=rank) from None
+
+    @property
+    def handshake_done(self) -> bool:
+        return all(v.handshake == "READY" or (self.bootstrapped and v.all_registered)
+                   for v in self.engines.values())
+
+    def missing(self, stage: str) -> list[int]:
+        """Ranks that have not reached ``stage``: ``HELLO``, ``registration`` or ``READY``."""
+        out = []
+        for v in self.engines.values():
+            if stage == "HELLO":
+                done = self.bootstrapped or v.handshake != "START"
+            elif stage == "registration":
+                done = v.all_registered
+            elif stage == "READY":
+                done = self.bootstrapped or v.handshake == "READY"
+            else:
+                raise ValueError(stage)
+            if not done:
+                out.append(v.rank)
+        return out
+
+    def _rank_of(self, identity: bytes, socket: str, frames: Sequence[bytes]) -> int | None:
+        try:
+            rank = rank_of_identity(identity)
+        except RemoteProtocolError as exc:
+            exc.clause = "ECP-HS-11"
+            self._remote(exc, socket, frames, None)
+            return None
+        if rank not in self.engines:
+            self._remote(HandshakeError(
+                f"{socket}: identity {identity.hex()} (rank {rank}) is not one of the configured engines",
+                clause="ECP-HS-11", expected=list(self.ranks), got=rank), socket, frames, None)
+            return None
+        return rank
+
+    # ------------------------------------------------------------------ receive
+    def receive(self, socket: str, frames: Sequence[bytes]) -> list[Event]:
+        """Feed what ``socket`` received (ROUTER frames start with the identity); get the events."""
+        kind, index = parse_socket(socket)
+        if kind == "handshake":
+            return self._recv_handshake(socket, frames)
+        if kind == "input":
+            return self._recv_registration(index, socket, frames)
+        if kind == "output":
+            return self._recv_outputs(index, socket, frames)
+        if kind == "coordinator_output":
+            return self._recv_outputs(COORDINATOR, socket, frames)
+        if kind == "coordinator_input":
+            if frames and bytes(frames[0])[:1] == XSUB_SUBSCRIBE:
+                self.subscriptions += 1
+                return [CoordinatorSubscribe(-1)]
+            return []
+        raise LocalProtocolError(f"a frontend has no socket {socket!r}", clause="ECP-SOCK-1", got=socket)
+
+    def _recv_handshake(self, socket: str, frames: Sequence[bytes]) -> list[Event]:
+        rank = self._rank_of(bytes(frames[0]), socket, frames) if frames else None
+        if rank is None:
+            return []
+        view = self.engines[rank]
+        if len(frames) != 2:
+            self._remote(HandshakeError(
+                f"a handshake message is one frame after the identity, got {len(frames) - 1}",
+                clause="ECP-HS-7", expected="2 frames at the ROUTER", got=len(frames)), socket, frames, rank)
+            if len(frames) < 2:
+                return []
+        try:
+            msg = decode_handshake(frames[1])
+        except RemoteProtocolError as exc:
+            self._remote(exc, socket, frames, rank)
+            if view.handshake == "START":  # recording: a malformed first message stands for HELLO
+                view.handshake = "HELLO"
+            return []
+        chk = _Checker(self, local=False)
+        if isinstance(msg, Hello):
+            def hello(row: Row) -> None:
+                view.hello = msg
+                view.handshake = row.next or view.handshake
+            chk.step(HANDSHAKE, view.handshake, "EngineHello", f"HELLO from rank {rank}", hello)
+            chk.finish(socket, frames, rank)
+            return [EngineHello(rank, msg)]
+
+        def ready(row: Row) -> None:
+            view.ready = msg
+            view.handshake = row.next or view.handshake
+        chk.step(HANDSHAKE, view.handshake, self._ready_key(view), f"READY from rank {rank}", ready)
+        chk.finish(socket, frames, rank)
+        return [EngineReady(rank, msg)]
+
+    def _ready_key(self, view: EngineView) -> str:
+        if view.handshake != "REGISTERING":
+            return "EngineReady"
+        if view.coordinator and not self.gate_open:
+            return "EngineReady(gate closed)"
+        if not view.all_registered:
+            return "EngineReady(inputs unseen)"
+        return "EngineReady(registered, gate passed)"
+
+    def _recv_registration(self, client: int, socket: str, frames: Sequence[bytes]) -> list[Event]:
+        rank = self._rank_of(bytes(frames[0]), socket, frames) if frames else None
+        if rank is None:
+            return []
+        view = self.engines[rank]
+        key = ("Registration" if view.handshake in ("START", "HELLO") else
+               "Registration(registered input)" if client in view.registered else "Registration(new input)")
+        if len(frames) != 2:
+            self._remote(HandshakeError(
+                f"a registration is one frame after the identity, got {len(frames) - 1}", clause="ECP-HS-3",
+                expected="2 frames at the ROUTER", got=len(frames)), socket, frames, rank)
+            return []
+        try:
+            response = decode_ready_response(frames[1])
+        except RemoteProtocolError as exc:
+            self._remote(exc, socket, frames, rank)
+            response = None
+            if self.mode == "strict":
+                return []
+
+        def register(row: Row) -> None:
+            view.registered.add(client)
+            view.responses[client] = response
+            if row.next is not None:
+                view.handshake = row.next
+        chk = _Checker(self, local=False)
+        chk.step(HANDSHAKE, view.handshake, key, f"registration of rank {rank} on input[{client}]", register)
+        chk.finish(socket, frames, rank)
+        return [Registration(rank, client, response)]
+
+    def _recv_outputs(self, client: int, socket: str, frames: Sequence[bytes]) -> list[Event]:
+        try:
+            msg = decode_outputs(frames)
+        except RemoteProtocolError as exc:
+            self._remote(exc, socket, frames, None)
+            return []
+        if msg is ENGINE_DEAD:
+            if len(self.engines) == 1:
+                view = next(iter(self.engines.values()))
+                chk = _Checker(self, local=False)
+
+                def dead(row: Row) -> None:
+                    view.liveness = row.next or view.liveness
+                chk.step(LIVENESS, view.liveness, "EngineDead", f"ENGINE_CORE_DEAD on {socket}", dead)
+                chk.finish(socket, frames, view.rank)
+                return [EngineDead(view.rank, client)]
+            self.dead_seen = True
+            return [EngineDead(-1, client)]
+        rank = msg.engine_index
+        view = self.engines.get(rank)
+        if view is None:
+            self._remote(RemoteProtocolError(
+                f"{socket}: engine_index {rank} is not one of this frontend's engines {list(self.ranks)}",
+                clause="ECP-OUT-2", expected=list(self.ranks), got=rank), socket, frames, None)
+            return [Outputs(rank, client, msg)]
+        chk = _Checker(self, local=False)
+        self._check_outputs(chk, view, client, msg)
+        chk.finish(socket, frames, rank)
+        return [Outputs(rank, client, msg)]
+
+    # ------------------------------------------------------------------ send
+    def send(self, event: Event) -> list[Send]:
+        """The frames that say ``event``; :class:`LocalProtocolError` if the rules forbid it now."""
+        if isinstance(event, CoordinatorReady):
+            return self._send_gate(local=True)
+        if isinstance(event, StartWave) and event.client == COORDINATOR:
+            frames = encode_input(StartDPWaveMessage(event.wave))
+            for view in self.engines.values():
+                chk = _Checker(self, local=True)
+                self._on_start_wave(chk, view, event.wave)
+                chk.finish("coordinator_input", frames, view.rank)
+            return [Send("coordinator_input", frames)]
+        view = self.engine(event.rank)
+        chk = _Checker(self, local=True)
+        if isinstance(event, Init):
+            frames = [view.identity, encode_handshake(event.init)]
+
+            def init(row: Row) -> None:
+                self._take_init(view, event.init, row.next)
+            chk.step(HANDSHAKE, view.handshake, "Init", f"INIT to rank {view.rank}", init)
+            chk.finish("handshake", frames, view.rank)
+            return [Send("handshake", frames)]
+        if isinstance(event, Add):
+            client = event.on_client
+            self._check_input(chk, view, client, f"ADD {event.request.request_id!r}")
+            frames = [view.identity, *encode_add(event.request)]
+            # outputs go to outputs[client_index] whatever input carried the ADD (ECP-SOCK-4)
+            self._on_add(chk, view, event.request.request_id, event.request.client_index,
+                         self._add_key(view, event.request),
+                         event.request.current_wave)
+        elif isinstance(event, Abort):
+            client = event.client
+            self._check_input(chk, view, client, "ABORT")
+            frames = [view.identity, *encode_abort(event.request_ids)]
+            self._on_abort(chk, view, event.request_ids)
+        elif isinstance(event, UtilityCall):
+            call = event.call
+            client = call.client_index
+            self._check_input(chk, view, client, f"UTILITY {call.method_name}")
+            self._on_utility_call(chk, view, call)
+            if chk.errors:
+                raise chk.errors[0]
+            frames = [view.identity, *encode_utility(client, call.call_id, call.method_name, call.args)]
+        elif isinstance(event, StartWave):
+            client = event.client
+            self._check_input(chk, view, client, "START_DP_WAVE")
+            frames = [view.identity, *encode_input(StartDPWaveMessage(event.wave))]
+            self._on_start_wave(chk, view, event.wave)
+        else:
+            raise LocalProtocolError(f"a frontend does not send {type(event).__name__}", clause="ECP-SOCK-1",
+                                     got=type(event).__name__)
+        chk.finish(input_socket(client), frames, view.rank)
+        return [Send(input_socket(client), frames)]
+
+    def _take_init(self, view: EngineView, init: EngineHandshakeMetadata, next_state: str | None) -> None:
+        if next_state is not None:
+            view.handshake = next_state
+        view.clients = len(init.addresses.inputs)
+        view.coordinator = init.addresses.coordinator_input is not None
+
+    def _send_gate(self, local: bool) -> list[Send]:
+        waiting = [v for v in self.engines.values() if v.coordinator]
+        if local and self.subscriptions < len(waiting):
+            raise LocalProtocolError(
+                f"the coordinator gate opens once every engine subscribed ({self.subscriptions} of "
+                f"{len(waiting)})", clause="ECP-HS-6", expected=len(waiting), got=self.subscriptions)
+        self.gate_open = True
+        for v in waiting:
+            v.gate_passed = True
+        return [Send("coordinator_input", [COORDINATOR_READY])]
+
+    def send_raw(self, socket: str, frames: Sequence[bytes]) -> Send:
+        """Send ``frames`` exactly as given, around the rules (a peer misbehaving on purpose).
+
+        Nothing is checked; what the frames say still moves the machine (an
+        ADD with an id in flight makes the engine owe an ERROR output, an
+        undecodable ADD whose id can be read makes an ERROR answer legal), so
+        the engine's replies are judged as the protocol says they must be.
+        """
+        frames = [bytes(f) for f in frames]
+        kind, client = parse_socket(socket)
+        chk = _Checker(self, local=True, lenient=True)
+        if kind == "coordinator_input":
+            if frames == [COORDINATOR_READY]:
+                self._send_gate(local=False)
+            else:
+                try:
+                    msg = decode_input(frames)
+                except ProtocolError:
+                    msg = None
+                if isinstance(msg, StartDPWaveMessage):
+                    for view in self.engines.values():
+                        self._on_start_wave(chk, view, msg.wave)
+            chk.finish(socket, frames, None)
+            return Send(socket, frames)
+        if kind not in ("handshake", "input") or not frames or len(frames[0]) != 2:
+            return Send(socket, frames)
+        view = self.engines.get(int.from_bytes(frames[0], "little"))
+        if view is None:
+            return Send(socket, frames)
+        if kind == "handshake":
+            try:
+                init = decode_init(frames[-1])
+            except ProtocolError:
+                return Send(socket, frames)
+            self._take_init(view, init, "REGISTERING" if view.handshake in ("START", "HELLO") else None)
+            return Send(socket, frames)
+        try:
+            msg = decode_input(frames[1:])
+        except ProtocolError:
+            recovered = recover_add_frames(frames[1:])
+            if recovered is not None:
+                self._on_add(chk, view, recovered.request_id,
+                             client if recovered.client_index is None else recovered.client_index,
+                             "Add(undecodable)", None)
+            chk.finish(socket, frames, view.rank)
+            return Send(socket, frames)
+        if isinstance(msg, AddMessage):
+            self._on_add(chk, view, msg.request.request_id, msg.request.client_index,
+                         self._add_key(view, msg.request), msg.request.current_wave)
+        elif isinstance(msg, AbortMessage):
+            self._on_abort(chk, view, msg.request_ids)
+        elif isinstance(msg, UtilityMessage):
+            self._on_utility_call(chk, view, msg.call)
+        elif isinstance(msg, StartDPWaveMessage):
+            self._on_start_wave(chk, view, msg.wave)
+        chk.finish(socket, frames, view.rank)
+        return Send(socket, frames)
