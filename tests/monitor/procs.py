@@ -32,7 +32,8 @@ class Proc:
                                      stderr=subprocess.PIPE, text=True)
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
+        self._pumper = threading.Thread(target=self._pump, daemon=True)
+        self._pumper.start()
 
     def _pump(self) -> None:
         for line in self.proc.stderr:
@@ -61,6 +62,11 @@ class Proc:
                 self.proc.kill()
                 self.proc.wait(5)
         return self.proc.returncode
+
+    def close(self) -> None:
+        self.stop()
+        self._pumper.join(5)  # stderr ends with the process
+        self._log.close()
 
 
 class Deployment:
@@ -115,7 +121,7 @@ class Deployment:
         if getattr(self, "http", None) is not None:
             self.http.close()
         for p in reversed(self.procs):
-            p.stop()
+            p.close()
 
 
 def replay(capture: Path, report: Path) -> tuple[int, dict]:
