@@ -66,6 +66,7 @@ class Proc:
     def close(self) -> None:
         self.stop()
         self._pumper.join(5)  # stderr ends with the process
+        self.proc.stderr.close()
         self._log.close()
 
 
