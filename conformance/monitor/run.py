@@ -55,8 +55,7 @@ def live(args: argparse.Namespace) -> int:
     session.note("start", listen=bound, frontend=args.frontend, validator=session.validator.name,
                  fail_closed=args.fail_closed)
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     if args.duration is not None:
         timer = threading.Timer(args.duration, stop.set)
         timer.daemon = True
@@ -92,6 +91,8 @@ def live(args: argparse.Namespace) -> int:
             console.stop()
         if server is not None:
             server[0].shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return _finish(args, session, target, time.monotonic() - started, problems)
 
 

@@ -204,3 +204,18 @@ def test_prometheus_metrics_and_console_summary(tmp_path):
     snap = session.metrics.snapshot(2.0)
     out = render(snap, None)
     assert "hello 0.5/s (1)" in out and "ECP-FRAME-9 x1" in out and "engines 0" in out
+
+
+def test_the_cli_stops_after_duration_and_reports_an_idle_session(tmp_path):
+    from ecp.spec.cli import main as ecp_main
+
+    report = tmp_path / "r.json"
+    t0 = time.monotonic()
+    assert ecp_main(["monitor", "--listen", f"ipc://{tmp_path}/hs", "--frontend", f"ipc://{tmp_path}/fe",
+                     "--duration", "0.3", "--quiet", "--report-json", str(report)]) == 0
+    assert time.monotonic() - t0 < 10
+    doc = json.loads(report.read_text())
+    assert doc["traffic"]["messages_total"] == 0 and doc["exit_code"] == 0 and doc["validator"] == "machines"
+    # a listen address that cannot be bound is a usage-level error, not a traceback
+    assert ecp_main(["monitor", "--listen", "tcp://256.0.0.1:1", "--frontend", f"ipc://{tmp_path}/fe",
+                     "--quiet"]) == 2
