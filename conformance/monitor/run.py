@@ -48,8 +48,18 @@ def live(args: argparse.Namespace) -> int:
     relay = Relay(args.listen, args.frontend, session, relay_host=args.relay_host, fail_closed=args.fail_closed)
     try:
         bound = relay.start()
-    except RelayError as exc:
+        server = None
+        if args.metrics_port is not None:
+            from .metrics import start_prometheus
+
+            server = start_prometheus(session.metrics, session.clock, args.metrics_host, args.metrics_port)
+    except (RelayError, ImportError, OSError) as exc:
         relay.close()
+        session.close()
+        if isinstance(exc, ImportError):
+            return _fail("--metrics-port needs prometheus-client (pip install 'engine-core-protocol[serve]')")
+        if isinstance(exc, OSError):
+            return _fail(f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}")
         return _fail(str(exc))
     target = f"frontend {args.frontend} via monitor {bound}"
     session.note("start", listen=bound, frontend=args.frontend, validator=session.validator.name,
@@ -61,22 +71,10 @@ def live(args: argparse.Namespace) -> int:
         timer.daemon = True
         timer.start()
     console = None
-    if args.console_interval > 0 and not args.quiet or args.events:
+    if (args.console_interval > 0 and not args.quiet) or args.events:
         console = Console(session.metrics, session.clock, None if args.quiet else sys.stderr,
                           args.console_interval if args.console_interval > 0 else 5.0, session.events)
         console.start()
-    server = None
-    if args.metrics_port is not None:
-        try:
-            from .metrics import start_prometheus
-
-            server = start_prometheus(session.metrics, session.clock, args.metrics_host, args.metrics_port)
-        except ImportError:
-            relay.close()
-            return _fail("--metrics-port needs prometheus-client (pip install 'engine-core-protocol[serve]')")
-        except OSError as exc:
-            relay.close()
-            return _fail(f"cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {exc}")
     print(f"ecp monitor: listening on {bound} (engines connect here), relaying to {args.frontend}; "
           f"validator {session.validator.name}", file=sys.stderr, flush=True)
     started = time.monotonic()

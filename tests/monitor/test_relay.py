@@ -219,3 +219,16 @@ def test_the_cli_stops_after_duration_and_reports_an_idle_session(tmp_path):
     # a listen address that cannot be bound is a usage-level error, not a traceback
     assert ecp_main(["monitor", "--listen", "tcp://256.0.0.1:1", "--frontend", f"ipc://{tmp_path}/fe",
                      "--quiet"]) == 2
+
+
+def test_a_metrics_port_in_use_is_a_usage_error(tmp_path):
+    import socket
+
+    from ecp.spec.cli import main as ecp_main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert ecp_main(["monitor", "--listen", f"ipc://{tmp_path}/hs", "--frontend", f"ipc://{tmp_path}/fe",
+                         "--metrics-port", str(port), "--quiet"]) == 2
