@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "ecp.reference.engine.commands",  # engine
     "ecp.reference.frontend.commands",  # serve, bench serve
     "ecp.conformance.commands",     # conformance engine|frontend|list
+    "ecp.conformance.monitor.commands",  # monitor
 )
 
 
