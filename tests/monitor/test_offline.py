@@ -66,7 +66,7 @@ def _messages() -> list[Observed]:
         Observed(6, 0.6, "to_engine", 0, "input", 0, tuple(encode_abort(["a", "b"]))),
         Observed(7, 0.7, "to_engine", 0, "input", 0, (b"\x07", b"\x90")),             # unknown type byte
         Observed(8, 0.8, "to_engine", 0, "input", 0, tuple(encode_utility(0, 5, "is_sleeping"))),
-        Observed(9, 0.9, "to_frontend", 0, "output", 0, (b"\x92\xc7\x01\x01\x00",)),  # pickle ext: refused
+        Observed(9, 0.9, "to_frontend", 0, "output", 0, (b"\x91\xc7\x01\x01\x00",)),  # pickle ext: refused
         Observed(10, 1.0, "to_frontend", 0, "output", 0, (b"ENGINE_CORE_DEAD",)),
     ]
 
@@ -118,7 +118,7 @@ def test_session_reports_each_violation_once_with_context_and_writes_transcripts
     files = sorted(p.name for p in (tmp_path / "tr").iterdir())
     assert files == ["00001-ECP-FRAME-1.txt", "00002-ECP-SEC-1.txt"]
     text = (tmp_path / "tr" / files[1]).read_text()
-    assert "[ECP-SEC-1 MUST]" in text and "92c7010100" in text and "<undecodable: [ECP-SEC-1]" in text
+    assert "[ECP-SEC-1 MUST]" in text and "91c7010100" in text and "<undecodable: [ECP-SEC-1]" in text
     assert "#10 rank 0 output[0]" in text and "engine_dead" in text
     snap = session.metrics.snapshot(1.0)
     assert snap.messages[("to_engine", "undecodable")] == 1 and snap.messages[("to_frontend", "undecodable")] == 1
