@@ -12,7 +12,7 @@ from ecp.reference.client import (
 from ecp.spec import EngineHandshakeMetadata, EngineZmqAddresses
 from ecp_client_testkit import ScriptedEngine, ready_response, run, start_client, stop
 
-VLLM_INIT_DP1 = bytes.fromhex(  # FACTS 2.3
+VLLM_INIT_DP1 = bytes.fromhex(  # INIT as vLLM 0.33's Python frontend sends it (DP=1; spec/PROTOCOL.md ECP-HS-2)
     "82a961646472657373657385a6696e7075747391b57463703a2f2f3132372e302e302e313a3430303031a76f75747075747391b574"
     "63703a2f2f3132372e302e302e313a3430303032b1636f6f7264696e61746f725f696e707574c0b2636f6f7264696e61746f725f"
     "6f7574707574c0be66726f6e74656e645f73746174735f7075626c6973685f61646472657373c0af706172616c6c656c5f636f6e"

@@ -137,7 +137,7 @@ class FakeClient:
         for i in ids:
             stream = self.active.get(i)
             if stream is not None:
-                # Local finalisation, as the reference client does (FACTS §8.5).
+                # Local finalisation, as the reference client does (spec/PROTOCOL.md ECP-ABORT-8).
                 stream.push(EngineCoreOutput(i, [], finish_reason=FinishReason.ABORT))
                 self._end(stream)
 

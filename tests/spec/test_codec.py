@@ -1,4 +1,4 @@
-"""Decoder tolerance (FACTS §7, ECP-FRAME-4/5/6) and typed errors of the codec."""
+"""Decoder tolerance (spec/PROTOCOL.md ECP-FRAME-4/5/6) and typed errors of the codec."""
 
 from __future__ import annotations
 

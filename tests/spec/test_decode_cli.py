@@ -105,7 +105,7 @@ def test_decode_usage_errors(capsys, tmp_path):
 
 
 def test_decode_coordinator_publication(capsys):
-    """FACTS' example publication ([[0,1],[2,0]], 5, true), by direction and by guess."""
+    """A coordinator publication ([[0,1],[2,0]], 5, true) (spec/PROTOCOL.md ECP-DP-5), by direction and by guess."""
     for argv in (["--direction", "coordinator"], []):
         rc, out, _ = _run(capsys, "decode", *argv, "939292000192020005c3")
         doc = json.loads(out)
