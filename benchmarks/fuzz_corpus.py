@@ -167,7 +167,7 @@ class Mutator:
         if r < 0.4 and len(frames) > 1:
             return frames[: self.rng.randrange(1, len(frames))]
         if r < 0.6:
-            return [] if self.direction == "input" else [b""]
+            return [b""]  # a ZeroMQ message has at least one frame
         extra = [self.rng.randbytes(self.rng.choice((0, 4, 64))) for _ in range(self.rng.randint(1, 4))]
         return frames + extra
 

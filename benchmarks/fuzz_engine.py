@@ -235,6 +235,8 @@ def fuzz_handshake(frames: int, seed: int, *, bound_s: float = 5.0) -> dict[str,
     with tempfile.TemporaryDirectory(prefix="ecp-fuzz-") as tmp:
         router = ctx.socket(zmq.ROUTER)
         router.setsockopt(zmq.LINGER, 0)
+        # every engine core has rank 0's identity: let a new connection take it over from the last one
+        router.setsockopt(zmq.ROUTER_HANDOVER, 1)
         router.bind(f"ipc://{tmp}/hs")
         sent = 0
         try:
@@ -251,6 +253,7 @@ def fuzz_handshake(frames: int, seed: int, *, bound_s: float = 5.0) -> dict[str,
                 t.start()
                 if not router.poll(int(bound_s * 1000)):
                     hangs += 1
+                    examples.append("hang: no HELLO")
                     server.stop_event.set()
                     t.join(bound_s)
                     continue
@@ -259,6 +262,8 @@ def fuzz_handshake(frames: int, seed: int, *, bound_s: float = 5.0) -> dict[str,
                 t.join(bound_s)
                 if t.is_alive():
                     hangs += 1
+                    if len(examples) < 5:
+                        examples.append(f"hang: {fz.strategy}: {[f[:40] for f in fz.frames]!r}")
                     server.stop_event.set()
                     t.join(bound_s)
                     continue
