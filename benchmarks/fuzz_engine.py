@@ -119,9 +119,10 @@ def _drain(sock: zmq.Socket, tally: Tally, timeout_ms: int) -> None:
 
 
 def fuzz_input(frames: int, seed: int, *, good_every: int = 20, bound_s: float = 5.0, window: int = 8,
-               sample_every: int = 10_000, log_path: str | None = None, transport: str = "ipc"
-               ) -> dict[str, Any]:
-    """The ``input`` target (module doc); returns the figures."""
+               sample_every: int = 10_000, log_path: str | None = None, transport: str = "ipc",
+               **engine_options: Any) -> dict[str, Any]:
+    """The ``input`` target (module doc); returns the figures. ``engine_options`` are
+    :class:`~ecp.reference.engine.config.EngineConfig` fields for the engine under test."""
     mut = Mutator("input", seed)
     tally = Tally()
     strategies: collections.Counter[str] = collections.Counter()
@@ -132,7 +133,8 @@ def fuzz_input(frames: int, seed: int, *, good_every: int = 20, bound_s: float =
         fe = HarnessFrontend(ctx, Addresses(addr("hs"), [addr("in0")], [addr("out0")], None),
                              engine_count=1, start_index=0, transcript=Transcript(max_entries=0))
         err = open(log_path or os.devnull, "w")
-        handle = launch(fe.addresses.handshake, 1, 0, mode="process", stderr=err, **ENGINE_OPTIONS)
+        handle = launch(fe.addresses.handshake, 1, 0, mode="process", stderr=err,
+                        **{**ENGINE_OPTIONS, **engine_options})
         pid = handle._procs[0].pid
         out = fe.outputs[0]
         hangs: list[str] = []
