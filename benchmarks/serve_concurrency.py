@@ -1,0 +1,130 @@
+"""N concurrent streaming completions through a real ``ecp serve`` on reference engines.
+
+Starts ``ecp serve`` (``--dp`` embedded reference engines) on an ephemeral
+port, then opens ``--streams`` streaming ``/v1/completions`` requests at once
+with ``ecp bench serve``'s load generator (concurrency = N, one request per
+slot). It samples the server's RSS and open file descriptors while the load
+runs and counts completed and failed streams: every stream must complete
+(terminal chunk and ``[DONE]``), none may fail.
+
+Each stream is one TCP connection on both sides, so N needs N descriptors in
+this process and N in the server (plus a few): ``ulimit -n`` bounds N (the
+script raises its soft limit to the hard limit and says what it got).
+
+Run ``python benchmarks/serve_concurrency.py --streams 10000``; it prints one
+JSON object and exits 1 if a stream failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from procstat import open_fds, rss_kib  # noqa: E402
+
+from ecp.reference.frontend.bench import run_bench  # noqa: E402
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            with open(f"/proc/{parent}/task/{parent}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except FileNotFoundError:
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
+def run(streams: int, dp: int, max_tokens: int, timeout: float, step_time_ms: float) -> dict[str, Any]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # inherited by the server too
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "ecp.spec.cli", "serve", "--port", "0", "-dp", str(dp), "--max-model-len", "512",
+         "--engine-args", f"--num-gpu-blocks {max(1024, 2 * streams)} --max-num-seqs {streams} "
+                          f"--step-time-ms {step_time_ms} --log-level WARNING"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    peak = {"serve_rss": 0, "serve_fds": 0, "engines_rss": 0}
+    stop = threading.Event()
+    try:
+        url = None
+        deadline = time.monotonic() + 120
+        for line in serve.stderr:
+            m = re.search(r"on (http://\S+)", line)
+            if m and "serving" in line:
+                url = m.group(1)
+                break
+            if time.monotonic() > deadline:
+                break
+        if url is None:
+            raise RuntimeError("ecp serve did not start")
+        threading.Thread(target=lambda: [serve.stderr.read()], daemon=True).start()  # keep its log flowing
+
+        def sample() -> None:
+            while not stop.wait(0.2):
+                peak["serve_rss"] = max(peak["serve_rss"], rss_kib(serve.pid))
+                peak["serve_fds"] = max(peak["serve_fds"], open_fds(serve.pid))
+                peak["engines_rss"] = max(peak["engines_rss"], sum(rss_kib(p) for p in _descendants(serve.pid)))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        rss_before = rss_kib(serve.pid)
+        t0 = time.monotonic()
+        report = asyncio.run(run_bench(url, model=None, concurrency=streams, num_requests=streams, prompt_len=32,
+                                       max_tokens=max_tokens, timeout=timeout, progress=False))
+        elapsed = time.monotonic() - t0
+        stop.set()
+        sampler.join(2)
+        rss_after = rss_kib(serve.pid)
+    finally:
+        stop.set()
+        serve.terminate()
+        try:
+            serve.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(serve.pid, 9)
+            serve.wait(10)
+    return {
+        "campaign": "serve-concurrency", "streams": streams, "engines": dp, "max_tokens": max_tokens, "step_time_ms": step_time_ms,
+        "completed": report["completed"], "failed": report["failed"],
+        "output_tokens": report.get("output_tokens"), "seconds": round(elapsed, 1),
+        "fd_limit_soft_hard": [soft, hard], "fd_limit_used": hard,
+        "serve_rss_mib_before_peak_after": [round(rss_before / 1024, 1), round(peak["serve_rss"] / 1024, 1),
+                                            round(rss_after / 1024, 1)],
+        "serve_open_fds_peak": peak["serve_fds"], "engines_rss_mib_peak": round(peak["engines_rss"] / 1024, 1),
+        "loader_rss_mib": round(rss_kib() / 1024, 1), "serve_exit_code": serve.returncode,
+        "passed": report["completed"] == streams and report["failed"] == 0,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--streams", type=int, default=10_000)
+    p.add_argument("--dp", type=int, default=2, help="embedded reference engines (default 2)")
+    p.add_argument("--max-tokens", type=int, default=100)
+    p.add_argument("--step-time-ms", type=float, default=100.0,
+                   help="engine step time: slow steps keep every stream open at once (default 100)")
+    p.add_argument("--timeout", type=float, default=300.0, help="per-request timeout in seconds")
+    args = p.parse_args(argv)
+    result = run(args.streams, args.dp, args.max_tokens, args.timeout, args.step_time_ms)
+    print(json.dumps(result, indent=1))
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
