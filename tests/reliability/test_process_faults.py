@@ -196,6 +196,50 @@ def test_a_paused_engine_answers_the_liveness_probe_and_is_not_failed():
     run(body, timeout=60)
 
 
+def test_ecp_serve_engine_liveness_timeout_turns_a_stopped_engine_into_503():
+    """The same probe through ``ecp serve --engine-liveness-timeout``: a stream on a SIGSTOPped
+    engine ends with an error event and /health answers 503."""
+    import httpx
+
+    serve = subprocess.Popen([sys.executable, "-m", "ecp.spec.cli", "serve", "--port", "0", "--max-model-len", "2048",
+                              "--engine-liveness-timeout", str(LIVENESS_S), "--engine-args", "--step-time-ms 20"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    engines: list[int] = []
+    try:
+        url = None
+        for line in serve.stderr:
+            if "serving" in line and " on http" in line:
+                url = line.split(" on ", 1)[1].split()[0]
+                break
+        assert url, "ecp serve did not start"
+        engines = [p for c in _children(serve.pid) for p in [c, *_children(c)]]
+        with httpx.Client(base_url=url, timeout=20) as http:
+            assert http.get("/health").status_code == 200
+            body = {"prompt": "hello", "max_tokens": 1500, "stream": True, "ignore_eos": True}
+            with http.stream("POST", "/v1/completions", json=body) as resp:
+                lines = resp.iter_lines()
+                assert next(line for line in lines if line.startswith("data: "))  # mid-stream
+                for pid in engines:
+                    os.kill(pid, signal.SIGSTOP)
+                stopped_at = time.monotonic()
+                rest = [line for line in lines if line.startswith("data: ")]
+                ended_after = time.monotonic() - stopped_at
+            health = http.get("/health").status_code
+    finally:
+        for pid in engines:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        try:
+            os.killpg(serve.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        serve.wait(10)
+    assert rest[-1] == "data: [DONE]" and "error" in rest[-2], rest[-2:]
+    assert ended_after <= 2 * LIVENESS_S + 0.5 and health == 503
+
+
 def _children(pid: int) -> list[int]:
     out = []
     for entry in os.listdir("/proc"):
@@ -244,3 +288,8 @@ def test_frontend_sigkilled_its_engines_exit_within_3s():
         except ProcessLookupError:
             pass
         serve.wait(10)
+
+
+def test_liveness_timeout_must_be_positive():
+    with pytest.raises(ValueError, match="liveness_timeout_s"):
+        ClientConfig(liveness_timeout_s=0)
