@@ -44,7 +44,8 @@ async def soak(seconds: float, *, engines: int = 2, concurrency: int = 64, sampl
                drop_every: int = 10, abort_every: int = 25, seed: int = 1, step_time_ms: float = 2.0
                ) -> dict[str, Any]:
     rng = random.Random(seed)
-    ends: collections.Counter[str] = collections.Counter()
+    # per-request state lives in its coroutine only: a soak must not measure its own bookkeeping
+    outcome: collections.Counter[str] = collections.Counter()
     kinds: collections.Counter[str] = collections.Counter()
     samples: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="ecp-soak-") as tmp:
@@ -60,6 +61,7 @@ async def soak(seconds: float, *, engines: int = 2, concurrency: int = 64, sampl
 
         async def one(n: int) -> None:
             rid = f"soak-{n}"
+            terminals = 0
             max_tokens = rng.randint(1, 64)
             req = EngineCoreRequest(rid, [rng.randrange(1, 1000) for _ in range(rng.randint(1, 32))], None,
                                     SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True),
@@ -72,20 +74,23 @@ async def soak(seconds: float, *, engines: int = 2, concurrency: int = 64, sampl
                 async for out in stream:
                     got += len(out.new_token_ids)
                     if out.finish_reason is not None:
-                        ends[rid] += 1
+                        terminals += 1
                         kinds[out.finish_reason.name.lower()] += 1
+                    elif terminals:
+                        terminals += 1  # an output after the terminal one counts as a duplicate end
                     elif drop and got >= max_tokens // 2:
                         await stream.aclose()
-                        ends[rid] += 1
+                        terminals += 1
                         kinds["dropped"] += 1
                         break
                     elif abort and got >= max_tokens // 2:
                         abort = False
                         await client.abort([rid])  # its ABORT terminal output ends the loop
             except Exception as exc:  # noqa: BLE001 - counted: a soak must see none
-                ends[rid] += 1
+                terminals += 1
                 kinds[f"error:{type(exc).__name__}"] += 1
             finally:
+                outcome["ended_once" if terminals == 1 else "lost" if terminals == 0 else "duplicated"] += 1
                 slots.release()
 
         async def sampler() -> None:
@@ -137,8 +142,8 @@ async def soak(seconds: float, *, engines: int = 2, concurrency: int = 64, sampl
               "engines": [round(b - a, 1) for a, b in zip(first["engine_rss_mib"], last["engine_rss_mib"])]}
     return {
         "campaign": "soak", "seconds": seconds, "engines": engines, "concurrency": concurrency,
-        "requests": sent, "ended_once": sum(1 for c in ends.values() if c == 1),
-        "lost": sent - len(ends), "duplicated": sum(1 for c in ends.values() if c > 1),
+        "requests": sent, "ended_once": outcome["ended_once"],
+        "lost": sent - outcome["ended_once"] - outcome["duplicated"], "duplicated": outcome["duplicated"],
         "terminals_by_kind": dict(kinds), "in_flight_at_end": in_flight, "engines_idle_at_end": idle,
         "rss_growth_mib": growth, "samples": samples,
     }
