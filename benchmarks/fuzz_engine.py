@@ -45,6 +45,7 @@ from fuzz_corpus import Mutator, is_valid  # noqa: E402
 from procstat import rss_kib  # noqa: E402
 
 from ecp.conformance.engine.frontend import Addresses, HarnessFrontend  # noqa: E402
+from ecp.conformance.outcomes import PeerCrashed  # noqa: E402
 from ecp.conformance.transcript import Transcript  # noqa: E402
 from ecp.reference.engine import launch  # noqa: E402
 from ecp.reference.engine.config import config_from_options  # noqa: E402
@@ -146,19 +147,28 @@ def fuzz_input(frames: int, seed: int, *, good_every: int = 20, bound_s: float =
             samples.append((0, rss_start))
             sent = 0
             goods = 0
+            unreachable = False
             while sent < frames:
                 if sent % good_every == good_every - 1:
                     rid = f"good-{seed}-{goods}"
                     goods += 1
                     tally.sent(rid)
-                    fe.send_raw(encode_add(good_request(rid)))
+                    try:
+                        fe.send_raw(encode_add(good_request(rid)))
+                    except PeerCrashed:  # the engine's input connection is gone
+                        unreachable = True
+                        break
                 else:
                     fz = mut.next()
                     if is_valid("input", fz.frames) and fz.strategy != "unknown-utility":
                         skipped_valid += 1
                         continue
                     strategies[fz.strategy] += 1
-                    fe.send_raw(fz.frames)
+                    try:
+                        fe.send_raw(fz.frames)
+                    except PeerCrashed:
+                        unreachable = True
+                        break
                 sent += 1
                 if sent % sample_every == 0:
                     samples.append((sent, rss_kib(pid)))
@@ -182,7 +192,7 @@ def fuzz_input(frames: int, seed: int, *, good_every: int = 20, bound_s: float =
                 _drain(out, tally, 50)
             hangs.extend(tally.open_ids())
             samples.append((sent, rss_kib(pid)))
-            alive = handle._procs[0].poll() is None
+            alive = handle._procs[0].poll() is None and not unreachable
         finally:
             codes = handle.stop(timeout=10)
             fe.close()
@@ -284,19 +294,21 @@ def fuzz_handshake(frames: int, seed: int, *, bound_s: float = 5.0) -> dict[str,
             logger.propagate = old_propagate
             threading.excepthook = old_hook
     elapsed = time.monotonic() - started
+    rss_end = rss_kib()
     return {
         "target": "engine-handshake", "seed": seed, "frames_sent": sent, "skipped_still_valid": skipped_valid,
         "crashes": len(uncaught) + untyped, "untyped_errors": untyped, "uncaught": uncaught[:5],
         "examples": examples, "wrong_exit_code": wrong_exit, "hangs": hangs, "hang_bound_s": bound_s,
         "lost": 0, "duplicated": 0, "rss_start_mib": round(rss_start / 1024, 1),
-        "rss_end_mib": round(rss_kib() / 1024, 1), "seconds": round(elapsed, 1),
+        "rss_end_mib": round(rss_end / 1024, 1), "rss_growth_mib": round((rss_end - rss_start) / 1024, 1),
+        "seconds": round(elapsed, 1),
         "frames_per_s": round(sent / elapsed), "strategies": dict(strategies),
     }
 
 
 def passed(result: dict[str, Any], rss_bound_mib: float) -> bool:
     """The campaign's pass criteria: no crash, no hang, nothing lost or duplicated, RSS growth bounded."""
-    growth = result.get("rss_growth_mib", result["rss_end_mib"] - result["rss_start_mib"])
+    growth = result["rss_growth_mib"]
     return (result["crashes"] == 0 and result["hangs"] == 0 and result["lost"] == 0
             and result["duplicated"] == 0 and growth <= rss_bound_mib)
 
