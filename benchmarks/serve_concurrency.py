@@ -1,11 +1,15 @@
 """N concurrent streaming completions through a real ``ecp serve`` on reference engines.
 
 Starts ``ecp serve`` (``--dp`` embedded reference engines) on an ephemeral
-port, then opens ``--streams`` streaming ``/v1/completions`` requests at once
-with ``ecp bench serve``'s load generator (concurrency = N, one request per
-slot). It samples the server's RSS and open file descriptors while the load
-runs and counts completed and failed streams: every stream must complete
-(terminal chunk and ``[DONE]``), none may fail.
+port, then opens ``--streams`` streaming ``/v1/completions`` requests at once.
+``--loader raw`` (the default) is a lean asyncio HTTP/1.1 client (one
+connection per stream, the SSE body read line by line), light enough on 2
+cores to hold every stream open at the same time; it reports the most streams
+that were open at once (response headers received, ``[DONE]`` not yet).
+``--loader bench`` uses ``ecp bench serve``'s httpx load generator instead.
+It samples the server's RSS and open file descriptors while the load runs and
+counts completed and failed streams: every stream must complete (a terminal
+chunk with a finish reason, then ``[DONE]``), none may fail.
 
 Each stream is one TCP connection on both sides, so N needs N descriptors in
 this process and N in the server (plus a few): ``ulimit -n`` bounds N (the
@@ -50,7 +54,57 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
-def run(streams: int, dp: int, max_tokens: int, timeout: float, step_time_ms: float) -> dict[str, Any]:
+async def raw_load(url: str, streams: int, max_tokens: int, timeout: float) -> dict[str, Any]:
+    """Open ``streams`` SSE completions at once over plain asyncio connections."""
+    host, port = url.split("//", 1)[1].rstrip("/").rsplit(":", 1)
+    body = json.dumps({"prompt": "The quick brown fox", "max_tokens": max_tokens, "stream": True,
+                       "ignore_eos": True, "temperature": 0.0}).encode()
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    state = {"open": 0, "peak_open": 0, "completed": 0, "failed": 0, "errors": {}}
+
+    async def one() -> None:
+        opened = False
+        try:
+            reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 20)
+            try:
+                writer.write(head + body)
+                status = await reader.readline()
+                if b" 200 " not in status:
+                    raise RuntimeError(status.decode(errors="replace").strip())
+                opened = True
+                state["open"] += 1
+                state["peak_open"] = max(state["peak_open"], state["open"])
+                finished = done = False
+                while not done:
+                    line = await reader.readline()
+                    if not line:
+                        break
+                    if line.startswith(b"data: "):
+                        data = line[6:].strip()
+                        if data == b"[DONE]":
+                            done = True
+                        elif b'"finish_reason":"' in data.replace(b" ", b""):
+                            finished = True
+                        elif b'"error"' in data:
+                            raise RuntimeError(data[:200].decode(errors="replace"))
+                state["completed" if done and finished else "failed"] += 1
+            finally:
+                writer.close()
+        except Exception as exc:  # noqa: BLE001 - counted per kind
+            state["failed"] += 1
+            key = type(exc).__name__
+            state["errors"][key] = state["errors"].get(key, 0) + 1
+        finally:
+            if opened:
+                state["open"] -= 1
+
+    await asyncio.wait_for(asyncio.gather(*(one() for _ in range(streams))), timeout)
+    return state
+
+
+def run(streams: int, dp: int, max_tokens: int, timeout: float, step_time_ms: float,
+        loader: str = "raw") -> dict[str, Any]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # inherited by the server too
     serve = subprocess.Popen(
@@ -84,8 +138,11 @@ def run(streams: int, dp: int, max_tokens: int, timeout: float, step_time_ms: fl
         sampler.start()
         rss_before = rss_kib(serve.pid)
         t0 = time.monotonic()
-        report = asyncio.run(run_bench(url, model=None, concurrency=streams, num_requests=streams, prompt_len=32,
-                                       max_tokens=max_tokens, timeout=timeout, progress=False))
+        if loader == "raw":
+            report = asyncio.run(raw_load(url, streams, max_tokens, timeout))
+        else:
+            report = asyncio.run(run_bench(url, model=None, concurrency=streams, num_requests=streams,
+                                           prompt_len=32, max_tokens=max_tokens, timeout=timeout, progress=False))
         elapsed = time.monotonic() - t0
         stop.set()
         sampler.join(2)
@@ -100,8 +157,9 @@ def run(streams: int, dp: int, max_tokens: int, timeout: float, step_time_ms: fl
             serve.wait(10)
     return {
         "campaign": "serve-concurrency", "streams": streams, "engines": dp, "max_tokens": max_tokens, "step_time_ms": step_time_ms,
-        "completed": report["completed"], "failed": report["failed"],
-        "output_tokens": report.get("output_tokens"), "seconds": round(elapsed, 1),
+        "loader": loader, "completed": report["completed"], "failed": report["failed"],
+        "failure_kinds": report.get("errors"), "peak_streams_open_at_once": report.get("peak_open"),
+        "seconds": round(elapsed, 1),
         "fd_limit_soft_hard": [soft, hard], "fd_limit_used": hard,
         "serve_rss_mib_before_peak_after": [round(rss_before / 1024, 1), round(peak["serve_rss"] / 1024, 1),
                                             round(rss_after / 1024, 1)],
@@ -116,12 +174,13 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--streams", type=int, default=10_000)
     p.add_argument("--dp", type=int, default=2, help="embedded reference engines (default 2)")
-    p.add_argument("--max-tokens", type=int, default=100)
-    p.add_argument("--step-time-ms", type=float, default=100.0,
-                   help="engine step time: slow steps keep every stream open at once (default 100)")
-    p.add_argument("--timeout", type=float, default=300.0, help="per-request timeout in seconds")
+    p.add_argument("--max-tokens", type=int, default=20)
+    p.add_argument("--step-time-ms", type=float, default=500.0,
+                   help="engine step time: slow steps keep every stream open at once (default 500)")
+    p.add_argument("--timeout", type=float, default=600.0, help="bound on the whole load in seconds")
+    p.add_argument("--loader", choices=("raw", "bench"), default="raw")
     args = p.parse_args(argv)
-    result = run(args.streams, args.dp, args.max_tokens, args.timeout, args.step_time_ms)
+    result = run(args.streams, args.dp, args.max_tokens, args.timeout, args.step_time_ms, args.loader)
     print(json.dumps(result, indent=1))
     return 0 if result["passed"] else 1
 
