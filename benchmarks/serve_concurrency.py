@@ -104,12 +104,12 @@ async def raw_load(url: str, streams: int, max_tokens: int, timeout: float) -> d
 
 
 def run(streams: int, dp: int, max_tokens: int, timeout: float, step_time_ms: float,
-        loader: str = "raw") -> dict[str, Any]:
+        loader: str = "raw", rounds: int = 1) -> dict[str, Any]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # inherited by the server too
     serve = subprocess.Popen(
         [sys.executable, "-m", "ecp.spec.cli", "serve", "--port", "0", "-dp", str(dp), "--max-model-len", "512",
-         "--engine-args", f"--num-gpu-blocks {max(1024, 2 * streams)} --max-num-seqs {streams} "
+         "--engine-args", f"--num-gpu-blocks {max(1024, 10 * streams)} --max-num-seqs {streams} --max-num-batched-tokens {max(2048, 2 * streams)} "
                           f"--step-time-ms {step_time_ms} --log-level WARNING"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     peak = {"serve_rss": 0, "serve_fds": 0, "engines_rss": 0}
@@ -137,12 +137,20 @@ def run(streams: int, dp: int, max_tokens: int, timeout: float, step_time_ms: fl
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         rss_before = rss_kib(serve.pid)
+        completed = failed = peak_open = 0
         t0 = time.monotonic()
-        if loader == "raw":
-            report = asyncio.run(raw_load(url, streams, max_tokens, timeout))
-        else:
-            report = asyncio.run(run_bench(url, model=None, concurrency=streams, num_requests=streams,
-                                           prompt_len=32, max_tokens=max_tokens, timeout=timeout, progress=False))
+        rounds_rss = []
+        for _ in range(rounds):  # later rounds on the same server show whether memory is kept
+            if loader == "raw":
+                report = asyncio.run(raw_load(url, streams, max_tokens, timeout))
+            else:
+                report = asyncio.run(run_bench(url, model=None, concurrency=streams, num_requests=streams,
+                                               prompt_len=32, max_tokens=max_tokens, timeout=timeout,
+                                               progress=False))
+            completed += report["completed"]
+            failed += report["failed"]
+            peak_open = max(peak_open, report.get("peak_open") or 0)
+            rounds_rss.append(round(rss_kib(serve.pid) / 1024, 1))
         elapsed = time.monotonic() - t0
         stop.set()
         sampler.join(2)
@@ -157,15 +165,16 @@ def run(streams: int, dp: int, max_tokens: int, timeout: float, step_time_ms: fl
             serve.wait(10)
     return {
         "campaign": "serve-concurrency", "streams": streams, "engines": dp, "max_tokens": max_tokens, "step_time_ms": step_time_ms,
-        "loader": loader, "completed": report["completed"], "failed": report["failed"],
-        "failure_kinds": report.get("errors"), "peak_streams_open_at_once": report.get("peak_open"),
+        "loader": loader, "rounds": rounds, "completed": completed, "failed": failed,
+        "failure_kinds": report.get("errors"), "peak_streams_open_at_once": peak_open if loader == "raw" else None,
+        "serve_rss_mib_after_each_round": rounds_rss,
         "seconds": round(elapsed, 1),
         "fd_limit_soft_hard": [soft, hard], "fd_limit_used": hard,
         "serve_rss_mib_before_peak_after": [round(rss_before / 1024, 1), round(peak["serve_rss"] / 1024, 1),
                                             round(rss_after / 1024, 1)],
         "serve_open_fds_peak": peak["serve_fds"], "engines_rss_mib_peak": round(peak["engines_rss"] / 1024, 1),
         "loader_rss_mib": round(rss_kib() / 1024, 1), "serve_exit_code": serve.returncode,
-        "passed": report["completed"] == streams and report["failed"] == 0,
+        "passed": completed == rounds * streams and failed == 0,
     }
 
 
@@ -179,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="engine step time: slow steps keep every stream open at once (default 500)")
     p.add_argument("--timeout", type=float, default=600.0, help="bound on the whole load in seconds")
     p.add_argument("--loader", choices=("raw", "bench"), default="raw")
+    p.add_argument("--rounds", type=int, default=1, help="run the load this many times on one server")
     args = p.parse_args(argv)
-    result = run(args.streams, args.dp, args.max_tokens, args.timeout, args.step_time_ms, args.loader)
+    result = run(args.streams, args.dp, args.max_tokens, args.timeout, args.step_time_ms, args.loader, args.rounds)
     print(json.dumps(result, indent=1))
     return 0 if result["passed"] else 1
 
