@@ -53,7 +53,7 @@ from ecp.conformance.outcomes import Violation  # noqa: E402
 from ecp.conformance.transcript import Transcript  # noqa: E402
 from ecp.spec import (  # noqa: E402
     EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, EngineHandshakeMetadata, EngineZmqAddresses,
-    FinishReason, SamplingParams, decode_outputs, encode_add, encode_handshake, encode_outputs, engine_identity,
+    FinishReason, Hello, SamplingParams, decode_outputs, encode_add, encode_handshake, encode_outputs, engine_identity,
 )
 
 
@@ -165,7 +165,11 @@ def fuzz_engine_role(frames: int, seed: int, *, good_every: int = 20, bound_s: f
 
 def _engine_role_handshake(h: HarnessFrontend, dealer: zmq.Socket, init: bytes, fz: Any, bound_s: float,
                            tally: collections.Counter, examples: list[str]) -> None:
-    """One malformed HELLO (or, after a good HELLO, a malformed READY) through the handshake handler."""
+    """One malformed HELLO (or, after a good HELLO, a malformed READY) through the handshake handler.
+
+    ``run_handshake`` waits for a whole handshake (with its grace periods) per call; to reach
+    100,000 messages this drives the same receive and handler steps it runs, one message at a
+    time, with the per-engine records reset in between (one engine identity is reused)."""
     h.records.clear()
     as_ready = tally["frames_sent"] % 20 == 1
     messages = [[encode_handshake_hello()], fz.frames] if as_ready else [fz.frames]
@@ -196,8 +200,6 @@ def _engine_role_handshake(h: HarnessFrontend, dealer: zmq.Socket, init: bytes, 
 
 
 def encode_handshake_hello() -> bytes:
-    from ecp.spec import Hello
-
     return encode_handshake(Hello(local=True, headless=False))
 
 
