@@ -35,7 +35,8 @@ from .config import (
     BUG_RESET_PREFIX_CACHE_ANY, CLIENT_BUGS, ClientConfig,
 )
 from .errors import (
-    ClientClosed, ClientError, DuplicateRequestId, EngineDeadError, EngineDisconnected, HandshakeTimeout,
+    ClientClosed, ClientError, DuplicateRequestId, EngineDeadError, EngineDisconnected, EngineUnresponsive,
+    HandshakeTimeout,
     InconsistentEngines, InconsistentUtilityResults, InvalidDataParallelRank, RequestStreamClosed,
     UnexpectedDPControl, UnexpectedEngineIdentity, UtilityCallFailed, UtilityResultDecode, UtilityTimeout,
 )

@@ -38,8 +38,8 @@ from .aggregation import UtilityAggregation
 from .config import BUG_ABORT_ONE_PER_REQUEST, BUG_IGNORE_ENGINE_DEAD, ClientConfig
 from .coordinator import Coordinator
 from .errors import (
-    ClientClosed, DuplicateRequestId, EngineDeadError, EngineDisconnected, HandshakeTimeout, RequestStreamClosed,
-    UnexpectedDPControl, UtilityTimeout,
+    ClientClosed, DuplicateRequestId, EngineDeadError, EngineDisconnected, EngineUnresponsive, HandshakeTimeout,
+    RequestStreamClosed, UnexpectedDPControl, UtilityTimeout,
 )
 from .handshake import STAGE_HELLO, STAGE_READY, HandshakeOwner, HandshakeResult
 from .health import Health
@@ -68,6 +68,7 @@ class ClientStats:
     unknown_utility_replies: int = 0
     rejection_notifications: int = 0
     unexpected_input_messages: int = 0
+    liveness_probes: int = 0
     in_flight: dict[int, int] = field(default_factory=dict)
 
 
@@ -112,6 +113,7 @@ class EngineCoreClient:
         self._call_ids = itertools.count((uuid.uuid1().int >> 64) & 0x7FFF_FFFF_FFFF_FFFF)
         self._handshake: HandshakeResult | None = None
         self._last_output_at = 0.0
+        self._last_output_from: dict[int, float] = {}  # engine rank -> loop time of its last output
         self._stats = ClientStats()
         self.handshake_address: str | None = None
         self.input_address: str | None = None
@@ -252,6 +254,8 @@ class EngineCoreClient:
         loops = [self._output_loop(), self._abort_worker(), self._monitor_loop(), self._input_loop()]
         if coord is not None:
             loops.append(coord.serve())
+        if self.config.liveness_timeout_s is not None:
+            loops.append(self._liveness_loop(self.config.liveness_timeout_s))
         for coro in loops:
             task = asyncio.ensure_future(coro)
             task.add_done_callback(self._on_task_done)
@@ -591,6 +595,7 @@ class EngineCoreClient:
             self._fail(EngineDeadError())
             return
         assert isinstance(msg, EngineCoreOutputs)
+        self._last_output_from[msg.engine_index] = self._last_output_at
         if msg.is_dp_control:
             self._fail(UnexpectedDPControl(msg.engine_index))
             return
@@ -653,6 +658,38 @@ class EngineCoreClient:
             endpoint = endpoint.decode(errors="replace") if isinstance(endpoint, bytes) else endpoint
             await self._on_peer_lost(f"input connection on {endpoint} closed")
             return
+
+    async def _liveness_loop(self, timeout: float) -> None:
+        # No heartbeat exists on the wire; outputs are the evidence of life while requests run,
+        # and a utility reply when they stop coming (a paused or KV-waiting engine still answers).
+        loop = asyncio.get_running_loop()
+        quiet = timeout / 2
+        started = loop.time()
+        while True:
+            await asyncio.sleep(timeout / 4)
+            now = loop.time()
+            suspects = [rank for rank, n in self._registry.counts().items()
+                        if n and now - max(self._last_output_from.get(rank, started), started) >= quiet]
+            if suspects:
+                await asyncio.gather(*(self._probe(rank, timeout) for rank in suspects))
+
+    async def _probe(self, rank: int, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        call_id = self._next_call_id()
+        fut: asyncio.Future[UtilityOutput] = loop.create_future()
+        self._pending_utility[call_id] = (rank, fut)
+        sent_at = loop.time()
+        self._stats.liveness_probes += 1
+        try:
+            await self._send(rank, encode_utility(self.config.client_index, call_id, "is_sleeping", []))
+            await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            if self._last_output_from.get(rank, 0.0) < sent_at:  # not even an output since the probe
+                self._fail(EngineUnresponsive(rank, timeout))
+        except Exception:  # noqa: BLE001 - a lost engine or a failed client is reported elsewhere
+            pass
+        finally:
+            self._pending_utility.pop(call_id, None)
 
     async def _on_peer_lost(self, detail: str) -> None:
         # "No output and a dead peer": let outputs the engine sent before it died

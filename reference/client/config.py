@@ -52,6 +52,14 @@ class ClientConfig:
         utility_timeout_s: bound on a utility call waiting for every engine.
         peer_loss_grace_s: after an engine connection closes, how long the
             client keeps draining outputs before it fails closed.
+        liveness_timeout_s: ``None`` (the default, as vLLM 0.33, which only
+            notices an engine process that exits) or a bound on detecting a
+            hung engine: an engine with requests in flight that has sent nothing
+            for half this time gets a liveness probe (an ``is_sleeping`` utility
+            call); if neither the reply nor any other output arrives within this
+            time the client fails closed with ``EngineUnresponsive``, at most
+            2 x ``liveness_timeout_s`` after the engine's last output. Choose it
+            above the longest single engine step (a large prefill).
         decode_limits: limits applied to every output message before decoding
             (``ECP-FRAME-9``).
         bugs: conformance bug knobs (see :data:`CLIENT_BUGS`); unknown names are
@@ -73,6 +81,7 @@ class ClientConfig:
     kv_connector: str | None = None
     utility_timeout_s: float = 300.0
     peer_loss_grace_s: float = 0.1
+    liveness_timeout_s: float | None = None
     decode_limits: DecodeLimits = DEFAULT_LIMITS
     bugs: frozenset[str] = field(default_factory=frozenset)
 
@@ -83,6 +92,8 @@ class ClientConfig:
             raise ValueError("engine ranks must fit the 2-byte identity (0..65535)")
         if self.transport not in ("ipc", "tcp"):
             raise ValueError(f"transport must be 'ipc' or 'tcp', got {self.transport!r}")
+        if self.liveness_timeout_s is not None and not self.liveness_timeout_s > 0:
+            raise ValueError(f"liveness_timeout_s must be positive or None, got {self.liveness_timeout_s}")
         if self.client_index < 0:
             raise ValueError("client_index must be non-negative")
         if self.client_index != 0 and not self.bootstrapped:

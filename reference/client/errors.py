@@ -133,6 +133,18 @@ class EngineDisconnected(RemoteProtocolError):
         super().__init__(f"an engine disappeared: {detail}", clause="ECP-ROB-3")
 
 
+class EngineUnresponsive(RemoteProtocolError):
+    """An engine with requests in flight went silent and did not answer a liveness
+    probe within ``liveness_timeout_s`` (hung, stopped or partitioned; ``ECP-ROB-3``)."""
+
+    def __init__(self, engine_rank: int, timeout_s: float) -> None:
+        super().__init__(f"engine {engine_rank} has requests in flight but sent nothing and did not answer a "
+                         f"liveness probe (is_sleeping) within {timeout_s:g} s", clause="ECP-ROB-3",
+                         expected="an output or a utility reply", got="silence")
+        self.engine_rank = engine_rank
+        self.timeout_s = timeout_s
+
+
 # --------------------------------------------------------------------------- utilities
 class InconsistentUtilityResults(RemoteProtocolError):
     """Engines answered a consensus method differently (``ECP-UTIL-4``).

@@ -27,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    default=None, help="handshake port for external engines")
     p.add_argument("--handshake-timeout", type=float, default=600.0,
                    help="seconds to wait for every engine's HELLO (default %(default)s)")
+    p.add_argument("--engine-liveness-timeout", type=float, default=None, metavar="SECONDS",
+                   help="fail closed (503) when an engine with requests in flight neither sends output nor "
+                        "answers a probe within SECONDS (default: off, as vLLM; see docs/client.md)")
     p.add_argument("--max-model-len", type=int, default=4096, help="for the embedded engines (default 4096)")
     p.add_argument("--engine-args", default="",
                    help="extra flags for the embedded engines, e.g. \"--step-time-ms 2\"")

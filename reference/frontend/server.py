@@ -150,10 +150,11 @@ async def serve(args: argparse.Namespace) -> int:
         cfg = ClientConfig(engine_count=dp, engine_start_index=args.data_parallel_start_rank,
                            handshake_address=handshake, transport="tcp", host=host,
                            handshake_timeout_s=args.handshake_timeout, kv_connector=args.kv_connector,
-                           bugs=client_bugs(args.bug))
+                           liveness_timeout_s=args.engine_liveness_timeout, bugs=client_bugs(args.bug))
     else:
         cfg = ClientConfig(engine_count=dp, transport="ipc", handshake_timeout_s=args.handshake_timeout,
-                           kv_connector=args.kv_connector, bugs=client_bugs(args.bug))
+                           kv_connector=args.kv_connector, liveness_timeout_s=args.engine_liveness_timeout,
+                           bugs=client_bugs(args.bug))
     # SIGINT/SIGTERM end the server and then the engines, at any stage.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

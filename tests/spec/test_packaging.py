@@ -58,7 +58,8 @@ def _requirement_closure(pyproject: dict, extra: str) -> set[str]:
 def _third_party_imports(*folders: str) -> dict[str, str]:
     """Top-level module -> first file importing it, for modules outside the stdlib and the repo."""
     local = {"ecp", "tests"}
-    for folder in ("tests", "spec", "reference", "conformance"):
+    # benchmarks/ scripts are local too: the reliability tests run their seeded variants
+    for folder in ("tests", "spec", "reference", "conformance", "benchmarks"):
         for p in (REPO / folder).rglob("*.py"):
             if not _is_data(p):
                 local.add(p.stem)
