@@ -1,7 +1,7 @@
 """The pyzmq layer of one engine core (one DP rank): handshake, sockets, IO loop.
 
 :class:`EngineServer` joins a frontend-owned handshake as a vLLM engine does
-(FACTS §2): HELLO on a DEALER whose identity is the 2-byte rank, INIT, one
+(spec/PROTOCOL.md §2): HELLO on a DEALER whose identity is the 2-byte rank, INIT, one
 input DEALER and one output PUSH per client, the ready payload on every input,
 the coordinator gate when INIT names a coordinator, READY. Then it loops:
 drain every readable socket, feed the decoded messages to the sans-IO
@@ -41,8 +41,13 @@ from .config import EngineConfig
 from .core import COORDINATOR, EngineCore
 from .faults import FaultLayer, InjectedCrash
 from .kv_connector import ReferenceKVConnector
+from .log_limit import RepeatLimiter
 
 log = logging.getLogger("ecp.engine")
+# A peer's bad messages are logged on a child logger whose lines are rate-limited per
+# template, so a flood of garbage costs bounded log volume (docs/reliability.md).
+bad_input_log = logging.getLogger("ecp.engine.bad_input")
+bad_input_log.addFilter(RepeatLimiter())
 
 IDLE_POLL_MS = 50  # how often an idle engine looks at its stop event
 MAX_DRAIN = 4096  # messages taken from one socket per loop turn, so outputs keep flowing
@@ -245,7 +250,7 @@ class EngineServer:
             try:
                 events = self.machine.receive("coordinator_input", frames)
             except RemoteProtocolError as exc:
-                log.warning("[%s] dropped a bad coordinator message: %s", exc.clause, exc)
+                bad_input_log.warning("[%s] dropped a bad coordinator message: %s", exc.clause, exc)
                 continue
             for event in events:
                 if isinstance(event, CoordinatorReady):
@@ -346,7 +351,8 @@ class EngineServer:
             msg = decode_input(frames)
         except RemoteProtocolError as exc:
             self.bad_frames += 1
-            log.warning("[%s] dropped a bad input message from client %d: %s", exc.clause, client, exc)
+            bad_input_log.warning("[%s] dropped a bad input message from client %d: %s",
+                                  exc.clause, client, exc)
             try:
                 self.faults.on_bad_frame(exc)
             except InjectedCrash as crash:
@@ -375,18 +381,18 @@ class EngineServer:
         try:
             msg = decode_input(frames)
         except RemoteProtocolError as exc:
-            log.warning("[%s] dropped a bad coordinator message: %s", exc.clause, exc)
+            bad_input_log.warning("[%s] dropped a bad coordinator message: %s", exc.clause, exc)
             return
         if isinstance(msg, StartDPWaveMessage):
             self.core.start_dp_wave(msg.wave.wave, msg.wave.exclude_engine_index)
         else:
-            log.warning("[ECP-DP-4] ignored a %s from the coordinator", type(msg).__name__)
+            bad_input_log.warning("[ECP-DP-4] ignored a %s from the coordinator", type(msg).__name__)
 
     def _on_side_channel(self, frames: list[bytes]) -> None:
         try:
             payload = decode_any(frames[0])
         except RemoteProtocolError as exc:
-            log.warning("[%s] dropped a bad KV side-channel message: %s", exc.clause, exc)
+            bad_input_log.warning("[%s] dropped a bad KV side-channel message: %s", exc.clause, exc)
             return
         self.core.connector.on_notice(payload)
 

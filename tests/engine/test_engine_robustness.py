@@ -78,3 +78,21 @@ def test_aux_frames_on_add_are_accepted(rig):
     frames = encode_add(make_request("aux", max_tokens=2))
     fe.send(0, frames + [b"\x00" * 300])  # an unreferenced aux frame is tolerated
     assert fe.wait_finished(["aux"])["aux"].finish_reason == FinishReason.LENGTH
+
+
+def test_a_flood_of_bad_frames_costs_bounded_log_lines(rig, caplog, monkeypatch):
+    """200 bad frames of one kind: at most the limiter's burst of log lines, every frame still counted."""
+    from ecp.reference.engine.log_limit import RepeatLimiter
+    from ecp.reference.engine.server import bad_input_log
+
+    assert any(isinstance(f, RepeatLimiter) for f in bad_input_log.filters)
+    limiter = RepeatLimiter(burst=5, interval=60.0)  # a fresh window, whatever earlier tests logged
+    monkeypatch.setattr(bad_input_log, "filters", [limiter])
+    fe, handle = rig.start(1)
+    with caplog.at_level("WARNING", logger="ecp.engine.bad_input"):
+        for _ in range(200):
+            fe.send(0, BAD_MESSAGES["unknown-type-byte"])
+        _still_serving(fe, "ok-after-flood")
+    lines = [r for r in caplog.records if "dropped a bad input message" in r.getMessage()]
+    assert handle.servers[0].bad_frames == 200
+    assert len(lines) == limiter.burst and limiter.suppressed == 200 - limiter.burst
