@@ -38,9 +38,10 @@ def _nesting_exceeds(value: Any, budget: int) -> bool:
     """True when ``value`` nests more than ``budget`` non-empty containers deep."""
     if budget > 0:
         # A C-speed bound first: every level takes at least one byte of its msgpack form, so a
-        # value encoding to at most ``budget`` bytes cannot exceed it (the usual small dict).
+        # value encoding to at most ``budget`` bytes cannot exceed it (the usual small dict). Only
+        # for values of few items, so that the transient copy stays small.
         try:
-            if len(_encode(value)) <= budget:
+            if len(value) <= budget and len(_encode(value)) <= budget:
                 return False
         except Exception:  # noqa: BLE001 - e.g. a Tensor: the walk below decides
             pass
