@@ -610,16 +610,16 @@ def decode_ready_response(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS
                           ) -> EngineCoreReadyResponse | None:
     """Decode a ready payload; an empty frame decodes to ``None`` (``ECP-HS-12``)."""
     n = len(frame)
-    if n == 0:
-        return None
     if n <= limits._walk_free:
         try:
             out = _DECODE_READY_RESPONSE(frame)
-        except Exception:
+        except Exception:  # an empty frame too (rare: tested only here, off the hot path)
             pass
         else:
             if n <= limits._depth_free or not _CHECK_READY_RESPONSE(out, limits.max_depth):
                 return out
+    if n == 0:
+        return None
     return _decode_single(_DEC_READY_RESPONSE, frame, "ECP-HS-4", limits)
 
 
