@@ -223,6 +223,8 @@ def floors(rounds: int, target_s: float) -> list[dict[str, Any]]:
             "request_ids": lambda m, e=enc, t=frames[0]: [t, e(m.request_ids)],
         }[field]
 
+        # the floor builds exactly what ecp returns and sends
+        assert floor_decode(frames) == msg and floor_encode(msg) == c["ecp_encode"](msg), c["name"]
         rows.append({"message": c["name"],
                      "decode": _pair(floor_decode, frames, bare_decode, frames, rounds, target_s),
                      "encode": _pair(floor_encode, msg, bare_encode, c["body"], rounds, target_s)})
