@@ -27,7 +27,7 @@ import sys
 import tempfile
 
 CHECK_FUNCS = {("limits.py", "check_frame"), ("untyped.py", "_nesting_exceeds"),
-               ("untyped.py", "locate_too_deep")}
+               ("untyped.py", "_walk_exceeds"), ("untyped.py", "locate_too_deep")}
 
 
 def _is_check(key: tuple[str, int, str]) -> bool:

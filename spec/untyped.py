@@ -24,16 +24,31 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Callable, Iterator
 
+import msgspec
 import msgspec.inspect as mi
 
 from .tensors import Tensor
 
 _CONTAINERS = (list, dict, tuple, set, frozenset)
 _NESTING = frozenset((*_CONTAINERS, Tensor))  # values that can open a level
+_encode = msgspec.msgpack.Encoder().encode
 
 
 def _nesting_exceeds(value: Any, budget: int) -> bool:
     """True when ``value`` nests more than ``budget`` non-empty containers deep."""
+    if budget > 0:
+        # A C-speed bound first: every level takes at least one byte of its msgpack form, so a
+        # value encoding to at most ``budget`` bytes cannot exceed it (the usual small dict). Only
+        # for values of few items, so that the transient copy stays small.
+        try:
+            if len(value) <= budget and len(_encode(value)) <= budget:
+                return False
+        except Exception:  # noqa: BLE001 - e.g. a Tensor: the walk below decides
+            pass
+    return _walk_exceeds(value, budget)
+
+
+def _walk_exceeds(value: Any, budget: int) -> bool:
     t = type(value)
     if t is dict:
         if not value:
@@ -41,7 +56,7 @@ def _nesting_exceeds(value: Any, budget: int) -> bool:
         if budget < 1:
             return True
         for key in value:  # keys are scalars, or tuples (msgpack arrays used as keys)
-            if type(key) is tuple and key and _nesting_exceeds(key, budget - 1):
+            if type(key) is tuple and key and _walk_exceeds(key, budget - 1):
                 return True
         items: Any = value.values()
     elif t is list or t is tuple or t is set or t is frozenset:
@@ -56,7 +71,7 @@ def _nesting_exceeds(value: Any, budget: int) -> bool:
         return False
     budget -= 1
     for item in items:
-        if item and type(item) in _NESTING and _nesting_exceeds(item, budget):
+        if item and type(item) in _NESTING and _walk_exceeds(item, budget):
             return True
     return False
 

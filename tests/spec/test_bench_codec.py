@@ -32,3 +32,12 @@ def test_every_case_round_trips_and_the_exit_code_follows_the_bound(capsys):
     table = capsys.readouterr().out
     assert "ADD 512-token prompt" in table and "worst ratio" in table
     assert bench.main(["--rounds", "1", "--round-ms", "0.01", "--bound", "0.001"]) == 1
+
+
+def test_floors_cover_the_input_messages_only(capsys):
+    bench = _load()
+    rows = bench.floors(1, 0.00001)
+    assert [r["message"] for r in rows] == [c["name"] for c in bench.cases() if c["payload"] == 1]
+    assert all(r["decode"]["ratio"] > 0 and r["encode"]["ratio"] > 0 for r in rows)
+    assert bench.main(["--floors", "--rounds", "1", "--round-ms", "0.01"]) == 0
+    assert "ABORT" in capsys.readouterr().out
