@@ -54,6 +54,11 @@ class PeerHandle:
     def exit_status(self) -> int | None:
         return None
 
+    def wait(self, timeout: float) -> int | None:
+        """Wait at most ``timeout`` for the peer to exit; its exit status, or None if it still runs
+        (or cannot be watched)."""
+        return self.exit_status()
+
     def stop(self) -> None:
         pass
 
@@ -91,6 +96,12 @@ class CommandPeer(PeerHandle):
 
     def exit_status(self) -> int | None:
         return self.proc.poll()
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
 
     def stop(self, grace_s: float = 3.0) -> None:
         """SIGTERM the process group we created, then SIGKILL it after ``grace_s``."""

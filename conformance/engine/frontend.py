@@ -30,7 +30,7 @@ from ecp.spec import (
 )
 from ecp.spec.enums import RequestOutputKind
 
-from ..outcomes import CaseTimeout, PeerCrashed, Violation
+from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Violation
 from ..transcript import Transcript
 
 
@@ -148,6 +148,8 @@ class HarnessFrontend:
         self.late_inputs: list[tuple[int, list[bytes]]] = []
         self.early_outputs: list[list[bytes]] = []
         self._ids = itertools.count(1)
+        #: engine k -> ids of the ADDs sent to it with add() (after a failed case, the unfinished ones are aborted)
+        self.added: dict[int, list[str]] = {}
         self._call_ids = itertools.count(0x5EC0_0001)
         self.sent_call_ids: set[int] = set()
         self.max_model_len: int | None = None
@@ -185,7 +187,7 @@ class HarnessFrontend:
     # ------------------------------------------------------------------ time
     def _poll_once(self, end: float) -> list[tuple[zmq.Socket, list[bytes]]]:
         if self.alive_check is not None and not self.alive_check():
-            raise PeerCrashed("the engine process exited")
+            raise PeerCrashed("the engine process exited without sending ENGINE_CORE_DEAD")
         ms = max(0, int((end - time.monotonic()) * 1000))
         events = dict(self.poller.poll(ms))
         got = []
@@ -385,7 +387,12 @@ class HarnessFrontend:
 
     def add(self, request: EngineCoreRequest, engine: int = 0, client: int | None = None) -> str:
         self.send_raw(encode_add(request), engine, request.client_index if client is None else client)
+        self.added.setdefault(engine, []).append(request.request_id)
         return request.request_id
+
+    def unfinished(self, engine: int = 0) -> list[str]:
+        """Ids added to ``engine`` that have not had a terminal output."""
+        return [rid for rid in self.added.get(engine, []) if not self.terminals(rid)]
 
     def abort(self, ids: Sequence[str], engine: int = 0, client: int = 0) -> None:
         self.send_raw(encode_abort(ids), engine, client)
@@ -451,7 +458,7 @@ class HarnessFrontend:
             if not self.raise_on_engine_dead:
                 self.messages.append((client, msg))
                 return
-            raise PeerCrashed(f"engine sent ENGINE_CORE_DEAD on output[{client}]")
+            raise FailedClosed(f"the engine sent ENGINE_CORE_DEAD on output[{client}]")
         now = time.monotonic()
         self.messages.append((client, msg))
         if msg.is_dp_control:
@@ -519,7 +526,7 @@ class HarnessFrontend:
             self.pump(min(end, now + 0.05))
         return self.terminals(rid)[0]
 
-    def serves(self, engine: int = 0, client: int = 0, after: str = "", timeout: float = 5.0,
+    def serves(self, engine: int = 0, client: int = 0, after: str = "", timeout: float = 3.0,
                clause: str = "ECP-ROB-1") -> None:
         """Liveness probe: a 2-token request completes with LENGTH; a Violation citing ``clause`` if not."""
         from ecp.spec import FinishReason
@@ -529,7 +536,9 @@ class HarnessFrontend:
         try:
             term = self.wait_finished(rid, timeout, max_tokens=2)
         except CaseTimeout as exc:
-            raise Violation(f"the engine stopped serving{' after ' + after if after else ''}: {exc}",
+            running = self.alive_check is None or self.alive_check()
+            raise Violation(f"the engine stopped serving{' after ' + after if after else ''}: {exc}; it sent no "
+                            f"ENGINE_CORE_DEAD and its process {'is still running' if running else 'exited'}",
                             clause=clause) from None
         if term.output.finish_reason != FinishReason.LENGTH or len(self.tokens(rid)) != 2:
             raise Violation(f"probe request after {after or 'the case'} ended with "

@@ -1,11 +1,13 @@
-"""Engine lifetimes for the engine role: one shared engine, fresh ones on demand.
+"""Engine lifetimes for the engine role: reuse healthy engines, relaunch only when needed.
 
-Starting an engine per case would be too slow, so cases share one engine
-(``engine_count`` ranks, one client) and get it through :meth:`EngineManager.shared`.
-It is restarted when it died or a case marked it dirty (a case that leaves
-work running or may have broken it). Cases that need a different topology
-(two clients, N engines) use :meth:`EngineManager.fresh`, which launches a
-dedicated engine and stops it afterwards.
+Starting an engine costs seconds (a real vLLM engine core takes 10-30 s), so cases share one
+engine (``engine_count`` ranks, one client) and get it through :meth:`EngineManager.shared`.
+Cases that need another topology (two clients, N engines, a coordinator) use
+:meth:`EngineManager.fresh`, which launches an engine of that topology once and keeps it for
+the next case that asks for the same one. After a failed case :meth:`EngineManager.after_failure`
+probes the engines the case used: one that still serves is kept (its leftover requests
+aborted), one that stopped serving or died is relaunched when next needed. A case that changes
+an engine's state on purpose (sleep) calls :meth:`EngineManager.mark_dirty`.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ class EngineRunConfig:
     case_timeout_s: float = 10.0
     quiet_window_s: float = 0.3
     workdir: str = ""
+
+
+#: how long the health probe after a failed case waits for a 2-token request (a serving engine
+#: answers within milliseconds)
+HEALTH_PROBE_S = 3.0
 
 
 class EngineNeverConnected(CaseTimeout):
@@ -129,6 +136,10 @@ class EngineUnderTest:
     def log_tail(self) -> str:
         return self.handle.log_tail() if self.handle else ""
 
+    def wait_exit(self, timeout: float) -> int | None:
+        """The exit status once the process is gone, waiting at most ``timeout`` (None: still running)."""
+        return self.handle.wait(timeout) if self.handle is not None else None
+
     def close(self) -> None:
         try:
             if self.handle is not None:
@@ -155,6 +166,8 @@ class EngineManager:
         self.touched: list[EngineUnderTest] = []
         self._fresh: list[EngineUnderTest] = []
         self._fresh_crashed = False
+        #: the last engine of a non-shared topology, kept for the next case asking for the same one
+        self._kept: tuple[tuple[int, int, bool], EngineUnderTest] | None = None
         self.logs: list[EngineUnderTest] = []
 
     # ------------------------------------------------------------------ lifetimes
@@ -216,19 +229,79 @@ class EngineManager:
     @contextlib.contextmanager
     def fresh(self, clients: int = 1, engine_count: int | None = None,
               coordinator: bool = False) -> Iterator[EngineUnderTest]:
-        """A dedicated engine for one case, stopped afterwards; ``coordinator``: the harness
-        also plays the DP coordinator (its addresses go into INIT)."""
+        """An engine of this topology for one case; ``coordinator``: the harness also plays the DP
+        coordinator (its addresses go into INIT). The shared engine serves when the topology is
+        its own; otherwise the engine launched for the previous case of this topology is reused
+        while it is healthy, and launched when there is none."""
         if self.cfg.attach:
             raise Unsupported("needs a harness-launched engine with its own topology (not possible with --attach)")
-        eut = self._launch(clients, engine_count or self.cfg.engine_count, coordinator)
+        key = (clients, engine_count or self.cfg.engine_count, coordinator)
+        if key == (1, self.cfg.engine_count, False):
+            yield self.shared()
+            return
+        eut = None
+        if self._kept is not None:
+            kept_key, kept = self._kept
+            if kept_key == key and kept.alive():
+                eut = kept
+                eut.fe.deadline = self.deadline
+            else:
+                kept.close()  # one extra topology at a time: engines cost memory
+                self._kept = None
+        if eut is None:
+            eut = self._launch(clients, key[1], coordinator)
+            self._kept = (key, eut)
         self._fresh.append(eut)
         try:
             yield eut
         finally:
-            eut.fe.alive_check = None
             if not eut.alive():
                 self._fresh_crashed = True
-            eut.close()
+                eut.close()
+                self._kept = None
+
+    def after_failure(self) -> str | None:
+        """A case failed: keep each engine it used if it still serves, else drop it.
+
+        Aborts the case's unfinished requests, then sends a 2-token probe. Returns a sentence
+        for the report when an engine no longer serves (None when every engine is healthy)."""
+        notes = []
+        used = list(dict.fromkeys([*self.touched, *self._fresh]))
+        for eut in used:
+            if not eut.alive():
+                continue  # already gone: the plugin reports how
+            state = self._probe(eut)
+            if state is None:
+                continue
+            notes.append(state)
+            if eut is self._shared:
+                self._dirty = True
+            elif self._kept is not None and self._kept[1] is eut:
+                eut.close()
+                self._kept = None
+        return "; ".join(notes) or None
+
+    def _probe(self, eut: EngineUnderTest) -> str | None:
+        fe = eut.fe
+        saved = fe.deadline
+        fe.deadline = None
+        try:
+            for k in range(fe.engine_count):
+                open_ids = fe.unfinished(engine=k)
+                if open_ids:
+                    fe.abort(open_ids, engine=k)
+            for k in range(fe.engine_count):
+                fe.serves(engine=k, after="the case", timeout=HEALTH_PROBE_S)
+        except PeerCrashed as exc:
+            return f"after the case the engine died ({exc})"
+        except AssertionError as exc:
+            if not eut.alive():
+                return f"after the case the engine died ({exc})"
+            return (f"after the case {exc}; its process is still running and it sent no ENGINE_CORE_DEAD: "
+                    "it stopped serving without failing closed (a frontend cannot tell it from a slow engine)")
+        finally:
+            fe.deadline = saved
+        return None
 
     def begin_case(self) -> None:
         """Forget which engines the previous case touched."""
@@ -249,10 +322,30 @@ class EngineManager:
         """The log tails of the engines this case used."""
         return "\n".join(t for t in (e.log_tail() for e in [*self.touched[-1:], *self._fresh]) if t)
 
+    def death_detail(self) -> str:
+        """How the engines this case used died: the exit status where the process is gone."""
+        parts = []
+        for eut in dict.fromkeys([*self.touched, *self._fresh]):
+            if eut.handle is None:
+                continue
+            status = eut.wait_exit(3.0) if eut.fe.engine_dead else eut.handle.exit_status()
+            if status is not None:
+                parts.append(f"its process exited with status {status}")
+            elif eut.fe.engine_dead:
+                parts.append("its process was still running 3 s later")
+        return "; ".join(parts)
+
+    def failed_closed(self) -> bool:
+        """Whether an engine this case used announced its death with ENGINE_CORE_DEAD."""
+        return any(e.fe.engine_dead for e in [*self.touched, *self._fresh])
+
     def close(self) -> None:
         if self._shared is not None:
             self._shared.close()
             self._shared = None
+        if self._kept is not None:
+            self._kept[1].close()
+            self._kept = None
         self.ctx.term()
 
 
