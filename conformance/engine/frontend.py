@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from ecp.spec import (
     COORDINATOR_READY, ENGINE_DEAD, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest,
@@ -32,6 +33,12 @@ from ecp.spec.enums import RequestOutputKind
 
 from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Violation
 from ..transcript import Transcript
+
+
+class EngineStoppedReading(Violation):
+    """The engine closed an input connection after the handshake and went quiet: it will never answer
+    what the case waits for. A FAIL of the case's requirement (or of the clause a probe names), with
+    that evidence, at once -- not a wait that runs out."""
 
 
 @dataclass
@@ -139,6 +146,19 @@ class HarnessFrontend:
         self.poller = zmq.Poller()
         for s in self._sockets:
             self.poller.register(s, zmq.POLLIN)
+        # An engine that stops reading its input (vLLM 0.33 ends its input thread on a bad message)
+        # closes its DEALER connection: the ROUTER's monitor sees it, so waits end at once with that
+        # evidence instead of running out their timeout.
+        self._monitors: dict[zmq.Socket, int] = {}
+        for client, sock in enumerate(self.inputs):
+            mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            self._monitors[mon] = client
+            self.poller.register(mon, zmq.POLLIN)
+        #: (client, time) of the first input connection an engine closed after the handshake
+        self.input_closed: tuple[int, float] | None = None
+        #: why the last liveness probe failed (the engine is not probed again after the case)
+        self.stopped_serving: str | None = None
+        self._last_output_at = 0.0
         self.records: dict[bytes, EngineRecord] = {}
         self.route: list[bytes] = []  # engine k (0-based) -> identity to address it with
         self.messages: list[tuple[int, EngineCoreOutputs]] = []
@@ -169,6 +189,9 @@ class HarnessFrontend:
         return sock
 
     def close(self) -> None:
+        for mon in self._monitors:
+            mon.close(0)
+        self._monitors.clear()
         for s in self._sockets:
             s.close(0)
         self._sockets.clear()
@@ -190,6 +213,9 @@ class HarnessFrontend:
             raise PeerCrashed("the engine process exited without sending ENGINE_CORE_DEAD")
         ms = max(0, int((end - time.monotonic()) * 1000))
         events = dict(self.poller.poll(ms))
+        for mon, client in self._monitors.items():
+            if mon in events:
+                self._on_monitor(mon, client)
         got = []
         for sock in self._sockets:
             if sock in events:
@@ -199,6 +225,28 @@ class HarnessFrontend:
                     except zmq.Again:
                         break
         return got
+
+    def _on_monitor(self, mon: zmq.Socket, client: int) -> None:
+        for _ in range(100):
+            try:
+                event = recv_monitor_message(mon, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if event["event"] == zmq.EVENT_DISCONNECTED and self.route and self.input_closed is None:
+                self.input_closed = (client, time.monotonic())
+                self.transcript.note(f"the engine closed its connection to input[{client}]")
+
+    def _check_input_open(self, what: str) -> None:
+        """Raise once an engine closed an input connection and nothing arrived for a quiet window
+        since: what the case waits for will not come (outputs still in flight were let in)."""
+        if self.input_closed is None:
+            return
+        client, at = self.input_closed
+        if time.monotonic() - max(at, self._last_output_at) >= self.quiet_window_s:
+            raise EngineStoppedReading(
+                f"no {what}: the engine closed its connection to input[{client}] -- it reads no more input, "
+                f"{'though its process is still running' if self.alive_check is None or self.alive_check() else 'and its process exited'}"
+                " and it sent no ENGINE_CORE_DEAD")
 
     # ------------------------------------------------------------------ handshake
     def run_handshake(self, timeout: float) -> None:
@@ -453,6 +501,7 @@ class HarnessFrontend:
                 raise Violation(f"undecodable output message on output[{client}]: {exc}",
                                 clause=clause) from None
         msg = decoded[0]
+        self._last_output_at = time.monotonic()
         if msg is ENGINE_DEAD:
             self.engine_dead = True
             if not self.raise_on_engine_dead:
@@ -479,6 +528,7 @@ class HarnessFrontend:
         """Pump until ``predicate()`` holds; raise :class:`CaseTimeout` naming ``what`` if it never does."""
         end = time.monotonic() + timeout
         while not predicate():
+            self._check_input_open(what)
             now = time.monotonic()
             if self.deadline is not None and now >= self.deadline:
                 raise CaseTimeout(f"case time budget exhausted while waiting for {what}")
@@ -511,6 +561,7 @@ class HarnessFrontend:
         """
         end = time.monotonic() + timeout
         while not self.terminals(rid):
+            self._check_input_open(f"end of request {rid}")
             if max_tokens is not None and len(self.tokens(rid)) >= max_tokens:
                 last = self.seen(rid)[-1].t
                 if time.monotonic() - last >= self.quiet_window_s:
@@ -535,10 +586,12 @@ class HarnessFrontend:
         self.add(self.request(rid, max_tokens=2, client=client), engine)
         try:
             term = self.wait_finished(rid, timeout, max_tokens=2)
-        except CaseTimeout as exc:
+        except (CaseTimeout, EngineStoppedReading) as exc:
+            self.stopped_serving = str(exc)
             running = self.alive_check is None or self.alive_check()
-            raise Violation(f"the engine stopped serving{' after ' + after if after else ''}: {exc}; it sent no "
-                            f"ENGINE_CORE_DEAD and its process {'is still running' if running else 'exited'}",
+            state = "" if isinstance(exc, EngineStoppedReading) else (
+                f"; it sent no ENGINE_CORE_DEAD and its process {'is still running' if running else 'exited'}")
+            raise Violation(f"the engine stopped serving{' after ' + after if after else ''}: {exc}{state}",
                             clause=clause) from None
         if term.output.finish_reason != FinishReason.LENGTH or len(self.tokens(rid)) != 2:
             raise Violation(f"probe request after {after or 'the case'} ended with "

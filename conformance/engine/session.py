@@ -21,7 +21,7 @@ from typing import Iterator
 import zmq
 
 from ..launch import AdapterPeer, AttachedPeer, CommandPeer, LaunchError, PeerHandle
-from ..outcomes import CaseTimeout, PeerCrashed, Unsupported
+from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Unsupported
 from ..transcript import Transcript
 from .frontend import Addresses, HarnessFrontend
 
@@ -271,9 +271,10 @@ class EngineManager:
             if not eut.alive():
                 continue  # already gone: the plugin reports how
             state = self._probe(eut)
-            if state is None:
+            if state is None and eut.fe.stopped_serving is None and eut.fe.input_closed is None:
                 continue
-            notes.append(state)
+            if state is not None:
+                notes.append(state)
             if eut is self._shared:
                 self._dirty = True
             elif self._kept is not None and self._kept[1] is eut:
@@ -283,6 +284,8 @@ class EngineManager:
 
     def _probe(self, eut: EngineUnderTest) -> str | None:
         fe = eut.fe
+        if fe.stopped_serving is not None or fe.input_closed is not None:
+            return None  # the case's own probe already failed: that is the evidence; relaunch
         saved = fe.deadline
         fe.deadline = None
         try:
@@ -292,7 +295,12 @@ class EngineManager:
                     fe.abort(open_ids, engine=k)
             for k in range(fe.engine_count):
                 fe.serves(engine=k, after="the case", timeout=HEALTH_PROBE_S)
+        except FailedClosed as exc:
+            return f"after the case the engine failed closed ({exc})"
         except PeerCrashed as exc:
+            if eut.handle is not None and eut.handle.exit_status() is None:
+                return (f"after the case the engine no longer accepts input ({exc}): it closed its input "
+                        "connection, yet its process is still running and it sent no ENGINE_CORE_DEAD")
             return f"after the case the engine died ({exc})"
         except AssertionError as exc:
             if not eut.alive():
