@@ -34,6 +34,7 @@ CONFORMANCE_LEVELS: tuple[ConformanceLevel, ...] = ("interop", "hardened")
 #: guard against, so real deployments work without them (PROTOCOL.md states vLLM 0.33's actual
 #: behaviour beside each). Every other clause is ``interop``.
 HARDENED: frozenset[str] = frozenset({
+    "ECP-HS-8",     # bounded handshake: vLLM waits for a remote engine's READY without a deadline
     "ECP-REQ-2",    # duplicate in-flight id: vLLM asserts and fails closed; frontends never send one (REQ-8)
     "ECP-REQ-3",    # invalid ADD: vLLM validates in the frontend; its engine core does not reject
     "ECP-FRAME-9",  # decode limits: vLLM's input thread ends on the decode error

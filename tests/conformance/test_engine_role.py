@@ -198,3 +198,38 @@ def test_reference_engine_process_crash_is_caught(run_ecp):
     # the knob sends ENGINE_CORE_DEAD before exiting: reported as fail-closed, a FAIL of the hardened clause
     assert "FAIL ENG-ROB-1 [ECP-ROB-1 MUST hardened]" in stdout and "fail-closed" in stdout, stdout
     assert re.search(r"ENG-UTIL-1 +result-envelope +MUST +PASS", stdout), stdout
+
+
+def test_an_engine_that_stops_reading_is_a_fail_at_once_not_a_timeout(run_ecp, tmp_path):
+    """vLLM 0.33's engine core ends its input thread on bad input: no ENGINE_CORE_DEAD, process alive.
+    The harness sees the input connection close and reports that evidence without waiting out a timeout."""
+    out = tmp_path / "r.json"
+    code, stdout = run_ecp("conformance", "engine", "--case", "ENG-ROB-3", "--case", "ENG-UTIL-1", "--json",
+                           str(out), *FAST, "--", *SCRIPTED, "--bug", "deaf-on-bad-frame")
+    _, cases = _results(out)
+    assert code == 1, stdout
+    rob = cases["ENG-ROB-3"]
+    assert rob["outcome"] == "FAIL" and rob["conformance_level"] == "hardened", stdout
+    assert "closed its connection to input[0]" in rob["message"] and "no ENGINE_CORE_DEAD" in rob["message"]
+    assert rob["duration_s"] < 2.5, rob  # not the 3 s probe budget: the closed connection ends the wait
+    assert cases["ENG-UTIL-1"]["outcome"] == "PASS", stdout  # a fresh engine serves the next case
+
+
+def test_level_interop_reports_hardened_failures_without_failing_the_run(run_ecp, tmp_path):
+    out, md = tmp_path / "r.json", tmp_path / "r.md"
+    code, stdout = run_ecp("conformance", "engine", "--level", "interop", "--case", "ENG-ROB-1", "--case",
+                           "ENG-SEC-1", "--case", "ENG-UTIL-1", "--json", str(out), "--markdown", str(md), *FAST,
+                           "--adapter", "reference_adapters:bug_crash-on-bad-frame")  # fails closed
+    doc, cases = _results(out)
+    assert code == 0, stdout
+    assert doc["conformance_level"] == "interop"
+    assert "FAIL (not required at level interop) ENG-ROB-1 [ECP-ROB-1 MUST hardened]" in stdout, stdout
+    assert "fail-closed: the engine sent ENGINE_CORE_DEAD" in stdout, stdout
+    # the pickle was refused (never executed): ECP-SEC-1 held; that the engine then stopped is ECP-ROB-1
+    assert cases["ENG-SEC-1"]["clause"] == "ECP-ROB-1" and cases["ENG-SEC-1"]["conformance_level"] == "hardened"
+    assert all(not cases[c]["blocking"] for c in ("ENG-ROB-1", "ENG-SEC-1"))
+    assert "| hardened |" in md.read_text()
+    # the same run at the default level (hardened) fails
+    code, stdout = run_ecp("conformance", "engine", "--case", "ENG-ROB-1", *FAST,
+                           "--adapter", "reference_adapters:bug_crash-on-bad-frame")
+    assert code == 1 and "at level hardened -> exit 1" in stdout, stdout
