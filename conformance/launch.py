@@ -59,8 +59,8 @@ class PeerHandle:
         (or cannot be watched)."""
         return self.exit_status()
 
-    def stop(self) -> None:
-        pass
+    def stop(self, grace_s: float = 3.0) -> None:
+        """Stop the peer; a process gets ``grace_s`` after SIGTERM before SIGKILL."""
 
     def log_tail(self, limit: int = STDERR_TAIL_BYTES) -> str:
         if self.log_path is None or not self.log_path.exists():
@@ -163,5 +163,5 @@ class AdapterPeer(PeerHandle):
         probe = getattr(self.obj, "alive", None)
         return bool(probe()) if callable(probe) else True
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 3.0) -> None:
         self.obj.stop()

@@ -143,7 +143,10 @@ class EngineUnderTest:
     def close(self) -> None:
         try:
             if self.handle is not None:
-                self.handle.stop()
+                # an engine that stopped serving or died gets no graceful shutdown: there is nothing
+                # left to drain, and a real engine's SIGTERM handling costs seconds per relaunch
+                self.handle.stop(3.0 if self.alive() and self.fe.stopped_serving is None
+                                 and self.fe.input_closed is None else 0.2)
         finally:
             self.fe.close()
 
