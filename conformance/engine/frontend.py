@@ -16,6 +16,7 @@ against its own clause while the other cases still run.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -249,7 +250,7 @@ class HarnessFrontend:
                 " and it sent no ENGINE_CORE_DEAD")
 
     # ------------------------------------------------------------------ handshake
-    def run_handshake(self, timeout: float) -> None:
+    def run_handshake(self, timeout: float, cancel: threading.Event | None = None) -> None:
         """Serve HELLO -> INIT -> registrations -> READY for ``engine_count`` engines.
 
         Raises :class:`CaseTimeout` if not every expected engine registered on
@@ -264,6 +265,8 @@ class HarnessFrontend:
         settled_at: float | None = None  # when READY (or every registration) was complete
         grace = max(0.5, 3 * self.quiet_window_s)
         while not self._handshake_complete():
+            if cancel is not None and cancel.is_set():
+                raise CaseTimeout("handshake cancelled: the launch is no longer needed")
             now = time.monotonic()
             # READY everywhere but a registration missing, or the reverse: record it after a grace
             if settled_at is None and (self._all_ready() or self._all_registered()):

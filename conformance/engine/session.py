@@ -13,6 +13,7 @@ an engine's state on purpose (sleep) calls :meth:`EngineManager.mark_dirty`.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,11 @@ class EngineRunConfig:
     workdir: str = ""
 
 
+#: shared-topology engines launched ahead in the background once the shared engine had to be
+#: replaced (only for a COMMAND peer, whose launch costs seconds): an engine that stopped serving
+#: after one bad message is likely to do so again in the next case
+SPARES = 2
+
 #: how long the health probe after a failed case waits for a 2-token request (a serving engine
 #: answers within milliseconds)
 HEALTH_PROBE_S = 3.0
@@ -57,7 +63,8 @@ class EngineUnderTest:
     """One launch: a harness frontend, its bound sockets and the engine handle."""
 
     def __init__(self, cfg: EngineRunConfig, ctx: zmq.Context, transcript: Transcript, launch_no: int,
-                 clients: int, engine_count: int, coordinator: bool = False) -> None:
+                 clients: int, engine_count: int, coordinator: bool = False,
+                 cancel: threading.Event | None = None) -> None:
         self.cfg = cfg
         self.engine_count = engine_count
         self.handle: PeerHandle | None = None
@@ -67,7 +74,7 @@ class EngineUnderTest:
         try:
             self.handle = self._start(launch_no)
             self.fe.alive_check = self.alive
-            self.fe.run_handshake(cfg.startup_timeout_s)
+            self.fe.run_handshake(cfg.startup_timeout_s, cancel)
         except PeerCrashed as exc:
             detail = self._exit_detail()
             self.close()
@@ -151,6 +158,42 @@ class EngineUnderTest:
             self.fe.close()
 
 
+class Spare:
+    """One shared-topology launch running in a background thread, adopted by :meth:`EngineManager.shared`.
+
+    Its handshake is recorded in a transcript of its own (the cases running meanwhile must not get
+    its frames); the adopting case's transcript notes the adoption."""
+
+    def __init__(self, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: int) -> None:
+        self.launch_no = launch_no
+        self.cancel = threading.Event()
+        self.engine: EngineUnderTest | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(cfg, ctx), name=f"ecp-spare-{launch_no}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, cfg: EngineRunConfig, ctx: zmq.Context) -> None:
+        try:
+            self.engine = EngineUnderTest(cfg, ctx, Transcript(), self.launch_no, 1, cfg.engine_count,
+                                          cancel=self.cancel)
+        except BaseException as exc:  # noqa: BLE001 - reported by take(): the caller launches instead
+            self.error = exc
+
+    def take(self, timeout: float) -> EngineUnderTest | None:
+        """The ready engine, waiting at most ``timeout`` for its handshake; None if it failed."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            return None
+        return self.engine if self.engine is not None and self.engine.alive() else None
+
+    def discard(self) -> None:
+        self.cancel.set()
+        self._thread.join(30.0)  # the handshake loop checks the event every 50 ms
+        if self.engine is not None:
+            self.engine.close()
+
+
 class EngineManager:
     """Owns the zmq context, the shared engine and every fresh engine of a run."""
 
@@ -169,6 +212,8 @@ class EngineManager:
         self.touched: list[EngineUnderTest] = []
         self._fresh: list[EngineUnderTest] = []
         self._fresh_crashed = False
+        #: shared-topology engines launching in the background (see SPARES)
+        self._spares: list[Spare] = []
         #: the last engine of a non-shared topology, kept for the next case asking for the same one
         self._kept: tuple[tuple[int, int, bool], EngineUnderTest] | None = None
         self.logs: list[EngineUnderTest] = []
@@ -216,14 +261,43 @@ class EngineManager:
             if self._startup_failure is not None:
                 # a deterministic startup failure: report it again instead of waiting again
                 raise self._startup_failure
-            try:
-                self._shared = self._launch(1, self.cfg.engine_count)
-            except (CaseTimeout, PeerCrashed, LaunchError) as exc:
-                self._startup_failure = exc
-                raise
+            replacing = self._launches > 0
+            self._shared = self._adopt_spare()
+            if self._shared is None:
+                try:
+                    self._shared = self._launch(1, self.cfg.engine_count)
+                except (CaseTimeout, PeerCrashed, LaunchError) as exc:
+                    self._startup_failure = exc
+                    raise
+            if replacing and self.cfg.command and not self.cfg.attach:
+                self._top_up_spares()
         self._shared.fe.deadline = self.deadline
         self.touched.append(self._shared)
         return self._shared
+
+    def _top_up_spares(self) -> None:
+        while len(self._spares) < SPARES:
+            self._launches += 1
+            self._spares.append(Spare(self.cfg, self.ctx, self._launches))
+
+    def _adopt_spare(self) -> EngineUnderTest | None:
+        """The oldest spare that finished its handshake (waiting for it within the startup budget)."""
+        started = time.monotonic()
+        while self._spares:
+            spare = self._spares.pop(0)
+            eut = spare.take(self.cfg.startup_timeout_s)
+            if eut is None:
+                spare.discard()
+                continue
+            eut.fe.transcript = self.transcript
+            self.transcript.note(f"launch {spare.launch_no} (started ahead in the background) replaces the "
+                                 "shared engine")
+            self.logs.append(eut)
+            if self.deadline is not None:  # waiting for it does not eat the case budget
+                self.deadline += time.monotonic() - started
+            eut.fe.deadline = self.deadline
+            return eut
+        return None
 
     def mark_dirty(self) -> None:
         """The shared engine may hold leftovers (running requests, sleep state): restart before reuse."""
@@ -357,6 +431,9 @@ class EngineManager:
         if self._kept is not None:
             self._kept[1].close()
             self._kept = None
+        for spare in self._spares:
+            spare.discard()
+        self._spares = []
         self.ctx.term()
 
 

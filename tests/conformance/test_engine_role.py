@@ -233,3 +233,14 @@ def test_level_interop_reports_hardened_failures_without_failing_the_run(run_ecp
     code, stdout = run_ecp("conformance", "engine", "--case", "ENG-ROB-1", *FAST,
                            "--adapter", "reference_adapters:bug_crash-on-bad-frame")
     assert code == 1 and "at level hardened -> exit 1" in stdout, stdout
+
+
+def test_replacement_engines_are_launched_ahead_once_engines_keep_dying(run_ecp, tmp_path):
+    out = tmp_path / "r.json"
+    code, stdout = run_ecp("conformance", "engine", "--case", "ENG-ROB-1", "--case", "ENG-ROB-2", "--case",
+                           "ENG-ROB-3", "--json", str(out), *FAST, "--", *SCRIPTED, "--bug", "deaf-on-bad-frame")
+    _, cases = _results(out)
+    assert code == 1 and all(cases[c]["outcome"] == "FAIL" for c in cases), stdout
+    # ROB-1's engine stopped reading: ROB-2 got a new launch, and spares started behind it; ROB-3 adopts one
+    assert "started ahead in the background" not in cases["ENG-ROB-2"]["transcript_text"]
+    assert "started ahead in the background" in cases["ENG-ROB-3"]["transcript_text"], cases["ENG-ROB-3"]
