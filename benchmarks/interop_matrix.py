@@ -228,7 +228,8 @@ def main() -> int:
         ok, detail = run_smoke(row, args.peer, logdir) if row.smoke else run_conformance(row, args.out)
         ok_all &= ok
         print(f"| {row.name} | {row.what} | {'PASS' if ok else 'FAIL'}: {detail} |", flush=True)
-        (args.out / "matrix.json").open("a").write(json.dumps({"row": row.name, "ok": ok, "detail": detail}) + "\n")
+        with (args.out / "matrix.jsonl").open("a") as f:
+            f.write(json.dumps({"row": row.name, "ok": ok, "detail": detail}) + "\n")
     return 0 if ok_all else 1
 
 
