@@ -211,6 +211,17 @@ class HarnessFrontend:
     # ------------------------------------------------------------------ time
     def _poll_once(self, end: float) -> list[tuple[zmq.Socket, list[bytes]]]:
         if self.alive_check is not None and not self.alive_check():
+            if self.engine_dead:
+                raise FailedClosed("the engine sent ENGINE_CORE_DEAD")
+            # the process is gone, but its last frames may still wait in our sockets: an
+            # ENGINE_CORE_DEAD among them makes this a fail-closed exit, not a silent crash
+            for client, sock in enumerate(self.outputs):
+                for _ in range(1000):
+                    try:
+                        frames = sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._on_output(client, frames)  # raises FailedClosed on ENGINE_CORE_DEAD
             raise PeerCrashed("the engine process exited without sending ENGINE_CORE_DEAD")
         ms = max(0, int((end - time.monotonic()) * 1000))
         events = dict(self.poller.poll(ms))
