@@ -591,7 +591,7 @@ class HarnessFrontend:
             self.pump(min(end, now + 0.05))
         return self.terminals(rid)[0]
 
-    def serves(self, engine: int = 0, client: int = 0, after: str = "", timeout: float = 3.0,
+    def serves(self, engine: int = 0, client: int = 0, after: str = "", timeout: float = 5.0,
                clause: str = "ECP-ROB-1") -> None:
         """Liveness probe: a 2-token request completes with LENGTH; a Violation citing ``clause`` if not."""
         from ecp.spec import FinishReason

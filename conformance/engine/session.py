@@ -50,7 +50,7 @@ SPARES = 2
 
 #: how long the health probe after a failed case waits for a 2-token request (a serving engine
 #: answers within milliseconds)
-HEALTH_PROBE_S = 3.0
+HEALTH_PROBE_S = 5.0
 
 
 class EngineNeverConnected(CaseTimeout):

@@ -211,7 +211,7 @@ def test_an_engine_that_stops_reading_is_a_fail_at_once_not_a_timeout(run_ecp, t
     rob = cases["ENG-ROB-3"]
     assert rob["outcome"] == "FAIL" and rob["conformance_level"] == "hardened", stdout
     assert "closed its connection to input[0]" in rob["message"] and "no ENGINE_CORE_DEAD" in rob["message"]
-    assert rob["duration_s"] < 2.5, rob  # not the 3 s probe budget: the closed connection ends the wait
+    assert rob["duration_s"] < 4.0, rob  # not the 5 s probe budget: the closed connection ends the wait
     assert cases["ENG-UTIL-1"]["outcome"] == "PASS", stdout  # a fresh engine serves the next case
 
 
@@ -238,7 +238,8 @@ def test_level_interop_reports_hardened_failures_without_failing_the_run(run_ecp
 def test_replacement_engines_are_launched_ahead_once_engines_keep_dying(run_ecp, tmp_path):
     out = tmp_path / "r.json"
     code, stdout = run_ecp("conformance", "engine", "--case", "ENG-ROB-1", "--case", "ENG-ROB-2", "--case",
-                           "ENG-ROB-3", "--json", str(out), *FAST, "--", *SCRIPTED, "--bug", "deaf-on-bad-frame")
+                           "ENG-ROB-3", "--json", str(out), "--quiet-window", "0.2", "--startup-timeout", "60",
+                           "--", *SCRIPTED, "--bug", "deaf-on-bad-frame")  # spares start side by side: be patient
     _, cases = _results(out)
     assert code == 1 and all(cases[c]["outcome"] == "FAIL" for c in cases), stdout
     # ROB-1's engine stopped reading: ROB-2 got a new launch, and spares started behind it; ROB-3 adopts one
