@@ -80,7 +80,7 @@ def _list(args: argparse.Namespace) -> int:
         print(json.dumps({"cases": [c.to_dict() for c in cases], "uncovered_must_clauses": uncovered}, indent=1))
         return 0
     for c in cases:
-        print(f"{c.id:<13} {c.clause:<14} {c.level:<6} {c.slug:<38} {c.requirement}")
+        print(f"{c.id:<13} {c.clause:<14} {c.level:<6} {c.conformance_level:<8} {c.slug:<38} {c.requirement}")
     print(f"\n{len(cases)} case(s) cite {len(by_clause)} clause(s) "
           f"({', '.join(roles)} role{'s' if len(roles) > 1 else ''}).")
     print(f"MUST clauses without a case ({len(uncovered)}):")

@@ -54,8 +54,13 @@ class PeerHandle:
     def exit_status(self) -> int | None:
         return None
 
-    def stop(self) -> None:
-        pass
+    def wait(self, timeout: float) -> int | None:
+        """Wait at most ``timeout`` for the peer to exit; its exit status, or None if it still runs
+        (or cannot be watched)."""
+        return self.exit_status()
+
+    def stop(self, grace_s: float = 3.0) -> None:
+        """Stop the peer; a process gets ``grace_s`` after SIGTERM before SIGKILL."""
 
     def log_tail(self, limit: int = STDERR_TAIL_BYTES) -> str:
         if self.log_path is None or not self.log_path.exists():
@@ -91,6 +96,12 @@ class CommandPeer(PeerHandle):
 
     def exit_status(self) -> int | None:
         return self.proc.poll()
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
 
     def stop(self, grace_s: float = 3.0) -> None:
         """SIGTERM the process group we created, then SIGKILL it after ``grace_s``."""
@@ -152,5 +163,5 @@ class AdapterPeer(PeerHandle):
         probe = getattr(self.obj, "alive", None)
         return bool(probe()) if callable(probe) else True
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 3.0) -> None:
         self.obj.stop()

@@ -53,6 +53,14 @@ class PeerCrashed(Exception):
     """The peer under test died (process exit, or ENGINE_CORE_DEAD)."""
 
 
+class FailedClosed(PeerCrashed):
+    """The engine announced its death with ENGINE_CORE_DEAD (``ECP-OUT-8``) -- it failed *closed*.
+
+    After input the case expected it to reject and survive, that is a FAIL of the case's own
+    clause (reported as fail-closed), not a CRASH: the frontend learns at once that the engine is
+    gone, which is what interoperation needs (``ECP-ROB-3``)."""
+
+
 class Unsupported(Exception):
     """The case cannot run against this peer or in this launch mode."""
 
@@ -69,8 +77,11 @@ class CaseResult:
     role: str
     outcome: Outcome
     message: str = ""
-    #: False for a SHOULD/MAY failure in non-strict mode: reported, not counted
+    #: False for a SHOULD/MAY failure in non-strict mode, or a failure of a clause above the run's
+    #: conformance level: reported, not counted
     blocking: bool = True
+    #: ``interop`` or ``hardened``: the level of the clause this result is judged against
+    conformance_level: str = "interop"
     duration_s: float = 0.0
     expected_failure_reason: str | None = None
     transcript: list[dict[str, Any]] = field(default_factory=list)
@@ -87,7 +98,8 @@ class CaseResult:
 
     def to_dict(self, with_transcript: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "id": self.id, "clause": self.clause, "level": self.level, "slug": self.slug,
+            "id": self.id, "clause": self.clause, "level": self.level,
+            "conformance_level": self.conformance_level, "slug": self.slug,
             "requirement": self.requirement, "role": self.role, "outcome": self.outcome.value,
             "blocking": self.blocking, "message": self.message, "duration_s": round(self.duration_s, 4),
             "expected_failure_reason": self.expected_failure_reason,
@@ -106,7 +118,8 @@ class CaseResult:
         return cls(
             id=d["id"], clause=d["clause"], level=d["level"], slug=d["slug"], requirement=d["requirement"],
             role=d["role"], outcome=Outcome(d["outcome"]), message=d.get("message", ""),
-            blocking=d.get("blocking", True), duration_s=d.get("duration_s", 0.0),
+            blocking=d.get("blocking", True), conformance_level=d.get("conformance_level", "interop"),
+            duration_s=d.get("duration_s", 0.0),
             expected_failure_reason=d.get("expected_failure_reason"),
             transcript=d.get("transcript", []), transcript_text=d.get("transcript_text", ""),
             peer_stderr_tail=d.get("peer_stderr_tail", ""),

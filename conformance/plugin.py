@@ -30,7 +30,8 @@ _STATE_KEY = pytest.StashKey["RunState"]()
 
 #: role -> (module, manager class, config class) of the peer manager of that role. A peer
 #: manager starts/stops the peers under test and offers begin_case(), set_deadline(t),
-#: case_crashed(), mark_dirty(), log_tail() and close() to this plugin.
+#: case_crashed(), after_failure() (keep or drop the peers a failed case used; evidence or None),
+#: mark_dirty(), log_tail() and close() to this plugin.
 PEER_MANAGERS: dict[str, tuple[str, str, str]] = {
     "engine": ("ecp.conformance.engine.session", "EngineManager", "EngineRunConfig"),
     "frontend": ("ecp.conformance.frontend.session", "FrontendManager", "FrontendRunConfig"),
@@ -172,16 +173,30 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Item):
     from .launch import LaunchError
-    from .outcomes import CaseResult, CaseTimeout, Outcome, PeerCrashed, Unsupported
+    from .outcomes import CaseResult, CaseTimeout, FailedClosed, Outcome, PeerCrashed, Unsupported
     from .transcript import render
 
     case = state.catalogue[cid]
     exc = call.excinfo.value if call.excinfo else None
     manager = state.manager
     crashed = manager is not None and manager.case_crashed()
+    fail_closed = isinstance(exc, FailedClosed) or (
+        crashed and bool(getattr(manager, "failed_closed", lambda: False)()))
     clause = case.clause
     if isinstance(exc, Unsupported):
         outcome, message = Outcome.UNSUPPORTED, str(exc)
+    elif fail_closed and not isinstance(exc, LaunchError):
+        # ENGINE_CORE_DEAD: the engine stopped, but told its frontend (ECP-OUT-8) -- the case's own
+        # requirement failed; this is not a silent crash
+        detail = getattr(manager, "death_detail", lambda: "")()
+        outcome = Outcome.FAIL
+        what = "the engine sent ENGINE_CORE_DEAD"
+        if isinstance(exc, FailedClosed):
+            what = str(exc)
+        elif isinstance(exc, AssertionError):
+            clause = getattr(exc, "clause", None) or clause
+            what = f"{exc}; then the engine sent ENGINE_CORE_DEAD"
+        message = f"fail-closed: {what}{'; ' + detail if detail else ''} -- it stopped instead of serving on"
     elif isinstance(exc, PeerCrashed) or (crashed and not isinstance(exc, LaunchError)):
         outcome = Outcome.CRASH
         message = str(exc) if exc is not None else "the engine process died during the case"
@@ -214,16 +229,35 @@ def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Ite
             shown = [f"[{f['clause']}] {f['message']}" for f in must[:3]]
             more = f" (and {len(must) - 3} more, listed under findings)" if len(must) > 3 else ""
             message = "the case's own check passed, but the engine broke other rules: " + "; ".join(shown) + more
-    strict = bool(state.config.get("strict"))
-    # a crash always counts: a dead engine breaks ECP-ROB-1 whatever the case's own level
-    blocking = case.level == "MUST" or strict or outcome is Outcome.CRASH or failed_by_findings
-    entries = state.transcript.case_entries()
     failed = outcome not in (Outcome.PASS, Outcome.UNSUPPORTED)
-    if failed and manager is not None:
-        # a failing case may leave the shared engine in any state: restart before reuse
-        manager.mark_dirty()
+    if failed and manager is not None and outcome is not Outcome.ERROR:
+        # keep the engines that still serve; the probe's verdict is evidence for this case
+        note = manager.after_failure()
+        if note and outcome is Outcome.TIMEOUT:
+            # the peer went silent: a FAIL of the case's requirement with the probe as evidence,
+            # not a harness wait that ran out
+            outcome, message = Outcome.FAIL, f"{message}; {note}"
+        elif note:
+            message = f"{message}\n{note}"
+    strict = bool(state.config.get("strict"))
+    # the result is judged at the level of the clause it cites: the case's own (which may override its
+    # clause's), or the clause a Violation names instead
+    from ecp.spec import clauses as spec_clauses
+
+    conformance_level = (case.conformance_level if clause == case.clause
+                         else spec_clauses.get(clause).conformance_level)
+    run_level = state.config.get("level", "hardened")
+    required = spec_clauses.CONFORMANCE_LEVELS.index(conformance_level) <= \
+        spec_clauses.CONFORMANCE_LEVELS.index(run_level)
+    # a crash (death without ENGINE_CORE_DEAD) always counts: it breaks ECP-OUT-8 at every level
+    # a MUST finding outside the case's focus blocks like a MUST case, at its own clause's level
+    blocking = outcome is Outcome.CRASH or (required and (case.level == "MUST" or strict or failed_by_findings))
+    entries = state.transcript.case_entries()
+    if outcome is Outcome.ERROR and manager is not None:
+        manager.mark_dirty()  # the harness broke mid-case: the peer's state is unknown
     return CaseResult(
-        id=cid, clause=clause, level=case.level, slug=case.slug, requirement=case.requirement,
+        id=cid, clause=clause, level=case.level, conformance_level=conformance_level, slug=case.slug,
+        requirement=case.requirement,
         role=state.role, outcome=outcome, message=message, blocking=blocking,
         duration_s=time.monotonic() - state._case_started.get(item.nodeid, time.monotonic()),
         transcript=[e.to_dict() for e in entries] if failed else [],

@@ -59,22 +59,34 @@ class Case:
     #: optional capability the peer may declare it lacks (-> UNSUPPORTED)
     feature: str | None = None
     tags: tuple[str, ...] = field(default=())
+    #: set only where a case deliberately differs from its clause's conformance level
+    level_override: str | None = None
 
     @property
     def area(self) -> str:
         return self.id.split("-")[1]
 
+    @property
+    def conformance_level(self) -> str:
+        """``interop`` or ``hardened``: the cited clause's level (:mod:`ecp.spec.clauses`) unless overridden."""
+        if self.level_override is not None:
+            return self.level_override
+        clause = spec_clauses.CLAUSES.get(self.clause)
+        return clause.conformance_level if clause is not None else "interop"
+
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "clause": self.clause, "level": self.level, "roles": list(self.roles),
+        return {"id": self.id, "clause": self.clause, "level": self.level,
+                "conformance_level": self.conformance_level, "roles": list(self.roles),
                 "requirement": self.requirement, "slug": self.slug, "feature": self.feature}
 
 
 def case_factory(*roles: str) -> Callable[..., Case]:
     """``_c(id, clause, level, slug, requirement, feature=None)`` for one role's catalogue: keeps the
     catalogue tables one line per field, in the order a reader scans them."""
-    def make(id: str, clause: str, level: str, slug: str, requirement: str, feature: str | None = None) -> Case:
+    def make(id: str, clause: str, level: str, slug: str, requirement: str, feature: str | None = None,
+             conformance_level: str | None = None) -> Case:
         return Case(id=id, clause=clause, level=level, roles=roles, requirement=requirement,  # type: ignore[arg-type]
-                    slug=slug, feature=feature)
+                    slug=slug, feature=feature, level_override=conformance_level)
 
     return make
 
@@ -101,6 +113,8 @@ def validate_cases(cases: Iterable[Case], role: str | None = None) -> list[Case]
             problems.append(f"{c.id}: cites withdrawn clause {c.clause}")
         if c.level not in ("MUST", "SHOULD", "MAY"):
             problems.append(f"{c.id}: level must be MUST, SHOULD or MAY")
+        if c.level_override is not None and c.level_override not in spec_clauses.CONFORMANCE_LEVELS:
+            problems.append(f"{c.id}: conformance level must be one of {', '.join(spec_clauses.CONFORMANCE_LEVELS)}")
         if not c.roles or (role is not None and role not in c.roles):
             problems.append(f"{c.id}: roles {c.roles!r} do not include {role!r}")
         if not _SLUG_RE.match(c.slug):

@@ -12,6 +12,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from ecp.spec.clauses import CONFORMANCE_LEVELS
+
 from .outcomes import CaseResult, Outcome
 
 SCHEMA_PATH = Path(__file__).parent / "schema" / "results.schema.json"
@@ -24,6 +26,8 @@ class RunSummary:
     target: str
     results: list[CaseResult]
     strict: bool = False
+    #: the conformance level the run required (``--level``)
+    conformance_level: str = "hardened"
     problems: list[str] = field(default_factory=list)
     started: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     duration_s: float = 0.0
@@ -56,6 +60,7 @@ class RunSummary:
             "started": self.started,
             "duration_s": round(self.duration_s, 3),
             "strict": self.strict,
+            "conformance_level": self.conformance_level,
             "exit_code": self.exit_code,
             "counts": self.counts,
             "problems": self.problems,
@@ -63,15 +68,22 @@ class RunSummary:
         }
 
 
-def _status(r: CaseResult) -> str:
+def _status(r: CaseResult, s: "RunSummary") -> str:
     if r.outcome.is_failure and not r.blocking:
+        if CONFORMANCE_LEVELS.index(r.conformance_level) > CONFORMANCE_LEVELS.index(s.conformance_level):
+            return f"{r.outcome.value} (not required at level {s.conformance_level})"
         return f"{r.outcome.value} (non-strict {r.level})"
     return r.outcome.value
 
 
+def _levels(r: CaseResult) -> str:
+    """``MUST`` for interop-level results, ``MUST hardened`` for the others: one tag, every format."""
+    return r.level if r.conformance_level == "interop" else f"{r.level} {r.conformance_level}"
+
+
 def write_console(s: RunSummary, out: TextIO) -> None:
     for r in s.results:
-        out.write(f"  {r.id:<13} {r.slug:<38} {_status(r)}\n")
+        out.write(f"  {r.id:<13} {r.slug:<38} {_levels(r):<16} {_status(r, s)}\n")
     out.write("\n")
     for r in s.results:
         if r.outcome is Outcome.PASS:
@@ -80,9 +92,9 @@ def write_console(s: RunSummary, out: TextIO) -> None:
             continue
         if r.outcome in (Outcome.UNSUPPORTED, Outcome.XFAIL):  # one line: why it did not count
             why = r.expected_failure_reason if r.outcome is Outcome.XFAIL else r.message
-            out.write(f"{_status(r)} {r.id}: {why}\n")
+            out.write(f"{_status(r, s)} {r.id}: {why}\n")
             continue
-        out.write(f"{_status(r)} {r.id} [{r.clause} {r.level}] {r.requirement}\n")
+        out.write(f"{_status(r, s)} {r.id} [{r.clause} {_levels(r)}] {r.requirement}\n")
         for line in (r.message or "").splitlines()[:12]:
             out.write(f"    {line}\n")
         extra = [f for f in r.findings if f"[{f['clause']}] {f['message']}" not in (r.message or "")]
@@ -94,7 +106,7 @@ def write_console(s: RunSummary, out: TextIO) -> None:
         out.write(f"PROBLEM {p}\n")
     parts = [f"{n} {k}" for k, n in s.counts.items() if n]
     out.write(f"\n{s.role} role against {s.target}: {', '.join(parts) or 'no cases'} "
-              f"in {s.duration_s:.1f}s -> exit {s.exit_code}\n")
+              f"in {s.duration_s:.1f}s at level {s.conformance_level} -> exit {s.exit_code}\n")
 
 
 def write_json(s: RunSummary, path: Path) -> None:
@@ -111,16 +123,17 @@ def write_junit(s: RunSummary, path: Path) -> None:
         tc = ET.SubElement(suite, "testcase", classname=f"{s.role}.{r.id.split('-')[1]}",
                            name=f"{r.id} {r.slug}", time=f"{r.duration_s:.3f}")
         props = ET.SubElement(tc, "properties")
-        for k, v in (("case", r.id), ("clause", r.clause), ("level", r.level), ("outcome", r.outcome.value)):
+        for k, v in (("case", r.id), ("clause", r.clause), ("level", r.level),
+                     ("conformance_level", r.conformance_level), ("outcome", r.outcome.value)):
             ET.SubElement(props, "property", name=k, value=v)
-        text = f"[{r.clause} {r.level}] {r.requirement}\n{r.message}"
+        text = f"[{r.clause} {_levels(r)}] {r.requirement}\n{r.message}"
         if r.outcome is Outcome.ERROR:
             ET.SubElement(tc, "error", message=r.message.splitlines()[0] if r.message else "").text = text
         elif r.counts_as_failure:
             ET.SubElement(tc, "failure", message=f"{r.outcome.value}: {r.message.splitlines()[0] if r.message else ''}",
                           type=r.outcome.value).text = text
         elif r.outcome in (Outcome.UNSUPPORTED, Outcome.XFAIL) or r.outcome.is_failure:
-            ET.SubElement(tc, "skipped", message=f"{_status(r)}: {r.expected_failure_reason or r.message}")
+            ET.SubElement(tc, "skipped", message=f"{_status(r, s)}: {r.expected_failure_reason or r.message}")
         if r.transcript_text:
             ET.SubElement(tc, "system-out").text = r.transcript_text
         if r.peer_stderr_tail:
@@ -130,19 +143,21 @@ def write_junit(s: RunSummary, path: Path) -> None:
 
 def markdown(s: RunSummary) -> str:
     lines = [f"# ecp conformance: {s.role} role", "",
-             f"- target: `{s.target}`", f"- started: {s.started}, {s.duration_s:.1f}s, strict: {s.strict}",
+             f"- target: `{s.target}`",
+             f"- started: {s.started}, {s.duration_s:.1f}s, strict: {s.strict}, level: {s.conformance_level}",
              f"- result: **exit {s.exit_code}** ({', '.join(f'{n} {k}' for k, n in s.counts.items() if n)})", ""]
     if s.problems:
         lines += ["## Problems", ""] + [f"- {p}" for p in s.problems] + [""]
-    lines += ["| case | clause | level | outcome | requirement |", "|---|---|---|---|---|"]
+    lines += ["| case | clause | level | conformance level | outcome | requirement |", "|---|---|---|---|---|---|"]
     for r in s.results:
-        lines.append(f"| {r.id} `{r.slug}` | {r.clause} | {r.level} | {_status(r)} | {r.requirement} |")
+        lines.append(f"| {r.id} `{r.slug}` | {r.clause} | {r.level} | {r.conformance_level} | {_status(r, s)} "
+                     f"| {r.requirement} |")
     failed = [r for r in s.results
               if r.transcript_text or r.findings or (r.message and r.outcome is not Outcome.PASS)]
     if failed:
         lines += ["", "## Details", ""]
     for r in failed:
-        lines += [f"### {r.id} {r.slug}: {_status(r)}", "", f"{r.clause} ({r.level}): {r.requirement}", ""]
+        lines += [f"### {r.id} {r.slug}: {_status(r, s)}", "", f"{r.clause} ({_levels(r)}): {r.requirement}", ""]
         if r.expected_failure_reason:
             lines += [f"Expected failure: {r.expected_failure_reason}", ""]
         if r.message:
@@ -170,15 +185,15 @@ def write_html(s: RunSummary, path: Path) -> None:
                       f"<pre>{html.escape(r.transcript_text)}</pre>"
                       f"<pre>{html.escape(r.peer_stderr_tail[-4000:])}</pre></details>")
         rows.append(f"<tr style='background:{colour.get(r.outcome.value, '#fff')}'><td>{r.id}</td>"
-                    f"<td>{html.escape(r.slug)}</td><td>{r.clause}</td><td>{r.level}</td>"
-                    f"<td>{html.escape(_status(r))}</td><td>{html.escape(r.requirement)}{detail}</td></tr>")
+                    f"<td>{html.escape(r.slug)}</td><td>{r.clause}</td><td>{r.level}</td><td>{r.conformance_level}</td>"
+                    f"<td>{html.escape(_status(r, s))}</td><td>{html.escape(r.requirement)}{detail}</td></tr>")
     counts = ", ".join(f"{n} {k}" for k, n in s.counts.items() if n)
     doc = (f"<!doctype html><meta charset='utf-8'><title>ecp conformance {s.role}</title>"
            f"<h1>ecp conformance: {s.role} role</h1><p>target <code>{html.escape(s.target)}</code>; "
-           f"exit {s.exit_code}; {counts}</p>"
+           f"level {s.conformance_level}; exit {s.exit_code}; {counts}</p>"
            + "".join(f"<p><b>problem</b> {html.escape(p)}</p>" for p in s.problems)
            + "<table border=1 cellspacing=0 cellpadding=3><tr><th>case</th><th>slug</th><th>clause</th>"
-           "<th>level</th><th>outcome</th><th>requirement</th></tr>" + "".join(rows) + "</table>")
+           "<th>level</th><th>conformance level</th><th>outcome</th><th>requirement</th></tr>" + "".join(rows) + "</table>")
     path.write_text(doc)
 
 
@@ -189,7 +204,7 @@ def write_transcripts(s: RunSummary, directory: Path) -> list[Path]:
         if not r.transcript_text:
             continue
         p = directory / f"{r.id}.txt"
-        p.write_text(f"{r.id} {r.slug}: {_status(r)}\n[{r.clause} {r.level}] {r.requirement}\n{r.message}\n\n"
+        p.write_text(f"{r.id} {r.slug}: {_status(r, s)}\n[{r.clause} {_levels(r)}] {r.requirement}\n{r.message}\n\n"
                      f"{r.transcript_text}\n\n--- engine log (tail) ---\n{r.peer_stderr_tail}\n")
         written.append(p)
     return written

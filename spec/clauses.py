@@ -6,6 +6,14 @@ in machine-readable form so that code can cite a clause (errors carry
 test can check that every cited id exists and that the prose and the data list
 the same ids.
 
+Every clause also carries its *conformance level* (:data:`CONFORMANCE_LEVELS`):
+``interop`` -- what interoperation with vLLM 0.33 requires (a peer that breaks it
+breaks real deployments), or ``hardened`` -- what a hardened implementation adds
+beyond vLLM 0.33 (reject-and-continue on malformed input, answering requests a
+conforming peer never sends). This catalogue is the one place the level is
+stored: conformance cases inherit it from the clause they cite, and
+``spec/PROTOCOL.md`` renders it beside the keyword.
+
 Rules for editing: ids are stable and never reused. A clause that is withdrawn
 stays here with ``withdrawn=True``. New clauses take the next free number of
 their area.
@@ -17,6 +25,24 @@ from dataclasses import dataclass
 from typing import Literal
 
 Level = Literal["MUST", "SHOULD", "MAY"]
+ConformanceLevel = Literal["interop", "hardened"]
+
+#: the conformance levels, weakest first: a peer conforming at a level conforms at every level before it
+CONFORMANCE_LEVELS: tuple[ConformanceLevel, ...] = ("interop", "hardened")
+
+#: Clauses that strengthen vLLM 0.33's behaviour: a conforming frontend never sends what they
+#: guard against, so real deployments work without them (PROTOCOL.md states vLLM 0.33's actual
+#: behaviour beside each). Every other clause is ``interop``.
+HARDENED: frozenset[str] = frozenset({
+    "ECP-HS-8",     # bounded handshake: vLLM waits for a remote engine's READY without a deadline
+    "ECP-REQ-2",    # duplicate in-flight id: vLLM asserts and fails closed; frontends never send one (REQ-8)
+    "ECP-REQ-3",    # invalid ADD: vLLM validates in the frontend; its engine core does not reject
+    "ECP-FRAME-9",  # decode limits: vLLM's input thread ends on the decode error
+    "ECP-ROB-1",    # reject-and-continue on bad input: vLLM's engine stops serving
+    "ECP-ROB-2",    # ERROR for a mistyped ADD: vLLM's engine stops serving
+    "ECP-ROB-4",    # out-of-range client_index: vLLM's output thread ends
+    "ECP-ABORT-5",  # coalesced auto-aborts: vLLM's Python frontend sends one ABORT per stream
+})
 
 AREAS: dict[str, str] = {
     "SOCK": "Sockets and identities",
@@ -43,6 +69,7 @@ class Clause:
     title: str
     text: str
     withdrawn: bool = False
+    conformance_level: ConformanceLevel = "interop"
 
     @property
     def area(self) -> str:
@@ -50,7 +77,8 @@ class Clause:
 
 
 def _c(id: str, level: Level, title: str, text: str) -> Clause:
-    return Clause(id, level, title, " ".join(text.split()))
+    return Clause(id, level, title, " ".join(text.split()),
+                  conformance_level="hardened" if id in HARDENED else "interop")
 
 
 _CLAUSES: tuple[Clause, ...] = (
@@ -288,6 +316,7 @@ _CLAUSES: tuple[Clause, ...] = (
 
 CLAUSES: dict[str, Clause] = {c.id: c for c in _CLAUSES}
 assert len(CLAUSES) == len(_CLAUSES), "duplicate clause id"
+assert HARDENED <= CLAUSES.keys(), f"unknown hardened clause(s): {sorted(HARDENED - CLAUSES.keys())}"
 
 
 def get(clause_id: str) -> Clause:
@@ -296,6 +325,12 @@ def get(clause_id: str) -> Clause:
         return CLAUSES[clause_id]
     except KeyError:
         raise KeyError(f"unknown spec clause {clause_id!r}") from None
+
+
+def required_at(clause_id: str, conformance_level: str) -> bool:
+    """Whether a run at ``conformance_level`` requires ``clause_id`` (hardened runs require everything)."""
+    want = CONFORMANCE_LEVELS.index(conformance_level)  # type: ignore[arg-type]
+    return CONFORMANCE_LEVELS.index(get(clause_id).conformance_level) <= want
 
 
 def must_clauses() -> list[Clause]:

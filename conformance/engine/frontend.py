@@ -16,11 +16,13 @@ against its own clause while the other cases still run.
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from ecp.spec import (
     COORDINATOR_READY, ENGINE_DEAD, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest,
@@ -31,8 +33,14 @@ from ecp.spec import (
 from ecp.spec.enums import RequestOutputKind
 from ecp.spec.machine import FrontendConnection, Violation as MachineViolation
 
-from ..outcomes import CaseTimeout, PeerCrashed, Violation
+from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Violation
 from ..transcript import Transcript
+
+
+class EngineStoppedReading(Violation):
+    """The engine closed an input connection after the handshake and went quiet: it will never answer
+    what the case waits for. A FAIL of the case's requirement (or of the clause a probe names), with
+    that evidence, at once -- not a wait that runs out."""
 
 
 @dataclass
@@ -143,6 +151,19 @@ class HarnessFrontend:
         #: the protocol machine of the frontend role, in recording mode: it follows every frame both ways
         #: and records each rule the engine breaks, whatever the case is looking at
         self.machine = FrontendConnection(range(start_index, start_index + engine_count), mode="record")
+        # An engine that stops reading its input (vLLM 0.33 ends its input thread on a bad message)
+        # closes its DEALER connection: the ROUTER's monitor sees it, so waits end at once with that
+        # evidence instead of running out their timeout.
+        self._monitors: dict[zmq.Socket, int] = {}
+        for client, sock in enumerate(self.inputs):
+            mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            self._monitors[mon] = client
+            self.poller.register(mon, zmq.POLLIN)
+        #: (client, time) of the first input connection an engine closed after the handshake
+        self.input_closed: tuple[int, float] | None = None
+        #: why the last liveness probe failed (the engine is not probed again after the case)
+        self.stopped_serving: str | None = None
+        self._last_output_at = 0.0
         self.records: dict[bytes, EngineRecord] = {}
         self.route: list[bytes] = []  # engine k (0-based) -> identity to address it with
         self.messages: list[tuple[int, EngineCoreOutputs]] = []
@@ -152,6 +173,8 @@ class HarnessFrontend:
         self.late_inputs: list[tuple[int, list[bytes]]] = []
         self.early_outputs: list[list[bytes]] = []
         self._ids = itertools.count(1)
+        #: engine k -> ids of the ADDs sent to it with add() (after a failed case, the unfinished ones are aborted)
+        self.added: dict[int, list[str]] = {}
         self._call_ids = itertools.count(0x5EC0_0001)
         self.sent_call_ids: set[int] = set()
         self.max_model_len: int | None = None
@@ -171,6 +194,9 @@ class HarnessFrontend:
         return sock
 
     def close(self) -> None:
+        for mon in self._monitors:
+            mon.close(0)
+        self._monitors.clear()
         for s in self._sockets:
             s.close(0)
         self._sockets.clear()
@@ -189,9 +215,23 @@ class HarnessFrontend:
     # ------------------------------------------------------------------ time
     def _poll_once(self, end: float) -> list[tuple[zmq.Socket, list[bytes]]]:
         if self.alive_check is not None and not self.alive_check():
-            raise PeerCrashed("the engine process exited")
+            if self.engine_dead:
+                raise FailedClosed("the engine sent ENGINE_CORE_DEAD")
+            # the process is gone, but its last frames may still wait in our sockets: an
+            # ENGINE_CORE_DEAD among them makes this a fail-closed exit, not a silent crash
+            for client, sock in enumerate(self.outputs):
+                for _ in range(1000):
+                    try:
+                        frames = sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._on_output(client, frames)  # raises FailedClosed on ENGINE_CORE_DEAD
+            raise PeerCrashed("the engine process exited without sending ENGINE_CORE_DEAD")
         ms = max(0, int((end - time.monotonic()) * 1000))
         events = dict(self.poller.poll(ms))
+        for mon, client in self._monitors.items():
+            if mon in events:
+                self._on_monitor(mon, client)
         got = []
         for sock in self._sockets:
             if sock in events:
@@ -202,8 +242,30 @@ class HarnessFrontend:
                         break
         return got
 
+    def _on_monitor(self, mon: zmq.Socket, client: int) -> None:
+        for _ in range(100):
+            try:
+                event = recv_monitor_message(mon, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if event["event"] == zmq.EVENT_DISCONNECTED and self.route and self.input_closed is None:
+                self.input_closed = (client, time.monotonic())
+                self.transcript.note(f"the engine closed its connection to input[{client}]")
+
+    def _check_input_open(self, what: str) -> None:
+        """Raise once an engine closed an input connection and nothing arrived for a quiet window
+        since: what the case waits for will not come (outputs still in flight were let in)."""
+        if self.input_closed is None:
+            return
+        client, at = self.input_closed
+        if time.monotonic() - max(at, self._last_output_at) >= self.quiet_window_s:
+            raise EngineStoppedReading(
+                f"no {what}: the engine closed its connection to input[{client}] -- it reads no more input, "
+                f"{'though its process is still running' if self.alive_check is None or self.alive_check() else 'and its process exited'}"
+                " and it sent no ENGINE_CORE_DEAD")
+
     # ------------------------------------------------------------------ handshake
-    def run_handshake(self, timeout: float) -> None:
+    def run_handshake(self, timeout: float, cancel: threading.Event | None = None) -> None:
         """Serve HELLO -> INIT -> registrations -> READY for ``engine_count`` engines.
 
         Raises :class:`CaseTimeout` if not every expected engine registered on
@@ -218,6 +280,8 @@ class HarnessFrontend:
         settled_at: float | None = None  # when READY (or every registration) was complete
         grace = max(0.5, 3 * self.quiet_window_s)
         while not self._handshake_complete():
+            if cancel is not None and cancel.is_set():
+                raise CaseTimeout("handshake cancelled: the launch is no longer needed")
             now = time.monotonic()
             # READY everywhere but a registration missing, or the reverse: record it after a grace
             if settled_at is None and (self._all_ready() or self._all_registered()):
@@ -396,7 +460,12 @@ class HarnessFrontend:
 
     def add(self, request: EngineCoreRequest, engine: int = 0, client: int | None = None) -> str:
         self.send_raw(encode_add(request), engine, request.client_index if client is None else client)
+        self.added.setdefault(engine, []).append(request.request_id)
         return request.request_id
+
+    def unfinished(self, engine: int = 0) -> list[str]:
+        """Ids added to ``engine`` that have not had a terminal output."""
+        return [rid for rid in self.added.get(engine, []) if not self.terminals(rid)]
 
     def abort(self, ids: Sequence[str], engine: int = 0, client: int = 0) -> None:
         self.send_raw(encode_abort(ids), engine, client)
@@ -460,12 +529,13 @@ class HarnessFrontend:
                 raise Violation(f"undecodable output message on output[{client}]: {exc}",
                                 clause=clause) from None
         msg = decoded[0]
+        self._last_output_at = time.monotonic()
         if msg is ENGINE_DEAD:
             self.engine_dead = True
             if not self.raise_on_engine_dead:
                 self.messages.append((client, msg))
                 return
-            raise PeerCrashed(f"engine sent ENGINE_CORE_DEAD on output[{client}]")
+            raise FailedClosed(f"the engine sent ENGINE_CORE_DEAD on output[{client}]")
         now = time.monotonic()
         self.messages.append((client, msg))
         if msg.is_dp_control:
@@ -486,6 +556,7 @@ class HarnessFrontend:
         """Pump until ``predicate()`` holds; raise :class:`CaseTimeout` naming ``what`` if it never does."""
         end = time.monotonic() + timeout
         while not predicate():
+            self._check_input_open(what)
             now = time.monotonic()
             if self.deadline is not None and now >= self.deadline:
                 raise CaseTimeout(f"case time budget exhausted while waiting for {what}")
@@ -522,6 +593,7 @@ class HarnessFrontend:
         """
         end = time.monotonic() + timeout
         while not self.terminals(rid):
+            self._check_input_open(f"end of request {rid}")
             if max_tokens is not None and len(self.tokens(rid)) >= max_tokens:
                 last = self.seen(rid)[-1].t
                 if time.monotonic() - last >= self.quiet_window_s:
@@ -546,8 +618,12 @@ class HarnessFrontend:
         self.add(self.request(rid, max_tokens=2, client=client), engine)
         try:
             term = self.wait_finished(rid, timeout, max_tokens=2)
-        except CaseTimeout as exc:
-            raise Violation(f"the engine stopped serving{' after ' + after if after else ''}: {exc}",
+        except (CaseTimeout, EngineStoppedReading) as exc:
+            self.stopped_serving = str(exc)
+            running = self.alive_check is None or self.alive_check()
+            state = "" if isinstance(exc, EngineStoppedReading) else (
+                f"; it sent no ENGINE_CORE_DEAD and its process {'is still running' if running else 'exited'}")
+            raise Violation(f"the engine stopped serving{' after ' + after if after else ''}: {exc}{state}",
                             clause=clause) from None
         if term.output.finish_reason != FinishReason.LENGTH or len(self.tokens(rid)) != 2:
             raise Violation(f"probe request after {after or 'the case'} ended with "

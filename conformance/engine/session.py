@@ -1,16 +1,19 @@
-"""Engine lifetimes for the engine role: one shared engine, fresh ones on demand.
+"""Engine lifetimes for the engine role: reuse healthy engines, relaunch only when needed.
 
-Starting an engine per case would be too slow, so cases share one engine
-(``engine_count`` ranks, one client) and get it through :meth:`EngineManager.shared`.
-It is restarted when it died or a case marked it dirty (a case that leaves
-work running or may have broken it). Cases that need a different topology
-(two clients, N engines) use :meth:`EngineManager.fresh`, which launches a
-dedicated engine and stops it afterwards.
+Starting an engine costs seconds (a real vLLM engine core takes 10-30 s), so cases share one
+engine (``engine_count`` ranks, one client) and get it through :meth:`EngineManager.shared`.
+Cases that need another topology (two clients, N engines, a coordinator) use
+:meth:`EngineManager.fresh`, which launches an engine of that topology once and keeps it for
+the next case that asks for the same one. After a failed case :meth:`EngineManager.after_failure`
+probes the engines the case used: one that still serves is kept (its leftover requests
+aborted), one that stopped serving or died is relaunched when next needed. A case that changes
+an engine's state on purpose (sleep) calls :meth:`EngineManager.mark_dirty`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +22,7 @@ from typing import Iterator
 import zmq
 
 from ..launch import AdapterPeer, AttachedPeer, CommandPeer, LaunchError, PeerHandle
-from ..outcomes import CaseTimeout, PeerCrashed, Unsupported
+from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Unsupported
 from ..transcript import Transcript
 from .frontend import Addresses, HarnessFrontend
 
@@ -40,6 +43,16 @@ class EngineRunConfig:
     workdir: str = ""
 
 
+#: shared-topology engines launched ahead in the background once the shared engine had to be
+#: replaced (only for a COMMAND peer, whose launch costs seconds): an engine that stopped serving
+#: after one bad message is likely to do so again in the next case
+SPARES = 2
+
+#: how long the health probe after a failed case waits for a 2-token request (a serving engine
+#: answers within milliseconds)
+HEALTH_PROBE_S = 5.0
+
+
 class EngineNeverConnected(CaseTimeout):
     """No engine said HELLO within the startup budget: the command most likely does not reach
     the harness's handshake address. Later launches of the run fail at once with the same error
@@ -50,7 +63,8 @@ class EngineUnderTest:
     """One launch: a harness frontend, its bound sockets and the engine handle."""
 
     def __init__(self, cfg: EngineRunConfig, ctx: zmq.Context, transcript: Transcript, launch_no: int,
-                 clients: int, engine_count: int, coordinator: bool = False) -> None:
+                 clients: int, engine_count: int, coordinator: bool = False,
+                 cancel: threading.Event | None = None) -> None:
         self.cfg = cfg
         self.engine_count = engine_count
         self.handle: PeerHandle | None = None
@@ -61,7 +75,7 @@ class EngineUnderTest:
         try:
             self.handle = self._start(launch_no)
             self.fe.alive_check = self.alive
-            self.fe.run_handshake(cfg.startup_timeout_s)
+            self.fe.run_handshake(cfg.startup_timeout_s, cancel)
             # what the machine recorded during the handshake is the handshake cases' to report
             # (a relaunch must not make every later case fail on the same startup fault)
             self.handshake_violations = len(self.fe.machine.violations)
@@ -133,12 +147,55 @@ class EngineUnderTest:
     def log_tail(self) -> str:
         return self.handle.log_tail() if self.handle else ""
 
+    def wait_exit(self, timeout: float) -> int | None:
+        """The exit status once the process is gone, waiting at most ``timeout`` (None: still running)."""
+        return self.handle.wait(timeout) if self.handle is not None else None
+
     def close(self) -> None:
         try:
             if self.handle is not None:
-                self.handle.stop()
+                # an engine that stopped serving or died gets no graceful shutdown: there is nothing
+                # left to drain, and a real engine's SIGTERM handling costs seconds per relaunch
+                self.handle.stop(3.0 if self.alive() and self.fe.stopped_serving is None
+                                 and self.fe.input_closed is None else 0.2)
         finally:
             self.fe.close()
+
+
+class Spare:
+    """One shared-topology launch running in a background thread, adopted by :meth:`EngineManager.shared`.
+
+    Its handshake is recorded in a transcript of its own (the cases running meanwhile must not get
+    its frames); the adopting case's transcript notes the adoption."""
+
+    def __init__(self, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: int) -> None:
+        self.launch_no = launch_no
+        self.cancel = threading.Event()
+        self.engine: EngineUnderTest | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(cfg, ctx), name=f"ecp-spare-{launch_no}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, cfg: EngineRunConfig, ctx: zmq.Context) -> None:
+        try:
+            self.engine = EngineUnderTest(cfg, ctx, Transcript(), self.launch_no, 1, cfg.engine_count,
+                                          cancel=self.cancel)
+        except BaseException as exc:  # noqa: BLE001 - reported by take(): the caller launches instead
+            self.error = exc
+
+    def take(self, timeout: float) -> EngineUnderTest | None:
+        """The ready engine, waiting at most ``timeout`` for its handshake; None if it failed."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            return None
+        return self.engine if self.engine is not None and self.engine.alive() else None
+
+    def discard(self) -> None:
+        self.cancel.set()
+        self._thread.join(30.0)  # the handshake loop checks the event every 50 ms
+        if self.engine is not None:
+            self.engine.close()
 
 
 class EngineManager:
@@ -159,6 +216,10 @@ class EngineManager:
         self.touched: list[EngineUnderTest] = []
         self._fresh: list[EngineUnderTest] = []
         self._fresh_crashed = False
+        #: shared-topology engines launching in the background (see SPARES)
+        self._spares: list[Spare] = []
+        #: the last engine of a non-shared topology, kept for the next case asking for the same one
+        self._kept: tuple[tuple[int, int, bool], EngineUnderTest] | None = None
         self.logs: list[EngineUnderTest] = []
         #: engine launch -> how many machine violations it had when the current case began
         self._violation_marks: dict[int, int] = {}
@@ -206,14 +267,43 @@ class EngineManager:
             if self._startup_failure is not None:
                 # a deterministic startup failure: report it again instead of waiting again
                 raise self._startup_failure
-            try:
-                self._shared = self._launch(1, self.cfg.engine_count)
-            except (CaseTimeout, PeerCrashed, LaunchError) as exc:
-                self._startup_failure = exc
-                raise
+            replacing = self._launches > 0
+            self._shared = self._adopt_spare()
+            if self._shared is None:
+                try:
+                    self._shared = self._launch(1, self.cfg.engine_count)
+                except (CaseTimeout, PeerCrashed, LaunchError) as exc:
+                    self._startup_failure = exc
+                    raise
+            if replacing and self.cfg.command and not self.cfg.attach:
+                self._top_up_spares()
         self._shared.fe.deadline = self.deadline
         self.touched.append(self._shared)
         return self._shared
+
+    def _top_up_spares(self) -> None:
+        while len(self._spares) < SPARES:
+            self._launches += 1
+            self._spares.append(Spare(self.cfg, self.ctx, self._launches))
+
+    def _adopt_spare(self) -> EngineUnderTest | None:
+        """The oldest spare that finished its handshake (waiting for it within the startup budget)."""
+        started = time.monotonic()
+        while self._spares:
+            spare = self._spares.pop(0)
+            eut = spare.take(self.cfg.startup_timeout_s)
+            if eut is None:
+                spare.discard()
+                continue
+            eut.fe.transcript = self.transcript
+            self.transcript.note(f"launch {spare.launch_no} (started ahead in the background) replaces the "
+                                 "shared engine")
+            self.logs.append(eut)
+            if self.deadline is not None:  # waiting for it does not eat the case budget
+                self.deadline += time.monotonic() - started
+            eut.fe.deadline = self.deadline
+            return eut
+        return None
 
     def mark_dirty(self) -> None:
         """The shared engine may hold leftovers (running requests, sleep state): restart before reuse."""
@@ -222,19 +312,87 @@ class EngineManager:
     @contextlib.contextmanager
     def fresh(self, clients: int = 1, engine_count: int | None = None,
               coordinator: bool = False) -> Iterator[EngineUnderTest]:
-        """A dedicated engine for one case, stopped afterwards; ``coordinator``: the harness
-        also plays the DP coordinator (its addresses go into INIT)."""
+        """An engine of this topology for one case; ``coordinator``: the harness also plays the DP
+        coordinator (its addresses go into INIT). The shared engine serves when the topology is
+        its own; otherwise the engine launched for the previous case of this topology is reused
+        while it is healthy, and launched when there is none."""
         if self.cfg.attach:
             raise Unsupported("needs a harness-launched engine with its own topology (not possible with --attach)")
-        eut = self._launch(clients, engine_count or self.cfg.engine_count, coordinator)
+        key = (clients, engine_count or self.cfg.engine_count, coordinator)
+        if key == (1, self.cfg.engine_count, False):
+            yield self.shared()
+            return
+        eut = None
+        if self._kept is not None:
+            kept_key, kept = self._kept
+            if kept_key == key and kept.alive():
+                eut = kept
+                eut.fe.deadline = self.deadline
+            else:
+                kept.close()  # one extra topology at a time: engines cost memory
+                self._kept = None
+        if eut is None:
+            eut = self._launch(clients, key[1], coordinator)
+            self._kept = (key, eut)
         self._fresh.append(eut)
         try:
             yield eut
         finally:
-            eut.fe.alive_check = None
             if not eut.alive():
                 self._fresh_crashed = True
-            eut.close()
+                eut.close()
+                self._kept = None
+
+    def after_failure(self) -> str | None:
+        """A case failed: keep each engine it used if it still serves, else drop it.
+
+        Aborts the case's unfinished requests, then sends a 2-token probe. Returns a sentence
+        for the report when an engine no longer serves (None when every engine is healthy)."""
+        notes = []
+        used = list(dict.fromkeys([*self.touched, *self._fresh]))
+        for eut in used:
+            if not eut.alive():
+                continue  # already gone: the plugin reports how
+            state = self._probe(eut)
+            if state is None and eut.fe.stopped_serving is None and eut.fe.input_closed is None:
+                continue
+            if state is not None:
+                notes.append(state)
+            if eut is self._shared:
+                self._dirty = True
+            elif self._kept is not None and self._kept[1] is eut:
+                eut.close()
+                self._kept = None
+        return "; ".join(notes) or None
+
+    def _probe(self, eut: EngineUnderTest) -> str | None:
+        fe = eut.fe
+        if fe.stopped_serving is not None or fe.input_closed is not None:
+            return None  # the case's own probe already failed: that is the evidence; relaunch
+        saved = fe.deadline
+        fe.deadline = None
+        try:
+            for k in range(fe.engine_count):
+                open_ids = fe.unfinished(engine=k)
+                if open_ids:
+                    fe.abort(open_ids, engine=k)
+            for k in range(fe.engine_count):
+                fe.serves(engine=k, after="the case", timeout=HEALTH_PROBE_S)
+        except FailedClosed as exc:
+            return f"after the case the engine failed closed ({exc})"
+        except PeerCrashed as exc:
+            if eut.handle is not None and eut.handle.exit_status() is None:
+                return (f"after the case the engine no longer accepts input ({exc}): it closed its input "
+                        "connection, yet its process is still running and it sent no ENGINE_CORE_DEAD")
+            return f"after the case the engine died ({exc})"
+        except AssertionError as exc:
+            if not eut.alive():
+                return f"after the case the engine died ({exc})"
+            return (f"after the case {exc}; its process is still running and it sent no ENGINE_CORE_DEAD: "
+                    "it stopped serving without failing closed (a frontend cannot tell it from a slow engine)")
+        finally:
+            fe.deadline = saved
+        return None
 
     def begin_case(self) -> None:
         """Forget which engines the previous case touched."""
@@ -265,10 +423,33 @@ class EngineManager:
         """The log tails of the engines this case used."""
         return "\n".join(t for t in (e.log_tail() for e in [*self.touched[-1:], *self._fresh]) if t)
 
+    def death_detail(self) -> str:
+        """How the engines this case used died: the exit status where the process is gone."""
+        parts = []
+        for eut in dict.fromkeys([*self.touched, *self._fresh]):
+            if eut.handle is None:
+                continue
+            status = eut.wait_exit(3.0) if eut.fe.engine_dead else eut.handle.exit_status()
+            if status is not None:
+                parts.append(f"its process exited with status {status}")
+            elif eut.fe.engine_dead:
+                parts.append("its process was still running 3 s later")
+        return "; ".join(parts)
+
+    def failed_closed(self) -> bool:
+        """Whether an engine this case used announced its death with ENGINE_CORE_DEAD."""
+        return any(e.fe.engine_dead for e in [*self.touched, *self._fresh])
+
     def close(self) -> None:
         if self._shared is not None:
             self._shared.close()
             self._shared = None
+        if self._kept is not None:
+            self._kept[1].close()
+            self._kept = None
+        for spare in self._spares:
+            spare.discard()
+        self._spares = []
         self.ctx.term()
 
 

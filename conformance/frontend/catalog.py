@@ -54,7 +54,8 @@ CASES: tuple[Case, ...] = (
     _c("FE-ABORT-8", "ECP-ABORT-8", "MUST", "explicit-abort-by-id",
        "The abort endpoint with a request id sends ABORT for it and its stream ends with finish_reason abort."),
     _c("FE-ABORT-9", "ECP-ABORT-8", "MUST", "explicit-abort-all",
-       "The abort endpoint without ids aborts every open request at its engine; each stream ends with abort."),
+       "The abort endpoint without ids aborts every open request of the client (API server process) that "
+       "received it at its engine; each such stream ends with abort."),
     _c("FE-ABORT-10", "ECP-ABORT-7", "MUST", "stop-string-aborts-engine",
        "A stop string matched in the frontend ends the stream with stop and sends ABORT for it within 1 s."),
     # ------------------------------------------------- rejection notification

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ..outcomes import CaseTimeout, Violation
 from .sse import SseStream
 
 @dataclass
@@ -48,7 +49,15 @@ class HttpDriver:
     # -- plain requests ------------------------------------------------------------
     async def request(self, method: str, path: str, *, json_body: Any = None,
                       params: Any = None, headers: dict[str, str] | None = None) -> Reply:
-        response = await self.client.request(method, path, json=json_body, params=params, headers=headers)
+        try:
+            response = await self.client.request(method, path, json=json_body, params=params, headers=headers)
+        except httpx.TimeoutException:
+            raise CaseTimeout(f"{method} {path}: no HTTP response within {self.timeout:g}s") from None
+        except (httpx.TransportError, OSError) as exc:
+            # what the frontend did, not a harness fault: it dropped or refused the connection without
+            # an HTTP status (the plugin reports CRASH instead when its process is gone)
+            raise Violation(f"{method} {path}: the frontend closed the connection without an HTTP response "
+                            f"({type(exc).__name__}: {exc!s:.200})") from None
         text = response.text
         try:
             body = response.json() if text else None

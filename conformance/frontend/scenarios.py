@@ -469,23 +469,49 @@ async def explicit_abort_by_id(m: FrontendManager) -> None:
 
 
 async def explicit_abort_all(m: FrontendManager) -> None:
-    """FE-ABORT-9."""
+    """FE-ABORT-9.
+
+    "All" is what the process that received the HTTP call knows: a frontend made of several API
+    server processes (vLLM's Python frontend runs one per DP rank, each its own client with its own
+    input socket) aborts the requests of that one client. So the requests that must be aborted are
+    those of every client that sent an ABORT for the call, and at least one client must."""
     fe = await m.shared()
     api = fe.require_abort_api()
     program(fe, held_script())
     streams = await open_held(fe, 2 * fe.engine_count)
     running = {e.rank: set(e.generation.active) for e in fe.engines}
+    client_of = {req.request_id: rec.client_index for e in fe.engines for rec, req in e.recorder.adds()}
+    before = {e.rank: len(e.recorder.aborts()) for e in fe.engines}
+
+    def aborting() -> set[int | None]:
+        return {rec.client_index for e in fe.engines for rec, _ in e.recorder.aborts()[before[e.rank]:]}
+
+    def due() -> dict[int, set[str]]:
+        clients = aborting()
+        return {rank: {rid for rid in ids if client_of.get(rid) in clients} for rank, ids in running.items()}
+
     try:
         reply = await abort_all(fe.driver, api)
         expect(reply.ok, f"POST {api.path} (all) answered HTTP {reply.status_code}: {reply.text[:200]}")
         try:
-            await fe.until(lambda: all(running[e.rank] <= e.generation.aborted_ids for e in fe.engines),
-                           EXPECT_S, "ABORTs for every open request")
+            await fe.until(lambda: aborting() and all(due()[e.rank] <= e.generation.aborted_ids for e in fe.engines),
+                           EXPECT_S, "ABORTs for every open request of the client that received the call")
         except CaseTimeout:
-            left = {e.rank: sorted(running[e.rank] - e.generation.aborted_ids) for e in fe.engines}
-            raise Violation(f"abort-all left requests running at their engines: {left}") from None
-        for i, stream in enumerate(streams):
-            await _abort_stream_ends(stream, f"stream {i} after abort-all")
+            if not aborting():
+                raise Violation(f"abort-all sent no ABORT although {sum(map(len, running.values()))} requests "
+                                "were open") from None
+            left = {e.rank: sorted(due()[e.rank] - e.generation.aborted_ids) for e in fe.engines}
+            raise Violation(f"abort-all left requests of client(s) {sorted(aborting())} running at their "
+                            f"engines: {left}") from None
+        aborted = sum(len(ids) for ids in due().values())
+        ends = await asyncio.gather(*(s.read_to_end(EXPECT_S) for s in streams))
+        ended = [e for e in ends if not e.timed_out]
+        for i, end in enumerate(ended):
+            expect("abort" in end.finish_reasons,
+                   f"stream {i} ended after abort-all without finish_reason 'abort' (finish reasons "
+                   f"{end.finish_reasons}, error events {end.error_events[:1]})")
+        expect(len(ended) >= aborted, f"{aborted} requests were aborted at their engines but only {len(ended)} "
+                                      f"of {len(streams)} streams ended within {EXPECT_S:.0f} s")
     finally:
         drop_all(streams)
 

@@ -410,6 +410,11 @@ class FrontendManager:
         """The shared frontend may be in a state later cases must not see: relaunch before reuse."""
         self._dirty = True
 
+    def after_failure(self) -> str | None:
+        """A case failed: a frontend's state is opaque to the harness, so relaunch before reuse."""
+        self.mark_dirty()
+        return None
+
     @contextlib.asynccontextmanager
     async def fresh(self, *, engine_count: int | None = None, argv: list[str] | None = None,
                     scripts: list[Any] | None = None, wait_healthy: bool = True

@@ -46,7 +46,7 @@ BUGS = {
     "abort-immediately-aborts-all", "bare-utility-result", "unknown-method-nil", "sleep-abort-silent",
     "bad-supported-tasks", "is-sleeping-inverted", "same-identity", "no-coordinator-gate",
     "wave-complete-to-client", "no-sleep-mode", "crash-on-dp-wave", "no-recover-id", "simulate-unpickle",
-    "reject-bad-client-crash",
+    "reject-bad-client-crash", "deaf-on-bad-frame",
 }
 
 
@@ -64,6 +64,12 @@ class Running:
 
 def token(prompt: list[int], pos: int) -> int:
     return (sum(prompt) * 31 + pos * 7) % 997 + 3
+
+
+class StopReading(Exception):
+    """Raised on bad input by the ``deaf-on-bad-frame`` knob: the rank closes its input sockets and
+    reads nothing more, but stays up and sends no ENGINE_CORE_DEAD (what vLLM 0.33's engine core does
+    when its input thread dies)."""
 
 
 class Crash(Exception):
@@ -192,6 +198,8 @@ class Rank:
     # ---------------------------------------------------------------- inputs
     def on_bad(self, frames: list[bytes], exc: ProtocolError, client: int) -> None:
         self.log(f"rejected input: {exc}")
+        if "deaf-on-bad-frame" in self.bugs:
+            raise StopReading()
         if "crash-on-bad-frame" in self.bugs:
             self.crash("bad frame")
         if "simulate-unpickle" in self.bugs:
@@ -356,12 +364,18 @@ class Rank:
         while not self.stop.is_set():
             timeout = max(0.0, next_step - time.monotonic()) if self.running else 0.05
             for sock, _ in poller.poll(int(timeout * 1000)):
-                while True:
+                while not sock.closed:
                     try:
                         frames = sock.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                    self.on_input(self.inputs.index(sock), frames)
+                    try:
+                        self.on_input(self.inputs.index(sock), frames)
+                    except StopReading:
+                        for s in self.inputs:
+                            poller.unregister(s)
+                            s.close(0)
+                        break
             if self.running and time.monotonic() >= next_step:
                 self.step()
                 next_step = time.monotonic() + self.step_s

@@ -24,5 +24,6 @@ def test_an_engine_that_died_ends_the_attached_run_at_once(run_ecp, tmp_path):
     code, stdout = _attached(run_ecp, f"ipc://{tmp_path}/hs", "--case", "ENG-ROB-1", "--case", "ENG-ROB-2",
                              bugs=["crash-on-bad-frame"])
     assert code == 1, stdout
-    assert "CRASH ENG-ROB-1" in stdout, stdout
+    # it announced its death: fail-closed is a FAIL of the case's clause, not a silent crash
+    assert "FAIL ENG-ROB-1" in stdout and "fail-closed: the engine sent ENGINE_CORE_DEAD" in stdout, stdout
     assert "CRASH ENG-ROB-2" in stdout and "the attached engine is gone" in stdout, stdout

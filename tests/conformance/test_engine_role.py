@@ -6,6 +6,7 @@ data; docs/conformance.md shows it).
 """
 
 import json
+import re
 import sys
 import threading
 import xml.etree.ElementTree as ET
@@ -151,8 +152,8 @@ def test_attach_mode_runs_what_it_can(run_ecp, tmp_path):
         for e in engines:
             e.stop()
     assert code == 0, stdout
-    assert "ENG-HS-6      multiple-clients                       UNSUPPORTED" in stdout
-    assert "ENG-UTIL-3    unknown-method-failure                 PASS" in stdout
+    assert re.search(r"ENG-HS-6 +multiple-clients +MUST +UNSUPPORTED", stdout), stdout
+    assert re.search(r"ENG-UTIL-3 +unknown-method-failure +MUST +PASS", stdout), stdout
 
 
 def test_timeout_and_usage_errors(run_ecp):
@@ -194,4 +195,53 @@ def test_reference_engine_process_crash_is_caught(run_ecp):
                            sys.executable, "-m", "ecp.reference.engine", "--handshake-address", "{handshake_address}",
                            "--engine-count", "{engine_count}", "--bug", "crash-on-bad-frame")
     assert code == 1, stdout
-    assert "CRASH ENG-ROB-1 [ECP-ROB-1 MUST]" in stdout and "ENG-UTIL-1    result-envelope                        PASS" in stdout
+    # the knob sends ENGINE_CORE_DEAD before exiting: reported as fail-closed, a FAIL of the hardened clause
+    assert "FAIL ENG-ROB-1 [ECP-ROB-1 MUST hardened]" in stdout and "fail-closed" in stdout, stdout
+    assert re.search(r"ENG-UTIL-1 +result-envelope +MUST +PASS", stdout), stdout
+
+
+def test_an_engine_that_stops_reading_is_a_fail_at_once_not_a_timeout(run_ecp, tmp_path):
+    """vLLM 0.33's engine core ends its input thread on bad input: no ENGINE_CORE_DEAD, process alive.
+    The harness sees the input connection close and reports that evidence without waiting out a timeout."""
+    out = tmp_path / "r.json"
+    code, stdout = run_ecp("conformance", "engine", "--case", "ENG-ROB-3", "--case", "ENG-UTIL-1", "--json",
+                           str(out), *FAST, "--", *SCRIPTED, "--bug", "deaf-on-bad-frame")
+    _, cases = _results(out)
+    assert code == 1, stdout
+    rob = cases["ENG-ROB-3"]
+    assert rob["outcome"] == "FAIL" and rob["conformance_level"] == "hardened", stdout
+    assert "closed its connection to input[0]" in rob["message"] and "no ENGINE_CORE_DEAD" in rob["message"]
+    assert rob["duration_s"] < 4.0, rob  # not the 5 s probe budget: the closed connection ends the wait
+    assert cases["ENG-UTIL-1"]["outcome"] == "PASS", stdout  # a fresh engine serves the next case
+
+
+def test_level_interop_reports_hardened_failures_without_failing_the_run(run_ecp, tmp_path):
+    out, md = tmp_path / "r.json", tmp_path / "r.md"
+    code, stdout = run_ecp("conformance", "engine", "--level", "interop", "--case", "ENG-ROB-1", "--case",
+                           "ENG-SEC-1", "--case", "ENG-UTIL-1", "--json", str(out), "--markdown", str(md), *FAST,
+                           "--adapter", "reference_adapters:bug_crash-on-bad-frame")  # fails closed
+    doc, cases = _results(out)
+    assert code == 0, stdout
+    assert doc["conformance_level"] == "interop"
+    assert "FAIL (not required at level interop) ENG-ROB-1 [ECP-ROB-1 MUST hardened]" in stdout, stdout
+    assert "fail-closed: the engine sent ENGINE_CORE_DEAD" in stdout, stdout
+    # the pickle was refused (never executed): ECP-SEC-1 held; that the engine then stopped is ECP-ROB-1
+    assert cases["ENG-SEC-1"]["clause"] == "ECP-ROB-1" and cases["ENG-SEC-1"]["conformance_level"] == "hardened"
+    assert all(not cases[c]["blocking"] for c in ("ENG-ROB-1", "ENG-SEC-1"))
+    assert "| hardened |" in md.read_text()
+    # the same run at the default level (hardened) fails
+    code, stdout = run_ecp("conformance", "engine", "--case", "ENG-ROB-1", *FAST,
+                           "--adapter", "reference_adapters:bug_crash-on-bad-frame")
+    assert code == 1 and "at level hardened -> exit 1" in stdout, stdout
+
+
+def test_replacement_engines_are_launched_ahead_once_engines_keep_dying(run_ecp, tmp_path):
+    out = tmp_path / "r.json"
+    code, stdout = run_ecp("conformance", "engine", "--case", "ENG-ROB-1", "--case", "ENG-ROB-2", "--case",
+                           "ENG-ROB-3", "--json", str(out), "--quiet-window", "0.2", "--startup-timeout", "60",
+                           "--", *SCRIPTED, "--bug", "deaf-on-bad-frame")  # spares start side by side: be patient
+    _, cases = _results(out)
+    assert code == 1 and all(cases[c]["outcome"] == "FAIL" for c in cases), stdout
+    # ROB-1's engine stopped reading: ROB-2 got a new launch, and spares started behind it; ROB-3 adopts one
+    assert "started ahead in the background" not in cases["ENG-ROB-2"]["transcript_text"]
+    assert "started ahead in the background" in cases["ENG-ROB-3"]["transcript_text"], cases["ENG-ROB-3"]

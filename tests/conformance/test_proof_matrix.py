@@ -52,6 +52,7 @@ PROOF: dict[str, list[str]] = {
     "crash-on-bad-frame": ["ENG-ROB-1", "ENG-ROB-2", "ENG-ROB-3", "ENG-ROB-4", "ENG-ROB-5",
                            "ENG-SEC-1", "ENG-SEC-2", "ENG-SEC-3"],
     "reject-bad-client-crash": ["ENG-ROB-6"],
+    "deaf-on-bad-frame": ["ENG-ROB-1", "ENG-ROB-2", "ENG-SEC-3"],
     "no-recover-id": ["ENG-ROB-7"],
     "simulate-unpickle": ["ENG-SEC-1", "ENG-SEC-2"],
 }

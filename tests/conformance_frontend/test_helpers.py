@@ -49,8 +49,8 @@ async def _serve_once(response: bytes) -> tuple[asyncio.AbstractServer, int, lis
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
-        length = int([line.split(b":")[1] for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length")][0])
+        lengths = [line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")]
+        length = int(lengths[0]) if lengths else 0
         seen.append(head + await reader.readexactly(length))
         writer.write(response)
         await writer.drain()
@@ -142,3 +142,20 @@ def test_burst_coalescing_judge_catches_one_abort_per_request():
     bad = _burst(64, e0=dict(expected=set(ids), finished=set(), aborted=ids, messages=3))
     with pytest.raises(Violation, match="cost 3 ABORT messages"):
         judge_coalesced(bad)
+
+
+def test_a_connection_closed_without_a_response_is_a_violation_not_a_harness_error():
+    """vLLM's frontend once closed the connection of GET /is_sleeping: that is the peer's doing (FAIL)."""
+    from ecp.conformance.frontend.http_driver import HttpDriver
+    from ecp.conformance.outcomes import Violation
+
+    async def main():
+        server, port, _ = await _serve_once(b"")  # reads the request, closes without a status line
+        async with server:
+            driver = HttpDriver(f"http://127.0.0.1:{port}", timeout=5.0)
+            try:
+                with pytest.raises(Violation, match="closed the connection without an HTTP response"):
+                    await driver.request("GET", "/is_sleeping")
+            finally:
+                await driver.aclose()
+    asyncio.run(main())

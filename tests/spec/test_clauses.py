@@ -11,7 +11,7 @@ from ecp.spec.tables import PROTOCOL_MD, refresh_protocol
 
 REPO = Path(__file__).resolve().parents[2]
 ID_RE = re.compile(r"ECP-[A-Z]+-\d+")
-ANCHOR_RE = re.compile(r"\*\*(ECP-[A-Z]+-\d+)\*\* \((MUST|SHOULD|MAY)\)")
+ANCHOR_RE = re.compile(r"\*\*(ECP-[A-Z]+-\d+)\*\* \((MUST|SHOULD|MAY)(?:, (hardened))?\)")
 SKIP_DIRS = {".git", ".venv", "venv", "build", "dist", "node_modules", "__pycache__", ".hypothesis"}
 
 TEXT = PROTOCOL_MD.read_text(encoding="utf-8")
@@ -19,14 +19,30 @@ TEXT = PROTOCOL_MD.read_text(encoding="utf-8")
 
 def test_protocol_anchors_are_the_catalogue_exactly_once():
     anchors = ANCHOR_RE.findall(TEXT)
-    counts = Counter(cid for cid, _ in anchors)
+    counts = Counter(cid for cid, _, _ in anchors)
     assert [cid for cid, n in counts.items() if n > 1] == []
     assert set(counts) == set(clauses.CLAUSES)
 
 
 def test_protocol_levels_match_the_catalogue():
-    for cid, level in ANCHOR_RE.findall(TEXT):
+    for cid, level, hardened in ANCHOR_RE.findall(TEXT):
         assert clauses.CLAUSES[cid].level == level, cid
+        assert clauses.CLAUSES[cid].conformance_level == (hardened or "interop"), cid
+
+
+def test_every_hardened_clause_states_what_vllm_does():
+    """A clause that strengthens vLLM 0.33 says, in its paragraph, what vLLM 0.33 actually does."""
+    for cid in clauses.HARDENED:
+        start = TEXT.index(f"**{cid}** (")
+        paragraph = TEXT[start:TEXT.index("\n\n", start)]
+        assert "\nvLLM 0.33: " in paragraph, cid
+
+
+def test_conformance_levels_nest():
+    rob = clauses.get("ECP-ROB-1")
+    assert rob.conformance_level == "hardened" and clauses.get("ECP-HS-1").conformance_level == "interop"
+    assert clauses.required_at("ECP-HS-1", "interop") and clauses.required_at("ECP-HS-1", "hardened")
+    assert not clauses.required_at("ECP-ROB-1", "interop") and clauses.required_at("ECP-ROB-1", "hardened")
 
 
 def test_every_id_mentioned_in_protocol_exists():

@@ -2,7 +2,7 @@
 
 import time
 
-from ecp.conformance.engine.cases._common import goes_quiet, start_long
+from ecp.conformance.engine.cases._common import goes_quiet, long_max_tokens
 from ecp.conformance.outcomes import Unsupported, Violation
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason
@@ -89,19 +89,22 @@ def test_min_tokens(engine):
 @case("ENG-REQ-4")
 def test_duplicate_id_error(engine):
     fe = engine
-    [(rid, n)] = start_long(fe, "dup")
+    rid = fe.new_id("dup")
+    n = long_max_tokens(fe)
+    # back to back: an engine reads its input in order, so the second ADD meets the first one
+    # admitted and unfinished -- in flight -- whatever the speed of the engine
+    fe.add(fe.request(rid, max_tokens=n))
     fe.add(fe.request(rid, max_tokens=n))
     fe.wait(lambda: bool(fe.terminals(rid)), 5.0, f"an ERROR output for the duplicate ADD of {rid}")
     first = fe.terminals(rid)[0]
     if first.output.finish_reason != FinishReason.ERROR:
-        raise Violation(f"the duplicate ADD of in-flight {rid} was answered with {first.output.finish_reason!r}, "
-                        "expected ERROR")
+        raise Violation(f"the duplicate ADD of in-flight {rid} was answered with {first.output.finish_reason!r} "
+                        f"after {len(fe.tokens(rid))} token(s), expected ERROR")
     if first.output.error is None:
         raise Violation("the ERROR output for the duplicate ADD carries no RequestError", clause="ECP-OUT-5")
     # the running request must go on producing tokens after the rejection
     seen_at_error = len(fe.seen(rid))
-    fe.wait(lambda: len(fe.tokens(rid)) > 0 and len(fe.seen(rid)) > seen_at_error, 5.0,
-            f"more tokens for the running {rid} after the ERROR")
+    fe.wait(lambda: len(fe.seen(rid)) > seen_at_error, 5.0, f"more tokens for the running {rid} after the ERROR")
     later = fe.seen(rid)[seen_at_error:]
     if any(s.output.finish_reason not in (None, FinishReason.LENGTH) for s in later):
         raise Violation(f"after rejecting the duplicate, the running {rid} ended with "

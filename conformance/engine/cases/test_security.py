@@ -2,8 +2,9 @@
 
 Each payload is a protocol-0 pickle that, if unpickled, calls
 ``builtins.open(MARKER, "w")`` and so creates a marker file in the harness's
-work directory. The case passes only if the engine keeps serving and the
-marker never appears. (With ``--attach`` to an engine on another machine the
+work directory. The marker must never appear (``ECP-SEC-1``, interop level);
+the engine must also keep serving (``ECP-ROB-1``, hardened level: vLLM 0.33's
+engine core refuses these payloads but stops serving). (With ``--attach`` to an engine on another machine the
 marker check proves nothing; run such engines locally for this case.)
 """
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from ecp.conformance.outcomes import Violation
+from ecp.conformance.outcomes import FailedClosed, Violation
 from ecp.conformance.registry import case
 from ecp.spec import decode_any, encode_add
 from ecp.spec.enums import EXT_CLOUDPICKLE, EXT_PICKLE
@@ -31,11 +32,23 @@ def _marker(engines, name: str) -> Path:
     return path
 
 
-def _check(fe, markers, what: str) -> None:
-    fe.serves(after=what)
+def _check(fe, markers, what: str, used=lambda: None) -> None:
+    """Never executed (``ECP-SEC-1``, checked first), then still serving (``ECP-ROB-1``): an engine
+    that refuses the payload by stopping -- failing closed or going silent -- keeps the first,
+    interop-level requirement and breaks only the hardened one."""
+    stopped: Exception | None = None
+    try:
+        fe.serves(after=what)
+    except FailedClosed as exc:
+        stopped = Violation(f"{what} was refused, but the engine stopped: {exc}", clause="ECP-ROB-1")
+    except Violation as exc:
+        stopped = exc
     created = [str(m) for m in markers if m.exists()]
     if created:
         raise Violation(f"{what}: the engine EXECUTED a code-carrying payload: marker file(s) {created} exist")
+    used()  # raises when the engine used the refused payload
+    if stopped is not None:
+        raise stopped
 
 
 @case("ENG-SEC-1")
@@ -48,10 +61,12 @@ def test_pickle_refused(engine, engines):
     fe.send_raw([b"\x00", enc(add)], decode=lambda: "(ADD with a pickle ext in prompt_embeds)")
     fe.send_raw([b"\x01", enc([msgspec.msgpack.Ext(EXT_PICKLE, marker_pickle(m2))])],
                 decode=lambda: "(ABORT with a pickle ext)")
-    _check(fe, [m1, m2], "a pickle ext type (1)")
-    for s in fe.seen(rid):
-        if s.output.new_token_ids:
+
+    def used():
+        if any(s.output.new_token_ids for s in fe.seen(rid)):
             raise Violation(f"the engine served {rid}, whose prompt_embeds is a pickle ext: it decoded it")
+
+    _check(fe, [m1, m2], "a pickle ext type (1)", used)
 
 
 @case("ENG-SEC-2")
@@ -60,10 +75,12 @@ def test_cloudpickle_refused(engine, engines):
     m = _marker(engines, "cloudpickle-args")
     payload = enc([0, 31337, "is_sleeping", [msgspec.msgpack.Ext(EXT_CLOUDPICKLE, marker_pickle(m))]])
     fe.send_raw([b"\x03", payload], decode=lambda: "(UTILITY with a cloudpickle ext argument)")
-    _check(fe, [m], "a cloudpickle ext type (2)")
-    for r in fe.replies.get(31337, []):
-        if r.utility.failure_message is None:
+
+    def used():
+        if any(r.utility.failure_message is None for r in fe.replies.get(31337, [])):
             raise Violation("a UTILITY call whose argument is a cloudpickle ext was executed successfully")
+
+    _check(fe, [m], "a cloudpickle ext type (2)", used)
 
 
 @case("ENG-SEC-3")
@@ -73,7 +90,9 @@ def test_unknown_ext_refused(engine):
     add = decode_any(encode_add(fe.request(rid, max_tokens=1))[1])
     add[9] = ["float32", [1], msgspec.msgpack.Ext(42, b"\x00\x00\x80\x3f")]
     fe.send_raw([b"\x00", enc(add)], decode=lambda: "(ADD with ext type 42)")
-    fe.serves(after="an unknown ext type")
-    for s in fe.seen(rid):
-        if s.output.new_token_ids:
+
+    def used():
+        if any(s.output.new_token_ids for s in fe.seen(rid)):
             raise Violation(f"the engine served {rid} whose prompt_embeds uses unknown ext type 42")
+
+    _check(fe, [], "an unknown ext type (42)", used)

@@ -1,0 +1,237 @@
+"""The real-vLLM interop matrix in one command (needs the vLLM 0.33 peer; never in CI).
+
+    python benchmarks/interop_matrix.py [--peer ~/.cache/vllm-peer-0.33] [--out interop-results]
+                                        [--only ROW ...] [--level interop|hardened] [--list]
+
+Rows, run one at a time (each real vLLM launch takes 10-30 s of CPU on a small machine):
+
+* ``engine-dp1``, ``engine-dp2``: ``ecp conformance engine`` against vLLM's headless engine core
+  (real ``EngineCoreProc``, model-free executor), with ``conformance/expected/vllm-0.33-engine.txt``;
+* ``python-frontend``, ``vllm-rs``: ``ecp conformance frontend`` against vLLM's Python frontend and
+  against vllm-rs, with their expected-failure files;
+* ``ecp-engine-behind-vllm-dp1``, ``…-dp2``, ``ecp-engine-behind-vllm-rs``: vLLM's frontend serving
+  our reference engines (``ecp engine``): a completion and a streamed chat must finish;
+* ``ecp-serve-before-vllm-dp1``, ``…-dp2``: ``ecp serve`` in front of vLLM's headless engines.
+
+Each conformance row writes ``ROW.json`` and ``ROW.md`` under ``--out``; the script prints one
+Markdown table of every row and exits 0 only when every row passed. The peer is the directory that
+``../shared/peers/vllm-0.33/SETUP.sh`` (or the equivalent for a new release) created: it holds
+``run_serve.sh`` and ``models/tiny-llama``. See ``docs/interop.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+EXPECTED = REPO / "conformance" / "expected"
+#: seconds a real vLLM process group gets to come up (API server import + engine core start)
+START_BUDGET_S = 180.0
+#: per fake-executor decode step: a real model's step is >= 1 ms; at 0 a 248-token request ends
+#: before an ABORT sent after its first token can arrive (docs/interop.md)
+FAKE_STEP_DELAY = "0.002"
+
+
+@dataclass
+class Row:
+    name: str
+    what: str
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    smoke: tuple[str, int, bool] | None = None  # (frontend kind, dp size, rust)
+
+
+def _ecp() -> list[str]:
+    return [sys.executable, "-m", "ecp.spec.cli"]
+
+
+def conformance_rows(peer: Path, level: str) -> list[Row]:
+    serve = str(peer / "run_serve.sh")
+    headless = [serve, "--headless", "--data-parallel-size", "{engine_count}", "--data-parallel-size-local",
+                "{engine_count}", "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port",
+                "{handshake_port}"]
+    frontend = [serve, "--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
+                "--data-parallel-rpc-port", "{handshake_port}", "--data-parallel-size", "{engine_count}",
+                "--port", "{http_port}"]
+    common = ["--level", level]
+    rows = []
+    for dp in (1, 2):
+        rows.append(Row(f"engine-dp{dp}", f"suite (engine role) vs vLLM headless engine core, DP={dp}",
+                        [*_ecp(), "conformance", "engine", "--transport", "tcp", "--engine-count", str(dp),
+                         *common, "--expected-failures", str(EXPECTED / "vllm-0.33-engine.txt"), "--", *headless],
+                        {"FAKE_STEP_DELAY": FAKE_STEP_DELAY}))
+    rows.append(Row("python-frontend", "suite (frontend role) vs vLLM Python frontend, DP=2",
+                    [*_ecp(), "conformance", "frontend", *common, "--expected-failures",
+                     str(EXPECTED / "vllm-0.33-python-frontend.txt"), "--", *frontend]))
+    rows.append(Row("vllm-rs", "suite (frontend role) vs vllm-rs, DP=2",
+                    [*_ecp(), "conformance", "frontend", *common, "--expected-failures",
+                     str(EXPECTED / "vllm-0.33-vllm-rs.txt"), "--", *frontend],
+                    {"VLLM_USE_RUST_FRONTEND": "1"}))
+    return rows
+
+
+def smoke_rows() -> list[Row]:
+    return [
+        Row("ecp-engine-behind-vllm-dp1", "ecp engine (1) behind vLLM Python frontend", smoke=("vllm", 1, False)),
+        Row("ecp-engine-behind-vllm-dp2", "ecp engine (2) behind vLLM Python frontend", smoke=("vllm", 2, False)),
+        Row("ecp-engine-behind-vllm-rs", "ecp engine (2) behind vllm-rs", smoke=("vllm", 2, True)),
+        Row("ecp-serve-before-vllm-dp1", "ecp serve in front of vLLM headless engine core (1)",
+            smoke=("ecp", 1, False)),
+        Row("ecp-serve-before-vllm-dp2", "ecp serve in front of vLLM headless engine cores (2)",
+            smoke=("ecp", 2, False)),
+    ]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Group:
+    """Processes started for one smoke row, each in its own process group, all stopped at the end."""
+
+    def __init__(self, logdir: Path) -> None:
+        self.logdir = logdir
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        log = open(self.logdir / f"{name}.log", "wb")
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, env={**os.environ, **(env or {})})
+        self.procs.append((name, proc))
+
+    def dead(self) -> list[str]:
+        return [f"{n} exited with status {p.returncode}" for n, p in self.procs if p.poll() is not None]
+
+    def stop(self) -> None:
+        for _, proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for _, proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+
+
+def run_smoke(row: Row, peer: Path, logdir: Path) -> tuple[bool, str]:
+    """Start the pair, wait for /health 200, then one completion and one streamed chat must finish."""
+    kind, dp, rust = row.smoke  # type: ignore[misc]
+    hs, http = free_port(), free_port()
+    group = Group(logdir)
+    try:
+        if kind == "vllm":
+            group.start("vllm-frontend", [str(peer / "run_serve.sh"), "--data-parallel-size-local", "0",
+                                          "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port",
+                                          str(hs), "--data-parallel-size", str(dp), "--port", str(http)],
+                        {"VLLM_USE_RUST_FRONTEND": "1"} if rust else {})
+            group.start("ecp-engine", [*_ecp(), "engine", "--handshake-address", f"tcp://127.0.0.1:{hs}",
+                                       "--engine-count", str(dp), "--vocab-size", "332", "--max-model-len", "256"])
+        else:
+            group.start("ecp-serve", [*_ecp(), "serve", "--data-parallel-size-local", "0",
+                                      "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", str(hs),
+                                      "--data-parallel-size", str(dp), "--port", str(http)])
+            group.start("vllm-engines", [str(peer / "run_serve.sh"), "--headless", "--data-parallel-size", str(dp),
+                                         "--data-parallel-size-local", str(dp), "--data-parallel-address",
+                                         "127.0.0.1", "--data-parallel-rpc-port", str(hs)])
+        base = f"http://127.0.0.1:{http}"
+        end = time.monotonic() + START_BUDGET_S
+        with httpx.Client(base_url=base, timeout=30.0) as client:
+            while True:
+                if group.dead():
+                    return False, "; ".join(group.dead())
+                try:
+                    if client.get("/health", timeout=2.0).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > end:
+                    return False, f"/health never answered 200 within {START_BUDGET_S:g}s"
+                time.sleep(0.5)  # polling a server that is starting: there is no event to wait on
+            model = client.get("/v1/models").json()["data"][0]["id"]
+            done = []
+            for k in range(2 * dp):  # enough requests to reach every engine
+                r = client.post("/v1/completions", json={"model": model, "prompt": f"hello {k}", "max_tokens": 5})
+                if r.status_code != 200:
+                    return False, f"completion {k}: HTTP {r.status_code} {r.text[:200]}"
+                done.append(r.json()["usage"]["completion_tokens"])
+            if any(n != 5 for n in done):
+                return False, f"completion_tokens {done}, expected 5 each"
+            with client.stream("POST", "/v1/chat/completions", json={
+                    "model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+                    "stream": True}) as s:
+                lines = [ln for ln in s.iter_lines() if ln.startswith("data:")]
+            if s.status_code != 200 or not lines or lines[-1].strip() != "data: [DONE]":
+                return False, f"streamed chat: HTTP {s.status_code}, last event {lines[-1:]!r}"
+        return True, f"{len(done)} completions of 5 tokens and a streamed chat ({len(lines)} events) finished"
+    finally:
+        group.stop()
+
+
+def run_conformance(row: Row, out: Path) -> tuple[bool, str]:
+    argv = list(row.argv)
+    sep = argv.index("--")
+    argv[sep:sep] = ["--json", str(out / f"{row.name}.json"), "--markdown", str(out / f"{row.name}.md")]
+    started = time.monotonic()
+    proc = subprocess.run(argv, env={**os.environ, **row.env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
+    (out / f"{row.name}.log").write_text(proc.stdout)
+    last = [ln for ln in proc.stdout.splitlines() if " role against " in ln]
+    return proc.returncode == 0, (last[-1] if last else proc.stdout[-300:]) + \
+        f" (exit {proc.returncode}, {time.monotonic() - started:.0f}s)"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--peer", type=Path, default=Path("~/.cache/vllm-peer-0.33").expanduser(),
+                    help="the peer directory with run_serve.sh (default ~/.cache/vllm-peer-0.33)")
+    ap.add_argument("--out", type=Path, default=Path("interop-results"), help="reports and logs go here")
+    ap.add_argument("--only", nargs="+", metavar="ROW", help="run only these rows")
+    ap.add_argument("--level", choices=("interop", "hardened"), default="hardened",
+                    help="conformance level of the suite rows (default hardened)")
+    ap.add_argument("--list", action="store_true", help="print the rows and their commands, run nothing")
+    args = ap.parse_args()
+    rows = conformance_rows(args.peer, args.level) + smoke_rows()
+    if args.only:
+        unknown = set(args.only) - {r.name for r in rows}
+        if unknown:
+            ap.error(f"unknown row(s) {sorted(unknown)}; known: {[r.name for r in rows]}")
+        rows = [r for r in rows if r.name in args.only]
+    if args.list:
+        for r in rows:
+            env = " ".join(f"{k}={v}" for k, v in r.env.items())
+            print(f"{r.name}: {r.what}\n  {env + ' ' if env else ''}{shlex.join(r.argv) if r.argv else '(smoke)'}")
+        return 0
+    if not (args.peer / "run_serve.sh").exists():
+        print(f"interop_matrix: no vLLM peer at {args.peer} (run shared/peers/vllm-0.33/SETUP.sh)", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    print("| row | what | result |\n|---|---|---|", flush=True)
+    ok_all = True
+    for row in rows:
+        logdir = args.out / row.name
+        logdir.mkdir(exist_ok=True)
+        ok, detail = run_smoke(row, args.peer, logdir) if row.smoke else run_conformance(row, args.out)
+        ok_all &= ok
+        print(f"| {row.name} | {row.what} | {'PASS' if ok else 'FAIL'}: {detail} |", flush=True)
+        with (args.out / "matrix.jsonl").open("a") as f:
+            f.write(json.dumps({"row": row.name, "ok": ok, "detail": detail}) + "\n")
+    return 0 if ok_all else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
