@@ -1,46 +1,75 @@
 """The ``ecp`` console script.
 
-Each part of the project contributes subcommands through a ``commands``
-module with a ``register(subparsers)`` function. ``register`` only declares
-arguments; heavy imports happen inside the handlers, so ``ecp --help`` stays
-fast and works without optional extras installed.
+Subcommands are plugins: every installed distribution may declare entry points
+in the ``ecp.commands`` group (``[project.entry-points."ecp.commands"]`` in its
+``pyproject.toml``), each naming a ``register(subparsers)`` function. This
+package's own parts (spec tools, reference engine and frontend, conformance
+suite, monitor) register themselves that way, so ``ecp.spec`` imports nothing
+of the packages built on it. ``register`` only declares arguments; heavy imports
+happen inside the handlers, so ``ecp --help`` stays fast and works without
+optional extras installed.
+
+A plugin that cannot be loaded is reported on stderr (its name, its entry point
+and the error) and left out; the other subcommands keep working.
 
 Exit codes: 0 success, 1 the thing checked failed (conformance failures, a
 frame that does not decode, a breaking spec diff), 2 usage or harness error
-(including stdout closed by the reader before the output was written).
+(including stdout closed by the reader before the output was written, or no
+subcommand plugin installed).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import importlib.metadata
 import os
 import sys
+from typing import Iterable
 
-COMMAND_MODULES = (
-    "ecp.spec.commands",            # summary, decode, schema, spec layout/diff
-    "ecp.reference.engine.commands",  # engine
-    "ecp.reference.frontend.commands",  # serve, bench serve
-    "ecp.conformance.commands",     # conformance engine|frontend|list
-    "ecp.conformance.monitor.commands",  # monitor
-)
+ENTRY_POINT_GROUP = "ecp.commands"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_plugins() -> list[importlib.metadata.EntryPoint]:
+    """The installed ``ecp.commands`` entry points, each name once, in name order."""
+    seen: dict[str, importlib.metadata.EntryPoint] = {}
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        # The same distribution seen twice on sys.path (a stale build next to an editable
+        # install) lists its entry points twice: the first one found wins, as for imports.
+        seen.setdefault(ep.name, ep)
+    return [seen[name] for name in sorted(seen)]
+
+
+def build_parser(plugins: Iterable[importlib.metadata.EntryPoint] | None = None,
+                 errors: list[str] | None = None) -> argparse.ArgumentParser:
+    """The ``ecp`` parser with every plugin's subcommands registered.
+
+    A plugin that fails to load or to register is left out; a one-line
+    description of why is appended to ``errors`` (printed to stderr when
+    ``errors`` is None).
+    """
     parser = argparse.ArgumentParser(
         prog="ecp",
         description="The vLLM 0.33 engine-core protocol: spec tools, reference peers, conformance suite.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    problems: list[str] = []
+    for ep in command_plugins() if plugins is None else plugins:
         try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            # That part (or its package) has no commands yet; any other missing module is a bug.
-            if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
-                continue
-            raise
-        module.register(subparsers)
+            register = ep.load()
+            if not callable(register):
+                raise TypeError(f"{ep.value} is not a register(subparsers) function")
+            register(subparsers)
+        except Exception as exc:  # noqa: BLE001 - any failure of a plugin is reported, not raised
+            problems.append(f"ecp: the {ep.name!r} subcommands ({ep.value}) are unavailable: "
+                            f"{type(exc).__name__}: {exc}")
+    if not subparsers.choices and not problems:
+        problems.append(f"ecp: no subcommands are installed (entry-point group {ENTRY_POINT_GROUP!r} "
+                        "is empty); reinstall the package, e.g. pip install -e .")
+    if errors is None:
+        for line in problems:
+            print(line, file=sys.stderr)
+    else:
+        errors.extend(problems)
     return parser
 
 

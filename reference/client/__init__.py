@@ -30,10 +30,7 @@ Public API (stable; see ``docs/client.md``)::
 from .abort_coalescer import MAX_DRAIN, AbortCause, AbortCoalescer
 from .aggregation import UTILITY_RULES, MethodRule, Rule, UtilityAggregation
 from .client import ClientStats, EngineCoreClient
-from .config import (
-    BUG_ABORT_ONE_PER_REQUEST, BUG_FIRST_ENGINE_IS_SLEEPING, BUG_IGNORE_ENGINE_DEAD,
-    BUG_RESET_PREFIX_CACHE_ANY, CLIENT_BUGS, ClientConfig,
-)
+from .config import ClientConfig
 from .errors import (
     ClientClosed, ClientError, DuplicateRequestId, EngineDeadError, EngineDisconnected, EngineUnresponsive,
     HandshakeTimeout,

@@ -35,7 +35,6 @@ from ecp.spec.layout.types import Member, WireType
 from ecp.spec.layout.types import parse as parse_type
 from ecp.spec.utility_methods import UTILITY_METHODS
 
-from .config import BUG_FIRST_ENGINE_IS_SLEEPING, BUG_RESET_PREFIX_CACHE_ANY
 from .errors import InconsistentUtilityResults, UtilityCallFailed, UtilityResultDecode
 
 
@@ -103,20 +102,16 @@ def value_matches(type_text: str, value: Any) -> bool:
 
 
 class UtilityAggregation:
-    """The aggregation table plus the bug knobs that bend it."""
+    """The aggregation table: which engines a call goes to and how their replies combine."""
 
-    def __init__(self, bugs: frozenset[str] = frozenset(),
-                 rules: Mapping[str, MethodRule] = UTILITY_RULES) -> None:
+    def __init__(self, rules: Mapping[str, MethodRule] = UTILITY_RULES) -> None:
         self.rules = rules
-        self.bugs = bugs
 
     def rule(self, method: str) -> MethodRule:
         return self.rules.get(method, DEFAULT_RULE)
 
     def targets(self, method: str, ranks: tuple[int, ...]) -> tuple[int, ...]:
         """The engines a call goes to: all of them (``ECP-UTIL-4``/``-7``)."""
-        if BUG_FIRST_ENGINE_IS_SLEEPING in self.bugs and self.rule(method).rule is Rule.CONSENSUS:
-            return ranks[:1]
         return ranks
 
     def value_of(self, method: str, rank: int, reply: UtilityOutput) -> Any:
@@ -169,8 +164,6 @@ class UtilityAggregation:
                 raise InconsistentUtilityResults(method, dict(sorted(values.items())))
             return first
         if rule is Rule.AND:
-            if method == "reset_prefix_cache" and BUG_RESET_PREFIX_CACHE_ANY in self.bugs:
-                return any(ordered)
             return all(ordered)
         if rule is Rule.FLATTEN:
             flat: list[Any] = []

@@ -35,12 +35,13 @@ from ecp.spec import (
 
 from .abort_coalescer import MAX_DRAIN, AbortCause, AbortCoalescer
 from .aggregation import UtilityAggregation
-from .config import BUG_ABORT_ONE_PER_REQUEST, BUG_IGNORE_ENGINE_DEAD, ClientConfig
+from .config import ClientConfig
 from .coordinator import Coordinator
 from .errors import (
     ClientClosed, DuplicateRequestId, EngineDeadError, EngineDisconnected, EngineUnresponsive, HandshakeTimeout,
     RequestStreamClosed, UnexpectedDPControl, UtilityTimeout,
 )
+from .faults import ClientFaults
 from .handshake import STAGE_HELLO, STAGE_READY, HandshakeOwner, HandshakeResult
 from .health import Health
 from .registry import InFlight, RequestRegistry, group_by_engine
@@ -105,10 +106,14 @@ class EngineCoreClient:
         self._tasks: list[asyncio.Task[Any]] = []
         self._registry: RequestRegistry[StreamSink] = RequestRegistry(self._ranks)
         self._router = Router(self._ranks)
-        self._coalescer = AbortCoalescer()
+        # the --bug faults bend these three seams (reference/client/faults.py); none without them
+        faults = ClientFaults(self.config.bugs)
+        self._coalescer = faults.coalescer(AbortCoalescer())
         self._abort_wakeup = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._aggregation = UtilityAggregation(self.config.bugs)
+        self._aggregation = faults.aggregation(UtilityAggregation())
+        if faults:
+            self._on_output_frames = faults.output_handler(self._on_output_frames)  # type: ignore[method-assign]
         self._pending_utility: dict[int, tuple[int, asyncio.Future[UtilityOutput]]] = {}
         self._call_ids = itertools.count((uuid.uuid1().int >> 64) & 0x7FFF_FFFF_FFFF_FFFF)
         self._handshake: HandshakeResult | None = None
@@ -378,13 +383,12 @@ class EngineCoreClient:
         return entry.engine_rank
 
     async def _abort_worker(self) -> None:
-        max_items = 1 if BUG_ABORT_ONE_PER_REQUEST in self.config.bugs else MAX_DRAIN
         while True:
             await self._abort_wakeup.wait()
             self._abort_wakeup.clear()
             await self._settle_burst()
             while len(self._coalescer):
-                grouped = self._coalescer.drain(self._take_owner, max_items=max_items)
+                grouped = self._coalescer.drain(self._take_owner, max_items=MAX_DRAIN)
                 await self._send_aborts(grouped)
 
     async def _settle_burst(self, quiet_iterations: int = 2, max_iterations: int = 16) -> None:
@@ -394,8 +398,6 @@ class EngineCoreClient:
         was suspended. Waits until the queue stops growing for
         ``quiet_iterations`` iterations (bounded), so a lone drop still goes out
         at once."""
-        if BUG_ABORT_ONE_PER_REQUEST in self.config.bugs:
-            return
         size, quiet = len(self._coalescer), 0
         for _ in range(max_iterations):
             await asyncio.sleep(0)
@@ -589,9 +591,6 @@ class EngineCoreClient:
             self._fail(exc)
             return
         if msg is ENGINE_DEAD:
-            if BUG_IGNORE_ENGINE_DEAD in self.config.bugs:
-                log.warning("ignoring ENGINE_CORE_DEAD (bug knob ignore-engine-dead)")
-                return
             self._fail(EngineDeadError())
             return
         assert isinstance(msg, EngineCoreOutputs)

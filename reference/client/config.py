@@ -1,4 +1,4 @@
-"""Client configuration and the conformance bug knobs."""
+"""Client configuration."""
 
 from __future__ import annotations
 
@@ -6,23 +6,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ecp.spec import DEFAULT_LIMITS, DecodeLimits
-
-#: No coalescing: one ABORT message per auto-aborted id.
-BUG_ABORT_ONE_PER_REQUEST = "abort-one-per-request"
-#: Consensus methods (``is_sleeping`` …) ask only the first engine (vLLM's Python DP behaviour).
-BUG_FIRST_ENGINE_IS_SLEEPING = "first-engine-is-sleeping"
-#: ``reset_prefix_cache`` aggregates with OR instead of AND.
-BUG_RESET_PREFIX_CACHE_ANY = "reset-prefix-cache-any"
-#: The ``ENGINE_CORE_DEAD`` sentinel is ignored instead of failing the client.
-BUG_IGNORE_ENGINE_DEAD = "ignore-engine-dead"
-
-#: Every bug knob the client implements. The frontend owns two more
-#: (``no-rejection-notification``, ``notify-without-connector``).
-CLIENT_BUGS = frozenset({
-    BUG_ABORT_ONE_PER_REQUEST, BUG_FIRST_ENGINE_IS_SLEEPING, BUG_RESET_PREFIX_CACHE_ANY,
-    BUG_IGNORE_ENGINE_DEAD,
-})
-
 
 @dataclass(frozen=True)
 class ClientConfig:
@@ -62,7 +45,8 @@ class ClientConfig:
             above the longest single engine step (a large prefill).
         decode_limits: limits applied to every output message before decoding
             (``ECP-FRAME-9``).
-        bugs: conformance bug knobs (see :data:`CLIENT_BUGS`); unknown names are
+        bugs: deliberate faults for the conformance self-proof (the names of
+            :data:`ecp.reference.client.faults.FAULTS`); other names are
             ignored here so the frontend can pass its whole set.
     """
 

@@ -1,4 +1,5 @@
-"""The engine core (sans-IO): admission, abort, stepping, utilities, pause/sleep, DP waves.
+"""The engine core (sans-IO): admission, abort and stepping; the UTILITY methods
+(:mod:`.utilities`), DP waves (:mod:`.waves`) and stats (:mod:`.stats`) are modules of their own.
 
 :class:`EngineCore` consumes decoded input messages and produces
 :class:`Outbound` messages (``EngineCoreOutputs`` addressed to a client index,
@@ -21,37 +22,31 @@ or to :data:`COORDINATOR`) in :attr:`EngineCore.outbox`; the IO layer
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import msgspec
-
 from ecp.spec import (
     EngineCoreEvent, EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason, LoRARequest,
-    PrefillStats, RequestError, SchedulerStats, UtilityOutput, UtilityRequest, UtilityResult,
+    PrefillStats, RequestError, SchedulerStats, UtilityRequest,
 )
-from ecp.spec.outputs import PrefixCacheStats
 
 from .config import EngineConfig
 from .kv_connector import ReferenceKVConnector
 from .scheduler import EngineRequest, Scheduler, SchedulerOutput, Status
+from .stats import EngineStats
+from .utilities import SLEEP_TAGS, UTILITIES, PauseState, PendingUtilities, UtilityFailure
+from .waves import Waves
+
+__all__ = ["COORDINATOR", "EngineCore", "Outbound", "PauseState", "SLEEP_TAGS", "UTILITIES", "UtilityFailure"]
 
 log = logging.getLogger("ecp.engine")
 
 #: ``Outbound.client_index`` of messages for the DP coordinator.
 COORDINATOR = -1
 DEFAULT_NUM_GPU_BLOCKS = 8192
-SLEEP_TAGS = ("weights", "kv_cache")
 PAUSED_MESSAGE = "Generation is paused. Please retry after it resumes."
-
-
-class PauseState(enum.Enum):
-    UNPAUSED = "unpaused"
-    PAUSED_NEW = "paused_new"  # new ADDs are refused; admitted requests run on
-    PAUSED_ALL = "paused_all"  # nothing is scheduled (mode "keep")
 
 
 @dataclass
@@ -61,18 +56,6 @@ class Outbound:
 
     client_index: int
     payload: Any
-
-
-@dataclass
-class _Deferred:
-    call: UtilityRequest
-    client_index: int
-    ready: Callable[[], bool]
-    complete: Callable[[], Any]
-
-
-class UtilityFailure(Exception):
-    """A utility method refused its arguments or state; becomes ``failure_message``."""
 
 
 class EngineCore:
@@ -123,18 +106,13 @@ class EngineCore:
         self.sleeping_tags: set[str] = set()
         self.sleep_level = 0
         self.weight_version = "default"
-        self.current_wave = 0
-        self.engines_running = False
+        self.waves = Waves(has_coordinator)
         self.step_counter = 0
         self.profiling = False
         self.loras: dict[int, LoRARequest] = {}
         self.pinned_loras: set[int] = set()
-        self._deferred: list[_Deferred] = []
-        self._stats_dirty = False
-        self._finished_for_client: dict[int, set[str]] = {}
-        self._last_coord_counts: tuple[int, int] | None = None
-        self.log_stats = not config.disable_log_stats
-        self.include_finished_set = has_coordinator
+        self.utilities = PendingUtilities(self)
+        self.stats = EngineStats(log_stats=not config.disable_log_stats, include_finished_set=has_coordinator)
         self.num_errors = 0
         self.num_finished = 0
 
@@ -143,8 +121,17 @@ class EngineCore:
         out, self.outbox = self.outbox, []
         return out
 
-    def _emit(self, client_index: int, msg: Any) -> None:
+    def emit(self, client_index: int, msg: Any) -> None:
+        """Queue ``msg`` for ``outputs[client_index]`` (or :data:`COORDINATOR`)."""
         self.outbox.append(Outbound(client_index, msg))
+
+    @property
+    def current_wave(self) -> int:
+        return self.waves.current
+
+    def make_stats(self) -> SchedulerStats:
+        """This engine's ``scheduler_stats`` now."""
+        return self.stats.snapshot(self)
 
     def _valid_client(self, client_index: int) -> bool:
         return 0 <= client_index < self.num_clients
@@ -188,15 +175,17 @@ class EngineCore:
             priority=req.priority, arrival_time=req.arrival_time, cache_salt=req.cache_salt,
             lora_name=req.lora_request.lora_name if req.lora_request else None,
             kv_transfer_params=params, max_tokens=max(1, max_tokens))
-        self._track_wave(req.current_wave)
+        notice = self.waves.on_request(req.current_wave)
+        if notice is not None:  # a stale-wave request to an idle engine starts a new wave (ECP-DP-5)
+            self.emit(COORDINATOR, EngineCoreOutputs(engine_index=self.engine_index, timestamp=self.clock(),
+                                                     start_wave=notice))
         if self.connector is not None:
             self.connector.forget(rid)
         self.scheduler.add(er)
         if abort_now:
             self._end(er, aborted=True)
-            if self.include_finished_set:  # no output, but reported as finished (as vLLM)
-                self._finished_for_client.setdefault(client, set()).add(rid)
-            self._stats_dirty = True
+            self.stats.finished(client, rid)  # no output, but reported as finished (as vLLM)
+            self.stats.dirty = True
 
     def _validate(self, req: EngineCoreRequest) -> tuple[str, str] | None:
         if req.pooling_params is not None or req.sampling_params is None:
@@ -235,7 +224,7 @@ class EngineCore:
         self.num_errors += 1
         out = EngineCoreOutput(request_id=request_id, new_token_ids=[], finish_reason=FinishReason.ERROR,
                                error=RequestError(code=code, message=message, retryable=retryable))
-        self._emit(client_index, EngineCoreOutputs(
+        self.emit(client_index, EngineCoreOutputs(
             engine_index=self.engine_index, outputs=[out], timestamp=self.clock(),
             finished_requests={request_id}))
 
@@ -260,10 +249,10 @@ class EngineCore:
         if plain:
             self.scheduler.finish_many(plain)
             self.executor.release([r.request_id for r in plain])
-        if self.include_finished_set:
-            for req in found:
-                self._finished_for_client.setdefault(req.client_index, set()).add(req.request_id)
-        self._stats_dirty = True
+        stats = self.stats
+        for req in found:
+            stats.finished(req.client_index, req.request_id)
+        stats.dirty = True
         return len(found)
 
     def _end(self, req: EngineRequest, *, aborted: bool) -> dict[str, Any] | None:
@@ -288,78 +277,38 @@ class EngineCore:
             self._end(req, aborted=True)
         now = self.clock()
         for client, group in by_client.items():
-            self._emit(client, EngineCoreOutputs(
+            self.emit(client, EngineCoreOutputs(
                 engine_index=self.engine_index,
                 outputs=[EngineCoreOutput(request_id=r.request_id, new_token_ids=[],
                                           finish_reason=FinishReason.ABORT) for r in group],
                 timestamp=now, finished_requests={r.request_id for r in group}))
-        self._stats_dirty = True
+        self.stats.dirty = True
         self._emit_stats_only()
         return [r.request_id for r in reqs]
 
-    # ------------------------------------------------------------------ DP
-    def _track_wave(self, wave: int) -> None:
-        if not self.has_coordinator:
-            self.current_wave = max(self.current_wave, wave)
-            return
-        if wave > self.current_wave:
-            self.current_wave = wave
-        elif wave < self.current_wave and not self.engines_running:
-            # a stale-wave request to an idle engine starts a new wave (ECP-DP-5)
-            self._emit(COORDINATOR, EngineCoreOutputs(
-                engine_index=self.engine_index, timestamp=self.clock(), start_wave=self.current_wave))
-        self.engines_running = True
-
+    # ------------------------------------------------------------------ DP waves
     def start_dp_wave(self, wave: int, exclude_engine_index: int | None) -> None:
         """START_DP_WAVE: a wave older than ours is ignored (``ECP-DP-4``)."""
-        if wave >= self.current_wave and exclude_engine_index != self.engine_index:
-            self.current_wave = wave
-            self.engines_running = True
+        self.waves.on_start(wave, exclude_engine_index, self.engine_index)
 
     def _maybe_complete_wave(self) -> None:
-        if not self.has_coordinator or not self.engines_running or self.scheduler.has_unfinished():
-            return
-        self._emit(COORDINATOR, EngineCoreOutputs(engine_index=self.engine_index, timestamp=self.clock(),
-                                             wave_complete=self.current_wave))
-        self.current_wave += 1
-        self.engines_running = False
+        if self.waves.running and not self.scheduler.has_unfinished():
+            done = self.waves.on_idle()
+            if done is not None:
+                self.emit(COORDINATOR, EngineCoreOutputs(engine_index=self.engine_index, timestamp=self.clock(),
+                                                         wave_complete=done))
 
     # ------------------------------------------------------------------ stats
-    def make_stats(self) -> SchedulerStats:
-        s = self.scheduler
-        pc = s.pool.take_stats()
-        return SchedulerStats(
-            num_running_reqs=s.num_running, num_waiting_reqs=s.num_waiting,
-            step_counter=self.step_counter, current_wave=self.current_wave,
-            kv_cache_usage=s.pool.usage,
-            prefix_cache_stats=PrefixCacheStats(reset=pc["reset"], requests=pc["requests"],
-                                                queries=pc["queries"], hits=pc["hits"]),
-            kv_connector_stats=self.connector.snapshot() if self.connector is not None else None,
-        )
-
     def _emit_stats_only(self) -> None:
-        if self.log_stats and self._stats_dirty:
-            self._emit(0, EngineCoreOutputs(engine_index=self.engine_index, scheduler_stats=self.make_stats(),
-                                            timestamp=self.clock(), weight_version=self.weight_version,
-                                            finished_requests=self._take_finished(0)))
-        self._stats_dirty = False
-
-    def _take_finished(self, client: int) -> set[str] | None:
-        if not self.include_finished_set:
-            return None
-        return self._finished_for_client.pop(client, None)
+        msg = self.stats.stats_only(self)
+        if msg is not None:
+            self.emit(0, msg)
 
     def _publish_counts(self) -> None:
-        if not self.has_coordinator:
-            return
-        counts = (self.scheduler.num_waiting, self.scheduler.num_running)
-        if counts != self._last_coord_counts:
-            self._last_coord_counts = counts
-            self._emit(COORDINATOR, EngineCoreOutputs(
-                engine_index=self.engine_index, scheduler_stats=self.make_stats() if self.log_stats else
-                SchedulerStats(num_running_reqs=counts[1], num_waiting_reqs=counts[0],
-                               current_wave=self.current_wave),
-                timestamp=self.clock()))
+        if self.has_coordinator:
+            msg = self.stats.coordinator_counts(self)
+            if msg is not None:
+                self.emit(COORDINATOR, msg)
 
     # ------------------------------------------------------------------ step
     def step(self) -> bool:
@@ -374,7 +323,7 @@ class EngineCore:
                 busy = True
         if not busy:
             self._emit_stats_only()
-        self._check_deferred()
+        self.utilities.check()
         self._maybe_complete_wave()
         self._publish_counts()
         return busy
@@ -385,6 +334,7 @@ class EngineCore:
         self.step_counter += 1
         now = self.clock()
         cfg = self.config
+        stats = self.stats
         per_client: dict[int, list[EngineCoreOutput]] = {}
         finished_any = False
         for req, _n in sched.scheduled:
@@ -429,22 +379,21 @@ class EngineCore:
                 out.kv_transfer_params = self._end(req, aborted=False)
                 out.finish_reason = finish
                 out.stop_reason = stop_reason
-                if self.include_finished_set:
-                    self._finished_for_client.setdefault(req.client_index, set()).add(req.request_id)
+                stats.finished(req.client_index, req.request_id)
             per_client.setdefault(req.client_index, []).append(out)
-        stats_attached = not self.log_stats
+        stats_attached = not stats.log_stats
         for client, outs in per_client.items():
             msg = EngineCoreOutputs(engine_index=self.engine_index, outputs=outs, timestamp=now,
                                     weight_version=self.weight_version,
-                                    finished_requests=self._take_finished(client))
+                                    finished_requests=stats.take_finished(client))
             if not stats_attached:
-                msg.scheduler_stats = self.make_stats()
+                msg.scheduler_stats = stats.snapshot(self)
                 stats_attached = True
-            self._emit(client, msg)
+            self.emit(client, msg)
         if per_client:
-            self._stats_dirty = finished_any
+            stats.dirty = finished_any
         elif finished_any or sched.preempted:
-            self._stats_dirty = True
+            stats.dirty = True
 
     def _check_stop(self, req: EngineRequest, token: int) -> tuple[FinishReason | None, int | None]:
         # vLLM's order: length caps first, then (after min_tokens) EOS, then stop tokens
@@ -464,242 +413,15 @@ class EngineCore:
         """Abort everything in flight with ABORT outputs (vLLM's default ``timeout=0``);
         a deferred ``sleep``/``pause`` (mode ``wait``) is then answered, the engine being idle."""
         aborted = self.abort_all_with_outputs()
-        self._check_deferred()
+        self.utilities.check()
         return aborted
 
     # ------------------------------------------------------------------ utilities
     def handle_utility(self, call: UtilityRequest, arrival_client: int = 0) -> None:
-        """Run a UTILITY call; the reply (or a deferred reply) goes to the outbox."""
+        """Run a UTILITY call (:mod:`.utilities`); the reply (or a deferred reply) goes to the outbox."""
         client = call.client_index
         if not self._valid_client(client):
             log.warning("[ECP-ROB-4] UTILITY %s names client_index %d; replying on client %d",
                         call.method_name, client, arrival_client)
             client = arrival_client
-        name = call.method_name
-        method = _UTILITIES.get(name)
-        if method is None:
-            self._reply(call, client, failure=(
-                f"Call to {name} method failed: 'EngineCoreProc' object has no attribute '{name}'"))
-            return
-        try:
-            result = method(self, *call.args)
-        except Exception as exc:  # any failure is reported to the caller, never fatal
-            log.info("Invocation of %s method failed: %s", name, exc)
-            self._reply(call, client, failure=f"Call to {name} method failed: {exc}")
-            return
-        if isinstance(result, _Wait):
-            self._deferred.append(_Deferred(call, client, result.ready, result.complete))
-            self._check_deferred()
-        else:
-            self._reply(call, client, value=result)
-
-    def _reply(self, call: UtilityRequest, client: int, *, value: Any = None, failure: str | None = None) -> None:
-        call_id = call.call_id
-        now = self.clock()
-        if failure is not None:
-            self._emit(client, EngineCoreOutputs(engine_index=self.engine_index, timestamp=now,
-                                                 utility_output=UtilityOutput(call_id, failure, None)))
-        else:
-            self._emit(client, EngineCoreOutputs(
-                engine_index=self.engine_index, timestamp=now,
-                utility_output=UtilityOutput(call_id, None, UtilityResult(None, value))))
-
-    def _check_deferred(self) -> None:
-        if not self._deferred:
-            return
-        still = []
-        for d in self._deferred:
-            if d.ready():
-                try:
-                    value = d.complete()
-                except Exception as exc:
-                    self._reply(d.call, d.client_index, failure=f"Call to {d.call.method_name} method failed: {exc}")
-                else:
-                    self._reply(d.call, d.client_index, value=value)
-            else:
-                still.append(d)
-        self._deferred = still
-
-    def _idle(self) -> bool:
-        return not self.scheduler.has_unfinished()
-
-    def _enter_pause(self, mode: str) -> None:
-        if mode not in ("abort", "wait", "keep"):
-            raise UtilityFailure(f"mode must be 'abort', 'wait' or 'keep', got {mode!r}")
-        if mode == "keep":
-            self.pause = PauseState.PAUSED_ALL
-        else:
-            if self.pause is not PauseState.PAUSED_ALL:
-                self.pause = PauseState.PAUSED_NEW
-            if mode == "abort":
-                self.abort_all_with_outputs()
-
-    # -- the methods (wire names) -------------------------------------------
-    def u_is_sleeping(self) -> bool:
-        return bool(self.sleeping_tags)
-
-    def u_sleep(self, level: int = 1, mode: str = "abort") -> Any:
-        if not isinstance(level, int) or level not in (0, 1, 2):
-            raise UtilityFailure(f"sleep level must be 0, 1 or 2, got {level!r}")
-        self._enter_pause(mode)
-
-        def complete() -> None:
-            self.scheduler.pool.reset()  # best effort: kept requests still hold blocks
-            self.sleeping_tags = set(SLEEP_TAGS)
-            self.sleep_level = level
-
-        if mode == "wait" and not self._idle():
-            return _Wait(self._idle, complete)
-        complete()
-        return None
-
-    def u_wake_up(self, tags: list[str] | None = None) -> bool:
-        was_sleeping = bool(self.sleeping_tags)
-        if tags is None:
-            self.sleeping_tags.clear()
-        else:
-            if isinstance(tags, str) or not isinstance(tags, list):
-                raise UtilityFailure(f"tags must be a list of strings or nil, got {tags!r}")
-            bad = [t for t in tags if t not in SLEEP_TAGS]
-            if bad:
-                raise UtilityFailure(f"unknown wake_up tags {bad}; known: {list(SLEEP_TAGS)}")
-            self.sleeping_tags.difference_update(tags)
-        awake = not self.sleeping_tags
-        if awake and was_sleeping:
-            self.sleep_level = 0
-            self.pause = PauseState.UNPAUSED
-        return awake
-
-    def u_reset_prefix_cache(self, reset_running_requests: bool = False, reset_connector: bool = False) -> bool:
-        if reset_running_requests:
-            self.scheduler.preempt_all_running()
-        if reset_connector and self.connector is not None:
-            self.connector.reset()
-        return self.scheduler.pool.reset()
-
-    def u_get_supported_tasks(self) -> list[str]:
-        return ["generate"]
-
-    def u_reset_mm_cache(self) -> None:
-        return None
-
-    def u_reset_encoder_cache(self) -> None:
-        return None
-
-    def u_profile(self, is_start: bool = True, profile_prefix: str | None = None,
-                  delay_iterations: int | None = None, max_iterations: int | None = None,
-                  profiler_kwargs: dict | None = None) -> None:
-        # vLLM 0.33 frontends send all 5 arguments; older ones the first 2
-        self.profiling = bool(is_start)
-
-    def u_pause_generation(self, mode: str = "abort", clear_cache: bool = True) -> Any:
-        self._enter_pause(mode)
-
-        def complete() -> None:
-            if clear_cache:
-                self.scheduler.pool.reset()
-
-        if mode == "wait" and not self._idle():
-            return _Wait(self._idle, complete)
-        complete()
-        return None
-
-    u_pause_scheduler = u_pause_generation  # vllm-rs calls this name (FACTS §9)
-
-    def u_resume_scheduler(self) -> None:
-        self.pause = PauseState.UNPAUSED
-
-    def u_is_scheduler_paused(self) -> bool:
-        return self.pause is not PauseState.UNPAUSED
-
-    def u_get_weight_version(self) -> str:
-        return self.weight_version
-
-    def u_set_weight_version(self, version: str) -> None:
-        if not isinstance(version, str):
-            raise UtilityFailure(f"weight version must be a string, got {version!r}")
-        self.weight_version = version
-
-    def u_collective_rpc(self, method: str, timeout: float | None = None, args: list | None = None,
-                         kwargs: dict | None = None) -> list[Any]:
-        """One result per worker (this engine has one worker)."""
-        args = list(args or ())
-        kwargs = dict(kwargs or {})
-        worker = {
-            "echo": lambda *a, **k: [list(a), k],
-            "ping": lambda: "pong",
-            "get_num_blocks": lambda: self.num_blocks,
-            "get_model_info": lambda: {"executor": self.config.executor, "dtype": self.executor.dtype,
-                                       "vocab_size": self.vocab_size},
-        }.get(method)
-        if worker is None:
-            raise UtilityFailure(f"'Worker' object has no attribute '{method}'")
-        return [worker(*args, **kwargs)]
-
-    def _lora_enabled(self) -> None:
-        if self.config.max_loras < 1:
-            raise UtilityFailure("LoRA is not enabled (start the engine with --max-loras N)")
-
-    def u_add_lora(self, lora_request: Any) -> bool:
-        self._lora_enabled()
-        try:
-            lora = msgspec.convert(lora_request, LoRARequest)
-        except msgspec.ValidationError as exc:
-            raise UtilityFailure(f"invalid LoRARequest: {exc}") from None
-        if lora.lora_int_id < 1:
-            raise UtilityFailure(f"lora_int_id must be > 0, got {lora.lora_int_id}")
-        if lora.lora_int_id not in self.loras and len(self.loras) >= self.config.max_loras:
-            evictable = [i for i in self.loras if i not in self.pinned_loras]
-            if not evictable:
-                return False
-            del self.loras[evictable[0]]
-        self.loras[lora.lora_int_id] = lora
-        return True
-
-    def u_remove_lora(self, lora_id: int) -> bool:
-        self._lora_enabled()
-        self.pinned_loras.discard(lora_id)
-        return self.loras.pop(lora_id, None) is not None
-
-    def u_list_loras(self) -> list[int]:
-        return sorted(self.loras)
-
-    def u_pin_lora(self, lora_id: int) -> bool:
-        self._lora_enabled()
-        if lora_id not in self.loras:
-            return False
-        self.pinned_loras.add(lora_id)
-        return True
-
-    def u_execute_dummy_batch(self) -> None:
-        return None
-
-    def u_get_kv_connector_stats(self) -> dict[str, Any] | None:
-        """ecp extension: pinned/freed block counts of the reference KV connector."""
-        return self.connector.snapshot() if self.connector is not None else None
-
-    def u_get_engine_state(self) -> dict[str, Any]:
-        """ecp extension: queue lengths and block-pool occupancy (for tests and tools)."""
-        s = self.scheduler
-        return {
-            "engine_index": self.engine_index, "num_running": s.num_running, "num_waiting": s.num_waiting,
-            "num_blocks": self.num_blocks, "num_free_blocks": s.pool.num_free,
-            "num_used_blocks": s.pool.num_used, "num_cached_blocks": s.pool.num_cached,
-            "num_preemptions": s.num_preempted_total, "step_counter": self.step_counter,
-            "current_wave": self.current_wave, "paused": self.pause.value,
-            "sleeping_tags": sorted(self.sleeping_tags), "num_finished": self.num_finished,
-            "num_errors": self.num_errors,
-        }
-
-
-@dataclass
-class _Wait:
-    """A utility result that is sent once ``ready()`` holds (sleep/pause with mode ``wait``)."""
-
-    ready: Callable[[], bool]
-    complete: Callable[[], Any]
-
-
-_UTILITIES: dict[str, Callable[..., Any]] = {
-    name[2:]: fn for name, fn in vars(EngineCore).items() if name.startswith("u_") and callable(fn)
-}
+        self.utilities.handle(call, client)

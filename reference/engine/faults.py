@@ -12,7 +12,6 @@ knows about it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
 import msgspec
@@ -23,20 +22,13 @@ from ecp.spec import (
 )
 from ecp.spec.machine import COORDINATOR
 
+from ..faults import Fault, check_names, table
+
 if TYPE_CHECKING:  # the core imports the config, which imports this table
     from .core import Outbound
 
 
-@dataclass(frozen=True)
-class Fault:
-    """One named fault: ``clause`` is the rule it breaks, ``does`` says how."""
-
-    name: str
-    clause: str
-    does: str
-
-
-FAULTS: dict[str, Fault] = {f.name: f for f in (
+FAULTS: dict[str, Fault] = table(
     Fault("ignore-abort-immediately", "ECP-REJECT-1", "runs abort_immediately requests like normal ones"),
     Fault("no-terminal-output", "ECP-OUT-1", "the last output of a finished request carries no finish_reason"),
     Fault("duplicate-output", "ECP-OUT-1", "every terminal output is sent twice"),
@@ -48,7 +40,7 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("bare-utility-result", "ECP-UTIL-2", "utility results are sent as bare values, not [type_info, value]"),
     Fault("wave-complete-to-client", "ECP-OUT-6", "wave_complete is sent to client 0 instead of the coordinator"),
     Fault("tokens-after-finish", "ECP-OUT-1", "one more token output follows every terminal output"),
-)}
+)
 
 
 class InjectedCrash(Exception):
@@ -59,10 +51,7 @@ class FaultLayer:
     """The faults an engine runs with; inactive (``bool(layer)`` is false) without any."""
 
     def __init__(self, names: Iterable[str], engine_index: int) -> None:
-        self.names = frozenset(names)
-        unknown = self.names - set(FAULTS)
-        if unknown:
-            raise ValueError(f"unknown fault(s) {sorted(unknown)}; known: {', '.join(FAULTS)}")
+        self.names = check_names(names, FAULTS, "engine")
         self.engine_index = engine_index
         #: call_id -> method name of the pending utility calls a fault rewrites the reply of
         self._calls: dict[int, str] = {}

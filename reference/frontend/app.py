@@ -29,7 +29,8 @@ from .choice import ChoiceDelta, EngineRequestFailed
 from .protocol import (
     ChatCompletionRequest, CompletionRequest, OpenAIError, bad_request, convert_body, decode_json_object,
 )
-from .serving import BUG_NO_REJECTION_NOTIFICATION, BUG_NOTIFY_WITHOUT_CONNECTOR, DeltaStream, Frontend, Prepared
+from .faults import FrontendFaults
+from .serving import DeltaStream, Frontend, Prepared
 
 log = logging.getLogger("ecp.serve")
 
@@ -117,6 +118,10 @@ class ServeApp:
         self.frontend = frontend
         self.client = frontend.client
         self.started = time.time()
+        cfg = frontend.config
+        # ECP-REJECT-3: rejections are announced exactly when a KV connector is configured
+        # (the --bug faults may bend that: reference/frontend/faults.py)
+        self._notify_rejections = FrontendFaults(cfg.bugs).notify_rejections(cfg.kv_connector is not None)
 
     # ------------------------------------------------------------------ plumbing
     def build(self) -> Starlette:
@@ -276,13 +281,10 @@ class ServeApp:
         ``kv_transfer_params.do_remote_prefill`` is truthy is announced to the
         engine so the prefill node frees its blocks. The HTTP client only ever
         sees the original error (``ECP-REJECT-4``)."""
-        cfg = self.frontend.config
+        if not self._notify_rejections:
+            return
         params = obj.get("kv_transfer_params") if isinstance(obj, dict) else None
         if not isinstance(params, dict) or not params.get("do_remote_prefill"):
-            return
-        if BUG_NO_REJECTION_NOTIFICATION in cfg.bugs:
-            return
-        if cfg.kv_connector is None and BUG_NOTIFY_WITHOUT_CONNECTOR not in cfg.bugs:
             return
         try:
             await asyncio.wait_for(

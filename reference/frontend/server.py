@@ -106,9 +106,10 @@ def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
 
 
 def client_bugs(bugs: Sequence[str]) -> frozenset[str]:
-    from .serving import FRONTEND_BUGS
+    """The client's faults among ``bugs`` (``ecp serve --bug``)."""
+    from ..client.faults import FAULTS
 
-    return frozenset(b for b in bugs if b not in FRONTEND_BUGS)
+    return frozenset(b for b in bugs if b in FAULTS)
 
 
 async def _until_stopped(stop: asyncio.Event, work: Any) -> bool:
@@ -134,6 +135,13 @@ async def serve(args: argparse.Namespace) -> int:
     from .app import ServeApp
     from .serving import Frontend, FrontendConfig
 
+    from .faults import check_serve_faults
+
+    try:
+        check_serve_faults(args.bug)
+    except ValueError as exc:
+        print(f"ecp serve: --bug: {exc}", file=sys.stderr)
+        return 2
     external = args.data_parallel_size_local == 0
     dp = args.data_parallel_size
     if args.data_parallel_size_local not in (None, 0, dp):

@@ -32,11 +32,6 @@ from .protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, bad
 from .registry import InFlightIndex
 from .stop_strings import StopStringMatcher
 
-#: Frontend-owned conformance bug knobs (the rest go to the client).
-BUG_NO_REJECTION_NOTIFICATION = "no-rejection-notification"
-BUG_NOTIFY_WITHOUT_CONNECTOR = "notify-without-connector"
-FRONTEND_BUGS = frozenset({BUG_NO_REJECTION_NOTIFICATION, BUG_NOTIFY_WITHOUT_CONNECTOR})
-
 CAUSE_DROPPED_STREAM = "dropped_stream"
 CAUSE_STOP_STRING = "stop_string_matched"
 CAUSE_ABORT_API = "abort_api"

@@ -2,9 +2,9 @@
 
 import pytest
 
-from ecp.spec import CLAUSES, SchedulerStats, UtilityOutput, UtilityResult
+from ecp.spec import CLAUSES, ENGINE_CORE_DEAD, SchedulerStats, UtilityOutput, UtilityResult
 from ecp.reference.client import (
-    UTILITY_RULES, AbortCoalescer, DuplicateRequestId, InconsistentUtilityResults, InvalidDataParallelRank,
+    MAX_DRAIN, UTILITY_RULES, AbortCoalescer, DuplicateRequestId, InconsistentUtilityResults, InvalidDataParallelRank,
     RequestRegistry, Router, Rule, UtilityAggregation, UtilityCallFailed, UtilityResultDecode,
 )
 from ecp.reference.client.health import Health
@@ -121,11 +121,51 @@ def test_aggregate_rules_and_errors():
     with pytest.raises(UtilityCallFailed) as info:
         agg.aggregate("wake_up", {0: UtilityOutput(1, "boom", None), 1: ok(True), 2: UtilityOutput(3, "bang", None)})
     assert info.value.failures == {0: "boom", 2: "bang"} and info.value.results == {1: True}
-    any_agg = UtilityAggregation(frozenset({"reset-prefix-cache-any"}))
+
+
+def test_client_faults_bend_their_seam_only():
+    from ecp.reference.client.faults import ClientFaults
+
+    correct = UtilityAggregation()
+    assert ClientFaults().aggregation(correct) is correct
+    assert ClientFaults({"ignore-engine-dead", "no-rejection-notification"}).aggregation(correct) is correct
+    any_agg = ClientFaults({"reset-prefix-cache-any"}).aggregation(correct)
     assert any_agg.aggregate("reset_prefix_cache", {0: ok(True), 1: ok(False)}) is True
+    assert correct.aggregate("reset_prefix_cache", {0: ok(True), 1: ok(False)}) is False
     assert any_agg.aggregate("wake_up", {0: ok(True), 1: ok(False)}) is False  # only that method is bent
-    first = UtilityAggregation(frozenset({"first-engine-is-sleeping"}))
+    first = ClientFaults({"first-engine-is-sleeping"}).aggregation(correct)
     assert first.targets("is_sleeping", (0, 1)) == (0,) and first.targets("sleep", (0, 1)) == (0, 1)
+    assert correct.targets("is_sleeping", (0, 1)) == (0, 1)
+
+    queue = AbortCoalescer()
+    assert ClientFaults().coalescer(queue) is queue
+    one = ClientFaults({"abort-one-per-request"}).coalescer(queue)
+    for rid in ("a", "b", "c"):
+        one.push(rid)
+    assert one.drain(lambda rid, token: 0) == {0: ["a"]}
+    assert one.drain(lambda rid, token: 0, max_items=MAX_DRAIN) == {0: ["b"]}
+
+    seen: list[list[bytes]] = []
+    handler = seen.append
+    assert ClientFaults().output_handler(handler) is handler
+    deaf = ClientFaults({"ignore-engine-dead"}).output_handler(handler)
+    deaf([ENGINE_CORE_DEAD])
+    deaf([b"\x93"])
+    assert seen == [[b"\x93"]]
+
+
+def test_fault_tables_cite_real_clauses():
+    from ecp.reference.client.faults import FAULTS as CLIENT
+    from ecp.reference.frontend.faults import FAULTS as FRONTEND, FrontendFaults, check_serve_faults
+
+    for name, fault in {**CLIENT, **FRONTEND}.items():
+        assert fault.name == name and fault.clause in CLAUSES and fault.does
+    assert check_serve_faults(["ignore-engine-dead", "notify-without-connector"])
+    with pytest.raises(ValueError, match="reset-prefix-cache-any"):  # the message lists the known names
+        check_serve_faults(["no-such-fault"])
+    assert FrontendFaults().notify_rejections(True) and not FrontendFaults().notify_rejections(False)
+    assert not FrontendFaults({"no-rejection-notification"}).notify_rejections(True)
+    assert FrontendFaults({"notify-without-connector"}).notify_rejections(False)
 
 
 def test_health_is_sticky():

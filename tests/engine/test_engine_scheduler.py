@@ -6,7 +6,7 @@ import pytest
 
 from ecp.spec import EngineCoreEventType, EngineCoreRequest, FinishReason, SamplingParams, UtilityRequest
 from ecp.reference.engine.config import EngineConfig
-from ecp.reference.engine.core import EngineCore
+from ecp.reference.engine.core import UTILITIES, EngineCore
 from ecp.reference.engine.kv_cache import BlockPool, NoFreeBlocks, hash_blocks
 from ecp.reference.engine.scheduler import EngineRequest, Scheduler, Status
 from ecp.reference.engine.synthetic import SyntheticExecutor, expected_tokens
@@ -227,7 +227,7 @@ def test_core_sleep_wait_is_deferred_until_idle():
     kinds = ["reply" if m.payload.utility_output else
              ("finish" if any(o.finish_reason for o in m.payload.outputs) else "other") for m in msgs]
     assert kinds.index("finish") < kinds.index("reply")
-    assert core.u_is_sleeping() is True
+    assert UTILITIES["is_sleeping"](core) is True
     _add(core, "b", max_tokens=1)
     out = core.take_outbox()[0].payload.outputs[0]
     assert out.finish_reason == FinishReason.ERROR and out.error.code == "engine_paused"

@@ -1,0 +1,307 @@
+"""The reference engine's UTILITY methods, as one table (``ECP-UTIL-*``), and the
+calls waiting on them.
+
+:data:`UTILITIES` maps each wire name to a function of the core and the call's
+arguments. A function returns the result, raises :class:`UtilityFailure` (or
+any exception) to answer with ``failure_message``, or returns :class:`Wait` to
+answer later, once the engine is idle (sleep and pause with mode ``wait``).
+:class:`PendingUtilities` runs the calls and owes the replies; the core's
+outbox carries them.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import msgspec
+
+from ecp.spec import EngineCoreOutputs, LoRARequest, UtilityOutput, UtilityRequest, UtilityResult
+
+if TYPE_CHECKING:
+    from .core import EngineCore
+
+log = logging.getLogger("ecp.engine")
+
+SLEEP_TAGS = ("weights", "kv_cache")
+
+
+class PauseState(enum.Enum):
+    """Where sleep/pause leave the scheduler (``is_scheduler_paused``)."""
+
+    UNPAUSED = "unpaused"
+    PAUSED_NEW = "paused_new"  # new ADDs are refused; admitted requests run on
+    PAUSED_ALL = "paused_all"  # nothing is scheduled (mode "keep")
+
+
+class UtilityFailure(Exception):
+    """A utility method refused its arguments or state; becomes ``failure_message``."""
+
+
+@dataclass
+class Wait:
+    """A utility result that is sent once ``ready()`` holds (sleep/pause with mode ``wait``)."""
+
+    ready: Callable[[], bool]
+    complete: Callable[[], Any]
+
+
+@dataclass
+class _Deferred:
+    call: UtilityRequest
+    client_index: int
+    wait: Wait
+
+
+class PendingUtilities:
+    """Runs UTILITY calls against a core and answers each exactly once, now or when
+    its :class:`Wait` is ready (:meth:`check`, called every step)."""
+
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+        self._deferred: list[_Deferred] = []
+
+    def handle(self, call: UtilityRequest, client: int) -> None:
+        """Run ``call``; its reply (or a deferred reply) goes to ``client``."""
+        name = call.method_name
+        method = UTILITIES.get(name)
+        if method is None:
+            self._reply(call, client, failure=(
+                f"Call to {name} method failed: 'EngineCoreProc' object has no attribute '{name}'"))
+            return
+        try:
+            result = method(self.core, *call.args)
+        except Exception as exc:  # any failure is reported to the caller, never fatal
+            log.info("Invocation of %s method failed: %s", name, exc)
+            self._reply(call, client, failure=f"Call to {name} method failed: {exc}")
+            return
+        if isinstance(result, Wait):
+            self._deferred.append(_Deferred(call, client, result))
+            self.check()
+        else:
+            self._reply(call, client, value=result)
+
+    def check(self) -> None:
+        """Answer the deferred calls whose condition now holds."""
+        if not self._deferred:
+            return
+        still = []
+        for d in self._deferred:
+            if d.wait.ready():
+                try:
+                    value = d.wait.complete()
+                except Exception as exc:
+                    self._reply(d.call, d.client_index, failure=f"Call to {d.call.method_name} method failed: {exc}")
+                else:
+                    self._reply(d.call, d.client_index, value=value)
+            else:
+                still.append(d)
+        self._deferred = still
+
+    def _reply(self, call: UtilityRequest, client: int, *, value: Any = None, failure: str | None = None) -> None:
+        core = self.core
+        if failure is not None:
+            reply = UtilityOutput(call.call_id, failure, None)
+        else:
+            reply = UtilityOutput(call.call_id, None, UtilityResult(None, value))
+        core.emit(client, EngineCoreOutputs(engine_index=core.engine_index, timestamp=core.clock(),
+                                            utility_output=reply))
+
+
+# ---------------------------------------------------------------------- the methods (wire names)
+def _idle(core: EngineCore) -> bool:
+    return not core.scheduler.has_unfinished()
+
+def _enter_pause(core: EngineCore, mode: str) -> None:
+    if mode not in ("abort", "wait", "keep"):
+        raise UtilityFailure(f"mode must be 'abort', 'wait' or 'keep', got {mode!r}")
+    if mode == "keep":
+        core.pause = PauseState.PAUSED_ALL
+    else:
+        if core.pause is not PauseState.PAUSED_ALL:
+            core.pause = PauseState.PAUSED_NEW
+        if mode == "abort":
+            core.abort_all_with_outputs()
+
+def is_sleeping(core: EngineCore) -> bool:
+    return bool(core.sleeping_tags)
+
+def sleep(core: EngineCore, level: int = 1, mode: str = "abort") -> Any:
+    if not isinstance(level, int) or level not in (0, 1, 2):
+        raise UtilityFailure(f"sleep level must be 0, 1 or 2, got {level!r}")
+    _enter_pause(core, mode)
+
+    def complete() -> None:
+        core.scheduler.pool.reset()  # best effort: kept requests still hold blocks
+        core.sleeping_tags = set(SLEEP_TAGS)
+        core.sleep_level = level
+
+    if mode == "wait" and not _idle(core):
+        return Wait(lambda: _idle(core), complete)
+    complete()
+    return None
+
+def wake_up(core: EngineCore, tags: list[str] | None = None) -> bool:
+    was_sleeping = bool(core.sleeping_tags)
+    if tags is None:
+        core.sleeping_tags.clear()
+    else:
+        if isinstance(tags, str) or not isinstance(tags, list):
+            raise UtilityFailure(f"tags must be a list of strings or nil, got {tags!r}")
+        bad = [t for t in tags if t not in SLEEP_TAGS]
+        if bad:
+            raise UtilityFailure(f"unknown wake_up tags {bad}; known: {list(SLEEP_TAGS)}")
+        core.sleeping_tags.difference_update(tags)
+    awake = not core.sleeping_tags
+    if awake and was_sleeping:
+        core.sleep_level = 0
+        core.pause = PauseState.UNPAUSED
+    return awake
+
+def reset_prefix_cache(core: EngineCore, reset_running_requests: bool = False, reset_connector: bool = False) -> bool:
+    if reset_running_requests:
+        core.scheduler.preempt_all_running()
+    if reset_connector and core.connector is not None:
+        core.connector.reset()
+    return core.scheduler.pool.reset()
+
+def get_supported_tasks(core: EngineCore) -> list[str]:
+    return ["generate"]
+
+def reset_mm_cache(core: EngineCore) -> None:
+    return None
+
+def reset_encoder_cache(core: EngineCore) -> None:
+    return None
+
+def profile(core: EngineCore, is_start: bool = True, profile_prefix: str | None = None,
+            delay_iterations: int | None = None, max_iterations: int | None = None,
+            profiler_kwargs: dict | None = None) -> None:
+    # vLLM 0.33 frontends send all 5 arguments; older ones the first 2
+    core.profiling = bool(is_start)
+
+def pause_generation(core: EngineCore, mode: str = "abort", clear_cache: bool = True) -> Any:
+    _enter_pause(core, mode)
+
+    def complete() -> None:
+        if clear_cache:
+            core.scheduler.pool.reset()
+
+    if mode == "wait" and not _idle(core):
+        return Wait(lambda: _idle(core), complete)
+    complete()
+    return None
+
+def resume_scheduler(core: EngineCore) -> None:
+    core.pause = PauseState.UNPAUSED
+
+def is_scheduler_paused(core: EngineCore) -> bool:
+    return core.pause is not PauseState.UNPAUSED
+
+def get_weight_version(core: EngineCore) -> str:
+    return core.weight_version
+
+def set_weight_version(core: EngineCore, version: str) -> None:
+    if not isinstance(version, str):
+        raise UtilityFailure(f"weight version must be a string, got {version!r}")
+    core.weight_version = version
+
+def collective_rpc(core: EngineCore, method: str, timeout: float | None = None, args: list | None = None,
+                   kwargs: dict | None = None) -> list[Any]:
+    """One result per worker (this engine has one worker)."""
+    args = list(args or ())
+    kwargs = dict(kwargs or {})
+    worker = {
+        "echo": lambda *a, **k: [list(a), k],
+        "ping": lambda: "pong",
+        "get_num_blocks": lambda: core.num_blocks,
+        "get_model_info": lambda: {"executor": core.config.executor, "dtype": core.executor.dtype,
+                                   "vocab_size": core.vocab_size},
+    }.get(method)
+    if worker is None:
+        raise UtilityFailure(f"'Worker' object has no attribute '{method}'")
+    return [worker(*args, **kwargs)]
+
+def _lora_enabled(core: EngineCore) -> None:
+    if core.config.max_loras < 1:
+        raise UtilityFailure("LoRA is not enabled (start the engine with --max-loras N)")
+
+def add_lora(core: EngineCore, lora_request: Any) -> bool:
+    _lora_enabled(core)
+    try:
+        lora = msgspec.convert(lora_request, LoRARequest)
+    except msgspec.ValidationError as exc:
+        raise UtilityFailure(f"invalid LoRARequest: {exc}") from None
+    if lora.lora_int_id < 1:
+        raise UtilityFailure(f"lora_int_id must be > 0, got {lora.lora_int_id}")
+    if lora.lora_int_id not in core.loras and len(core.loras) >= core.config.max_loras:
+        evictable = [i for i in core.loras if i not in core.pinned_loras]
+        if not evictable:
+            return False
+        del core.loras[evictable[0]]
+    core.loras[lora.lora_int_id] = lora
+    return True
+
+def remove_lora(core: EngineCore, lora_id: int) -> bool:
+    _lora_enabled(core)
+    core.pinned_loras.discard(lora_id)
+    return core.loras.pop(lora_id, None) is not None
+
+def list_loras(core: EngineCore) -> list[int]:
+    return sorted(core.loras)
+
+def pin_lora(core: EngineCore, lora_id: int) -> bool:
+    _lora_enabled(core)
+    if lora_id not in core.loras:
+        return False
+    core.pinned_loras.add(lora_id)
+    return True
+
+def execute_dummy_batch(core: EngineCore) -> None:
+    return None
+
+def get_kv_connector_stats(core: EngineCore) -> dict[str, Any] | None:
+    """ecp extension: pinned/freed block counts of the reference KV connector."""
+    return core.connector.snapshot() if core.connector is not None else None
+
+def get_engine_state(core: EngineCore) -> dict[str, Any]:
+    """ecp extension: queue lengths and block-pool occupancy (for tests and tools)."""
+    s = core.scheduler
+    return {
+        "engine_index": core.engine_index, "num_running": s.num_running, "num_waiting": s.num_waiting,
+        "num_blocks": core.num_blocks, "num_free_blocks": s.pool.num_free,
+        "num_used_blocks": s.pool.num_used, "num_cached_blocks": s.pool.num_cached,
+        "num_preemptions": s.num_preempted_total, "step_counter": core.step_counter,
+        "current_wave": core.current_wave, "paused": core.pause.value,
+        "sleeping_tags": sorted(core.sleeping_tags), "num_finished": core.num_finished,
+        "num_errors": core.num_errors,
+    }
+
+
+#: wire name -> function(core, *args)
+UTILITIES: dict[str, Callable[..., Any]] = {
+    "is_sleeping": is_sleeping,
+    "sleep": sleep,
+    "wake_up": wake_up,
+    "reset_prefix_cache": reset_prefix_cache,
+    "get_supported_tasks": get_supported_tasks,
+    "reset_mm_cache": reset_mm_cache,
+    "reset_encoder_cache": reset_encoder_cache,
+    "profile": profile,
+    "pause_generation": pause_generation,
+    "pause_scheduler": pause_generation,  # the name vllm-rs calls
+    "resume_scheduler": resume_scheduler,
+    "is_scheduler_paused": is_scheduler_paused,
+    "get_weight_version": get_weight_version,
+    "set_weight_version": set_weight_version,
+    "collective_rpc": collective_rpc,
+    "add_lora": add_lora,
+    "remove_lora": remove_lora,
+    "list_loras": list_loras,
+    "pin_lora": pin_lora,
+    "execute_dummy_batch": execute_dummy_batch,
+    "get_kv_connector_stats": get_kv_connector_stats,
+    "get_engine_state": get_engine_state,
+}
