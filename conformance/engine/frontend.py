@@ -19,7 +19,7 @@ import itertools
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -213,20 +213,24 @@ class HarnessFrontend:
         return f"output[{self.outputs.index(sock)}]"
 
     # ------------------------------------------------------------------ time
+    def _process_gone(self, what: str = "the engine process exited") -> NoReturn:
+        """The engine's process is gone: raise FailedClosed if it sent ENGINE_CORE_DEAD first, else
+        PeerCrashed. Its last frames may still wait in our sockets: an ENGINE_CORE_DEAD among them makes
+        this a fail-closed exit, not a silent crash."""
+        if self.engine_dead:
+            raise FailedClosed("the engine sent ENGINE_CORE_DEAD")
+        for client, sock in enumerate(self.outputs):
+            for _ in range(1000):
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self._on_output(client, frames)  # raises FailedClosed on ENGINE_CORE_DEAD
+        raise PeerCrashed(f"{what} without sending ENGINE_CORE_DEAD")
+
     def _poll_once(self, end: float) -> list[tuple[zmq.Socket, list[bytes]]]:
         if self.alive_check is not None and not self.alive_check():
-            if self.engine_dead:
-                raise FailedClosed("the engine sent ENGINE_CORE_DEAD")
-            # the process is gone, but its last frames may still wait in our sockets: an
-            # ENGINE_CORE_DEAD among them makes this a fail-closed exit, not a silent crash
-            for client, sock in enumerate(self.outputs):
-                for _ in range(1000):
-                    try:
-                        frames = sock.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    self._on_output(client, frames)  # raises FailedClosed on ENGINE_CORE_DEAD
-            raise PeerCrashed("the engine process exited without sending ENGINE_CORE_DEAD")
+            self._process_gone()
         ms = max(0, int((end - time.monotonic()) * 1000))
         events = dict(self.poller.poll(ms))
         for mon, client in self._monitors.items():
@@ -440,8 +444,14 @@ class HarnessFrontend:
         self.machine.send_raw(f"input[{client}]", [self.identity(engine), *frames])
         try:
             self.inputs[client].send_multipart([self.identity(engine), *frames])
-        except zmq.ZMQError as exc:  # ROUTER_MANDATORY: the peer is gone
-            raise PeerCrashed(f"cannot reach engine {engine} on input[{client}]: {exc}") from exc
+        except zmq.ZMQError as exc:  # ROUTER_MANDATORY: the peer's connection is gone
+            if self.alive_check is not None and self.alive_check():
+                # the process runs on but closed its input connection: it stopped reading (a FAIL
+                # with that evidence), which is not a crash
+                raise EngineStoppedReading(
+                    f"cannot send to engine {engine} on input[{client}] ({exc}): the engine closed its "
+                    "connection, though its process is still running and it sent no ENGINE_CORE_DEAD") from exc
+            self._process_gone(f"cannot reach engine {engine} on input[{client}] ({exc}): its process exited")
 
     def new_id(self, tag: str) -> str:
         return f"ecp-{tag}-{next(self._ids)}"
