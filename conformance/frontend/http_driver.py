@@ -120,7 +120,8 @@ class HttpDriver:
 
 @dataclass(frozen=True)
 class AbortApi:
-    """One shape of explicit-abort endpoint (FACTS section 11).
+    """One shape of explicit-abort endpoint (vLLM 0.33.0: ``vllm/entrypoints/rl/online/api_router.py``,
+    ``vllm/entrypoints/scale_out/token_in_token_out/api_router.py``).
 
     ``ids_key`` carries the ids; abort-all is ``all_body`` (vLLM and vllm-rs:
     an empty id list; FastDeploy: ``abort_all``).

@@ -2,7 +2,8 @@
 
 Cases that need something the frontend does not expose end UNSUPPORTED, not
 FAIL: the vLLM dev endpoints (``GET /is_sleeping`` answers 404 without dev
-mode, FACTS section 11.1), an explicit-abort endpoint (``/abort_requests`` in
+mode: ``vllm/entrypoints/serve/dev/sleep/api_router.py`` in vLLM 0.33.0), an
+explicit-abort endpoint (``/abort_requests`` in
 vLLM and vllm-rs, ``/v1/abort_requests`` in FastDeploy), chat completions,
 and a configured KV connector (seen on the command line).
 """

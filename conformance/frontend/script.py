@@ -24,7 +24,7 @@ from ecp.spec import (
 )
 
 #: What an engine answers to utility calls unless a case says otherwise
-#: (the values a healthy, awake vLLM 0.33 engine returns; FACTS section 9).
+#: (the values a healthy, awake vLLM 0.33 engine returns; spec/PROTOCOL.md §8).
 DEFAULT_UTILITY_ANSWERS: dict[str, Any] = {
     "get_supported_tasks": ["generate"],
     "reset_mm_cache": None,

@@ -3,7 +3,7 @@
 Layers, one concept per module:
 
 * :mod:`.protocol` -- OpenAI bodies (msgspec), validation, OpenAI-style errors;
-* :mod:`.ids` -- request-id conventions (FACTS §11.4);
+* :mod:`.ids` -- request-id conventions (as vLLM 0.33's Python frontend forms them);
 * :mod:`.stop_strings` -- incremental stop-string matching;
 * :mod:`.choice` -- one engine request's text state and partial result (sans-IO);
 * :mod:`.registry` -- in-flight index for the abort APIs (base/response/external/internal ids);

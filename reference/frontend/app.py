@@ -1,6 +1,6 @@
 """The HTTP layer of ``ecp serve``: a Starlette app over :class:`~.serving.Frontend`.
 
-Routes (FACTS §11): OpenAI ``/v1/completions``, ``/v1/chat/completions``,
+Routes (those of vLLM 0.33's API server): OpenAI ``/v1/completions``, ``/v1/chat/completions``,
 ``/v1/models``; ``/health`` (503 while the client is unhealthy, never 3xx),
 ``/version``, ``/load``, ``/metrics``; vLLM's ``/abort_requests`` and
 FastDeploy's ``/v1/abort_requests``; with dev mode, vLLM's dev routes
@@ -35,7 +35,7 @@ from .serving import DeltaStream, Frontend, Prepared
 log = logging.getLogger("ecp.serve")
 
 _json = msgspec.json.Encoder()
-#: Bound on the rejection notice; its failure is only logged (FACTS §8.8).
+#: Bound on the rejection notice; its failure is only logged (spec/PROTOCOL.md ECP-REJECT-3).
 NOTIFY_TIMEOUT_S = 10.0
 
 
@@ -135,7 +135,7 @@ class ServeApp:
             Route("/load", self.load, methods=["GET"]),
             Route("/metrics", self.metrics, methods=["GET"]),
             Route("/abort_requests", self.abort_requests_vllm, methods=["POST"]),
-            # vLLM 0.33 also registers this path, always (FACTS 11.1): same body, same answer
+            # vLLM 0.33 also registers this path, always (`vllm/entrypoints/scale_out/token_in_token_out/api_router.py`): same body, same answer
             Route("/inference/v1/abort_requests", self.abort_requests_vllm, methods=["POST"]),
             Route("/v1/abort_requests", self.abort_requests_fastdeploy, methods=["POST"]),
         ]

@@ -1,4 +1,5 @@
-"""Request-id conventions of the vLLM 0.33 Python frontend (FACTS §11.4).
+"""Request-id conventions of the vLLM 0.33 Python frontend (vLLM 0.33.0:
+``vllm/entrypoints/serve/engine/serving.py``, ``vllm/entrypoints/serve/middleware/x_request_id.py``).
 
 * base id: the ``X-Request-Id`` header, else the body's ``request_id``, else
   16 random hex digits;

@@ -2,7 +2,7 @@
 
 An id given to ``/abort_requests`` or ``/v1/abort_requests`` matches a choice
 by its base id, its response id (``cmpl-…``/``chatcmpl-…``), its per-prompt
-external id or its internal id (FACTS §11.4). Lookups return snapshots, so
+external id or its internal id (see :mod:`.ids`). Lookups return snapshots, so
 callers may iterate while requests finish concurrently.
 """
 

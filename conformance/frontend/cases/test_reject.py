@@ -1,4 +1,4 @@
-"""Frontend-role rejection-notification cases (``abort_immediately``, FACTS 8.8)."""
+"""Frontend-role rejection-notification cases (``abort_immediately``, spec/PROTOCOL.md §7)."""
 
 from ecp.conformance.frontend import scenarios as s
 from ecp.conformance.registry import case
