@@ -240,9 +240,11 @@ def fuzz_frontend_role(frames: int, seed: int, *, good_every: int = 20, bound_s:
 
                 def count_records() -> None:
                     for r in recorder.records:
-                        if r.direction == "in" and r.channel == "input":
+                        if r.direction == "in" and r.channel == "input" and r.error is None:
                             tally["inputs_recorded"] += 1
-                            tally["decode_errors_recorded"] += r.error is not None
+                    # every undecodable input is counted; past the recorder's evidence cap it is not kept
+                    tally["inputs_recorded"] += recorder.undecodable
+                    tally["decode_errors_recorded"] += recorder.undecodable
 
                 loop = asyncio.get_running_loop()
 

@@ -4,7 +4,9 @@ Cases read the record to judge the frontend, and wait on it: ``await
 recorder.wait_for(predicate, timeout)`` wakes on every new frame, so no case
 ever sleeps to synchronise. Frames that fail to decode are kept with their
 typed :mod:`ecp.spec` error (a malformed frame from the frontend is evidence,
-not a crash).
+not a crash). Only the first :data:`MAX_UNDECODABLE` of those are kept per case;
+the rest are counted, so a frontend flooding an engine with garbage costs the
+harness bounded memory.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ecp.spec import AbortMessage, AddMessage, EngineCoreRequest, ProtocolError, UtilityMessage
+
+#: undecodable records kept as evidence per case; more are only counted
+MAX_UNDECODABLE = 100
 
 
 @dataclass
@@ -50,8 +55,14 @@ class Recorder:
     #: also called with every record (the run's transcript)
     sink: Callable[[FrameRecord], None] | None = None
     _changed: asyncio.Event | None = None
+    #: undecodable records seen since the last clear(), kept or not
+    undecodable: int = 0
 
     def append(self, record: FrameRecord) -> None:
+        if record.error is not None:
+            self.undecodable += 1
+            if self.undecodable > MAX_UNDECODABLE:
+                return  # counted, not kept: the first ones are the evidence
         self.records.append(record)
         if self.sink is not None:
             self.sink(record)
@@ -60,6 +71,7 @@ class Recorder:
 
     def clear(self) -> None:
         self.records.clear()
+        self.undecodable = 0
 
     async def wait_for(self, predicate: Callable[[], Any], timeout: float) -> Any:
         """Return ``predicate()`` once it is truthy; raise ``TimeoutError`` after ``timeout`` s."""
