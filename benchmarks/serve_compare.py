@@ -145,7 +145,7 @@ def run_ecp_bench(http_port: int, model: str, args: argparse.Namespace) -> dict:
             "ttft_p99": r["ttft_ms"]["p99"], "itl_p50": r["itl_ms"]["p50"], "itl_p99": r["itl_ms"]["p99"]}
 
 
-def run_one(kind: str, step_ms: float, args: argparse.Namespace, rs: Path | None) -> dict:
+def run_one(kind: str, step_ms: float, args: argparse.Namespace, rs: Path | None, gens: list[str]) -> list[dict]:
     http_port, rpc_port = free_port(), free_port()
     cmd, env = frontend_command(kind, args.peer, http_port, rpc_port)
     logs = tempfile.TemporaryFile()
@@ -155,18 +155,20 @@ def run_one(kind: str, step_ms: float, args: argparse.Namespace, rs: Path | None
         # The frontend binds the handshake ROUTER; the engine retries its connect until it is there.
         eng = subprocess.Popen(engine_command(rpc_port, step_ms), stdout=subprocess.DEVNULL, stderr=logs)
         model = wait_http(f"http://127.0.0.1:{http_port}", [fe, eng], args.start_timeout)
-        row = run_vllm_rs_bench(rs, args.peer, http_port, model, args) if rs else run_ecp_bench(http_port, model, args)
+        rows = [run_vllm_rs_bench(rs, args.peer, http_port, model, args) if g == "vllm-rs"
+                else run_ecp_bench(http_port, model, args) for g in gens]
     except Exception as exc:
         logs.seek(0)
         tail = logs.read()[-1500:].decode(errors="replace")
-        row = {"error": f"{type(exc).__name__}: {exc}", "log_tail": tail}
+        rows = [{"error": f"{type(exc).__name__}: {exc}", "log_tail": tail, "generator": "/".join(gens)}]
     finally:
         for p in (fe, eng):
             if p is not None:
                 stop(p)
         logs.close()
-    row.update(frontend=kind, step_ms=step_ms)
-    return row
+    for row in rows:
+        row.update(frontend=kind, step_ms=step_ms)
+    return rows
 
 
 def _f(v: Any, nd: int = 1) -> str:
@@ -180,16 +182,23 @@ def ratio(a: Any, b: Any) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| engine step | frontend | output tok/s | TTFT p50 | ITL p50 / p99 |", "|---|---|---:|---:|---|"]
+    several = len({r.get("generator") for r in rows}) > 1
+    head = "| engine step | frontend |" + (" generator |" if several else "")
+    out = [head + " output tok/s | TTFT p50 / p99 | ITL p50 / p99 |",
+           "|---|---|" + ("---|" if several else "") + "---:|---|---|"]
     for r in rows:
+        lead = f"| {r['step_ms']:g} ms | {LABELS[r['frontend']]} |" + (f" {r.get('generator')} |" if several else "")
         if "error" in r:
-            out.append(f"| {r['step_ms']:g} ms | {LABELS[r['frontend']]} | failed: {r['error'][:80]} | | |")
+            out.append(f"{lead} failed: {r['error'][:80]} | | |")
             continue
-        out.append(f"| {r['step_ms']:g} ms | {LABELS[r['frontend']]} | {_f(r['output_tok_s'], 0)} | "
-                   f"{_f(r['ttft_p50'])} ms | {_f(r['itl_p50'], 2)} / {_f(r['itl_p99'], 1)} ms |")
+        out.append(f"{lead} {_f(r['output_tok_s'], 0)} | {_f(r['ttft_p50'])} / {_f(r.get('ttft_p99'))} ms | "
+                   f"{_f(r['itl_p50'], 2)} / {_f(r['itl_p99'], 1)} ms |")
     ratios = []
+    first_gen = rows[0].get("generator") if rows else None
     for step in sorted({r["step_ms"] for r in rows}):
-        by = {r["frontend"]: r for r in rows if r["step_ms"] == step and "error" not in r}
+        # ratios between frontends use one generator (the first), never across generators
+        by = {r["frontend"]: r for r in rows
+              if r["step_ms"] == step and "error" not in r and r.get("generator") == first_gen}
         ours = by.get("ecp")
         if ours is None:
             continue
@@ -217,8 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output-len", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--peer", type=Path, default=default_peer(), help="vLLM 0.33 peer directory")
-    ap.add_argument("--generator", choices=("auto", "vllm-rs", "ecp"), default="auto",
-                    help="auto: vllm-rs bench serve when the peer ships it, else ecp bench serve")
+    ap.add_argument("--generator", choices=("auto", "vllm-rs", "ecp", "both"), default="auto",
+                    help="auto: vllm-rs bench serve when the peer ships it, else ecp bench serve; both: each "
+                         "frontend is loaded by vllm-rs bench serve, then by ecp bench serve (do they agree?)")
     ap.add_argument("--start-timeout", type=float, default=180.0, help="seconds for a frontend to serve")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds for one load run")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
@@ -230,19 +240,20 @@ def main(argv: list[str] | None = None) -> int:
     if skipped:
         print(f"serve_compare: no vLLM 0.33 peer at {args.peer}: skipping {', '.join(skipped)}", file=sys.stderr)
     rs = vllm_rs_binary(args.peer) if have_peer and args.generator != "ecp" else None
-    if args.generator == "vllm-rs" and rs is None:
-        print("serve_compare: --generator vllm-rs but no vllm-rs binary in the peer", file=sys.stderr)
+    if args.generator in ("vllm-rs", "both") and rs is None:
+        print(f"serve_compare: --generator {args.generator} but no vllm-rs binary in the peer", file=sys.stderr)
         return 2
-    print(f"serve_compare: generator {'vllm-rs bench serve' if rs else 'ecp bench serve'}, c={args.concurrency}, "
+    gens = ["vllm-rs", "ecp"] if args.generator == "both" else ["vllm-rs"] if rs else ["ecp"]
+    print(f"serve_compare: generator {' then '.join(g + ' bench serve' for g in gens)}, c={args.concurrency}, "
           f"{args.num_prompts} requests, {args.input_len} in / {args.output_len} out tokens; "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", file=sys.stderr)
     rows = []
     for step in args.step_time_ms:
         for kind in frontends:
-            rows.append(run_one(kind, step, args, rs))
-            r = rows[-1]
-            print(f"  step {step:g} ms {kind}: {r.get('error') or _f(r.get('output_tok_s'), 0) + ' tok/s'}",
-                  file=sys.stderr)
+            for r in run_one(kind, step, args, rs, gens):
+                rows.append(r)
+                print(f"  step {step:g} ms {kind} ({r.get('generator')}): "
+                      f"{r.get('error') or _f(r.get('output_tok_s'), 0) + ' tok/s'}", file=sys.stderr)
     print(f"serve_compare: load average after {os.getloadavg()[0]:.2f}", file=sys.stderr)
     print(json.dumps(rows, indent=1) if args.json else table(rows))
     bad = [r for r in rows if "error" in r or r.get("failed")]

@@ -31,7 +31,8 @@ def test_serve_compare_runs_ecp_serve_and_skips_absent_peers(tmp_path, capsys):
     row = rows[0]
     assert row["generator"] == "ecp bench serve"
     assert row["completed"] == 6 and row["failed"] == 0
-    assert row["output_tok_s"] > 0 and row["ttft_p50"] is not None and row["itl_p50"] is not None
+    # ITL may be absent: flat out, 4 tokens can arrive as one SSE event
+    assert row["output_tok_s"] > 0 and row["ttft_p50"] is not None
 
 
 def test_serve_compare_table_puts_ecp_against_each_other_frontend():
