@@ -576,6 +576,11 @@ class EngineCoreClient:
             frames = await sock.recv_multipart()
             self._last_output_at = loop.time()
             self._on_output_frames(frames)
+            # A frame already queued in the socket is returned without a suspension, so
+            # a backlog would be drained in one go while the streams it woke and new
+            # requests wait. Yield once per frame: each step's tokens are flushed, and
+            # requests are admitted, before the next step is dispatched.
+            await asyncio.sleep(0)
 
     def _on_output_frames(self, frames: list[bytes]) -> None:
         self._stats.output_messages += 1
