@@ -43,13 +43,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-requests", "-n", type=int, default=1024)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--top", type=int, default=12, help="functions to list by own time")
+    ap.add_argument("--engine-args", default="", help='passed to the embedded engines, e.g. "--step-time-ms 10"')
+    ap.add_argument("--sort", choices=("tottime", "cumtime"), default="tottime", help="order of the top list")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
         prof = os.path.join(tmp, "serve.prof")
         server = subprocess.Popen([sys.executable, "-m", "cProfile", "-o", prof, "-m", "ecp.spec.cli", "serve",
-                                   "--port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                   "--port", "0", "--engine-args", args.engine_args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         url = None
         try:
             for line in server.stderr:  # bounded by the server's own handshake timeout
@@ -78,14 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     checks = sum(tt for key, (_, _, tt, _, _) in entries.items() if _is_check(key))
     decode = sum(ct for key, (_, _, _, ct, _) in entries.items()
                  if key[2] == "decode_outputs" and key[0].endswith("codec.py"))
-    top = sorted(entries.items(), key=lambda kv: kv[1][2], reverse=True)[:args.top]
+    col = 2 if args.sort == "tottime" else 3
+    top = sorted(entries.items(), key=lambda kv: kv[1][col], reverse=True)[:args.top]
     result = {
         "concurrency": args.concurrency, "num_requests": args.num_requests, "load": load,
         "profiled_s": round(total, 3), "checks_s": round(checks, 4),
         "checks_pct": round(100 * checks / total, 2) if total else None,
         "decode_outputs_s": round(decode, 4),
         "decode_outputs_pct": round(100 * decode / total, 2) if total else None,
-        "top": [{"function": f"{os.path.basename(k[0])}:{k[1]}({k[2]})", "own_s": round(v[2], 4),
+        "top": [{"function": f"{os.path.basename(k[0])}:{k[1]}({k[2]})", "own_s": round(v[2], 4), "cum_s": round(v[3], 4),
                  "calls": v[1]} for k, v in top],
     }
     if args.json:
@@ -96,9 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"profiled time of the server process: {total:.2f} s")
     print(f"pre-decode / limit checks: {checks:.4f} s = {result['checks_pct']} %")
     print(f"decode_outputs (all of it, msgspec included): {decode:.4f} s = {result['decode_outputs_pct']} %")
-    print("top functions by own time:")
+    print(f"top functions by {args.sort} (own s, cumulative s, calls):")
     for row in result["top"]:
-        print(f"  {row['own_s']:>8.3f} s {row['calls']:>9}  {row['function']}")
+        print(f"  {row['own_s']:>8.3f} {row['cum_s']:>8.3f} {row['calls']:>9}  {row['function']}")
     return 0
 
 

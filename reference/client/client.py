@@ -50,6 +50,9 @@ from .stream import RequestStream, StreamSink
 
 log = logging.getLogger("ecp.reference.client")
 
+#: Longest run of back-to-back output frames handled before the event loop gets a turn.
+OUTPUT_SLICE_S = 0.002
+
 _SHUTDOWN_WAIT_S = 2.0
 
 
@@ -578,10 +581,20 @@ class EngineCoreClient:
         assert self._output is not None
         sock = self._output
         loop = asyncio.get_running_loop()
+        yielded_at = loop.time()
         while True:
             frames = await sock.recv_multipart()
-            self._last_output_at = loop.time()
+            now = self._last_output_at = loop.time()
             self._on_output_frames(frames)
+            # A frame already queued in the socket is returned without a suspension, so a
+            # backlog would be drained in one go while the streams it woke and new requests
+            # wait (every token of a request then reaches its client in one write). Yield
+            # after OUTPUT_SLICE_S of back-to-back frames: streams flush and requests are
+            # admitted at least that often, and a deep backlog is still taken a few steps
+            # at a time, which each stream then writes as one delta.
+            if now - yielded_at >= OUTPUT_SLICE_S:
+                await asyncio.sleep(0)
+                yielded_at = loop.time()
 
     def _on_output_frames(self, frames: list[bytes]) -> None:
         self._stats.output_messages += 1

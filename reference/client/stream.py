@@ -104,6 +104,30 @@ class RequestStream:
             finally:
                 sink.waiter = None
 
+    async def next_batch(self) -> list[EngineCoreOutput]:
+        """Every output received so far and not yet taken (at least one), in order;
+        ``[]`` once the stream ended. Raises like iteration does, after the
+        outputs already received. A consumer that falls behind takes its backlog
+        in one call instead of one wake-up per output."""
+        sink = self._sink
+        while not sink.items:
+            if sink.ended:
+                if sink.error is not None:
+                    raise sink.error.with_traceback(None)
+                return []
+            waiter = asyncio.get_running_loop().create_future()
+            sink.waiter = waiter
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                self._drop(AbortCause.DROPPED_STREAM)
+                raise
+            finally:
+                sink.waiter = None
+        items = list(sink.items)
+        sink.items.clear()
+        return items
+
     def _drop(self, cause: AbortCause) -> None:
         sink = self._sink
         if sink.ended:

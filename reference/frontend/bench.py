@@ -18,6 +18,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
+from .bench_http import stream_post
+
+_decode_json = msgspec.json.decode
+
 
 @dataclass
 class RequestResult:
@@ -37,43 +43,47 @@ def percentile(values: list[float], q: float) -> float | None:
     return s[min(len(s) - 1, max(0, math.ceil(q / 100 * len(s)) - 1))]
 
 
-async def one_request(client: Any, url: str, payload: dict[str, Any]) -> RequestResult:
+async def one_request(base_url: str, payload: bytes, timeout: float) -> RequestResult:
+    """One streaming completion; TTFT and ITL are taken from the arrival time of each event
+    with text (see :mod:`.bench_http`)."""
     start = time.perf_counter()
-    last: float | None = None
     res = RequestResult(ok=False)
-    chunks = 0
+    state = {"last": None, "chunks": 0}
+
+    def on_event(data: bytes, now: float) -> None:
+        if data == b"[DONE]":
+            res.ok = res.error is None
+            return
+        try:
+            obj = _decode_json(data)
+        except ValueError:
+            res.error = f"not JSON: {data[:80]!r}"
+            return
+        if "error" in obj:
+            err = obj["error"]
+            res.error = str(err.get("message", err) if isinstance(err, dict) else err)
+            return
+        if obj.get("usage"):
+            res.output_tokens = obj["usage"].get("completion_tokens", state["chunks"])
+        if any(c.get("text") for c in obj.get("choices", [])):
+            state["chunks"] += 1
+            if state["last"] is None:
+                res.ttft = now - start
+            else:
+                res.itls.append(now - state["last"])
+            state["last"] = now
+
     try:
-        async with client.stream("POST", url, json=payload) as resp:
-            if resp.status_code != 200:
-                body = await resp.aread()
-                res.error = f"HTTP {resp.status_code}: {body[:200].decode(errors='replace')}"
-                return res
-            async for line in resp.aiter_lines():
-                if not line.startswith("data: "):
-                    continue
-                data = line[6:]
-                if data == "[DONE]":
-                    res.ok = res.error is None
-                    break
-                obj = json.loads(data)
-                if "error" in obj:
-                    res.error = str(obj["error"].get("message", obj["error"]))
-                    continue
-                if obj.get("usage"):
-                    res.output_tokens = obj["usage"].get("completion_tokens", chunks)
-                if any(c.get("text") for c in obj.get("choices", [])):
-                    now = time.perf_counter()
-                    chunks += 1
-                    if last is None:
-                        res.ttft = now - start
-                    else:
-                        res.itls.append(now - last)
-                    last = now
+        status, body = await stream_post(base_url, "/v1/completions", payload, on_event, timeout)
+        if status != 200:
+            res.ok = False
+            res.error = f"HTTP {status}: {body[:200].decode(errors='replace')}"
     except Exception as exc:  # network errors count as failed requests
+        res.ok = False
         res.error = f"{type(exc).__name__}: {exc}"
     res.latency = time.perf_counter() - start
     if res.ok and not res.output_tokens:
-        res.output_tokens = chunks
+        res.output_tokens = state["chunks"]
     return res
 
 
@@ -95,6 +105,7 @@ async def run_bench(url: str, *, model: str | None, concurrency: int, num_reques
                 payload.pop(k, None)
             else:
                 payload[k] = v
+        body = json.dumps(payload).encode()
         bar = None
         if progress:
             from tqdm import tqdm
@@ -107,7 +118,7 @@ async def run_bench(url: str, *, model: str | None, concurrency: int, num_reques
             nonlocal next_index
             while next_index < num_requests:
                 next_index += 1
-                results.append(await one_request(client, "/v1/completions", payload))
+                results.append(await one_request(url, body, timeout))
                 if bar is not None:
                     bar.update(1)
 

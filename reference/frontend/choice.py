@@ -28,6 +28,13 @@ class ChoiceDelta:
     finish_reason: str | None = None
     stop_reason: int | str | None = None
 
+    def merge(self, later: "ChoiceDelta") -> "ChoiceDelta":
+        """Fold a later delta of the same choice into this one (returns ``self``)."""
+        self.text += later.text
+        self.token_ids.extend(later.token_ids)
+        self.finish_reason, self.stop_reason = later.finish_reason, later.stop_reason
+        return self
+
 
 class EngineRequestFailed(Exception):
     """The engine ended the request with ``FinishReason.ERROR`` (``ECP-OUT-5``)."""

@@ -26,7 +26,7 @@ from ecp.spec import EngineCoreRequest
 
 from ..tokenizer import Tokenizer
 from . import ids as idconv
-from .choice import Choice, ChoiceDelta
+from .choice import Choice, ChoiceDelta, EngineRequestFailed
 from .metrics import FrontendMetrics
 from .protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, bad_request, max_tokens_of, to_sampling
 from .registry import InFlightIndex
@@ -162,18 +162,36 @@ class Frontend:
         m.prompt_tokens.inc(len(choice.prompt_token_ids))
         failed = False
         try:
-            async for out in stream:
-                first_before, last_before = choice.first_token_at, choice.last_token_at
-                delta = choice.apply(out)
-                if choice.last_token_at is not None and choice.last_token_at != last_before:
-                    if first_before is None:
-                        m.waiting.dec()
-                        m.ttft.observe(choice.first_token_at - choice.arrival)
-                    else:
-                        m.itl.observe(choice.last_token_at - last_before)
-                    m.generation_tokens.inc(len(out.new_token_ids))
-                if delta is not None:
-                    yield delta
+            # One wake-up per backlog, not per output: a stream that fell behind
+            # takes every output already received and shows them as one delta.
+            while outs := await stream.next_batch():
+                merged: ChoiceDelta | None = None
+                error: EngineRequestFailed | None = None
+                new_tokens = 0
+                for out in outs:
+                    first_before, last_before = choice.first_token_at, choice.last_token_at
+                    try:
+                        delta = choice.apply(out)
+                    except EngineRequestFailed as exc:
+                        error = exc  # show what came before it, then fail
+                        break
+                    if choice.last_token_at is not None and choice.last_token_at != last_before:
+                        if first_before is None:
+                            m.waiting.dec()
+                            m.ttft.observe(choice.first_token_at - choice.arrival)
+                        else:
+                            m.itl.observe(choice.last_token_at - last_before)
+                        new_tokens += len(out.new_token_ids)
+                    if delta is not None:
+                        merged = delta if merged is None else merged.merge(delta)
+                    if choice.finished:
+                        break
+                if new_tokens:
+                    m.generation_tokens.inc(new_tokens)
+                if merged is not None:
+                    yield merged
+                if error is not None:
+                    raise error
                 if choice.finished:
                     break
             if not choice.finished:
@@ -241,20 +259,24 @@ _END = object()
 
 
 class DeltaStream:
-    """The deltas of one HTTP request's choices, each choice pumped by its own task.
+    """The deltas of one HTTP request's choices.
 
     :meth:`next_batch` waits for at least one delta and returns every delta
-    already queued, so a streaming response under load writes one SSE batch
-    instead of one socket send per token. The first error of any choice is
-    raised to the consumer and ends the others. :meth:`close` cancels the
-    pumps: a choice that is still running is then auto-aborted
+    already available, so a streaming response under load writes one SSE
+    batch instead of one socket send per token. The first error of any
+    choice is raised to the consumer and ends the others. :meth:`close`
+    ends the choices: one that is still running is then auto-aborted
     (``dropped_stream``) by its ``finally`` block.
+
+    One choice (the usual ``n=1`` request) is read directly by the consumer;
+    several are each pumped by a task into one queue.
     """
 
     def __init__(self, gens: list[AsyncIterator[ChoiceDelta]]) -> None:
         self._queue: asyncio.Queue = asyncio.Queue()
         self._remaining = len(gens)
-        self._tasks = [asyncio.ensure_future(self._pump(g)) for g in gens]
+        self._single = gens[0] if len(gens) == 1 else None
+        self._tasks = [] if self._single is not None else [asyncio.ensure_future(self._pump(g)) for g in gens]
 
     async def _pump(self, gen: AsyncIterator[ChoiceDelta]) -> None:
         try:
@@ -269,6 +291,17 @@ class DeltaStream:
 
     async def next_batch(self) -> list[ChoiceDelta]:
         """Deltas now available (at least one), or ``[]`` once every choice ended."""
+        if self._single is not None:
+            if not self._remaining:
+                return []
+            try:
+                return [await self._single.__anext__()]
+            except StopAsyncIteration:
+                self._remaining = 0
+                return []
+            except BaseException:
+                self._remaining = 0
+                raise
         out: list[ChoiceDelta] = []
         while self._remaining and not out:
             item = await self._queue.get()
@@ -293,3 +326,15 @@ class DeltaStream:
     def close(self) -> None:
         for t in self._tasks:
             t.cancel()
+        gen, self._single = self._single, None
+        if gen is not None:
+            self._remaining = 0
+            # Runs the choice's ``finally`` (auto-abort) like cancelling a pump did.
+            self._tasks.append(asyncio.ensure_future(_aclose(gen)))
+
+
+async def _aclose(gen: Any) -> None:
+    try:
+        await gen.aclose()
+    except RuntimeError:  # still being iterated: that consumer sees the cancellation itself
+        pass

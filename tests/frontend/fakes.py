@@ -28,6 +28,10 @@ class FakeEngineDead(Exception):
     clause = "ECP-OUT-8"
 
 
+class _Empty(Exception):
+    pass
+
+
 class FakeStream:
     def __init__(self, client: "FakeClient", request: EngineCoreRequest) -> None:
         self.client = client
@@ -51,6 +55,32 @@ class FakeStream:
         if item is None:
             raise StopAsyncIteration
         if isinstance(item, BaseException):
+            raise item
+        return item
+
+    async def next_batch(self) -> list[EngineCoreOutput]:
+        """Like ``RequestStream.next_batch``: at least one output, then all queued ones."""
+        out: list[EngineCoreOutput] = []
+        try:
+            while True:
+                out.append(await self.__anext__() if not out else self._take_nowait())
+        except (StopAsyncIteration, _Empty):
+            return out
+        except BaseException:
+            if out:  # outputs before an error come first; the error stays queued
+                self.queue._queue.appendleft(self._last_error)  # type: ignore[attr-defined]
+                return out
+            raise
+
+    def _take_nowait(self) -> EngineCoreOutput:
+        if self.queue.empty():
+            raise _Empty
+        item = self.queue.get_nowait()
+        if item is None or isinstance(item, BaseException):
+            self._last_error = item
+            if item is None:
+                self.ended = True
+                raise StopAsyncIteration
             raise item
         return item
 

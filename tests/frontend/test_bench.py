@@ -50,3 +50,13 @@ def test_bench_serve_help_says_what_it_measures(capsys):
     assert exc.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "TTFT" in text and "requests in flight at once" in text and "Exit 0" in text
+
+
+def test_bench_counts_an_http_error_as_a_failed_request_with_its_status():
+    async def body():
+        async with served(FakeClient()) as (h, _):
+            report = await run_bench(str(h.base_url).rstrip("/"), model="no-such-model", concurrency=2,
+                                     num_requests=3, prompt_len=8, max_tokens=2, timeout=20, progress=False)
+        assert report["completed"] == 0 and report["failed"] == 3
+        assert any(e.startswith("HTTP 404") and "no-such-model" in e for e in report["errors"])
+    run(body)

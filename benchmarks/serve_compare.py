@@ -1,0 +1,264 @@
+"""``ecp serve`` side by side with vLLM 0.33's frontends, each in front of the same ``ecp engine``.
+
+For every engine step time and every installed frontend, this starts the
+frontend waiting for one remote engine (``--data-parallel-size-local 0``,
+tcp handshake), starts ``ecp engine`` (synthetic executor, headless) against
+it, drives it with one load generator and stops both. Frontends:
+
+* ``ecp`` -- ``ecp serve`` (always);
+* ``vllm`` -- vLLM 0.33's Python API server, and ``vllm-rs`` -- the same with
+  ``VLLM_USE_RUST_FRONTEND=1``; both only when a vLLM 0.33 peer is installed
+  (``--peer DIR``, default ``$VLLM_PEER`` or ``~/.cache/vllm-peer-0.33``;
+  ``run_serve.sh`` and ``venv/`` inside). Without it they are skipped, and
+  the script says so.
+
+Generator: ``vllm-rs bench serve`` from the peer when present (random prompts
+sent as token ids, ``--ignore-eos``), else ``ecp bench serve``. The table has
+output tok/s, TTFT p50 and ITL p50 / p99 per frontend, then ``ecp serve``'s
+ratio to each other frontend measured in the same run (tok/s: higher is
+better; latencies: ``ecp / other``, lower is better).
+
+    python benchmarks/serve_compare.py                      # step 0 and 10 ms, c=256, 1,024 requests
+    python benchmarks/serve_compare.py --frontends ecp --step-time-ms 0 -c 4 -n 16 --output-len 8
+
+Exit status: 0 when every run completed with no failed request, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+FRONTENDS = ("vllm", "vllm-rs", "ecp")
+LABELS = {"vllm": "vLLM 0.33 Python", "vllm-rs": "vllm-rs (Rust)", "ecp": "`ecp serve`"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def default_peer() -> Path:
+    return Path(os.environ.get("VLLM_PEER") or Path.home() / ".cache" / "vllm-peer-0.33")
+
+
+def vllm_rs_binary(peer: Path) -> Path | None:
+    """The ``vllm-rs`` executable shipped inside the peer's vllm wheel, if any."""
+    for site in sorted((peer / "venv" / "lib").glob("python3*/site-packages/vllm/vllm-rs")):
+        if os.access(site, os.X_OK):
+            return site
+    return None
+
+
+def peer_ready(peer: Path) -> bool:
+    return (peer / "run_serve.sh").is_file() and (peer / "venv" / "bin" / "vllm").exists()
+
+
+def frontend_command(kind: str, peer: Path, http_port: int, rpc_port: int) -> tuple[list[str], dict[str, str]]:
+    env = dict(os.environ)
+    remote = ["--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
+              "--data-parallel-rpc-port", str(rpc_port), "--data-parallel-size", "1"]
+    if kind == "ecp":
+        return [sys.executable, "-m", "ecp.spec.cli", "serve", "--port", str(http_port), "--handshake-timeout", "120",
+                *remote], env
+    env["PORT"] = str(http_port)
+    env["TMO"] = "1800"
+    if kind == "vllm-rs":
+        env["VLLM_USE_RUST_FRONTEND"] = "1"
+    return ["bash", str(peer / "run_serve.sh"), *remote], env
+
+
+def engine_command(rpc_port: int, step_ms: float) -> list[str]:
+    return [sys.executable, "-m", "ecp.spec.cli", "engine", "--handshake-address", f"tcp://127.0.0.1:{rpc_port}",
+            "--step-time-ms", str(step_ms), "--log-level", "WARNING"]
+
+
+def wait_http(url: str, procs: list[subprocess.Popen], timeout: float) -> str:
+    """Poll ``/v1/models`` until it answers; return the served model id."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"{p.args[:3]} exited with {p.returncode} before serving")
+        try:
+            r = httpx.get(url + "/v1/models", timeout=2.0)
+            if r.status_code == 200:
+                return r.json()["data"][0]["id"]
+        except (httpx.HTTPError, KeyError, IndexError, ValueError):
+            pass
+        time.sleep(0.5)  # polling a child process's readiness, not synchronising a test
+    raise RuntimeError(f"{url} not serving after {timeout:.0f} s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def run_vllm_rs_bench(binary: Path, peer: Path, http_port: int, model: str, args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [str(binary), "bench", "serve", "--backend", "vllm", "--host", "127.0.0.1", "--port", str(http_port),
+               "--model", model, "--tokenizer", str(peer / "models" / "tiny-llama"), "--dataset-name", "random",
+               "--random-input-len", str(args.input_len), "--random-output-len", str(args.output_len),
+               "--prompt-token-ids", "--ignore-eos", "--num-prompts", str(args.num_prompts),
+               "--max-concurrency", str(args.concurrency), "--request-rate", "inf", "--seed", str(args.seed),
+               "--percentile-metrics", "ttft,itl,tpot", "--metric-percentiles", "50,90,99", "--disable-tqdm",
+               "--save-result", "--result-dir", tmp, "--result-filename", "r.json"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        path = Path(tmp) / "r.json"
+        if not path.exists():
+            raise RuntimeError(f"vllm-rs bench serve failed ({proc.returncode}): {proc.stderr[-800:]}")
+        raw = json.loads(path.read_text())
+    return {"generator": "vllm-rs bench serve", "completed": raw.get("completed"),
+            "failed": raw.get("failed", args.num_prompts - (raw.get("completed") or 0)),
+            "output_tok_s": raw.get("output_throughput"),
+            "ttft_p50": raw.get("p50_ttft_ms", raw.get("median_ttft_ms")), "ttft_p99": raw.get("p99_ttft_ms"),
+            "itl_p50": raw.get("p50_itl_ms", raw.get("median_itl_ms")), "itl_p99": raw.get("p99_itl_ms")}
+
+
+def run_ecp_bench(http_port: int, model: str, args: argparse.Namespace) -> dict:
+    from ecp.reference.frontend.bench import run_bench
+
+    r = asyncio.run(run_bench(f"http://127.0.0.1:{http_port}", model=model, concurrency=args.concurrency,
+                              num_requests=args.num_prompts, prompt_len=args.input_len,
+                              max_tokens=args.output_len, timeout=args.timeout, progress=False))
+    return {"generator": "ecp bench serve", "completed": r["completed"], "failed": r["failed"],
+            "output_tok_s": r["output_tokens_per_s"], "ttft_p50": r["ttft_ms"]["p50"],
+            "ttft_p99": r["ttft_ms"]["p99"], "itl_p50": r["itl_ms"]["p50"], "itl_p99": r["itl_ms"]["p99"]}
+
+
+def run_one(kind: str, step_ms: float, args: argparse.Namespace, rs: Path | None, gens: list[str]) -> list[dict]:
+    http_port, rpc_port = free_port(), free_port()
+    cmd, env = frontend_command(kind, args.peer, http_port, rpc_port)
+    logs = tempfile.TemporaryFile()
+    fe = subprocess.Popen(cmd, env=env, stdout=logs, stderr=subprocess.STDOUT, start_new_session=True)
+    eng = None
+    try:
+        # The frontend binds the handshake ROUTER; the engine retries its connect until it is there.
+        eng = subprocess.Popen(engine_command(rpc_port, step_ms), stdout=subprocess.DEVNULL, stderr=logs)
+        model = wait_http(f"http://127.0.0.1:{http_port}", [fe, eng], args.start_timeout)
+        rows = [run_vllm_rs_bench(rs, args.peer, http_port, model, args) if g == "vllm-rs"
+                else run_ecp_bench(http_port, model, args) for g in gens]
+    except Exception as exc:
+        logs.seek(0)
+        tail = logs.read()[-1500:].decode(errors="replace")
+        rows = [{"error": f"{type(exc).__name__}: {exc}", "log_tail": tail, "generator": "/".join(gens)}]
+    finally:
+        for p in (fe, eng):
+            if p is not None:
+                stop(p)
+        logs.close()
+    for row in rows:
+        row.update(frontend=kind, step_ms=step_ms)
+    return rows
+
+
+def _f(v: Any, nd: int = 1) -> str:
+    return "n/a" if v is None else f"{v:,.{nd}f}"
+
+
+def ratio(a: Any, b: Any) -> str:
+    if a is None or b is None or b == 0:
+        return "n/a"
+    return f"{a / b:.2f}×"
+
+
+def table(rows: list[dict]) -> str:
+    several = len({r.get("generator") for r in rows}) > 1
+    head = "| engine step | frontend |" + (" generator |" if several else "")
+    out = [head + " output tok/s | TTFT p50 / p99 | ITL p50 / p99 |",
+           "|---|---|" + ("---|" if several else "") + "---:|---|---|"]
+    for r in rows:
+        lead = f"| {r['step_ms']:g} ms | {LABELS[r['frontend']]} |" + (f" {r.get('generator')} |" if several else "")
+        if "error" in r:
+            out.append(f"{lead} failed: {r['error'][:80]} | | |")
+            continue
+        out.append(f"{lead} {_f(r['output_tok_s'], 0)} | {_f(r['ttft_p50'])} / {_f(r.get('ttft_p99'))} ms | "
+                   f"{_f(r['itl_p50'], 2)} / {_f(r['itl_p99'], 1)} ms |")
+    ratios = []
+    first_gen = rows[0].get("generator") if rows else None
+    for step in sorted({r["step_ms"] for r in rows}):
+        # ratios between frontends use one generator (the first), never across generators
+        by = {r["frontend"]: r for r in rows
+              if r["step_ms"] == step and "error" not in r and r.get("generator") == first_gen}
+        ours = by.get("ecp")
+        if ours is None:
+            continue
+        for other in ("vllm-rs", "vllm"):
+            o = by.get(other)
+            if o is None:
+                continue
+            ratios.append(f"| {step:g} ms | ecp / {LABELS[other]} | {ratio(ours['output_tok_s'], o['output_tok_s'])} | "
+                          f"{ratio(ours['ttft_p50'], o['ttft_p50'])} | "
+                          f"{ratio(ours['itl_p50'], o['itl_p50'])} / {ratio(ours['itl_p99'], o['itl_p99'])} |")
+    if ratios:
+        out += ["", "| engine step | ratio | output tok/s | TTFT p50 | ITL p50 / p99 |", "|---|---|---:|---:|---|",
+                *ratios]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--frontends", nargs="+", choices=FRONTENDS, default=list(FRONTENDS))
+    ap.add_argument("--step-time-ms", type=float, nargs="+", default=[0.0, 10.0])
+    ap.add_argument("--concurrency", "-c", type=int, default=256)
+    ap.add_argument("--num-prompts", "-n", type=int, default=1024)
+    ap.add_argument("--input-len", type=int, default=32)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--peer", type=Path, default=default_peer(), help="vLLM 0.33 peer directory")
+    ap.add_argument("--generator", choices=("auto", "vllm-rs", "ecp", "both"), default="auto",
+                    help="auto: vllm-rs bench serve when the peer ships it, else ecp bench serve; both: each "
+                         "frontend is loaded by vllm-rs bench serve, then by ecp bench serve (do they agree?)")
+    ap.add_argument("--start-timeout", type=float, default=180.0, help="seconds for a frontend to serve")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds for one load run")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
+    args = ap.parse_args(argv)
+
+    have_peer = peer_ready(args.peer)
+    frontends = [f for f in args.frontends if f == "ecp" or have_peer]
+    skipped = [f for f in args.frontends if f not in frontends]
+    if skipped:
+        print(f"serve_compare: no vLLM 0.33 peer at {args.peer}: skipping {', '.join(skipped)}", file=sys.stderr)
+    rs = vllm_rs_binary(args.peer) if have_peer and args.generator != "ecp" else None
+    if args.generator in ("vllm-rs", "both") and rs is None:
+        print(f"serve_compare: --generator {args.generator} but no vllm-rs binary in the peer", file=sys.stderr)
+        return 2
+    gens = ["vllm-rs", "ecp"] if args.generator == "both" else ["vllm-rs"] if rs else ["ecp"]
+    print(f"serve_compare: generator {' then '.join(g + ' bench serve' for g in gens)}, c={args.concurrency}, "
+          f"{args.num_prompts} requests, {args.input_len} in / {args.output_len} out tokens; "
+          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", file=sys.stderr)
+    rows = []
+    for step in args.step_time_ms:
+        for kind in frontends:
+            for r in run_one(kind, step, args, rs, gens):
+                rows.append(r)
+                print(f"  step {step:g} ms {kind} ({r.get('generator')}): "
+                      f"{r.get('error') or _f(r.get('output_tok_s'), 0) + ' tok/s'}", file=sys.stderr)
+    print(f"serve_compare: load average after {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    print(json.dumps(rows, indent=1) if args.json else table(rows))
+    bad = [r for r in rows if "error" in r or r.get("failed")]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

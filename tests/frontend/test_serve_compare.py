@@ -1,0 +1,44 @@
+"""The short variant of benchmarks/serve_compare.py: ``ecp serve`` in front of a real ``ecp engine``
+(tcp handshake), a tiny load, and the vLLM frontends skipped (and said so) without a peer.
+Figures are not asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_compare.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("serve_compare", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_serve_compare_runs_ecp_serve_and_skips_absent_peers(tmp_path, capsys):
+    compare = _load()
+    rc = compare.main(["--peer", str(tmp_path / "no-peer"), "--step-time-ms", "0", "-c", "2", "-n", "6",
+                       "--input-len", "8", "--output-len", "4", "--start-timeout", "60", "--timeout", "60",
+                       "--json"])
+    out, err = capsys.readouterr()
+    assert "skipping vllm, vllm-rs" in err and "generator ecp bench serve" in err
+    rows = json.loads(out)
+    assert rc == 0, rows
+    assert [(r["frontend"], r["step_ms"]) for r in rows] == [("ecp", 0.0)]
+    row = rows[0]
+    assert row["generator"] == "ecp bench serve"
+    assert row["completed"] == 6 and row["failed"] == 0
+    # ITL may be absent: flat out, 4 tokens can arrive as one SSE event
+    assert row["output_tok_s"] > 0 and row["ttft_p50"] is not None
+
+
+def test_serve_compare_table_puts_ecp_against_each_other_frontend():
+    compare = _load()
+    rows = [{"frontend": f, "step_ms": 0.0, "output_tok_s": tok, "ttft_p50": ttft, "itl_p50": 1.0, "itl_p99": 4.0}
+            for f, tok, ttft in (("vllm", 100.0, 40.0), ("vllm-rs", 400.0, 10.0), ("ecp", 200.0, 20.0))]
+    text = compare.table(rows)
+    assert "| 0 ms | ecp / vllm-rs (Rust) | 0.50× | 2.00× | 1.00× / 1.00× |" in text
+    assert "| 0 ms | ecp / vLLM 0.33 Python | 2.00× | 0.50× | 1.00× / 1.00× |" in text
