@@ -133,6 +133,7 @@ class Session:
         self.metrics.violation(finding.clause)
         if self.events is not None:
             self.events.write(self.clock() if msg is None else msg.t, "violation", **v.summary())
+            self.events.flush()  # a violation shows in the log at once (it is what people tail it for)
         if len(self.violations) < MAX_KEPT_VIOLATIONS:
             self.violations.append(v)
         if msg is None or self.context_after == 0:

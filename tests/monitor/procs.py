@@ -114,6 +114,18 @@ class Deployment:
             time.sleep(0.05)
         raise AssertionError("requests still in flight")
 
+    def wait_violations(self, n: int, timeout: float = 20.0) -> None:
+        """Until the monitor's event log holds ``n`` violations (bounded): what the frontend saw
+        first may still be on its way through the monitor from another engine."""
+        log = self.workdir / "events.jsonl"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = log.read_text() if log.exists() else ""
+            if sum(json.loads(line)["event"] == "violation" for line in text.splitlines() if line.strip()) >= n:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"the monitor did not log {n} violations within {timeout} s")
+
     def stop_monitor(self) -> tuple[int, dict]:
         code = self.monitor.stop()
         return code, json.loads(self.report.read_text())

@@ -114,6 +114,7 @@ def test_an_engine_fault_is_reported_with_its_clause_and_replay_finds_the_same(t
         if drive == "utility":
             # the frontend cannot read the replies (and fails closed: its business, not the monitor's)
             assert d.http.get("/is_sleeping").status_code >= 500
+        d.wait_violations(2)  # one per engine: the frontend failed closed on the first reply it read
         code, report = d.stop_monitor()
     finally:
         d.close()
