@@ -37,6 +37,10 @@ from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Violation
 from ..transcript import Transcript
 
 
+#: how long an engine that went away is given for its last frames (an ENGINE_CORE_DEAD) to arrive
+LAST_WORDS_S = 0.5
+
+
 class EngineStoppedReading(Violation):
     """The engine closed an input connection after the handshake and went quiet: it will never answer
     what the case waits for. A FAIL of the case's requirement (or of the clause a probe names), with
@@ -213,19 +217,31 @@ class HarnessFrontend:
         return f"output[{self.outputs.index(sock)}]"
 
     # ------------------------------------------------------------------ time
-    def _process_gone(self, what: str = "the engine process exited") -> NoReturn:
-        """The engine's process is gone: raise FailedClosed if it sent ENGINE_CORE_DEAD first, else
-        PeerCrashed. Its last frames may still wait in our sockets: an ENGINE_CORE_DEAD among them makes
-        this a fail-closed exit, not a silent crash."""
+    def _read_last_words(self) -> None:
+        """Read what the engine left in our output sockets before it went away; raise FailedClosed if an
+        ENGINE_CORE_DEAD is among it. Frames sent just before an exit can still be in ZeroMQ's I/O
+        thread, so this waits on the output sockets (not a sleep) up to LAST_WORDS_S for them."""
         if self.engine_dead:
             raise FailedClosed("the engine sent ENGINE_CORE_DEAD")
-        for client, sock in enumerate(self.outputs):
-            for _ in range(1000):
-                try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                self._on_output(client, frames)  # raises FailedClosed on ENGINE_CORE_DEAD
+        poller = zmq.Poller()
+        for sock in self.outputs:
+            poller.register(sock, zmq.POLLIN)
+        deadline = time.monotonic() + LAST_WORDS_S
+        while True:
+            for client, sock in enumerate(self.outputs):
+                for _ in range(1000):
+                    try:
+                        frames = sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self._on_output(client, frames)  # raises FailedClosed on ENGINE_CORE_DEAD
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not poller.poll(int(remaining * 1000)):
+                return
+
+    def _process_gone(self, what: str = "the engine process exited") -> NoReturn:
+        """The engine's process is gone: FailedClosed if it sent ENGINE_CORE_DEAD first, else PeerCrashed."""
+        self._read_last_words()
         raise PeerCrashed(f"{what} without sending ENGINE_CORE_DEAD")
 
     def _poll_once(self, end: float) -> list[tuple[zmq.Socket, list[bytes]]]:
@@ -445,12 +461,13 @@ class HarnessFrontend:
         try:
             self.inputs[client].send_multipart([self.identity(engine), *frames])
         except zmq.ZMQError as exc:  # ROUTER_MANDATORY: the peer's connection is gone
+            self._read_last_words()  # an engine failing closed says so before it goes
             if self.alive_check is not None and self.alive_check():
                 # the process runs on but closed its input connection: it stopped reading (a FAIL
                 # with that evidence), which is not a crash
                 raise EngineStoppedReading(
-                    f"cannot send to engine {engine} on input[{client}] ({exc}): the engine closed its "
-                    "connection, though its process is still running and it sent no ENGINE_CORE_DEAD") from exc
+                    f"the engine closed its connection to input[{client}] (a send to engine {engine} failed: "
+                    f"{exc}), though its process is still running and it sent no ENGINE_CORE_DEAD") from exc
             self._process_gone(f"cannot reach engine {engine} on input[{client}] ({exc}): its process exited")
 
     def new_id(self, tag: str) -> str:
