@@ -84,16 +84,16 @@ class RequestStream:
     def __aiter__(self) -> "RequestStream":
         return self
 
-    async def __anext__(self) -> EngineCoreOutput:
+    async def _ready(self) -> bool:
+        """Wait until an output is queued (True) or the stream has ended (False). An ended stream
+        with an error raises it, once the outputs received before it have been taken."""
         sink = self._sink
-        while True:
-            if sink.items:
-                return sink.items.popleft()
+        while not sink.items:
             if sink.ended:
                 if sink.error is not None:
                     # one error instance reaches many streams: keep its traceback short
                     raise sink.error.with_traceback(None)
-                raise StopAsyncIteration
+                return False
             waiter = asyncio.get_running_loop().create_future()
             sink.waiter = waiter
             try:
@@ -103,29 +103,22 @@ class RequestStream:
                 raise
             finally:
                 sink.waiter = None
+        return True
+
+    async def __anext__(self) -> EngineCoreOutput:
+        if not await self._ready():
+            raise StopAsyncIteration
+        return self._sink.items.popleft()
 
     async def next_batch(self) -> list[EngineCoreOutput]:
         """Every output received so far and not yet taken (at least one), in order;
         ``[]`` once the stream ended. Raises like iteration does, after the
         outputs already received. A consumer that falls behind takes its backlog
         in one call instead of one wake-up per output."""
-        sink = self._sink
-        while not sink.items:
-            if sink.ended:
-                if sink.error is not None:
-                    raise sink.error.with_traceback(None)
-                return []
-            waiter = asyncio.get_running_loop().create_future()
-            sink.waiter = waiter
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                self._drop(AbortCause.DROPPED_STREAM)
-                raise
-            finally:
-                sink.waiter = None
-        items = list(sink.items)
-        sink.items.clear()
+        if not await self._ready():
+            return []
+        items = list(self._sink.items)
+        self._sink.items.clear()
         return items
 
     def _drop(self, cause: AbortCause) -> None:
