@@ -31,7 +31,7 @@ import zmq.asyncio
 from ..launch import CommandPeer, LaunchError, PeerHandle
 from ..outcomes import CaseTimeout, PeerCrashed, Unsupported, Violation
 from ..transcript import Transcript
-from .engine import EngineHandshakeFailed, ScriptedEngine
+from .scripted_engines import EngineHandshakeFailed, ScriptedEngine
 from .http_driver import HttpDriver
 from .launcher import Placeholders, has_kv_connector, without_kv_connector
 from .probe import Capabilities, probe
