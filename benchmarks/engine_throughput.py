@@ -26,7 +26,7 @@ import time
 
 import zmq
 
-from ecp.conformance.engine.frontend import Addresses, HarnessFrontend
+from ecp.conformance.engine.harness_frontend import Addresses, HarnessFrontend
 from ecp.conformance.transcript import Transcript
 from ecp.spec import EngineCoreOutputs, EngineCoreRequest, SamplingParams, decode_outputs, encode_add, encode_utility
 from ecp.reference.engine import launch

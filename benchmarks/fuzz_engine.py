@@ -44,7 +44,7 @@ import zmq  # noqa: E402
 from fuzz_corpus import Mutator, is_valid  # noqa: E402
 from procstat import rss_kib  # noqa: E402
 
-from ecp.conformance.engine.frontend import Addresses, HarnessFrontend  # noqa: E402
+from ecp.conformance.engine.harness_frontend import Addresses, HarnessFrontend  # noqa: E402
 from ecp.conformance.outcomes import PeerCrashed  # noqa: E402
 from ecp.conformance.transcript import Transcript  # noqa: E402
 from ecp.reference.engine import launch  # noqa: E402

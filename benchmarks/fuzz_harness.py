@@ -4,7 +4,7 @@ Targets:
 
 ``engine-role``
     The harness frontend that ``ecp conformance engine`` runs
-    (:class:`~ecp.conformance.engine.frontend.HarnessFrontend`). A fake engine
+    (:class:`~ecp.conformance.engine.harness_frontend.HarnessFrontend`). A fake engine
     connects a PUSH to its output socket and sends malformed output messages,
     one at a time, interleaved every ``--good-every`` messages with a
     well-formed terminal output for a fresh request id. Every malformed message
@@ -16,7 +16,7 @@ Targets:
 
 ``frontend-role``
     The scripted engine that ``ecp conformance frontend`` runs
-    (:class:`~ecp.conformance.frontend.engine.ScriptedEngine`). The fuzzer plays
+    (:class:`~ecp.conformance.frontend.scripted_engines.ScriptedEngine`). The fuzzer plays
     the frontend under test: it owns the handshake, then sends malformed input
     messages interleaved with well-formed ADDs. Every malformed message must be
     recorded as a decode error, the engine's tasks must keep running, and every
@@ -46,8 +46,8 @@ import zmq.asyncio  # noqa: E402
 from fuzz_corpus import Mutator, is_valid  # noqa: E402
 from procstat import rss_kib  # noqa: E402
 
-from ecp.conformance.engine.frontend import Addresses, HarnessFrontend  # noqa: E402
-from ecp.conformance.frontend.engine import ScriptedEngine  # noqa: E402
+from ecp.conformance.engine.harness_frontend import Addresses, HarnessFrontend  # noqa: E402
+from ecp.conformance.frontend.scripted_engines import ScriptedEngine  # noqa: E402
 from ecp.conformance.frontend.recorder import Recorder  # noqa: E402
 from ecp.conformance.outcomes import Violation  # noqa: E402
 from ecp.conformance.transcript import Transcript  # noqa: E402

@@ -16,6 +16,7 @@ Three launch modes:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import signal
@@ -116,6 +117,23 @@ class CommandPeer(PeerHandle):
             # the leader is gone; make sure children it left in its group go too
             self._signal(signal.SIGKILL)
         self._log.close()
+
+    @contextlib.contextmanager
+    def frozen(self):
+        """Stop the process group (SIGSTOP) for the body, then continue it (SIGCONT).
+
+        Lets a caller make many changes that the peer then sees in one batch
+        (a crowd of disconnects reaching its event loop at once). Does nothing
+        once the process has exited.
+        """
+        if self.proc.poll() is not None:
+            yield
+            return
+        self._signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self._signal(signal.SIGCONT)
 
     def _signal(self, sig: int) -> None:
         try:

@@ -18,5 +18,5 @@ def engines(request: pytest.FixtureRequest):
 
 @pytest.fixture
 def engine(engines):
-    """The shared engine's :class:`~ecp.conformance.engine.frontend.HarnessFrontend`."""
+    """The shared engine's :class:`~ecp.conformance.engine.harness_frontend.HarnessFrontend`."""
     return engines.shared().fe

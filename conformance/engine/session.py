@@ -24,7 +24,7 @@ import zmq
 from ..launch import AdapterPeer, AttachedPeer, CommandPeer, LaunchError, PeerHandle
 from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Unsupported
 from ..transcript import Transcript
-from .frontend import Addresses, HarnessFrontend
+from .harness_frontend import Addresses, HarnessFrontend
 
 
 @dataclass

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,7 +29,7 @@ import zmq.asyncio
 from ..launch import CommandPeer, LaunchError, PeerHandle
 from ..outcomes import CaseTimeout, PeerCrashed, Unsupported, Violation
 from ..transcript import Transcript
-from .engine import EngineHandshakeFailed, ScriptedEngine
+from .scripted_engines import EngineHandshakeFailed, ScriptedEngine
 from .http_driver import HttpDriver
 from .launcher import Placeholders, has_kv_connector, without_kv_connector
 from .probe import Capabilities, probe
@@ -190,15 +188,12 @@ class FrontendUnderTest:
         closing the rest. Without a process of its own (``--attach``) this
         does nothing.
         """
-        proc = getattr(self.handle, "proc", None)
-        if proc is None or proc.poll() is not None:
+        freeze = getattr(self.handle, "frozen", None)  # a CommandPeer's process group
+        if freeze is None:
             yield
             return
-        os.killpg(proc.pid, signal.SIGSTOP)
-        try:
+        with freeze():
             yield
-        finally:
-            os.killpg(proc.pid, signal.SIGCONT)
 
     def log_tail(self) -> str:
         return self.handle.log_tail() if self.handle else ""

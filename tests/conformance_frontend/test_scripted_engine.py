@@ -13,7 +13,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from ecp.conformance.frontend.engine import ScriptedEngine
+from ecp.conformance.frontend.scripted_engines import ScriptedEngine
 from ecp.conformance.frontend.script import EngineScript, UtilityFailure
 from ecp.spec import (
     ENGINE_DEAD, EngineCoreRequest, EngineHandshakeMetadata, EngineZmqAddresses, FinishReason, Hello, Ready,

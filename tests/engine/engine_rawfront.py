@@ -1,5 +1,5 @@
 """The engine tests' raw-frame frontend: the packaged harness frontend
-(:class:`ecp.conformance.engine.frontend.HarnessFrontend`) addressed by engine
+(:class:`ecp.conformance.engine.harness_frontend.HarnessFrontend`) addressed by engine
 rank, with the strict handshake and the per-client views the tests assert on.
 Every wait is bounded."""
 
@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import zmq
 
-from ecp.conformance.engine.frontend import Addresses, HarnessFrontend
+from ecp.conformance.engine.harness_frontend import Addresses, HarnessFrontend
 from ecp.conformance.transcript import Transcript
 from ecp.spec import (
     ENGINE_DEAD, EngineCoreOutputs, EngineCoreRequest, SamplingParams, encode_abort, encode_add,
