@@ -19,4 +19,6 @@ def test_short_soak_ends_every_request_exactly_once():
     # the load really dropped and aborted streams, not only ran them to the end
     assert r["terminals_by_kind"].get("dropped", 0) > 0 and r["terminals_by_kind"].get("abort", 0) > 0
     assert r["in_flight_at_end"] == 0 and r["engines_idle_at_end"]
-    assert len(r["samples"]) >= 4 and all(s["client_in_flight"] <= 32 for s in r["samples"])
+    # bounded, not leaking: a dropped stream frees its slot at once while its abort is still on the
+    # way to the engine, so the client may briefly hold more than the load's 32
+    assert len(r["samples"]) >= 4 and all(s["client_in_flight"] <= 2 * 32 for s in r["samples"])

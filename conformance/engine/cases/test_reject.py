@@ -36,7 +36,9 @@ def test_abort_immediately_no_tokens(engine):
 def test_abort_immediately_others_unaffected(engine):
     fe = engine
     other = fe.new_id("neighbour")
-    n = 10
+    # long enough that the neighbour is still running when the notice arrives, even when the
+    # harness is descheduled for a while between its first output and the notice
+    n = 100
     fe.add(fe.request(other, max_tokens=n))
     fe.wait(lambda: bool(fe.seen(other)), 5.0, f"a first output for {other}")
     fe.add(rejection_notice(fe, fe.new_id("rejected")))
