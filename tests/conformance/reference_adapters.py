@@ -1,7 +1,9 @@
 """``--adapter reference_adapters:bug_<knob>``: the reference engine in threads with one bug knob.
 
 ``max_model_len`` is kept small so that requests "as long as the engine allows" (abort cases)
-stay short when a knob lets them run to the end.
+stay short when a knob lets them run to the end; a 1 ms step keeps them from finishing before
+the harness has seen their first output when the machine is loaded (else the abort cases
+cannot judge and say UNSUPPORTED).
 """
 
 from ecp.reference.engine.config import BUGS
@@ -12,5 +14,13 @@ def __getattr__(name: str):
     if name.startswith("bug_") and name[4:] in BUGS:
         knob = name[4:]
         return lambda handshake_address, engine_count: launch(handshake_address, engine_count, mode="thread",
-                                                              bug=[knob], max_model_len=512)
+                                                              bug=[knob], max_model_len=512,
+                                                              step_time_ms=1.0)
     raise AttributeError(name)
+
+
+def paced(handshake_address: str, engine_count: int):
+    """The correct reference engine with a 0.25 ms step: a request "as long as the engine allows"
+    (4,096 tokens) then lasts >= 1 s, so the abort cases can judge even when the harness is
+    descheduled for a while on a loaded machine (flat out it can finish in well under 100 ms)."""
+    return launch(handshake_address, engine_count, mode="thread", step_time_ms=0.25)

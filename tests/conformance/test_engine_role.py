@@ -46,7 +46,7 @@ def _results(path):
 
 def test_reference_engine_passes_every_case(run_ecp, tmp_path):
     out = tmp_path / "ref.json"
-    code, stdout = run_ecp("conformance", "engine", "--adapter", "ecp.reference.engine.launcher:launch",
+    code, stdout = run_ecp("conformance", "engine", "--adapter", "reference_adapters:paced",
                            "--json", str(out), *FAST)
     data, cases = _results(out)
     assert code == 0, stdout
