@@ -76,12 +76,16 @@ def _list(args: argparse.Namespace) -> int:
     from .registry import RegistryError, load_role
 
     try:
+        if args.role and args.role not in ROLES:
+            raise RegistryError(f"unknown role {args.role!r} (known: {', '.join(ROLES)})")
         roles = [args.role] if args.role else list(ROLES)
-        cases = [c for r in roles for c in load_role(r)]
+        every = [c for r in ROLES for c in load_role(r)]
     except RegistryError as exc:
         print(f"ecp conformance: {exc}")
         return 2
-    rows = clause_rows(cases, roles=roles)
+    cases = [c for c in every if set(c.roles) & set(roles)]
+    # which roles a clause binds is read off every role's cases, whichever role is listed
+    rows = clause_rows(every, roles=roles)
     must_gaps, other_gaps = gaps(rows, "MUST"), gaps(rows, "SHOULD") + gaps(rows, "MAY")
     if args.json:
         print(json.dumps({"cases": [c.to_dict() for c in cases], "coverage": [r.to_dict() for r in rows],

@@ -147,14 +147,14 @@ def clause_rows(cases: Iterable[Case], outcomes: Mapping[str, str] | None = None
                 roles: Iterable[str] | None = None) -> list[ClauseRow]:
     """The coverage matrix: one row per live clause, in catalogue order.
 
+    ``cases`` should be every role's cases (which roles a clause binds is read off them);
     ``outcomes`` maps case id -> outcome of a run; ``roles`` limits the matrix to those roles (a
     clause binding only other roles is then left out)."""
     want = tuple(roles) if roles is not None else ROLES
     by_clause: dict[str, dict[str, list[str]]] = {}
     for c in cases:
         for r in c.roles:
-            if r in want:
-                by_clause.setdefault(c.clause, {}).setdefault(r, []).append(c.id)
+            by_clause.setdefault(c.clause, {}).setdefault(r, []).append(c.id)
     rows = []
     for cl in spec_clauses._CLAUSES:
         if cl.withdrawn:
@@ -167,7 +167,8 @@ def clause_rows(cases: Iterable[Case], outcomes: Mapping[str, str] | None = None
             continue
         if reason is not None and not set(reason.roles) & set(binds):
             reason = None
-        row = ClauseRow(cl.id, cl.level, cl.title, binds, by_clause.get(cl.id, {}), reason)
+        row = ClauseRow(cl.id, cl.level, cl.title, binds,
+                        {r: ids for r, ids in by_clause.get(cl.id, {}).items() if r in binds}, reason)
         if outcomes:
             row.outcomes = {cid: outcomes[cid] for ids in row.cases.values() for cid in ids if cid in outcomes}
         rows.append(row)
