@@ -53,6 +53,15 @@ SPARES = 2
 HEALTH_PROBE_S = 5.0
 
 
+#: a topology: (clients, engines, with a coordinator)
+Topology = tuple[int, int, bool]
+
+
+def describe(topology: Topology) -> str:
+    clients, engines, coordinator = topology
+    return (f"{engines} engine(s), {clients} client(s)" + (", a DP coordinator" if coordinator else ""))
+
+
 class EngineNeverConnected(CaseTimeout):
     """No engine said HELLO within the startup budget: the command most likely does not reach
     the harness's handshake address. Later launches of the run fail at once with the same error
@@ -223,6 +232,8 @@ class EngineManager:
         self.logs: list[EngineUnderTest] = []
         #: engine launch -> how many machine violations it had when the current case began
         self._violation_marks: dict[int, int] = {}
+        #: topologies whose handshake failed -> (the case that tried it, the failure): fail fast
+        self._failed_topologies: dict[Topology, tuple[str, Exception]] = {}
 
     # ------------------------------------------------------------------ lifetimes
     def _launch(self, clients: int, engine_count: int, coordinator: bool = False) -> EngineUnderTest:
@@ -332,7 +343,12 @@ class EngineManager:
                 kept.close()  # one extra topology at a time: engines cost memory
                 self._kept = None
         if eut is None:
-            eut = self._launch(clients, key[1], coordinator)
+            self._raise_if_blocked(key)
+            try:
+                eut = self._launch(clients, key[1], coordinator)
+            except (CaseTimeout, PeerCrashed) as exc:
+                self._failed_topologies[key] = (getattr(self.transcript, "case_id", "an earlier case"), exc)
+                raise
             self._kept = (key, eut)
         self._fresh.append(eut)
         try:
@@ -342,6 +358,19 @@ class EngineManager:
                 self._fresh_crashed = True
                 eut.close()
                 self._kept = None
+
+    def _raise_if_blocked(self, key: Topology) -> None:
+        """Fail fast: a topology at least as demanding as one whose handshake already failed in this
+        run (as many engines, clients and coordinator, or more) is not launched again. The engine
+        showed it cannot do it; waiting out the startup budget again per case would only multiply
+        the wait. The case gets the first failure's outcome with that failure as evidence."""
+        for failed, (case_id, exc) in self._failed_topologies.items():
+            if all(k >= f for k, f in zip(key, failed)):
+                blocked = type(exc)(f"blocked by {case_id}: the handshake with {describe(failed)} already failed "
+                                    f"in this run, so {describe(key)} is not launched again (the first failure: "
+                                    f"{exc})")
+                self.transcript.note(f"not launching {describe(key)}: blocked by {case_id}")
+                raise blocked
 
     def after_failure(self) -> str | None:
         """A case failed: keep each engine it used if it still serves, else drop it.

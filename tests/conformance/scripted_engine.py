@@ -47,6 +47,8 @@ BUGS = {
     "bad-supported-tasks", "is-sleeping-inverted", "same-identity", "no-coordinator-gate",
     "wave-complete-to-client", "no-sleep-mode", "crash-on-dp-wave", "no-recover-id", "simulate-unpickle",
     "reject-bad-client-crash", "deaf-on-bad-frame",
+    # a minimal engine that only ever starts its first rank: every other rank stays silent
+    "one-rank-only",
 }
 
 
@@ -396,7 +398,9 @@ class ScriptedEngines:
         self.ctx = zmq.Context()
         self._stop = threading.Event()
         self.threads = [threading.Thread(target=Rank(self.ctx, address, start_index + k, set(bugs), step_ms / 1000,
-                                                     self._stop).run, daemon=True) for k in range(count)]
+                                                     self._stop).run
+                                         if k == 0 or "one-rank-only" not in bugs else self._stop.wait,
+                                         daemon=True) for k in range(count)]
         for t in self.threads:
             t.start()
 
