@@ -49,6 +49,8 @@ BUGS = {
     "reject-bad-client-crash", "deaf-on-bad-frame",
     # a minimal engine that only ever starts its first rank: every other rank stays silent
     "one-rank-only",
+    # peer behaviour the harness must report as FAIL/TIMEOUT/CRASH, never as its own ERROR
+    "garbage-outputs", "silent", "crash-on-add", "close-on-add",
 }
 
 
@@ -187,6 +189,8 @@ class Rank:
         msg = EngineCoreOutputs(engine_index=idx, outputs=list(outs), timestamp=time.monotonic(),
                                 utility_output=utility, finished_requests=finished)
         frames = encode_outputs(msg)
+        if "garbage-outputs" in self.bugs:
+            frames = [b"\xc1 not msgpack", b"\x00" * 3]
         if utility is not None and "bare-utility-result" in self.bugs and utility.result is not None:
             raw = decode_any(frames[0])
             raw[4][2] = utility.result.value
@@ -217,6 +221,14 @@ class Rank:
             self.error(recovered.request_id, cidx, "invalid_request", str(exc))
 
     def on_input(self, client: int, frames: list[bytes]) -> None:
+        if "silent" in self.bugs:
+            return
+        if frames[:1] == [b"\x00"] and "crash-on-add" in self.bugs:
+            self.crash("ADD")
+        if frames[:1] == [b"\x00"] and "close-on-add" in self.bugs:
+            for s in self.outputs:
+                s.close(0)
+            raise StopReading()
         try:
             msg = decode_input(frames)
         except ProtocolError as exc:
