@@ -177,6 +177,8 @@ class HarnessFrontend:
         self.records: dict[bytes, EngineRecord] = {}
         self.route: list[bytes] = []  # engine k (0-based) -> identity to address it with
         self.messages: list[tuple[int, EngineCoreOutputs]] = []
+        #: every output message as received: (client, frames), for the cases that check the encoding
+        self.raw_outputs: list[tuple[int, list[bytes]]] = []
         self.by_request: dict[str, list[Seen]] = {}
         self.replies: dict[int, list[Reply]] = {}
         self.late_handshake: list[list[bytes]] = []
@@ -564,6 +566,7 @@ class HarnessFrontend:
             return decoded[0]
 
         self.transcript.record("recv", f"output[{client}]", frames, decode)
+        self.raw_outputs.append((client, frames))
         self.machine.receive(f"output[{client}]", frames)
         if not decoded:
             try:

@@ -35,6 +35,14 @@ REFERENCE_KNOBS: dict[str, list[str]] = {
     "bare-utility-result": ["ENG-UTIL-1"],
     "wave-complete-to-client": ["ENG-DP-5"],
     "tokens-after-finish": ["ENG-OUT-1"],
+    "no-generate-task": ["ENG-HS-7"],
+    "error-not-finished": ["ENG-OUT-8"],
+    "finish-reason-out-of-range": ["ENG-OUT-7", "ENG-REQ-1"],
+    "short-output-arrays": ["ENG-OUT-6"],
+    "outputs-wrapped": ["ENG-OUT-5"],
+    "truncated-request-ids": ["ENG-REQ-8"],
+    "paused-add-not-retryable": ["ENG-REQ-9"],
+    "abort-immediately-paused-error": ["ENG-REJECT-3"],
 }
 
 

@@ -1,0 +1,130 @@
+"""Engine-role encoding cases: output framing, full-length arrays, finish reasons, ERROR outputs,
+request ids kept verbatim, and the startup utilities a Python frontend sends."""
+
+import time
+
+from ecp.conformance.engine.cases._common import check_aborted, goes_quiet, ok_value, start_long
+from ecp.conformance.outcomes import Violation
+from ecp.conformance.registry import case
+from ecp.spec import FinishReason, decode_any, decode_outputs
+
+#: array lengths of vLLM 0.33's array-like output structs (``ECP-FRAME-3``)
+OUTPUTS_LEN, OUTPUT_LEN, UTILITY_LEN = 9, 19, 3
+
+
+def _request_and_reply(fe, tag: str) -> int:
+    """Run a 2-token request and an is_sleeping call; return where this case's raw outputs begin."""
+    mark = len(fe.raw_outputs)
+    rid = fe.new_id(tag)
+    fe.add(fe.request(rid, max_tokens=2))
+    fe.wait_finished(rid, max_tokens=2)
+    ok_value(fe.call("is_sleeping"), "is_sleeping")
+    fe.observe()
+    return mark
+
+
+@case("ENG-HS-7")
+def test_startup_utilities(engine):
+    fe = engine
+    value = ok_value(fe.call("reset_mm_cache", []), "reset_mm_cache")
+    if value is not None:
+        raise Violation(f"reset_mm_cache [] returned {value!r}; its result is nil")
+    tasks = ok_value(fe.call("get_supported_tasks", []), "get_supported_tasks")
+    if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+        raise Violation(f"get_supported_tasks [] returned {tasks!r}; expected an array of strings")
+    if "generate" not in tasks:
+        raise Violation(f"get_supported_tasks [] returned {tasks!r} without \"generate\": a Python frontend "
+                        "mounts no completion routes for this engine")
+
+
+@case("ENG-OUT-5")
+def test_output_framing(engine):
+    fe = engine
+    mark = _request_and_reply(fe, "framing")
+    for client, frames in fe.raw_outputs[mark:]:
+        try:
+            decode_outputs(frames)
+        except Exception as exc:  # noqa: BLE001 - any failure to decode is the finding
+            raise Violation(f"an output message on output[{client}] ({len(frames)} frame(s)) is not "
+                            f"[EngineCoreOutputs payload, *aux]: {exc}") from None
+
+
+@case("ENG-OUT-6")
+def test_full_length_arrays(engine):
+    fe = engine
+    mark = _request_and_reply(fe, "arrays")
+    for client, frames in fe.raw_outputs[mark:]:
+        raw = decode_any(frames[0])
+        if not isinstance(raw, list):
+            raise Violation(f"output[{client}]: EngineCoreOutputs is a {type(raw).__name__}, not an array")
+        if len(raw) != OUTPUTS_LEN:
+            raise Violation(f"output[{client}]: EngineCoreOutputs has {len(raw)} elements, expected all "
+                            f"{OUTPUTS_LEN}")
+        for out in raw[1] or []:
+            if isinstance(out, list) and len(out) != OUTPUT_LEN:
+                raise Violation(f"output[{client}]: an EngineCoreOutput for {out[0]!r} has {len(out)} elements, "
+                                f"expected all {OUTPUT_LEN}")
+        if isinstance(raw[4], list) and len(raw[4]) != UTILITY_LEN:
+            raise Violation(f"output[{client}]: UtilityOutput has {len(raw[4])} elements, expected all "
+                            f"{UTILITY_LEN}")
+
+
+@case("ENG-OUT-7")
+def test_finish_reason_codes(engine):
+    fe = engine
+    rid = fe.new_id("reason-length")
+    fe.add(fe.request(rid, max_tokens=2))
+    term = fe.wait_finished(rid, max_tokens=2)
+    bad = fe.new_id("reason-error")
+    fe.add(fe.request(bad, max_tokens=2, temperature=-1.0))
+    err = fe.wait_finished(bad)
+    for what, got, want in (("max_tokens reached", term.output.finish_reason, FinishReason.LENGTH),
+                            ("invalid parameters", err.output.finish_reason, FinishReason.ERROR)):
+        if got != want or int(got) != int(want):
+            raise Violation(f"{what}: finish_reason {got!r}, expected {want.name} ({int(want)})")
+
+
+@case("ENG-OUT-8")
+def test_error_output_shape(engine):
+    fe = engine
+    rid = fe.new_id("error-shape")
+    fe.add(fe.request(rid, max_tokens=2, temperature=-1.0))
+    term = fe.wait_finished(rid)
+    out = term.output
+    if out.finish_reason != FinishReason.ERROR:
+        raise Violation(f"an ADD with temperature=-1.0 ended with {out.finish_reason!r}, expected ERROR",
+                        clause="ECP-REQ-3")
+    e = out.error
+    if e is None or not isinstance(e.code, str) or not e.code or not isinstance(e.message, str) \
+            or not isinstance(e.retryable, bool):
+        raise Violation(f"the ERROR output carries error={e!r}; expected {{code: str, message: str, retryable: bool}}")
+    if not term.finished_requests or rid not in term.finished_requests:
+        raise Violation(f"the ERROR output's message lists finished_requests={term.finished_requests!r}, "
+                        f"without {rid!r}")
+
+
+#: ids a frontend may send: long, non-ASCII, digits only, with separators (``ECP-FRAME-10``)
+ODD_IDS = ("ecp-" + "x" * 200, "ecp-idé-日本-✓", "0123456789", "cmpl-ecp-a/b:c d")
+
+
+@case("ENG-REQ-8")
+def test_request_ids_verbatim(engine):
+    fe = engine
+    for rid in ODD_IDS:
+        fe.add(fe.request(rid, max_tokens=2))
+    # an output for an id that was never sent is how a mangled id shows
+    fe.wait(lambda: all(fe.terminals(r) for r in ODD_IDS) or bool(set(fe.by_request) - set(_sent(fe))), 5.0,
+            f"terminal outputs for {len(ODD_IDS)} requests with unusual ids")
+    stray = sorted(set(fe.by_request) - set(_sent(fe)))
+    if stray:
+        raise Violation(f"outputs carry request id(s) {stray} that were never sent; ids must come back verbatim")
+    # ABORT carries the same id the ADD used: it must stop that request
+    [(long, n)] = start_long(fe, "abort-" + "é" * 40)
+    fe.abort([long])
+    if goes_quiet(fe, [long], time.monotonic()):
+        raise Violation(f"ABORT with the ADD's own id {long!r} did not stop the request")
+    check_aborted(fe, long, n)
+
+
+def _sent(fe) -> list[str]:
+    return [rid for ids in fe.added.values() for rid in ids]
