@@ -22,8 +22,8 @@ import msgspec
 import zmq
 
 from ecp.spec import (
-    AbortMessage, AddMessage, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, FinishReason,
-    Hello, ProtocolError, Ready, RequestError, StartDPWaveMessage, UtilityMessage, UtilityOutput, UtilityResult,
+    AbortMessage, AddMessage, EngineCoreOutput, EngineCoreRequest, EngineCoreOutputs, EngineCoreReadyResponse, FinishReason,
+    Hello, ProtocolError, Ready, RequestError, SamplingParams, StartDPWaveMessage, UtilityMessage, UtilityOutput, UtilityResult,
     LocalProtocolError, decode_any, recover_add_frames, decode_input, encode_engine_dead, encode_handshake, encode_outputs, engine_identity,
 )
 from ecp.spec.machine import (
@@ -51,7 +51,11 @@ BUGS = {
     "one-rank-only",
     # peer behaviour the harness must report as FAIL/TIMEOUT/CRASH, never as its own ERROR
     "garbage-outputs", "silent", "crash-on-add", "close-on-add",
+    # strict receivers: refuse what a tolerant one must accept
+    "strict-arrays", "python-forms-only", "strict-sampling-keys",
 }
+#: the SamplingParams keys the scripted engine knows (``strict-sampling-keys`` refuses any other)
+SAMPLING_KEYS = {f.encode_name for f in msgspec.inspect.type_info(SamplingParams).fields}
 
 
 @dataclass
@@ -87,6 +91,7 @@ class Rank:
         self.running: dict[str, Running] = {}
         self.finished: set[str] = set()
         self.sleeping = False
+        self.paused = False
         self.identity = engine_identity(0 if "same-identity" in bugs else rank)
         if "wrong-identity" in bugs:
             self.identity = rank.to_bytes(3, "little")
@@ -197,9 +202,21 @@ class Rank:
             frames = [msgspec.msgpack.encode(raw)]
         self.outputs[client].send_multipart(frames)
 
-    def error(self, rid: str, client: int, code: str, message: str) -> None:
+    def error(self, rid: str, client: int, code: str, message: str, retryable: bool = False) -> None:
         self.emit(client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ERROR,
-                                            error=RequestError(code, message))], finished={rid})
+                                            error=RequestError(code, message, retryable))], finished={rid})
+
+    def strict(self, frames: list[bytes]) -> str | None:
+        """What a strict-receiver knob refuses in an ADD (None: nothing)."""
+        raw = decode_any(frames[1])
+        if "strict-arrays" in self.bugs and len(raw) != len(EngineCoreRequest.__struct_fields__):
+            return f"ADD array of {len(raw)} elements"
+        if "python-forms-only" in self.bugs and (b"\xca" in frames[1] or
+                                                  isinstance(raw[3], dict) and isinstance(raw[3].get("temperature"), int)):
+            return "float32 or int where a float64 is expected"
+        if "strict-sampling-keys" in self.bugs and isinstance(raw[3], dict) and set(raw[3]) - SAMPLING_KEYS:
+            return f"unknown SamplingParams keys {sorted(set(raw[3]) - SAMPLING_KEYS)}"
+        return None
 
     # ---------------------------------------------------------------- inputs
     def on_bad(self, frames: list[bytes], exc: ProtocolError, client: int) -> None:
@@ -234,6 +251,11 @@ class Rank:
         except ProtocolError as exc:
             self.on_bad(frames, exc, client)
             return
+        if isinstance(msg, AddMessage) and {"strict-arrays", "python-forms-only", "strict-sampling-keys"} & self.bugs:
+            refused = self.strict(frames)
+            if refused:
+                self.error(msg.request.request_id, msg.request.client_index, "invalid_request", refused)
+                return
         if isinstance(msg, AddMessage):
             self.on_add(msg.request)
         elif isinstance(msg, AbortMessage):
@@ -252,6 +274,10 @@ class Rank:
                 self.running.clear()
             if "ignore-abort-immediately" not in self.bugs:
                 return
+        if self.paused:
+            self.error(rid, client, "engine_paused", "Generation is paused. Please retry after it resumes.",
+                       retryable=True)
+            return
         if rid in self.running and "no-duplicate-check" not in self.bugs:
             self.error(rid, client, "duplicate_request_id", f"request {rid} is already running")
             return
@@ -317,6 +343,18 @@ class Rank:
                 fail("Call to reset_prefix_cache method failed: injected fault")
             else:
                 ok(True)
+        elif method == "pause_scheduler":
+            for rid, r in list(self.running.items()):  # mode abort (the only one the cases use)
+                del self.running[rid]
+                self.finished.add(rid)
+                self.emit(r.client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ABORT)], finished={rid})
+            self.paused = True
+            ok(None)
+        elif method == "resume_scheduler":
+            self.paused = False
+            ok(None)
+        elif method == "is_scheduler_paused":
+            ok(self.paused)
         elif method in ("reset_mm_cache", "reset_encoder_cache"):
             ok(None)
         elif method == "get_supported_tasks":

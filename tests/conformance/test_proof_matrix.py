@@ -55,6 +55,9 @@ PROOF: dict[str, list[str]] = {
     "deaf-on-bad-frame": ["ENG-ROB-1", "ENG-ROB-2", "ENG-SEC-3"],
     "no-recover-id": ["ENG-ROB-7"],
     "simulate-unpickle": ["ENG-SEC-1", "ENG-SEC-2"],
+    "strict-arrays": ["ENG-REQ-10"],
+    "python-forms-only": ["ENG-REQ-11", "ENG-REQ-13"],
+    "strict-sampling-keys": ["ENG-REQ-12"],
 }
 
 

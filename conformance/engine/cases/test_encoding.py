@@ -1,12 +1,16 @@
 """Engine-role encoding cases: output framing, full-length arrays, finish reasons, ERROR outputs,
 request ids kept verbatim, and the startup utilities a Python frontend sends."""
 
+import struct
 import time
+
+import msgspec
 
 from ecp.conformance.engine.cases._common import check_aborted, goes_quiet, ok_value, start_long
 from ecp.conformance.outcomes import Violation
 from ecp.conformance.registry import case
-from ecp.spec import FinishReason, decode_any, decode_outputs
+from ecp.spec import FinishReason, decode_any, decode_outputs, encode_add
+from ecp.spec.golden import load_documents
 
 #: array lengths of vLLM 0.33's array-like output structs (``ECP-FRAME-3``)
 OUTPUTS_LEN, OUTPUT_LEN, UTILITY_LEN = 9, 19, 3
@@ -128,3 +132,99 @@ def test_request_ids_verbatim(engine):
 
 def _sent(fe) -> list[str]:
     return [rid for ids in fe.added.values() for rid in ids]
+
+
+# ------------------------------------------------------------------ tolerant receivers
+#: the required leading fields of EngineCoreRequest in vLLM 0.33 (request_id .. data_parallel_rank)
+ADD_REQUIRED = 9
+
+
+def _add_array(fe, rid: str, max_tokens: int) -> list:
+    """The ADD payload of a plain request as a plain msgpack array, to be reshaped by a case."""
+    return decode_any(encode_add(fe.request(rid, max_tokens=max_tokens))[1])
+
+
+def _send_add_payload(fe, rid: str, payload: bytes) -> None:
+    fe.send_raw([b"\x00", payload])
+    fe.added.setdefault(0, []).append(rid)
+
+
+def _float32(payload: bytes, sentinel: float, value: float) -> bytes:
+    """Re-encode the float64 ``sentinel`` in ``payload`` as a msgpack float32 holding ``value``."""
+    f64 = b"\xcb" + struct.pack(">d", sentinel)
+    assert payload.count(f64) == 1, "sentinel float must occur once"
+    return payload.replace(f64, b"\xca" + struct.pack(">f", value))
+
+
+def _served(fe, rid: str, what: str, max_tokens: int, exact: bool = True) -> None:
+    term = fe.wait_finished(rid)
+    out = term.output
+    if out.finish_reason == FinishReason.ERROR:
+        raise Violation(f"{what} was refused: {out.error!r}")
+    got = len(fe.tokens(rid))
+    if exact and (out.finish_reason != FinishReason.LENGTH or got != max_tokens):
+        raise Violation(f"{what} ended with {out.finish_reason!r} after {got} token(s), expected LENGTH after "
+                        f"{max_tokens}: its fields were not read as sent")
+
+
+@case("ENG-REQ-10")
+def test_tolerant_add_arrays(engine):
+    fe = engine
+    short = fe.new_id("short-add")
+    add = _add_array(fe, short, 3)
+    if any(v is not None for v in add[ADD_REQUIRED:ADD_REQUIRED + 2]):
+        raise AssertionError("harness: the short ADD would drop non-default fields")
+    _send_add_payload(fe, short, msgspec.msgpack.encode(add[:ADD_REQUIRED]))
+    _served(fe, short, f"an ADD cut to its {ADD_REQUIRED} required fields", 3)
+    long = fe.new_id("long-add")
+    add = _add_array(fe, long, 3)
+    _send_add_payload(fe, long, msgspec.msgpack.encode([*add, "ecp-future-field", {"x": [1]}]))
+    _served(fe, long, f"an ADD with {len(add) + 2} elements (2 unknown trailing ones)", 3)
+
+
+@case("ENG-REQ-11")
+def test_tolerant_scalars(engine):
+    fe = engine
+    rid = fe.new_id("scalars")
+    add = _add_array(fe, rid, 3)
+    sp = add[3]
+    sp["temperature"] = 0  # an int where a float is declared
+    sp["top_p"] = 0.123456789  # becomes a float32
+    sp["_all_stop_token_ids"] = []  # an array where a set is declared
+    _send_add_payload(fe, rid, _float32(msgspec.msgpack.encode(add), 0.123456789, 1.0))
+    _served(fe, rid, "an ADD with temperature as an int, top_p as float32 and a set as an array", 3)
+
+
+@case("ENG-REQ-12")
+def test_sampling_params_map(engine):
+    fe = engine
+    rid = fe.new_id("sp-map")
+    add = _add_array(fe, rid, 4)
+    # only what differs from the defaults, one key present with its default value, and an unknown key
+    add[3] = {"max_tokens": 4, "ignore_eos": True, "temperature": 0.0, "output_kind": add[3].get("output_kind", 1),
+              "n": 1, "ecp_future_option": {"nested": [1, 2]}}
+    _send_add_payload(fe, rid, msgspec.msgpack.encode(add))
+    _served(fe, rid, "an ADD whose SamplingParams map omits defaults and carries an unknown key", 4)
+
+
+def _vllm_rs_add(rid: str) -> tuple[bytes, str]:
+    """The ADD payload vllm-rs 0.33 sent in the recorded traffic (fixmap, float32 sampling floats),
+    with its request id replaced by one of the same length."""
+    [vector] = [v for v in load_documents()["traffic-vllm-rs-to-engine.json"]["vectors"] if v["kind"] == "add"]
+    payload = bytes.fromhex(vector["frames"][1])
+    old: str = vector["value"][0]
+    new = rid[:len(old)].ljust(len(old), "0")
+    assert len(new.encode()) == len(old.encode()), "harness: the replacement id must keep the encoding's length"
+    return payload.replace(msgspec.msgpack.encode(old), msgspec.msgpack.encode(new), 1), new
+
+
+@case("ENG-REQ-13")
+def test_rust_frontend_add(engine):
+    fe = engine
+    payload, rid = _vllm_rs_add(fe.new_id("rs"))
+    _send_add_payload(fe, rid, payload)
+    # the recorded request samples up to 3 tokens and may stop at its EOS token
+    _served(fe, rid, "the ADD exactly as vllm-rs encodes it (fixmap, float32 sampling floats)", 3, exact=False)
+    if len(fe.tokens(rid)) > 3:
+        raise Violation(f"the vllm-rs ADD (max_tokens 3) produced {len(fe.tokens(rid))} tokens")
+    fe.serves(after="an ADD in vllm-rs encoding")
