@@ -47,6 +47,7 @@ FAULTS: dict[str, Fault] = table(
     Fault("outputs-wrapped", "ECP-FRAME-2", "each EngineCoreOutputs payload is wrapped as [0, payload]"),
     Fault("truncated-request-ids", "ECP-FRAME-10", "outputs carry request ids cut to 32 characters"),
     Fault("paused-add-not-retryable", "ECP-REQ-7", "the engine_paused ERROR says retryable: false"),
+    Fault("ignore-stamped-wave", "ECP-DP-5", "the current_wave stamped on an ADD is ignored (read as 0)"),
     Fault("abort-immediately-paused-error", "ECP-REJECT-5",
           "while paused, an abort_immediately ADD is answered with an engine_paused ERROR"),
 )
@@ -83,6 +84,8 @@ class FaultLayer:
             return AddMessage(msgspec.structs.replace(msg.request, abort_immediately=False))
         if isinstance(msg, AbortMessage) and "ignore-abort" in self.names:
             return None
+        if isinstance(msg, AddMessage) and msg.request.current_wave and "ignore-stamped-wave" in self.names:
+            return AddMessage(msgspec.structs.replace(msg.request, current_wave=0))
         if isinstance(msg, AddMessage) and msg.request.abort_immediately and self._paused \
                 and "abort-immediately-paused-error" in self.names:
             # answered as if it were an ordinary ADD: the core refuses those while paused

@@ -92,6 +92,7 @@ class Rank:
         self.finished: set[str] = set()
         self.sleeping = False
         self.paused = False
+        self.wave = 0
         self.identity = engine_identity(0 if "same-identity" in bugs else rank)
         if "wrong-identity" in bugs:
             self.identity = rank.to_bytes(3, "little")
@@ -267,6 +268,7 @@ class Rank:
 
     def on_add(self, req) -> None:
         rid, client, sp = req.request_id, req.client_index, req.sampling_params
+        self.wave = max(self.wave, req.current_wave)
         if not 0 <= client < len(self.outputs) and "reject-bad-client-crash" in self.bugs:
             self.crash("client_index out of range")
         if req.abort_immediately:
@@ -392,7 +394,7 @@ class Rank:
         for client, outs in by_client.items():
             self.emit(client, outs)
         if not self.running and self.coord_push is not None:
-            done = EngineCoreOutputs(engine_index=self.rank, wave_complete=0)
+            done = EngineCoreOutputs(engine_index=self.rank, wave_complete=self.wave)
             if "wave-complete-to-client" in self.bugs:
                 self.outputs[0].send_multipart(encode_outputs(done))
             else:

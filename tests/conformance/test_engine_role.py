@@ -43,6 +43,7 @@ REFERENCE_KNOBS: dict[str, list[str]] = {
     "truncated-request-ids": ["ENG-REQ-8"],
     "paused-add-not-retryable": ["ENG-REQ-9"],
     "abort-immediately-paused-error": ["ENG-REJECT-3"],
+    "ignore-stamped-wave": ["ENG-DP-6"],
 }
 
 
