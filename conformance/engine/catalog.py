@@ -129,6 +129,8 @@ CASES: tuple[Case, ...] = (
        "An ADD whose client_index has no output socket does not crash the engine."),
     _c("ENG-ROB-7", "ECP-ROB-2", "SHOULD", "invalid-add-answered",
        "An undecodable ADD whose request id is recoverable is answered with an ERROR output."),
+    _c("ENG-ROB-8", "ECP-ROB-5", "MUST", "graceful-shutdown",
+       "On SIGTERM the engine ends its in-flight requests with terminal outputs and exits 0 (a launched COMMAND only)."),
     # -------------------------------------------------------------- security
     _c("ENG-SEC-1", "ECP-SEC-1", "MUST", "pickle-refused",
        "A pickle (ext 1) payload is refused and never executed: its marker file is never created."),

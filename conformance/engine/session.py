@@ -234,6 +234,8 @@ class EngineManager:
         self._violation_marks: dict[int, int] = {}
         #: topologies whose handshake failed -> (the case that tried it, the failure): fail fast
         self._failed_topologies: dict[Topology, tuple[str, Exception]] = {}
+        #: launches of the current case that it ends on purpose (:meth:`dedicated`)
+        self._dedicated: list[EngineUnderTest] = []
 
     # ------------------------------------------------------------------ lifetimes
     def _launch(self, clients: int, engine_count: int, coordinator: bool = False) -> EngineUnderTest:
@@ -359,6 +361,19 @@ class EngineManager:
                 eut.close()
                 self._kept = None
 
+    @contextlib.contextmanager
+    def dedicated(self) -> Iterator[EngineUnderTest]:
+        """A launch of the shared topology for one case that ends it on purpose (graceful shutdown):
+        its exit is the case's to judge, not a crash, and it is never reused."""
+        if self.cfg.attach or not self.cfg.command:
+            raise Unsupported("needs an engine process the harness launches and can signal (run with -- COMMAND)")
+        eut = self._launch(1, self.cfg.engine_count)
+        self._dedicated.append(eut)
+        try:
+            yield eut
+        finally:
+            eut.close()
+
     def _raise_if_blocked(self, key: Topology) -> None:
         """Fail fast: a topology at least as demanding as one whose handshake already failed in this
         run (as many engines, clients and coordinator, or more) is not launched again. The engine
@@ -428,13 +443,14 @@ class EngineManager:
         self.deadline = None
         self.touched = []
         self._fresh = []
+        self._dedicated = []
         self._fresh_crashed = False
         self._violation_marks = {} if self._shared is None else {
             id(self._shared): len(self._shared.fe.machine.violations)}
 
     def violations(self) -> list:
         """What the protocol machine recorded against the engines this case used, since it began."""
-        seen: dict[int, EngineUnderTest] = {id(e): e for e in [*self.touched, *self._fresh]}
+        seen: dict[int, EngineUnderTest] = {id(e): e for e in [*self.touched, *self._fresh, *self._dedicated]}
         out: list = []
         for key, eut in seen.items():
             out += eut.fe.violations_since(self._violation_marks.get(key, eut.handshake_violations))

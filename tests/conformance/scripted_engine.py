@@ -53,6 +53,8 @@ BUGS = {
     "garbage-outputs", "silent", "crash-on-add", "close-on-add",
     # strict receivers: refuse what a tolerant one must accept
     "strict-arrays", "python-forms-only", "strict-sampling-keys",
+    # SIGTERM: exit at once, leaving in-flight requests without a terminal output
+    "sigterm-drops-requests",
 }
 #: the SamplingParams keys the scripted engine knows (``strict-sampling-keys`` refuses any other)
 SAMPLING_KEYS = {f.encode_name for f in msgspec.inspect.type_info(SamplingParams).fields}
@@ -433,6 +435,13 @@ class Rank:
             if self.running and time.monotonic() >= next_step:
                 self.step()
                 next_step = time.monotonic() + self.step_s
+        if "sigterm-drops-requests" not in self.bugs:
+            # a graceful stop (ECP-ROB-5): every in-flight request ends with ABORT before the sockets close
+            for rid, r in list(self.running.items()):
+                del self.running[rid]
+                if not self.outputs[r.client].closed:
+                    self.emit(r.client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ABORT)],
+                              finished={rid})
         for s in [*self.inputs, *self.outputs, self.hs]:
             s.close(0)
         if self.coord_push is not None:
@@ -449,10 +458,10 @@ class ScriptedEngines:
             raise ValueError(f"unknown bug knob(s) {sorted(unknown)}")
         self.ctx = zmq.Context()
         self._stop = threading.Event()
-        self.threads = [threading.Thread(target=Rank(self.ctx, address, start_index + k, set(bugs), step_ms / 1000,
-                                                     self._stop).run
-                                         if k == 0 or "one-rank-only" not in bugs else self._stop.wait,
-                                         daemon=True) for k in range(count)]
+        self.ranks = [Rank(self.ctx, address, start_index + k, set(bugs), step_ms / 1000, self._stop)
+                      for k in range(count)]
+        self.threads = [threading.Thread(target=rank.run if k == 0 or "one-rank-only" not in bugs else self._stop.wait,
+                                         daemon=True) for k, rank in enumerate(self.ranks)]
         for t in self.threads:
             t.start()
 
@@ -493,9 +502,8 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: engines._stop.set())
     while engines.alive() and not engines._stop.is_set():
         engines.threads[0].join(0.1)
-    crashed = not engines.alive()
     engines.stop()
-    return 3 if crashed else 0
+    return 3 if any(getattr(rank, "crashed", False) for rank in engines.ranks) else 0
 
 
 if __name__ == "__main__":
