@@ -65,9 +65,9 @@ CASES: tuple[Case, ...] = (
     _c("ENG-OUT-6", "ECP-FRAME-3", "MUST", "full-length-arrays",
        "EngineCoreOutputs (9), EngineCoreOutput (19) and UtilityOutput (3) are sent at full length."),
     _c("ENG-OUT-7", "ECP-OUT-4", "MUST", "finish-reason-codes",
-       "finish_reason is LENGTH (1) when max_tokens is reached and ERROR (3) for invalid parameters."),
+       "finish_reason is LENGTH (1) when max_tokens is reached and ERROR (3) for an ADD refused while paused."),
     _c("ENG-OUT-8", "ECP-OUT-5", "MUST", "error-output-shape",
-       "An ERROR output carries error {code: str, message: str, retryable: bool} and its id in finished_requests."),
+       "An ERROR output (an ADD while paused) carries error {code, message, retryable} and its id in finished_requests."),
     # ---------------------------------------------------------------- abort
     _c("ENG-ABORT-1", "ECP-ABORT-2", "MUST", "abort-stops-running",
        "After ABORT a running request stops producing tokens; any terminal output it gets is ABORT."),

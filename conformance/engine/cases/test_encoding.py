@@ -6,7 +6,7 @@ import time
 
 import msgspec
 
-from ecp.conformance.engine.cases._common import check_aborted, goes_quiet, ok_value, start_long
+from ecp.conformance.engine.cases._common import check_aborted, goes_quiet, ok_value, paused, start_long
 from ecp.conformance.outcomes import Violation
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason, decode_any, decode_outputs, encode_add
@@ -73,31 +73,35 @@ def test_full_length_arrays(engine):
                             f"{UTILITY_LEN}")
 
 
+def _paused_error(fe, engines, tag: str):
+    """The terminal output of an ADD sent while the scheduler is paused: the one ERROR output every
+    engine can be driven to produce (``ECP-REQ-7``) without input a vLLM engine core cannot survive."""
+    with paused(fe, engines):
+        rid = fe.new_id(tag)
+        fe.add(fe.request(rid, max_tokens=2))
+        return rid, fe.wait_finished(rid)
+
+
 @case("ENG-OUT-7")
-def test_finish_reason_codes(engine):
+def test_finish_reason_codes(engine, engines):
     fe = engine
     rid = fe.new_id("reason-length")
     fe.add(fe.request(rid, max_tokens=2))
     term = fe.wait_finished(rid, max_tokens=2)
-    bad = fe.new_id("reason-error")
-    fe.add(fe.request(bad, max_tokens=2, temperature=-1.0))
-    err = fe.wait_finished(bad)
+    _, err = _paused_error(fe, engines, "reason-error")
     for what, got, want in (("max_tokens reached", term.output.finish_reason, FinishReason.LENGTH),
-                            ("invalid parameters", err.output.finish_reason, FinishReason.ERROR)):
+                            ("an ADD refused while paused", err.output.finish_reason, FinishReason.ERROR)):
         if got != want or int(got) != int(want):
             raise Violation(f"{what}: finish_reason {got!r}, expected {want.name} ({int(want)})")
 
 
 @case("ENG-OUT-8")
-def test_error_output_shape(engine):
+def test_error_output_shape(engine, engines):
     fe = engine
-    rid = fe.new_id("error-shape")
-    fe.add(fe.request(rid, max_tokens=2, temperature=-1.0))
-    term = fe.wait_finished(rid)
+    rid, term = _paused_error(fe, engines, "error-shape")
     out = term.output
     if out.finish_reason != FinishReason.ERROR:
-        raise Violation(f"an ADD with temperature=-1.0 ended with {out.finish_reason!r}, expected ERROR",
-                        clause="ECP-REQ-3")
+        raise Violation(f"an ADD while paused ended with {out.finish_reason!r}, expected ERROR", clause="ECP-REQ-7")
     e = out.error
     if e is None or not isinstance(e.code, str) or not e.code or not isinstance(e.message, str) \
             or not isinstance(e.retryable, bool):
