@@ -215,7 +215,7 @@ def test_engine_count_and_start_index_reach_the_shared_engine(run_ecp):
                            "--engine-start-index", "5", "--case", "ENG-HS-*", "--case", "ENG-OUT-2",
                            "--case", "ENG-DP-1", *FAST)
     assert code == 0, stdout
-    assert "8 PASS" in stdout, stdout
+    assert "9 PASS" in stdout, stdout
 
 
 def test_reference_engine_process_crash_is_caught(run_ecp):

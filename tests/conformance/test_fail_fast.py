@@ -24,7 +24,7 @@ def test_one_rank_engine_fails_every_dp_case_fast(run_ecp, tmp_path):
     assert code == 1, stdout
     assert cases["ENG-REQ-1"]["outcome"] == "PASS", stdout  # the shared single-rank engine serves
     dp = sorted(c for c in cases if c.startswith("ENG-DP-"))
-    assert len(dp) == 5
+    assert len(dp) >= 5
     assert all(cases[c]["outcome"] == "TIMEOUT" for c in dp), stdout
     first, *rest = dp
     assert "1 of 2 engine(s) said HELLO" in cases[first]["message"]
