@@ -233,7 +233,7 @@ def write_html(s: RunSummary, path: Path) -> None:
            + "".join(f"<p><b>problem</b> {html.escape(p)}</p>" for p in s.problems)
            + "<table border=1 cellspacing=0 cellpadding=3><tr><th>case</th><th>slug</th><th>clause</th>"
            "<th>level</th><th>conformance level</th><th>outcome</th><th>requirement</th></tr>" + "".join(rows) + "</table>"
-           f"<h2>Coverage</h2><p>{html.escape(summary_line(s.coverage))}</p>"
+           f"<h2 id='coverage'>Coverage</h2><p>{html.escape(summary_line(s.coverage))}</p>"
            "<table><tr><th>clause</th><th>level</th><th>title</th><th>cases</th><th>coverage</th></tr>"
            + "".join(matrix) + "</table>")
     path.write_text(doc)
