@@ -68,6 +68,10 @@ CASES: tuple[Case, ...] = (
        "finish_reason is LENGTH (1) when max_tokens is reached and ERROR (3) for an ADD refused while paused."),
     _c("ENG-OUT-8", "ECP-OUT-5", "MUST", "error-output-shape",
        "An ERROR output (an ADD while paused) carries error {code, message, retryable} and its id in finished_requests."),
+    _c("ENG-OUT-9", "ECP-FRAME-7", "MUST", "tensor-encoding",
+       "Logprobs tensors are [dtype, shape, data], data inline (ext 3) or a frame index, sized dtype x shape."),
+    _c("ENG-OUT-10", "ECP-FRAME-8", "SHOULD", "aux-frame-threshold",
+       "Tensor buffers of 256 bytes or more are sent in aux frames, smaller ones inline."),
     # ---------------------------------------------------------------- abort
     _c("ENG-ABORT-1", "ECP-ABORT-2", "MUST", "abort-stops-running",
        "After ABORT a running request stops producing tokens; any terminal output it gets is ABORT."),

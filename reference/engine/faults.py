@@ -18,7 +18,7 @@ import msgspec
 
 from ecp.spec import (
     AbortMessage, AddMessage, EngineCoreOutput, EngineCoreOutputs, FinishReason, InputMessage, ProtocolError, UtilityMessage,
-    UtilityOutput, UtilityResult,
+    UtilityOutput, UtilityResult, decode_any, encode_outputs,
 )
 from ecp.spec.machine import COORDINATOR
 
@@ -47,6 +47,8 @@ FAULTS: dict[str, Fault] = table(
     Fault("outputs-wrapped", "ECP-FRAME-2", "each EngineCoreOutputs payload is wrapped as [0, payload]"),
     Fault("truncated-request-ids", "ECP-FRAME-10", "outputs carry request ids cut to 32 characters"),
     Fault("paused-add-not-retryable", "ECP-REQ-7", "the engine_paused ERROR says retryable: false"),
+    Fault("tensor-shape-mismatch", "ECP-FRAME-7", "logprob tensors claim one row more than their data holds"),
+    Fault("tensors-inline", "ECP-FRAME-8", "tensor buffers of 256 bytes or more are sent inline"),
     Fault("ignore-stamped-wave", "ECP-DP-5", "the current_wave stamped on an ADD is ignored (read as 0)"),
     Fault("abort-immediately-paused-error", "ECP-REJECT-5",
           "while paused, an abort_immediately ADD is answered with an engine_paused ERROR"),
@@ -140,12 +142,15 @@ class FaultLayer:
     def _raw(self, msg: EngineCoreOutputs) -> EngineCoreOutputs | list:
         """The faults that break the encoding itself turn the message into the raw list the encoder sends."""
         names = self.names
-        if not {"finish-reason-out-of-range", "short-output-arrays", "outputs-wrapped"} & names:
+        if not {"finish-reason-out-of-range", "short-output-arrays", "outputs-wrapped", "tensor-shape-mismatch",
+                "tensors-inline"} & names:
             return msg
-        raw = msgspec.msgpack.decode(msgspec.msgpack.encode(msg))  # the array form, bytes kept
+        raw = _array_form(msg)
         for out in raw[1]:
             if out[5] == FinishReason.LENGTH and "finish-reason-out-of-range" in names:
                 out[5] = 7
+            if isinstance(out[2], list) and "tensor-shape-mismatch" in names:
+                out[2][0][1][0] += 1  # logprob_token_ids: [N, K+1] -> [N+1, K+1]
         if "short-output-arrays" in names:
             raw[1] = [_cut(out) for out in raw[1]]
             raw = _cut(raw)
@@ -186,3 +191,18 @@ def _cut(array: list) -> list:
     while end > 1 and array[end - 1] is None:
         end -= 1
     return array[:end]
+
+
+def _array_form(msg: EngineCoreOutputs) -> list:
+    """``msg`` as the plain array its encoding is, every tensor buffer inline (ext 3), so a fault can
+    rewrite it and the encoder send it as one frame."""
+    frames = encode_outputs(msg)
+    raw = decode_any(frames[0])
+    for out in raw[1]:
+        for field in (2, 3):  # new_logprobs, new_prompt_logprobs_tensors
+            if isinstance(out[field], list):
+                for tensor in out[field]:
+                    if isinstance(tensor, list) and len(tensor) == 3 and isinstance(tensor[0], str):
+                        data = frames[tensor[2]] if isinstance(tensor[2], int) else tensor[2]
+                        tensor[2] = msgspec.msgpack.Ext(3, bytes(data))
+    return raw

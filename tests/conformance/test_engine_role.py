@@ -44,6 +44,8 @@ REFERENCE_KNOBS: dict[str, list[str]] = {
     "paused-add-not-retryable": ["ENG-REQ-9"],
     "abort-immediately-paused-error": ["ENG-REJECT-3"],
     "ignore-stamped-wave": ["ENG-DP-6"],
+    "tensor-shape-mismatch": ["ENG-OUT-9"],
+    "tensors-inline": ["ENG-OUT-10"],
 }
 
 
@@ -90,8 +92,9 @@ def test_every_reference_knob_is_mapped():
 @pytest.mark.parametrize("knob", sorted(REFERENCE_KNOBS))
 def test_reference_knob_is_caught(knob, run_ecp, tmp_path):
     out = tmp_path / "r.json"
+    # --strict: a SHOULD case that catches its knob fails the run too
     args = ["conformance", "engine", "--adapter", f"reference_adapters:bug_{knob}", "--json", str(out),
-            "--case-timeout", "3", *FAST]
+            "--case-timeout", "3", "--strict", *FAST]
     for cid in REFERENCE_KNOBS[knob]:
         args += ["--case", cid]
     code, stdout = run_ecp(*args)

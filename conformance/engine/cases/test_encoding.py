@@ -1,16 +1,18 @@
 """Engine-role encoding cases: output framing, full-length arrays, finish reasons, ERROR outputs,
 request ids kept verbatim, and the startup utilities a Python frontend sends."""
 
+import math
 import struct
 import time
 
 import msgspec
 
 from ecp.conformance.engine.cases._common import check_aborted, goes_quiet, ok_value, paused, start_long
-from ecp.conformance.outcomes import Violation
+from ecp.conformance.outcomes import Unsupported, Violation
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason, decode_any, decode_outputs, encode_add
 from ecp.spec.golden import load_documents
+from ecp.spec.tensors import DTYPE_ITEMSIZE
 
 #: array lengths of vLLM 0.33's array-like output structs (``ECP-FRAME-3``)
 OUTPUTS_LEN, OUTPUT_LEN, UTILITY_LEN = 9, 19, 3
@@ -232,3 +234,75 @@ def test_rust_frontend_add(engine):
     if len(fe.tokens(rid)) > 3:
         raise Violation(f"the vllm-rs ADD (max_tokens 3) produced {len(fe.tokens(rid))} tokens")
     fe.serves(after="an ADD in vllm-rs encoding")
+
+
+# ------------------------------------------------------------------ tensors
+#: buffers of this many bytes or more go to aux frames (``ECP-FRAME-8``)
+AUX_THRESHOLD = 256
+#: alternatives per sampled token: the token-id and logprob rows (65 x 4 bytes) cross the threshold,
+#: the rank tensor (8 bytes per token) stays below it
+LOGPROBS = 64
+
+
+def _logprob_tensors(fe, tag: str) -> list[tuple[str, list, list[bytes]]]:
+    """Ask for sampled-token logprobs; return (field, raw tensor, frames) for each tensor the engine sent.
+
+    UNSUPPORTED when the engine sends none (logprobs are a capability, not a wire rule)."""
+    rid = fe.new_id(tag)
+    mark = len(fe.raw_outputs)
+    fe.add(fe.request(rid, max_tokens=2, logprobs=LOGPROBS))
+    fe.wait_finished(rid, max_tokens=2)
+    found = []
+    names = ("logprob_token_ids", "logprobs", "sampled_token_ranks")
+    for _, frames in fe.raw_outputs[mark:]:
+        raw = decode_any(frames[0])
+        for out in raw[1] or []:
+            if isinstance(out, list) and len(out) > 2 and out[0] == rid and isinstance(out[2], list):
+                found += [(f"new_logprobs.{name}", value, frames) for name, value in zip(names, out[2])
+                          if value is not None]
+    if not found:
+        raise Unsupported(f"the engine sent no logprobs for logprobs={LOGPROBS}, so no tensor could be checked")
+    return found
+
+
+def _tensor_bytes(name: str, tensor, frames: list[bytes]) -> bytes:
+    if not (isinstance(tensor, list) and len(tensor) == 3 and isinstance(tensor[0], str)
+            and isinstance(tensor[1], list) and all(isinstance(d, int) and d >= 0 for d in tensor[1])):
+        raise Violation(f"{name} is {tensor!r:.120}; a tensor is [dtype, shape, data]")
+    dtype, shape, data = tensor
+    if isinstance(data, int) and not isinstance(data, bool):
+        if not 0 <= data < len(frames):
+            raise Violation(f"{name} names frame {data}, but the message has {len(frames)} frame(s)")
+        data = frames[data]
+    if not isinstance(data, bytes):
+        raise Violation(f"{name}: data is {type(data).__name__}; it is ext type 3 or a frame index")
+    if name.endswith("logprob_token_ids") and len(shape) != 2:
+        raise Violation(f"{name}: shape {shape}; the token ids of N tokens with K alternatives are [N, K+1]")
+    size = DTYPE_ITEMSIZE.get(dtype)
+    if size is None:
+        raise Violation(f"{name}: unknown dtype {dtype!r}")
+    want = size * math.prod(shape)
+    if len(data) != want:
+        raise Violation(f"{name}: {dtype}{shape} needs {want} bytes, the data holds {len(data)}")
+    return data
+
+
+@case("ENG-OUT-9")
+def test_tensor_encoding(engine):
+    fe = engine
+    for name, tensor, frames in _logprob_tensors(fe, "tensors"):
+        _tensor_bytes(name, tensor, frames)
+
+
+@case("ENG-OUT-10")
+def test_aux_frame_threshold(engine):
+    fe = engine
+    for name, tensor, frames in _logprob_tensors(fe, "aux"):
+        data = _tensor_bytes(name, tensor, frames)
+        inline = not isinstance(tensor[2], int)
+        if inline and len(data) >= AUX_THRESHOLD:
+            raise Violation(f"{name}: a {len(data)}-byte buffer is sent inline; buffers of {AUX_THRESHOLD} bytes or "
+                            "more go to aux frames")
+        if not inline and len(data) < AUX_THRESHOLD:
+            raise Violation(f"{name}: a {len(data)}-byte buffer is sent in an aux frame; smaller than "
+                            f"{AUX_THRESHOLD} bytes it goes inline")
