@@ -10,9 +10,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = p.add_subparsers(dest="conformance_command", metavar="ROLE")
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
-    ls = sub.add_parser("list", help="print the case catalogue and the MUST clauses no case covers")
+    ls = sub.add_parser(
+        "list", help="print the case catalogue and the clauses with neither a case nor a stated reason",
+        description="Print every case, then the clause coverage: each spec clause needs a case in every role "
+                    "it binds, or a stated reason why it cannot be observed on the wire (and what checks it "
+                    "instead). Exit 0, or 2 when the catalogue itself is inconsistent.")
     ls.add_argument("--role", default=None, help="only this role's cases")
-    ls.add_argument("--json", action="store_true", help="machine-readable output")
+    ls.add_argument("--json", action="store_true", help="machine-readable output (cases and the coverage matrix)")
+    ls.add_argument("--matrix", action="store_true",
+                    help="print the coverage matrix (clause x role -> cases, or the reason) instead of the cases")
     ls.set_defaults(func=_list)
 
     eng = sub.add_parser(
@@ -66,26 +72,46 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _list(args: argparse.Namespace) -> int:
     import json
 
-    from .registry import ROLE_CATALOGS, RegistryError, clause_coverage, load_role
-    from ecp.spec import clauses
+    from .coverage import ROLES, clause_rows, format_matrix, gaps, summary_line
+    from .registry import RegistryError, load_role
 
     try:
-        roles = [args.role] if args.role else list(ROLE_CATALOGS)
-        cases = [c for r in roles for c in load_role(r)]
+        if args.role and args.role not in ROLES:
+            raise RegistryError(f"unknown role {args.role!r} (known: {', '.join(ROLES)})")
+        roles = [args.role] if args.role else list(ROLES)
+        every = [c for r in ROLES for c in load_role(r)]
     except RegistryError as exc:
         print(f"ecp conformance: {exc}")
         return 2
-    by_clause, uncovered = clause_coverage(cases)
+    cases = [c for c in every if set(c.roles) & set(roles)]
+    # which roles a clause binds is read off every role's cases, whichever role is listed
+    rows = clause_rows(every, roles=roles)
+    must_gaps, other_gaps = gaps(rows, "MUST"), gaps(rows, "SHOULD") + gaps(rows, "MAY")
     if args.json:
-        print(json.dumps({"cases": [c.to_dict() for c in cases], "uncovered_must_clauses": uncovered}, indent=1))
+        print(json.dumps({"cases": [c.to_dict() for c in cases], "coverage": [r.to_dict() for r in rows],
+                          "uncovered_must_clauses": [r.clause for r in must_gaps],
+                          "uncovered_should_may_clauses": [r.clause for r in other_gaps]}, indent=1))
         return 0
-    for c in cases:
-        print(f"{c.id:<13} {c.clause:<14} {c.level:<6} {c.conformance_level:<8} {c.slug:<38} {c.requirement}")
-    print(f"\n{len(cases)} case(s) cite {len(by_clause)} clause(s) "
-          f"({', '.join(roles)} role{'s' if len(roles) > 1 else ''}).")
-    print(f"MUST clauses without a case ({len(uncovered)}):")
-    for cid in uncovered:
-        print(f"  {cid:<14} {clauses.CLAUSES[cid].title}")
+    if args.matrix:
+        for line in format_matrix(rows, roles):
+            print(line)
+        reasoned = [r for r in rows if r.status == "reason"]
+        if reasoned:
+            print("\nReasons (clauses not observable on the wire in a role, and what checks them instead):")
+            for r in reasoned:
+                print(f"  {r.clause} [{', '.join(r.reason.roles)}]: {r.reason.why} Checked by: {r.reason.checked_by}")
+    else:
+        for c in cases:
+            print(f"{c.id:<13} {c.clause:<14} {c.level:<6} {c.conformance_level:<8} {c.slug:<38} {c.requirement}")
+        cited = {c.clause for c in cases}
+        print(f"\n{len(cases)} case(s) cite {len(cited)} clause(s) "
+              f"({', '.join(roles)} role{'s' if len(roles) > 1 else ''}).")
+    print(summary_line(rows))
+    for label, found in (("MUST", must_gaps), ("SHOULD/MAY", other_gaps)):
+        print(f"{label} clauses without a case or reason: {len(found)}")
+        for r in found:
+            print(f"  {r.clause:<14} {r.title} (no case in the {' and '.join(r.missing_roles)} role"
+                  f"{'s' if len(r.missing_roles) > 1 else ''})")
     return 0
 
 

@@ -63,6 +63,11 @@ class PeerHandle:
     def stop(self, grace_s: float = 3.0) -> None:
         """Stop the peer; a process gets ``grace_s`` after SIGTERM before SIGKILL."""
 
+    def terminate(self) -> bool:
+        """Ask the peer to shut down gracefully (SIGTERM), without waiting or killing; False when this
+        kind of peer has no process the harness can signal."""
+        return False
+
     def log_tail(self, limit: int = STDERR_TAIL_BYTES) -> str:
         if self.log_path is None or not self.log_path.exists():
             return ""
@@ -117,6 +122,12 @@ class CommandPeer(PeerHandle):
             # the leader is gone; make sure children it left in its group go too
             self._signal(signal.SIGKILL)
         self._log.close()
+
+    def terminate(self) -> bool:
+        """SIGTERM the process group we created; the caller waits for the exit (:meth:`wait`)."""
+        if self.proc.poll() is None:
+            self._signal(signal.SIGTERM)
+        return True
 
     @contextlib.contextmanager
     def frozen(self):

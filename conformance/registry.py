@@ -172,12 +172,3 @@ def check_implementations(catalogue: Iterable[Case], implemented: dict[str, list
         problems.append(f"{cid}: catalogue entry without a test")
     if problems:
         raise RegistryError("case registry check failed:\n  " + "\n  ".join(problems))
-
-
-def clause_coverage(cases: Iterable[Case]) -> tuple[dict[str, list[str]], list[str]]:
-    """(clause id -> case ids citing it, MUST clauses no case cites)."""
-    by_clause: dict[str, list[str]] = {}
-    for c in cases:
-        by_clause.setdefault(c.clause, []).append(c.id)
-    uncovered = [c.id for c in spec_clauses.must_clauses() if c.id not in by_clause]
-    return by_clause, uncovered

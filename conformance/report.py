@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 from ecp.spec.clauses import CONFORMANCE_LEVELS
 
+from .coverage import ClauseRow, clause_rows, summary, summary_line
 from .outcomes import CaseResult, Outcome
 
 SCHEMA_PATH = Path(__file__).parent / "schema" / "results.schema.json"
@@ -46,12 +47,21 @@ class RunSummary:
         return [r for r in self.results if r.outcome is Outcome.ERROR]
 
     @property
+    def coverage(self) -> list[ClauseRow]:
+        """The coverage matrix of this run's role, with each case's outcome in this run."""
+        from .registry import ROLE_CATALOGS, load_role
+
+        every = [c for role in ROLE_CATALOGS for c in load_role(role)]
+        return clause_rows(every, {r.id: r.outcome.value for r in self.results}, roles=(self.role,))
+
+    @property
     def exit_code(self) -> int:
         if self.errors:
             return 2
         return 1 if self.failures or self.problems else 0
 
     def to_json(self) -> dict[str, Any]:
+        rows = self.coverage
         return {
             "$schema": SCHEMA_ID,
             "schema_version": 1,
@@ -65,6 +75,7 @@ class RunSummary:
             "counts": self.counts,
             "problems": self.problems,
             "cases": [r.to_dict() for r in self.results],
+            "coverage": {"summary": summary(rows), "clauses": [row.to_dict() for row in rows]},
         }
 
 
@@ -104,8 +115,10 @@ def write_console(s: RunSummary, out: TextIO) -> None:
             out.write(f"    also {len(extra) - 5} more finding(s) (see the JSON report)\n")
     for p in s.problems:
         out.write(f"PROBLEM {p}\n")
+    out.write(f"\n{summary_line(s.coverage)} ({s.role} role; the matrix: --markdown, --html, --json or "
+              f"ecp conformance list --matrix)\n")
     parts = [f"{n} {k}" for k, n in s.counts.items() if n]
-    out.write(f"\n{s.role} role against {s.target}: {', '.join(parts) or 'no cases'} "
+    out.write(f"{s.role} role against {s.target}: {', '.join(parts) or 'no cases'} "
               f"in {s.duration_s:.1f}s at level {s.conformance_level} -> exit {s.exit_code}\n")
 
 
@@ -152,6 +165,12 @@ def markdown(s: RunSummary) -> str:
     for r in s.results:
         lines.append(f"| {r.id} `{r.slug}` | {r.clause} | {r.level} | {r.conformance_level} | {_status(r, s)} "
                      f"| {r.requirement} |")
+    lines += ["", "## Coverage", "", summary_line(s.coverage) + ".", "",
+              "| clause | level | title | cases (outcome) | coverage |", "|---|---|---|---|---|"]
+    for row in s.coverage:
+        cases = ", ".join(f"{c} ({row.outcomes[c]})" if c in row.outcomes else c
+                          for c in row.cases.get(s.role, [])) or "-"
+        lines.append(f"| {row.clause} | {row.level} | {row.title} | {cases} | {_coverage_cell(row, s.role)} |")
     failed = [r for r in s.results
               if r.transcript_text or r.findings or (r.message and r.outcome is not Outcome.PASS)]
     if failed:
@@ -174,6 +193,14 @@ def markdown(s: RunSummary) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _coverage_cell(row: ClauseRow, role: str) -> str:
+    if row.cases.get(role):
+        return row.verdict or "not run"
+    if row.reason is not None and role in row.reason.roles:
+        return f"reason: {row.reason.why} Checked by: {row.reason.checked_by}"
+    return "MISSING: no case and no stated reason"
+
+
 def write_html(s: RunSummary, path: Path) -> None:
     colour = {"PASS": "#cfc", "FAIL": "#fcc", "TIMEOUT": "#fdb", "CRASH": "#f99", "UNSUPPORTED": "#eee",
               "XFAIL": "#eef", "XPASS": "#fcf", "ERROR": "#f66"}
@@ -188,12 +215,27 @@ def write_html(s: RunSummary, path: Path) -> None:
                     f"<td>{html.escape(r.slug)}</td><td>{r.clause}</td><td>{r.level}</td><td>{r.conformance_level}</td>"
                     f"<td>{html.escape(_status(r, s))}</td><td>{html.escape(r.requirement)}{detail}</td></tr>")
     counts = ", ".join(f"{n} {k}" for k, n in s.counts.items() if n)
-    doc = (f"<!doctype html><meta charset='utf-8'><title>ecp conformance {s.role}</title>"
+    matrix = []
+    for row in s.coverage:
+        cases = " ".join(f"<span class='o {row.outcomes.get(c, 'none')}'>{c}</span>" for c in row.cases.get(s.role, []))
+        cell = _coverage_cell(row, s.role)
+        status = row.verdict if row.cases.get(s.role) and row.verdict else row.status
+        matrix.append(f"<tr><td>{row.clause}</td><td>{row.level}</td><td>{html.escape(row.title)}</td>"
+                      f"<td>{cases or '-'}</td><td class='o {html.escape(status)}'>{html.escape(cell)}</td></tr>")
+    style = ("<style>body{font-family:sans-serif;font-size:13px;margin:1em}table{border-collapse:collapse;"
+             "margin-bottom:1.5em}td,th{border:1px solid #999;padding:2px 5px;vertical-align:top}"
+             + "".join(f".o.{k}{{background:{v}}}" for k, v in colour.items())
+             + ".o.none{background:#fff}.o.reason{background:#eef}.o.missing{background:#fcc}"
+             ".o{padding:0 3px}</style>")
+    doc = (f"<!doctype html><meta charset='utf-8'><title>ecp conformance {s.role}</title>{style}"
            f"<h1>ecp conformance: {s.role} role</h1><p>target <code>{html.escape(s.target)}</code>; "
            f"level {s.conformance_level}; exit {s.exit_code}; {counts}</p>"
            + "".join(f"<p><b>problem</b> {html.escape(p)}</p>" for p in s.problems)
            + "<table border=1 cellspacing=0 cellpadding=3><tr><th>case</th><th>slug</th><th>clause</th>"
-           "<th>level</th><th>conformance level</th><th>outcome</th><th>requirement</th></tr>" + "".join(rows) + "</table>")
+           "<th>level</th><th>conformance level</th><th>outcome</th><th>requirement</th></tr>" + "".join(rows) + "</table>"
+           f"<h2 id='coverage'>Coverage</h2><p>{html.escape(summary_line(s.coverage))}</p>"
+           "<table><tr><th>clause</th><th>level</th><th>title</th><th>cases</th><th>coverage</th></tr>"
+           + "".join(matrix) + "</table>")
     path.write_text(doc)
 
 

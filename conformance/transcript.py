@@ -78,6 +78,7 @@ class Transcript:
         self.entries.append(Entry(time.monotonic() - self._t0, "note", "", [], text))
 
     def start_case(self, case_id: str) -> None:
+        self.case_id = case_id
         self._case_start = len(self.entries)
         self.note(f"case {case_id} starts")
 

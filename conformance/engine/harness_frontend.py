@@ -56,6 +56,12 @@ class Addresses:
     coordinator: tuple[str, str] | None = None
 
 
+#: fail fast on a rank that never starts: once the first rank of a launch said HELLO, every other
+#: rank must say HELLO within max(SIBLING_MIN_S, SIBLING_FACTOR x the time the first one took)
+SIBLING_MIN_S = 10.0
+SIBLING_FACTOR = 2.0
+
+
 @dataclass
 class EngineRecord:
     """What one engine (one identity) did during the handshake."""
@@ -171,6 +177,8 @@ class HarnessFrontend:
         self.records: dict[bytes, EngineRecord] = {}
         self.route: list[bytes] = []  # engine k (0-based) -> identity to address it with
         self.messages: list[tuple[int, EngineCoreOutputs]] = []
+        #: every output message as received: (client, frames), for the cases that check the encoding
+        self.raw_outputs: list[tuple[int, list[bytes]]] = []
         self.by_request: dict[str, list[Seen]] = {}
         self.replies: dict[int, list[Reply]] = {}
         self.late_handshake: list[list[bytes]] = []
@@ -296,13 +304,25 @@ class HarnessFrontend:
             addresses=EngineZmqAddresses(inputs=self.addresses.inputs, outputs=self.addresses.outputs,
                                          coordinator_input=coord_in, coordinator_output=coord_out),
             parallel_config={}))
-        end = time.monotonic() + timeout
+        started = time.monotonic()
+        end = started + timeout
         settled_at: float | None = None  # when READY (or every registration) was complete
         grace = max(0.5, 3 * self.quiet_window_s)
+        siblings_due: float | None = None  # by when every rank must have said HELLO (fail fast)
         while not self._handshake_complete():
             if cancel is not None and cancel.is_set():
                 raise CaseTimeout("handshake cancelled: the launch is no longer needed")
             now = time.monotonic()
+            if siblings_due is None and self.records:
+                # the ranks of one launch start together: once one said HELLO, the others get a
+                # budget scaled on how long it took, not the whole startup budget
+                siblings_due = now + max(SIBLING_MIN_S, SIBLING_FACTOR * (now - started))
+            if siblings_due is not None and now >= siblings_due and len(self.records) < self.engine_count:
+                raise CaseTimeout(
+                    f"handshake: {len(self.records)} of {self.engine_count} engine(s) said HELLO; the others "
+                    f"sent nothing {now - started:.1f}s after the launch (a rank's siblings get max({SIBLING_MIN_S:g}s, {SIBLING_FACTOR:g}x the time "
+                    f"the first HELLO took) after it; identities seen: "
+                    f"{[r.identity.hex() for r in self.records.values()]})")
             # READY everywhere but a registration missing, or the reverse: record it after a grace
             if settled_at is None and (self._all_ready() or self._all_registered()):
                 settled_at = now
@@ -546,6 +566,7 @@ class HarnessFrontend:
             return decoded[0]
 
         self.transcript.record("recv", f"output[{client}]", frames, decode)
+        self.raw_outputs.append((client, frames))
         self.machine.receive(f"output[{client}]", frames)
         if not decoded:
             try:

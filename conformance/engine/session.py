@@ -53,6 +53,15 @@ SPARES = 2
 HEALTH_PROBE_S = 5.0
 
 
+#: a topology: (clients, engines, with a coordinator)
+Topology = tuple[int, int, bool]
+
+
+def describe(topology: Topology) -> str:
+    clients, engines, coordinator = topology
+    return (f"{engines} engine(s), {clients} client(s)" + (", a DP coordinator" if coordinator else ""))
+
+
 class EngineNeverConnected(CaseTimeout):
     """No engine said HELLO within the startup budget: the command most likely does not reach
     the harness's handshake address. Later launches of the run fail at once with the same error
@@ -223,6 +232,10 @@ class EngineManager:
         self.logs: list[EngineUnderTest] = []
         #: engine launch -> how many machine violations it had when the current case began
         self._violation_marks: dict[int, int] = {}
+        #: topologies whose handshake failed -> (the case that tried it, the failure): fail fast
+        self._failed_topologies: dict[Topology, tuple[str, Exception]] = {}
+        #: launches of the current case that it ends on purpose (:meth:`dedicated`)
+        self._dedicated: list[EngineUnderTest] = []
 
     # ------------------------------------------------------------------ lifetimes
     def _launch(self, clients: int, engine_count: int, coordinator: bool = False) -> EngineUnderTest:
@@ -332,7 +345,12 @@ class EngineManager:
                 kept.close()  # one extra topology at a time: engines cost memory
                 self._kept = None
         if eut is None:
-            eut = self._launch(clients, key[1], coordinator)
+            self._raise_if_blocked(key)
+            try:
+                eut = self._launch(clients, key[1], coordinator)
+            except (CaseTimeout, PeerCrashed) as exc:
+                self._failed_topologies[key] = (getattr(self.transcript, "case_id", "an earlier case"), exc)
+                raise
             self._kept = (key, eut)
         self._fresh.append(eut)
         try:
@@ -342,6 +360,32 @@ class EngineManager:
                 self._fresh_crashed = True
                 eut.close()
                 self._kept = None
+
+    @contextlib.contextmanager
+    def dedicated(self) -> Iterator[EngineUnderTest]:
+        """A launch of the shared topology for one case that ends it on purpose (graceful shutdown):
+        its exit is the case's to judge, not a crash, and it is never reused."""
+        if self.cfg.attach or not self.cfg.command:
+            raise Unsupported("needs an engine process the harness launches and can signal (run with -- COMMAND)")
+        eut = self._launch(1, self.cfg.engine_count)
+        self._dedicated.append(eut)
+        try:
+            yield eut
+        finally:
+            eut.close()
+
+    def _raise_if_blocked(self, key: Topology) -> None:
+        """Fail fast: a topology at least as demanding as one whose handshake already failed in this
+        run (as many engines, clients and coordinator, or more) is not launched again. The engine
+        showed it cannot do it; waiting out the startup budget again per case would only multiply
+        the wait. The case gets the first failure's outcome with that failure as evidence."""
+        for failed, (case_id, exc) in self._failed_topologies.items():
+            if all(k >= f for k, f in zip(key, failed)):
+                blocked = type(exc)(f"blocked by {case_id}: the handshake with {describe(failed)} already failed "
+                                    f"in this run, so {describe(key)} is not launched again (the first failure: "
+                                    f"{exc})")
+                self.transcript.note(f"not launching {describe(key)}: blocked by {case_id}")
+                raise blocked
 
     def after_failure(self) -> str | None:
         """A case failed: keep each engine it used if it still serves, else drop it.
@@ -399,13 +443,14 @@ class EngineManager:
         self.deadline = None
         self.touched = []
         self._fresh = []
+        self._dedicated = []
         self._fresh_crashed = False
         self._violation_marks = {} if self._shared is None else {
             id(self._shared): len(self._shared.fe.machine.violations)}
 
     def violations(self) -> list:
         """What the protocol machine recorded against the engines this case used, since it began."""
-        seen: dict[int, EngineUnderTest] = {id(e): e for e in [*self.touched, *self._fresh]}
+        seen: dict[int, EngineUnderTest] = {id(e): e for e in [*self.touched, *self._fresh, *self._dedicated]}
         out: list = []
         for key, eut in seen.items():
             out += eut.fe.violations_since(self._violation_marks.get(key, eut.handshake_violations))

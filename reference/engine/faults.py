@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 import msgspec
 
 from ecp.spec import (
-    AbortMessage, AddMessage, EngineCoreOutput, EngineCoreOutputs, InputMessage, ProtocolError, UtilityMessage,
-    UtilityOutput, UtilityResult,
+    AbortMessage, AddMessage, EngineCoreOutput, EngineCoreOutputs, FinishReason, InputMessage, ProtocolError, UtilityMessage,
+    UtilityOutput, UtilityResult, decode_any, encode_outputs,
 )
 from ecp.spec.machine import COORDINATOR
 
@@ -40,6 +40,18 @@ FAULTS: dict[str, Fault] = table(
     Fault("bare-utility-result", "ECP-UTIL-2", "utility results are sent as bare values, not [type_info, value]"),
     Fault("wave-complete-to-client", "ECP-OUT-6", "wave_complete is sent to client 0 instead of the coordinator"),
     Fault("tokens-after-finish", "ECP-OUT-1", "one more token output follows every terminal output"),
+    Fault("no-generate-task", "ECP-HS-13", "get_supported_tasks answers without \"generate\""),
+    Fault("error-not-finished", "ECP-OUT-5", "ERROR outputs leave their id out of finished_requests"),
+    Fault("finish-reason-out-of-range", "ECP-OUT-4", "LENGTH is sent as finish_reason 7"),
+    Fault("short-output-arrays", "ECP-FRAME-3", "output arrays are cut after their last non-nil element"),
+    Fault("outputs-wrapped", "ECP-FRAME-2", "each EngineCoreOutputs payload is wrapped as [0, payload]"),
+    Fault("truncated-request-ids", "ECP-FRAME-10", "outputs carry request ids cut to 32 characters"),
+    Fault("paused-add-not-retryable", "ECP-REQ-7", "the engine_paused ERROR says retryable: false"),
+    Fault("tensor-shape-mismatch", "ECP-FRAME-7", "logprob tensors claim one row more than their data holds"),
+    Fault("tensors-inline", "ECP-FRAME-8", "tensor buffers of 256 bytes or more are sent inline"),
+    Fault("ignore-stamped-wave", "ECP-DP-5", "the current_wave stamped on an ADD is ignored (read as 0)"),
+    Fault("abort-immediately-paused-error", "ECP-REJECT-5",
+          "while paused, an abort_immediately ADD is answered with an engine_paused ERROR"),
 )
 
 
@@ -55,6 +67,8 @@ class FaultLayer:
         self.engine_index = engine_index
         #: call_id -> method name of the pending utility calls a fault rewrites the reply of
         self._calls: dict[int, str] = {}
+        #: whether the scheduler is paused, as the utility calls that went in say
+        self._paused = False
 
     def __bool__(self) -> bool:
         return bool(self.names)
@@ -72,8 +86,20 @@ class FaultLayer:
             return AddMessage(msgspec.structs.replace(msg.request, abort_immediately=False))
         if isinstance(msg, AbortMessage) and "ignore-abort" in self.names:
             return None
+        if isinstance(msg, AddMessage) and msg.request.current_wave and "ignore-stamped-wave" in self.names:
+            return AddMessage(msgspec.structs.replace(msg.request, current_wave=0))
+        if isinstance(msg, AddMessage) and msg.request.abort_immediately and self._paused \
+                and "abort-immediately-paused-error" in self.names:
+            # answered as if it were an ordinary ADD: the core refuses those while paused
+            return AddMessage(msgspec.structs.replace(msg.request, abort_immediately=False))
         if isinstance(msg, UtilityMessage):
             method = msg.call.method_name
+            if method in ("pause_generation", "pause_scheduler"):
+                self._paused = True
+            elif method == "resume_scheduler":
+                self._paused = False
+            if method == "get_supported_tasks" and "no-generate-task" in self.names:
+                self._calls[msg.call.call_id] = method
             if (method == "is_sleeping" and "inconsistent-is-sleeping" in self.names) or \
                     (method == "reset_prefix_cache" and "reset-prefix-cache-fails" in self.names):
                 self._calls[msg.call.call_id] = method
@@ -92,7 +118,14 @@ class FaultLayer:
             return [self._reply(ob, msg)]
         extra: list[Outbound] = []
         outs: list[EngineCoreOutput] = []
+        finished = msg.finished_requests
         for out in msg.outputs:
+            if out.finish_reason == FinishReason.ERROR and finished and "error-not-finished" in names:
+                finished = {rid for rid in finished if rid != out.request_id} or None
+            if out.error is not None and out.error.code == "engine_paused" and "paused-add-not-retryable" in names:
+                out = msgspec.structs.replace(out, error=msgspec.structs.replace(out.error, retryable=False))
+            if "truncated-request-ids" in names and len(out.request_id) > 32:
+                out = msgspec.structs.replace(out, request_id=out.request_id[:32])
             if out.finish_reason is not None:
                 if "duplicate-output" in names:
                     extra.append(self._single(ob, msg, out))
@@ -102,9 +135,26 @@ class FaultLayer:
                 if "no-terminal-output" in names:
                     out = msgspec.structs.replace(out, finish_reason=None, stop_reason=None)
             outs.append(out)
-        if outs != msg.outputs:
-            msg = msgspec.structs.replace(msg, outputs=outs)
-        return [type(ob)(ob.client_index, msg), *extra]
+        if outs != msg.outputs or finished != msg.finished_requests:
+            msg = msgspec.structs.replace(msg, outputs=outs, finished_requests=finished)
+        return [type(ob)(ob.client_index, self._raw(msg)), *extra]
+
+    def _raw(self, msg: EngineCoreOutputs) -> EngineCoreOutputs | list:
+        """The faults that break the encoding itself turn the message into the raw list the encoder sends."""
+        names = self.names
+        if not {"finish-reason-out-of-range", "short-output-arrays", "outputs-wrapped", "tensor-shape-mismatch",
+                "tensors-inline"} & names:
+            return msg
+        raw = _array_form(msg)
+        for out in raw[1]:
+            if out[5] == FinishReason.LENGTH and "finish-reason-out-of-range" in names:
+                out[5] = 7
+            if isinstance(out[2], list) and "tensor-shape-mismatch" in names:
+                out[2][0][1][0] += 1  # logprob_token_ids: [N, K+1] -> [N+1, K+1]
+        if "short-output-arrays" in names:
+            raw[1] = [_cut(out) for out in raw[1]]
+            raw = _cut(raw)
+        return [0, raw] if "outputs-wrapped" in names else raw
 
     def _single(self, ob: Outbound, msg: EngineCoreOutputs, out: EngineCoreOutput) -> Outbound:
         return type(ob)(ob.client_index, EngineCoreOutputs(engine_index=msg.engine_index, outputs=[out],
@@ -117,13 +167,42 @@ class FaultLayer:
         if result is not None and uo.failure_message is None:
             if method == "is_sleeping" and self.engine_index % 2 == 1:
                 result = UtilityResult(None, not result.value)
+            elif method == "get_supported_tasks":
+                result = UtilityResult(result.type_info, [t for t in result.value if t != "generate"] + ["embed"])
             elif method == "reset_prefix_cache":
                 result = UtilityResult(None, False)
         if "wrong-call-id" in self.names:
             call_id = (call_id + 1) % 2**64
+        if "short-output-arrays" in self.names:
+            return type(ob)(client, _cut([msg.engine_index, [], None, msg.timestamp,
+                                          [call_id, uo.failure_message, None if result is None else
+                                           [result.type_info, result.value]], None, None, None, None]))
         if "bare-utility-result" in self.names and uo.failure_message is None:
             value: Any = None if result is None else result.value
             return type(ob)(client, [msg.engine_index, [], None, msg.timestamp, [call_id, None, value],
                                      None, None, None, None])
         return type(ob)(client, msgspec.structs.replace(
             msg, utility_output=UtilityOutput(call_id, uo.failure_message, result)))
+
+
+def _cut(array: list) -> list:
+    """``array`` without its trailing nil elements (what a sender that drops defaults would send)."""
+    end = len(array)
+    while end > 1 and array[end - 1] is None:
+        end -= 1
+    return array[:end]
+
+
+def _array_form(msg: EngineCoreOutputs) -> list:
+    """``msg`` as the plain array its encoding is, every tensor buffer inline (ext 3), so a fault can
+    rewrite it and the encoder send it as one frame."""
+    frames = encode_outputs(msg)
+    raw = decode_any(frames[0])
+    for out in raw[1]:
+        for field in (2, 3):  # new_logprobs, new_prompt_logprobs_tensors
+            if isinstance(out[field], list):
+                for tensor in out[field]:
+                    if isinstance(tensor, list) and len(tensor) == 3 and isinstance(tensor[0], str):
+                        data = frames[tensor[2]] if isinstance(tensor[2], int) else tensor[2]
+                        tensor[2] = msgspec.msgpack.Ext(3, bytes(data))
+    return raw

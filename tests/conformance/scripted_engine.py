@@ -22,8 +22,8 @@ import msgspec
 import zmq
 
 from ecp.spec import (
-    AbortMessage, AddMessage, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, FinishReason,
-    Hello, ProtocolError, Ready, RequestError, StartDPWaveMessage, UtilityMessage, UtilityOutput, UtilityResult,
+    AbortMessage, AddMessage, EngineCoreOutput, EngineCoreRequest, EngineCoreOutputs, EngineCoreReadyResponse, FinishReason,
+    Hello, ProtocolError, Ready, RequestError, SamplingParams, StartDPWaveMessage, UtilityMessage, UtilityOutput, UtilityResult,
     LocalProtocolError, decode_any, recover_add_frames, decode_input, encode_engine_dead, encode_handshake, encode_outputs, engine_identity,
 )
 from ecp.spec.machine import (
@@ -47,7 +47,17 @@ BUGS = {
     "bad-supported-tasks", "is-sleeping-inverted", "same-identity", "no-coordinator-gate",
     "wave-complete-to-client", "no-sleep-mode", "crash-on-dp-wave", "no-recover-id", "simulate-unpickle",
     "reject-bad-client-crash", "deaf-on-bad-frame",
+    # a minimal engine that only ever starts its first rank: every other rank stays silent
+    "one-rank-only",
+    # peer behaviour the harness must report as FAIL/TIMEOUT/CRASH, never as its own ERROR
+    "garbage-outputs", "silent", "crash-on-add", "close-on-add",
+    # strict receivers: refuse what a tolerant one must accept
+    "strict-arrays", "python-forms-only", "strict-sampling-keys",
+    # SIGTERM: exit at once, leaving in-flight requests without a terminal output
+    "sigterm-drops-requests",
 }
+#: the SamplingParams keys the scripted engine knows (``strict-sampling-keys`` refuses any other)
+SAMPLING_KEYS = {f.encode_name for f in msgspec.inspect.type_info(SamplingParams).fields}
 
 
 @dataclass
@@ -83,6 +93,8 @@ class Rank:
         self.running: dict[str, Running] = {}
         self.finished: set[str] = set()
         self.sleeping = False
+        self.paused = False
+        self.wave = 0
         self.identity = engine_identity(0 if "same-identity" in bugs else rank)
         if "wrong-identity" in bugs:
             self.identity = rank.to_bytes(3, "little")
@@ -185,15 +197,29 @@ class Rank:
         msg = EngineCoreOutputs(engine_index=idx, outputs=list(outs), timestamp=time.monotonic(),
                                 utility_output=utility, finished_requests=finished)
         frames = encode_outputs(msg)
+        if "garbage-outputs" in self.bugs:
+            frames = [b"\xc1 not msgpack", b"\x00" * 3]
         if utility is not None and "bare-utility-result" in self.bugs and utility.result is not None:
             raw = decode_any(frames[0])
             raw[4][2] = utility.result.value
             frames = [msgspec.msgpack.encode(raw)]
         self.outputs[client].send_multipart(frames)
 
-    def error(self, rid: str, client: int, code: str, message: str) -> None:
+    def error(self, rid: str, client: int, code: str, message: str, retryable: bool = False) -> None:
         self.emit(client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ERROR,
-                                            error=RequestError(code, message))], finished={rid})
+                                            error=RequestError(code, message, retryable))], finished={rid})
+
+    def strict(self, frames: list[bytes]) -> str | None:
+        """What a strict-receiver knob refuses in an ADD (None: nothing)."""
+        raw = decode_any(frames[1])
+        if "strict-arrays" in self.bugs and len(raw) != len(EngineCoreRequest.__struct_fields__):
+            return f"ADD array of {len(raw)} elements"
+        if "python-forms-only" in self.bugs and (b"\xca" in frames[1] or
+                                                  isinstance(raw[3], dict) and isinstance(raw[3].get("temperature"), int)):
+            return "float32 or int where a float64 is expected"
+        if "strict-sampling-keys" in self.bugs and isinstance(raw[3], dict) and set(raw[3]) - SAMPLING_KEYS:
+            return f"unknown SamplingParams keys {sorted(set(raw[3]) - SAMPLING_KEYS)}"
+        return None
 
     # ---------------------------------------------------------------- inputs
     def on_bad(self, frames: list[bytes], exc: ProtocolError, client: int) -> None:
@@ -215,11 +241,24 @@ class Rank:
             self.error(recovered.request_id, cidx, "invalid_request", str(exc))
 
     def on_input(self, client: int, frames: list[bytes]) -> None:
+        if "silent" in self.bugs:
+            return
+        if frames[:1] == [b"\x00"] and "crash-on-add" in self.bugs:
+            self.crash("ADD")
+        if frames[:1] == [b"\x00"] and "close-on-add" in self.bugs:
+            for s in self.outputs:
+                s.close(0)
+            raise StopReading()
         try:
             msg = decode_input(frames)
         except ProtocolError as exc:
             self.on_bad(frames, exc, client)
             return
+        if isinstance(msg, AddMessage) and {"strict-arrays", "python-forms-only", "strict-sampling-keys"} & self.bugs:
+            refused = self.strict(frames)
+            if refused:
+                self.error(msg.request.request_id, msg.request.client_index, "invalid_request", refused)
+                return
         if isinstance(msg, AddMessage):
             self.on_add(msg.request)
         elif isinstance(msg, AbortMessage):
@@ -231,6 +270,7 @@ class Rank:
 
     def on_add(self, req) -> None:
         rid, client, sp = req.request_id, req.client_index, req.sampling_params
+        self.wave = max(self.wave, req.current_wave)
         if not 0 <= client < len(self.outputs) and "reject-bad-client-crash" in self.bugs:
             self.crash("client_index out of range")
         if req.abort_immediately:
@@ -238,6 +278,10 @@ class Rank:
                 self.running.clear()
             if "ignore-abort-immediately" not in self.bugs:
                 return
+        if self.paused:
+            self.error(rid, client, "engine_paused", "Generation is paused. Please retry after it resumes.",
+                       retryable=True)
+            return
         if rid in self.running and "no-duplicate-check" not in self.bugs:
             self.error(rid, client, "duplicate_request_id", f"request {rid} is already running")
             return
@@ -303,6 +347,18 @@ class Rank:
                 fail("Call to reset_prefix_cache method failed: injected fault")
             else:
                 ok(True)
+        elif method == "pause_scheduler":
+            for rid, r in list(self.running.items()):  # mode abort (the only one the cases use)
+                del self.running[rid]
+                self.finished.add(rid)
+                self.emit(r.client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ABORT)], finished={rid})
+            self.paused = True
+            ok(None)
+        elif method == "resume_scheduler":
+            self.paused = False
+            ok(None)
+        elif method == "is_scheduler_paused":
+            ok(self.paused)
         elif method in ("reset_mm_cache", "reset_encoder_cache"):
             ok(None)
         elif method == "get_supported_tasks":
@@ -340,7 +396,7 @@ class Rank:
         for client, outs in by_client.items():
             self.emit(client, outs)
         if not self.running and self.coord_push is not None:
-            done = EngineCoreOutputs(engine_index=self.rank, wave_complete=0)
+            done = EngineCoreOutputs(engine_index=self.rank, wave_complete=self.wave)
             if "wave-complete-to-client" in self.bugs:
                 self.outputs[0].send_multipart(encode_outputs(done))
             else:
@@ -379,6 +435,13 @@ class Rank:
             if self.running and time.monotonic() >= next_step:
                 self.step()
                 next_step = time.monotonic() + self.step_s
+        if "sigterm-drops-requests" not in self.bugs:
+            # a graceful stop (ECP-ROB-5): every in-flight request ends with ABORT before the sockets close
+            for rid, r in list(self.running.items()):
+                del self.running[rid]
+                if not self.outputs[r.client].closed:
+                    self.emit(r.client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ABORT)],
+                              finished={rid})
         for s in [*self.inputs, *self.outputs, self.hs]:
             s.close(0)
         if self.coord_push is not None:
@@ -395,8 +458,10 @@ class ScriptedEngines:
             raise ValueError(f"unknown bug knob(s) {sorted(unknown)}")
         self.ctx = zmq.Context()
         self._stop = threading.Event()
-        self.threads = [threading.Thread(target=Rank(self.ctx, address, start_index + k, set(bugs), step_ms / 1000,
-                                                     self._stop).run, daemon=True) for k in range(count)]
+        self.ranks = [Rank(self.ctx, address, start_index + k, set(bugs), step_ms / 1000, self._stop)
+                      for k in range(count)]
+        self.threads = [threading.Thread(target=rank.run if k == 0 or "one-rank-only" not in bugs else self._stop.wait,
+                                         daemon=True) for k, rank in enumerate(self.ranks)]
         for t in self.threads:
             t.start()
 
@@ -437,9 +502,8 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: engines._stop.set())
     while engines.alive() and not engines._stop.is_set():
         engines.threads[0].join(0.1)
-    crashed = not engines.alive()
     engines.stop()
-    return 3 if crashed else 0
+    return 3 if any(getattr(rank, "crashed", False) for rank in engines.ranks) else 0
 
 
 if __name__ == "__main__":

@@ -35,6 +35,17 @@ REFERENCE_KNOBS: dict[str, list[str]] = {
     "bare-utility-result": ["ENG-UTIL-1"],
     "wave-complete-to-client": ["ENG-DP-5"],
     "tokens-after-finish": ["ENG-OUT-1"],
+    "no-generate-task": ["ENG-HS-7"],
+    "error-not-finished": ["ENG-OUT-8"],
+    "finish-reason-out-of-range": ["ENG-OUT-7", "ENG-REQ-1"],
+    "short-output-arrays": ["ENG-OUT-6"],
+    "outputs-wrapped": ["ENG-OUT-5"],
+    "truncated-request-ids": ["ENG-REQ-8"],
+    "paused-add-not-retryable": ["ENG-REQ-9"],
+    "abort-immediately-paused-error": ["ENG-REJECT-3"],
+    "ignore-stamped-wave": ["ENG-DP-6"],
+    "tensor-shape-mismatch": ["ENG-OUT-9"],
+    "tensors-inline": ["ENG-OUT-10"],
 }
 
 
@@ -51,8 +62,27 @@ def test_reference_engine_passes_every_case(run_ecp, tmp_path):
     data, cases = _results(out)
     assert code == 0, stdout
     assert sorted(cases) == sorted(c.id for c in load_role("engine"))
+    # graceful shutdown needs a process to signal: an in-process adapter cannot be judged on it
+    assert cases.pop("ENG-ROB-8")["outcome"] == "UNSUPPORTED", stdout
     assert {c["outcome"] for c in cases.values()} == {"PASS"}, stdout
     assert "42 PASS" in stdout or f"{len(cases)} PASS" in stdout
+
+
+#: scripted-engine knob -> cases that catch it, for cases that need the engine as a process (COMMAND)
+COMMAND_KNOBS: dict[str, list[str]] = {
+    "sigterm-drops-requests": ["ENG-ROB-8"],
+}
+
+
+@pytest.mark.parametrize("knob", sorted(COMMAND_KNOBS))
+def test_command_knob_is_caught(knob, run_ecp):
+    args = ["conformance", "engine", *FAST]
+    for cid in COMMAND_KNOBS[knob]:
+        args += ["--case", cid]
+    code, stdout = run_ecp(*args, "--", *SCRIPTED, "--bug", knob)
+    assert code == 1, stdout
+    for cid in COMMAND_KNOBS[knob]:
+        assert re.search(rf"^(FAIL|TIMEOUT|CRASH) {cid} ", stdout, re.M), stdout
 
 
 def test_every_reference_knob_is_mapped():
@@ -62,8 +92,9 @@ def test_every_reference_knob_is_mapped():
 @pytest.mark.parametrize("knob", sorted(REFERENCE_KNOBS))
 def test_reference_knob_is_caught(knob, run_ecp, tmp_path):
     out = tmp_path / "r.json"
+    # --strict: a SHOULD case that catches its knob fails the run too
     args = ["conformance", "engine", "--adapter", f"reference_adapters:bug_{knob}", "--json", str(out),
-            "--case-timeout", "3", *FAST]
+            "--case-timeout", "3", "--strict", *FAST]
     for cid in REFERENCE_KNOBS[knob]:
         args += ["--case", cid]
     code, stdout = run_ecp(*args)
@@ -78,16 +109,17 @@ def test_command_template_over_tcp_and_reports(run_ecp, tmp_path):
     """The launched-command form ("Done when"): the reference engine as a subprocess, tcp transport."""
     paths = {k: tmp_path / f"report.{k}" for k in ("json", "xml", "md", "html")}
     code, stdout = run_ecp(
-        "conformance", "engine", "--transport", "tcp", "--case", "ENG-HS-*", "--case", "ENG-REQ-1",
+        "conformance", "engine", "--transport", "tcp", "--case", "ENG-HS-*", "--case", "ENG-REQ-1", "--case", "ENG-ROB-8",
         "--json", str(paths["json"]), "--junit-xml", str(paths["xml"]), "--markdown", str(paths["md"]),
         "--html", str(paths["html"]), *FAST, "--",
         sys.executable, "-m", "ecp.reference.engine", "--handshake-address", "{handshake_address}",
         "--engine-count", "{engine_count}", "--engine-start-index", "{engine_start_index}")
     assert code == 0, stdout
     data, cases = _results(paths["json"])
-    assert len(cases) == 7 and data["target"].startswith(sys.executable)
+    assert len(cases) == 9 and data["target"].startswith(sys.executable)
+    assert cases["ENG-ROB-8"]["outcome"] == "PASS"  # SIGTERM: in-flight requests ended, exit 0
     suite = ET.parse(paths["xml"]).getroot()
-    assert suite.get("tests") == "7" and suite.get("failures") == "0"
+    assert suite.get("tests") == "9" and suite.get("failures") == "0"
     assert "ENG-HS-6" in paths["md"].read_text() and "<table" in paths["html"].read_text()
 
 
@@ -186,7 +218,7 @@ def test_engine_count_and_start_index_reach_the_shared_engine(run_ecp):
                            "--engine-start-index", "5", "--case", "ENG-HS-*", "--case", "ENG-OUT-2",
                            "--case", "ENG-DP-1", *FAST)
     assert code == 0, stdout
-    assert "8 PASS" in stdout, stdout
+    assert "9 PASS" in stdout, stdout
 
 
 def test_reference_engine_process_crash_is_caught(run_ecp):

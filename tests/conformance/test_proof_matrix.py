@@ -44,7 +44,7 @@ PROOF: dict[str, list[str]] = {
     "is-sleeping-inverted": ["ENG-UTIL-4", "ENG-DP-3"],
     "reset-prefix-cache-fails": ["ENG-UTIL-5"],
     "sleep-abort-silent": ["ENG-UTIL-6"],
-    "bad-supported-tasks": ["ENG-UTIL-7"],
+    "bad-supported-tasks": ["ENG-UTIL-7", "ENG-HS-7"],
     "same-identity": ["ENG-DP-1"],
     "crash-on-dp-wave": ["ENG-DP-2"],
     "no-coordinator-gate": ["ENG-DP-4"],
@@ -55,11 +55,18 @@ PROOF: dict[str, list[str]] = {
     "deaf-on-bad-frame": ["ENG-ROB-1", "ENG-ROB-2", "ENG-SEC-3"],
     "no-recover-id": ["ENG-ROB-7"],
     "simulate-unpickle": ["ENG-SEC-1", "ENG-SEC-2"],
+    "strict-arrays": ["ENG-REQ-10"],
+    "python-forms-only": ["ENG-REQ-11", "ENG-REQ-13"],
+    "strict-sampling-keys": ["ENG-REQ-12"],
 }
 
 
 def test_every_case_is_failed_by_some_knob():
-    caught = {cid for ids in PROOF.values() for cid in ids}
+    """Each case is killed by a knob of the scripted engine (PROOF; COMMAND_KNOBS for the cases that need
+    it as a process) or a fault of the reference engine (REFERENCE_KNOBS), each run against its cases."""
+    from test_engine_role import COMMAND_KNOBS, REFERENCE_KNOBS
+
+    caught = {cid for table in (PROOF, REFERENCE_KNOBS, COMMAND_KNOBS) for ids in table.values() for cid in ids}
     missing = sorted(c.id for c in load_role("engine") if c.id not in caught)
     assert not missing, f"cases no misbehaving peer fails: {missing}"
 

@@ -30,5 +30,6 @@ def test_engine_role_suite_passes_with_the_torch_executor(tmp_path, capsys):
     out = capsys.readouterr().out
     cases = json.loads(report.read_text())["cases"]
     not_passed = {c["id"]: c["outcome"] for c in cases if c["outcome"] != "PASS"}
-    assert code == 0 and not not_passed, (not_passed, out[-3000:])
+    # ENG-ROB-8 signals the engine's process: in-process engines cannot be judged on it
+    assert code == 0 and not_passed == {"ENG-ROB-8": "UNSUPPORTED"}, (not_passed, out[-3000:])
     assert len(cases) >= 40

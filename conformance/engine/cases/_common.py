@@ -1,5 +1,6 @@
 """Helpers shared by engine-role case modules."""
 
+import contextlib
 import time
 
 from ecp.conformance.outcomes import Unsupported, Violation
@@ -7,6 +8,23 @@ from ecp.spec import EngineCoreReadyResponse
 from ecp.spec import FinishReason
 
 QUIET_LIMIT_S = 3.0
+
+
+@contextlib.contextmanager
+def paused(fe, engines):
+    """The shared engine with its scheduler paused (``pause_scheduler`` mode abort) for the block.
+
+    A block that fails leaves it resumed where the engine still answers, so that the probe after
+    the case judges the engine and not the pause; the engine is relaunched before the next case anyway."""
+    engines.mark_dirty()
+    ok_value(fe.call("pause_scheduler", ["abort"]), "pause_scheduler")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            fe.call("resume_scheduler", [], timeout=1.0)
+        raise
+    ok_value(fe.call("resume_scheduler", []), "resume_scheduler")
 
 
 def long_max_tokens(fe) -> int:

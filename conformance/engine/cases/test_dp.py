@@ -101,3 +101,37 @@ def test_dp_control_to_coordinator(engines):
             client, msg = fe.dp_control_on_outputs[0]
             raise Violation(f"rank {msg.engine_index} sent a DP control message (wave_complete={msg.wave_complete}, "
                             f"start_wave={msg.start_wave}) to client output[{client}]")
+
+
+#: a wave well ahead of any an engine reached in the cases before (each finished wave adds one)
+NEWER_WAVE = 1000
+
+
+@case("ENG-DP-6")
+def test_newer_wave_adopted(engines):
+    import msgspec
+
+    n = _dp_count(engines)
+    with engines.fresh(engine_count=n, coordinator=True) as eut:
+        fe = eut.fe
+        mark = len(fe.coordinator_messages)
+        rids = []
+        for k in range(n):
+            rid = fe.new_id(f"wave{NEWER_WAVE}-rank{fe.start_index + k}")
+            fe.add(msgspec.structs.replace(fe.request(rid, max_tokens=2), current_wave=NEWER_WAVE), engine=k)
+            rids.append(rid)
+        for rid in rids:
+            fe.wait_finished(rid, max_tokens=2)
+
+        def completes() -> dict[int, list[int]]:
+            out: dict[int, list[int]] = {}
+            for msg in fe.coordinator_messages[mark:]:
+                if msg.wave_complete is not None:
+                    out.setdefault(msg.engine_index, []).append(msg.wave_complete)
+            return out
+
+        fe.wait(lambda: len(completes()) >= n, 5.0, f"wave_complete from each of the {n} engines")
+        for index, waves in sorted(completes().items()):
+            if waves[0] != NEWER_WAVE:
+                raise Violation(f"rank {index} was sent requests stamped current_wave={NEWER_WAVE} but reported "
+                                f"wave_complete={waves[0]}; an engine receiving a newer wave adopts it")

@@ -2,6 +2,7 @@
 
 import msgspec
 
+from ecp.conformance.engine.cases._common import ok_value, paused
 from ecp.conformance.outcomes import Violation
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason, SamplingParams
@@ -47,3 +48,22 @@ def test_abort_immediately_others_unaffected(engine):
     if term.output.finish_reason != FinishReason.LENGTH or len(fe.tokens(other)) != n:
         raise Violation(f"a running request ended with {term.output.finish_reason!r} after "
                         f"{len(fe.tokens(other))}/{n} tokens when an abort_immediately ADD arrived")
+
+
+@case("ENG-REJECT-3")
+def test_abort_immediately_passes_a_pause(engine, engines):
+    fe = engine
+    with paused(fe, engines):
+        rid = fe.new_id("rejected-paused")
+        fe.add(rejection_notice(fe, rid))
+        # a utility reply after it proves the notice was read
+        ok_value(fe.call("is_scheduler_paused", []), "is_scheduler_paused")
+        fe.observe()
+        errors = [s.output for s in fe.seen(rid) if s.output.error is not None]
+        if errors:
+            raise Violation(f"the abort_immediately ADD {rid} sent while paused was answered with "
+                            f"error {errors[0].error!r}; it must be processed, not refused as new work")
+        if fe.tokens(rid):
+            raise Violation(f"abort_immediately request {rid} produced {len(fe.tokens(rid))} token(s)",
+                            clause="ECP-REJECT-1")
+    fe.serves(after="an abort_immediately ADD during a pause")

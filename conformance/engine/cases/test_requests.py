@@ -2,7 +2,7 @@
 
 import time
 
-from ecp.conformance.engine.cases._common import goes_quiet, long_max_tokens
+from ecp.conformance.engine.cases._common import goes_quiet, long_max_tokens, paused
 from ecp.conformance.outcomes import Unsupported, Violation
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason
@@ -201,3 +201,22 @@ def test_delta_tokens(engine):
     if sum(per_output) != n:
         raise Violation(f"new_token_ids per output {per_output} sum to {sum(per_output)}, expected {n} "
                         "(cumulative instead of delta?)")
+
+
+@case("ENG-REQ-9")
+def test_paused_engine_errors(engine, engines):
+    fe = engine
+    with paused(fe, engines):
+        rid = fe.new_id("while-paused")
+        fe.add(fe.request(rid, max_tokens=2))
+        term = fe.wait_finished(rid)
+        out = term.output
+        if out.finish_reason != FinishReason.ERROR or out.error is None:
+            raise Violation(f"an ADD while paused ended with {out.finish_reason!r} after {len(fe.tokens(rid))} "
+                            f"token(s), error={out.error!r}; expected an ERROR output with code engine_paused")
+        if out.error.code != "engine_paused" or out.error.retryable is not True:
+            raise Violation(f"an ADD while paused got error code={out.error.code!r}, "
+                            f"retryable={out.error.retryable!r}; expected engine_paused, retryable: true")
+        if fe.tokens(rid):
+            raise Violation(f"{len(fe.tokens(rid))} token(s) produced for an ADD refused while paused")
+    fe.serves(after="pause_scheduler and resume_scheduler")

@@ -123,3 +123,40 @@ def test_invalid_add_answered(engine):
     if fe.terminals(rid)[0].output.finish_reason != FinishReason.ERROR:
         raise Violation(f"mistyped ADD {rid} ended with {fe.terminals(rid)[0].output.finish_reason!r}, "
                         "expected ERROR")
+
+
+#: how long an engine may take from SIGTERM to its exit (a real engine core tears down workers)
+SHUTDOWN_S = 30.0
+
+
+@case("ENG-ROB-8")
+def test_graceful_shutdown(engines):
+    import time
+
+    from ecp.conformance.engine.cases._common import start_long
+    from ecp.conformance.engine.harness_frontend import EngineStoppedReading
+    from ecp.conformance.outcomes import CaseTimeout
+
+    with engines.dedicated() as eut:
+        fe = eut.fe
+        started = start_long(fe, "shutdown", count=2)
+        rids = [rid for rid, _ in started]
+        eut.handle.terminate()
+        fe.alive_check = None  # its exit is what this case waits for, not a crash
+        fe.deadline = None if fe.deadline is None else max(fe.deadline, time.monotonic() + SHUTDOWN_S)
+        try:
+            fe.wait(lambda: all(fe.terminals(r) for r in rids) or eut.handle.exit_status() is not None,
+                    SHUTDOWN_S, f"terminal outputs for {rids} or the engine's exit after SIGTERM")
+        except (CaseTimeout, EngineStoppedReading):
+            pass  # judged below, with what did arrive
+        status = eut.wait_exit(SHUTDOWN_S)
+        fe.observe(fe.quiet_window_s)  # outputs sent just before the exit
+        missing = [r for r in rids if not fe.terminals(r)]
+        if missing:
+            raise Violation(f"after SIGTERM the engine {'exited' if status is not None else 'ran on'} without a "
+                            f"terminal output for in-flight request(s) {missing}; it must finish or abort them "
+                            "and send their outputs")
+        if status is None:
+            raise Violation(f"the engine sent its outputs but was still running {SHUTDOWN_S:.0f}s after SIGTERM")
+        if status != 0:
+            raise Violation(f"the engine exited with status {status} after SIGTERM; a graceful shutdown exits 0")
