@@ -123,15 +123,23 @@ def test_newer_wave_adopted(engines):
         for rid in rids:
             fe.wait_finished(rid, max_tokens=2)
 
-        def completes() -> dict[int, list[int]]:
-            out: dict[int, list[int]] = {}
-            for msg in fe.coordinator_messages[mark:]:
-                if msg.wave_complete is not None:
-                    out.setdefault(msg.engine_index, []).append(msg.wave_complete)
-            return out
+        def control() -> list[tuple[str, int, int]]:
+            return [(kind, msg.engine_index, value) for msg in fe.coordinator_messages[mark:]
+                    for kind, value in (("wave_complete", msg.wave_complete), ("start_wave", msg.start_wave))
+                    if value is not None]
 
-        fe.wait(lambda: len(completes()) >= n, 5.0, f"wave_complete from each of the {n} engines")
-        for index, waves in sorted(completes().items()):
-            if waves[0] != NEWER_WAVE:
+        # vLLM's rank 0 reports the wave of the whole DP group; an engine may also report its own
+        fe.wait(lambda: any(kind == "wave_complete" for kind, _, _ in control()), 5.0,
+                "a wave_complete once the stamped requests finished")
+        fe.observe()
+        first: dict[int, int] = {}
+        for kind, index, value in control():
+            if kind == "wave_complete":
+                first.setdefault(index, value)
+            if kind == "start_wave" and value < NEWER_WAVE:
+                raise Violation(f"rank {index} announced start_wave={value} after requests stamped "
+                                f"current_wave={NEWER_WAVE}; an engine receiving a newer wave adopts it")
+        for index, value in sorted(first.items()):
+            if value != NEWER_WAVE:
                 raise Violation(f"rank {index} was sent requests stamped current_wave={NEWER_WAVE} but reported "
-                                f"wave_complete={waves[0]}; an engine receiving a newer wave adopts it")
+                                f"wave_complete={value}; an engine receiving a newer wave adopts it")
