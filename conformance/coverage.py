@@ -190,6 +190,7 @@ def summary(rows: list[ClauseRow]) -> dict[str, Any]:
     ran = [r for r in rows if r.outcomes]
     out["clauses_run"] = len(ran)
     out["clauses_passing"] = sum(r.verdict in ("PASS", "XFAIL") for r in ran)
+    out["clauses_unsupported"] = sum(r.verdict == "UNSUPPORTED" for r in ran)
     return out
 
 
@@ -198,7 +199,10 @@ def summary_line(rows: list[ClauseRow]) -> str:
     line = (f"coverage: {s['clauses']} clauses: {s['case']} with cases, {s['reason']} with a stated reason, "
             f"{s['missing']} missing")
     if s["clauses_run"]:
-        line += f"; {s['clauses_passing']} of {s['clauses_run']} clauses run pass"
+        failing = s["clauses_run"] - s["clauses_passing"] - s["clauses_unsupported"]
+        line += f"; of {s['clauses_run']} clauses run: {s['clauses_passing']} pass, {failing} fail"
+        if s["clauses_unsupported"]:
+            line += f", {s['clauses_unsupported']} unsupported"
     return line
 
 

@@ -117,7 +117,7 @@ CASES: tuple[Case, ...] = (
     _c("ENG-DP-5", "ECP-OUT-6", "MUST", "dp-control-to-coordinator",
        "With a coordinator, wave_complete/start_wave go to coordinator_output, never to a client's output socket."),
     _c("ENG-DP-6", "ECP-DP-5", "MUST", "newer-wave-adopted",
-       "With a coordinator, engines sent ADDs stamped with a newer current_wave report wave_complete for that wave."),
+       "With a coordinator, ADDs stamped with a newer current_wave make the engines report wave_complete for that wave."),
     # ------------------------------------------------------------ robustness
     _c("ENG-ROB-1", "ECP-ROB-1", "MUST", "unknown-type-byte",
        "Unknown or engine-internal type bytes (0x04, 0x05, 0x7f, two bytes) are rejected; the engine keeps serving."),

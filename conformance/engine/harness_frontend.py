@@ -56,6 +56,8 @@ class Addresses:
     coordinator: tuple[str, str] | None = None
 
 
+_MONITOR_IDS = itertools.count(1)
+
 #: fail fast on a rank that never starts: once the first rank of a launch said HELLO, every other
 #: rank must say HELLO within max(SIBLING_MIN_S, SIBLING_FACTOR x the time the first one took)
 SIBLING_MIN_S = 10.0
@@ -166,7 +168,9 @@ class HarnessFrontend:
         # evidence instead of running out their timeout.
         self._monitors: dict[zmq.Socket, int] = {}
         for client, sock in enumerate(self.inputs):
-            mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            # a name of our own: pyzmq's default (the socket's fd) is reused by the next launch's
+            # socket while the closed one's monitor endpoint may still be bound ("Address already in use")
+            mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED, addr=f"inproc://ecp-monitor-{next(_MONITOR_IDS)}")
             self._monitors[mon] = client
             self.poller.register(mon, zmq.POLLIN)
         #: (client, time) of the first input connection an engine closed after the handshake

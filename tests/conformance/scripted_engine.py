@@ -347,7 +347,7 @@ class Rank:
                 fail("Call to reset_prefix_cache method failed: injected fault")
             else:
                 ok(True)
-        elif method == "pause_scheduler":
+        elif method in ("pause_generation", "pause_scheduler"):
             for rid, r in list(self.running.items()):  # mode abort (the only one the cases use)
                 del self.running[rid]
                 self.finished.add(rid)

@@ -12,12 +12,15 @@ QUIET_LIMIT_S = 3.0
 
 @contextlib.contextmanager
 def paused(fe, engines):
-    """The shared engine with its scheduler paused (``pause_scheduler`` mode abort) for the block.
+    """The shared engine with generation paused (``pause_generation`` mode abort) for the block.
+
+    A user pause: vLLM 0.33 refuses new ADDs with ``engine_paused`` only then (``pause_scheduler``
+    alone queues them until it resumes).
 
     A block that fails leaves it resumed where the engine still answers, so that the probe after
     the case judges the engine and not the pause; the engine is relaunched before the next case anyway."""
     engines.mark_dirty()
-    ok_value(fe.call("pause_scheduler", ["abort"]), "pause_scheduler")
+    ok_value(fe.call("pause_generation", ["abort"]), "pause_generation")
     try:
         yield
     except BaseException:
