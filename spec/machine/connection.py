@@ -42,6 +42,10 @@ Mode = Literal["strict", "record"]
 RESERVED_CALL_IDS = frozenset((EEP_NOTIFICATION_CALL_ID, FT_STATUS_CALL_ID))
 #: request states after which the frontend no longer waits for anything
 CLOSED_STATES = frozenset(("FINISHED", "ABORTED", "REJECTED", "INVALID"))
+#: request states in which a second ADD of the id is a duplicate (``ECP-REQ-8``: the REQUEST
+#: table's rows where an ADD leaves the state unchanged)
+IN_FLIGHT_STATES = frozenset(r_state for row in REQUEST.rows if row.event == "Add" and row.next is None
+                             for r_state in row.states)
 #: how many closed request ids an engine view remembers (to judge late outputs)
 CLOSED_MEMORY = 1 << 16
 #: utility methods that change the sleep/pause state (``ECP-UTIL-8``, ``ECP-REQ-7``)
@@ -132,6 +136,11 @@ class EngineView:
 
 
 Effect = Callable[[], None]
+
+#: the row the outputs check takes without a lookup (tokens for a running request)
+_STEADY = REQUEST.step("RUNNING", "Output(tokens)")
+if _STEADY.verdict != "legal" or _STEADY.next != "RUNNING":
+    raise ImportError("the outputs fast path of _check_outputs no longer matches the REQUEST table")
 
 
 class _Checker:
@@ -282,9 +291,17 @@ class _Connection:
         # effects run after every check passed, so later outputs of one message are judged
         # against the state the earlier ones lead to: (state, owed ERRORs) per id
         shadow: dict[str, tuple[str, int]] = {}
+        requests = view.requests
         for out in msg.outputs:
             rid = out.request_id
-            r = view.request(rid)
+            r = requests.get(rid)
+            # the common case, once per token batch: more tokens for a running request of this
+            # client (the _STEADY row: legal, no change), judged without building a check
+            if r is not None and out.finish_reason is None and r.state == "RUNNING" and rid not in shadow \
+                    and (r.client == client or client == COORDINATOR):
+                continue
+            if r is None:
+                r = view.closed.get(rid)
             state, owed = shadow.get(rid) or (("NONE", 0) if r is None else (r.state, r.owed_errors))
             if out.finish_reason is None:
                 key = "Output(tokens)"

@@ -11,7 +11,7 @@ from ..codec import (
 from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
 from ..handshake import COORDINATOR_READY, XSUB_SUBSCRIBE, EngineHandshakeMetadata, Ready
 from ..recover import recover_add_frames
-from .connection import EngineView, Mode, _Checker, _Connection
+from .connection import IN_FLIGHT_STATES, EngineView, Mode, _Checker, _Connection
 from .events import (
     COORDINATOR, Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineDead, EngineHello, EngineReady, Event,
     Init, Outputs, Registration, Send, StartWave, UtilityCall, input_socket, output_socket, parse_socket,
@@ -97,8 +97,9 @@ class EngineConnection(_Connection):
         chk = _Checker(self, local=False)
         if isinstance(msg, AddMessage):
             req = msg.request
+            duplicate = view.request_state(req.request_id) in IN_FLIGHT_STATES
             self._on_add(chk, view, req.request_id, req.client_index, self._add_key(view, req), req.current_wave)
-            event: Event = Add(self.rank, req, client)
+            event: Event = Add(self.rank, req, client, duplicate)
         elif isinstance(msg, AbortMessage):
             self._on_abort(chk, view, msg.request_ids)
             event = Abort(self.rank, msg.request_ids, client)

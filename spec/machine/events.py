@@ -82,6 +82,9 @@ class Add:
     rank: int
     request: EngineCoreRequest
     client: int | None = None
+    #: set by an engine's machine on receipt: the id is in flight at this engine, so the ADD
+    #: leaves the running request alone and is answered with one ERROR output (``ECP-REQ-2``)
+    duplicate: bool = False
 
     @property
     def on_client(self) -> int:
