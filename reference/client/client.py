@@ -28,10 +28,11 @@ import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
 from ecp.spec import (
-    ENGINE_DEAD, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest,
-    EngineHandshakeMetadata, EngineZmqAddresses, FinishReason, ProtocolError, SamplingParams,
-    UtilityOutput, decode_outputs, encode_abort, encode_add, encode_utility, engine_identity,
+    EngineCoreOutput, EngineCoreReadyResponse, EngineCoreRequest, EngineHandshakeMetadata,
+    EngineZmqAddresses, FinishReason, LocalProtocolError, ProtocolError, SamplingParams, UtilityOutput,
+    UtilityRequest, engine_identity,
 )
+from ecp.spec.machine import Abort, Add, EngineDead, Event, FrontendConnection, Outputs, UtilityCall, Violation
 
 from .abort_coalescer import MAX_DRAIN, AbortCause, AbortCoalescer
 from .aggregation import UtilityAggregation
@@ -73,6 +74,8 @@ class ClientStats:
     rejection_notifications: int = 0
     unexpected_input_messages: int = 0
     liveness_probes: int = 0
+    #: rules an engine broke, as the client's protocol machine recorded them (each logged with its clause)
+    protocol_violations: int = 0
     in_flight: dict[int, int] = field(default_factory=dict)
 
 
@@ -120,6 +123,9 @@ class EngineCoreClient:
         self._pending_utility: dict[int, tuple[int, asyncio.Future[UtilityOutput]]] = {}
         self._call_ids = itertools.count((uuid.uuid1().int >> 64) & 0x7FFF_FFFF_FFFF_FFFF)
         self._handshake: HandshakeResult | None = None
+        #: the frontend protocol machine: it ran the handshake, then every ADD, ABORT and UTILITY
+        #: goes out through it and every output message is judged by it
+        self._machine: FrontendConnection | None = None
         self._last_output_at = 0.0
         self._last_output_from: dict[int, float] = {}  # engine rank -> loop time of its last output
         self._stats = ClientStats()
@@ -210,7 +216,7 @@ class EngineCoreClient:
         self._check_open()
         cfg = self.config
         owner = HandshakeOwner(self._ranks, None if cfg.bootstrapped else self._init_message(),
-                               bootstrapped=cfg.bootstrapped)
+                               bootstrapped=cfg.bootstrapped, limits=cfg.decode_limits)
         poller = zmq.asyncio.Poller()
         assert self._input is not None
         poller.register(self._input, zmq.POLLIN)
@@ -255,6 +261,10 @@ class EngineCoreClient:
                 if coord.gate_open and not opened:
                     owner.coordinator_gate_opened()
         self._handshake = owner.result()
+        # after the handshake an engine's violations are recorded, not raised: what the client does
+        # about each is its policy (_on_output_frames); the machine keeps following the engine
+        self._machine = owner.machine
+        self._machine.mode = "record"
         self._ready = True
         assert self._monitor is not None
         while await self._monitor.poll(0):  # connection churn during startup is not a lost engine
@@ -329,9 +339,17 @@ class EngineCoreClient:
             raise ClientClosed("the client has not completed its handshake (call wait_ready())")
 
     # ================================================================== sending
-    async def _send(self, rank: int, frames: list[bytes]) -> None:
-        """Send to engine ``rank``; raises :class:`EngineDisconnected` when it is not
-        connected (``ROUTER_MANDATORY``), e.g. in the grace period after it died."""
+    async def _send(self, event: Event) -> None:
+        """Send ``event`` through the machine (:class:`~ecp.spec.LocalProtocolError` naming the
+        clause if the rules forbid it now: nothing is sent); raises :class:`EngineDisconnected`
+        when the engine is not connected (``ROUTER_MANDATORY``), e.g. in the grace period after
+        it died."""
+        assert self._machine is not None
+        [send] = self._machine.send(event)
+        await self._put(event.rank, send.frames[1:])  # frames[0] is the engine's identity
+
+    async def _put(self, rank: int, frames: list[bytes]) -> None:
+        """Put ``frames`` on the input ROUTER for engine ``rank`` (the wire, below the machine)."""
         assert self._input is not None
         try:
             await self._input.send_multipart([engine_identity(rank), *frames], copy=False)
@@ -355,14 +373,17 @@ class EngineCoreClient:
         rank = self._router.choose(self._registry.counts(), request.data_parallel_rank)
         stamped = msgspec.structs.replace(request, client_index=self.config.client_index,
                                           current_wave=self.current_wave)
-        frames = encode_add(stamped)
         sink = StreamSink(request.request_id, rank)
         self._registry.add(request.request_id, rank, sink)
         try:
-            await self._send(rank, frames)
-        except BaseException:
+            # on input 0, the only one this client has; outputs come on outputs[client_index]
+            await self._send(Add(rank, stamped, 0))
+        except BaseException as exc:
             self._registry.take(request.request_id)
             sink.end()
+            if isinstance(exc, LocalProtocolError) and exc.clause == "ECP-REQ-8":
+                # the engine has not answered an earlier ADD of this id yet (the machine knows)
+                raise DuplicateRequestId(request.request_id) from None
             raise
         self._router.admitted(rank)
         self._stats.requests_added += 1
@@ -412,8 +433,14 @@ class EngineCoreClient:
 
     async def _send_aborts(self, grouped: dict[int, list[str]]) -> None:
         for rank, ids in grouped.items():
+            assert self._machine is not None
+            # only ids the engine may still answer (ECP-ABORT-6): a terminal output that crossed
+            # the drop on the wire has already ended the request
+            ids = self._machine.abortable(rank, ids)
+            if not ids:
+                continue
             try:
-                await self._send(rank, encode_abort(ids))
+                await self._send(Abort(rank, tuple(ids)))
             except Exception as exc:  # ECP-ABORT-8: one engine's failure does not stop the others
                 self._stats.abort_send_errors += 1
                 log.warning("failed to send ABORT of %d id(s) to engine %d: %s", len(ids), rank, exc)
@@ -469,7 +496,7 @@ class EngineCoreClient:
             current_wave=self.current_wave,
             abort_immediately=True,
         )
-        await self._send(rank, encode_add(notice))
+        await self._send(Add(rank, notice, 0))
         self._stats.rejection_notifications += 1
         return rank
 
@@ -501,7 +528,8 @@ class EngineCoreClient:
         try:
             for rank, (call_id, fut) in calls.items():
                 try:
-                    await self._send(rank, encode_utility(self.config.client_index, call_id, method, list(args)))
+                    await self._send(UtilityCall(rank, UtilityRequest(self.config.client_index, call_id, method,
+                                                                      list(args)), 0))
                 except EngineDisconnected as exc:  # that engine's failure; still wait for the others
                     if not fut.done():
                         fut.set_result(UtilityOutput(call_id, f"could not send {method} to engine {rank}: {exc}"))
@@ -598,15 +626,24 @@ class EngineCoreClient:
 
     def _on_output_frames(self, frames: list[bytes]) -> None:
         self._stats.output_messages += 1
-        try:
-            msg = decode_outputs(frames, self.config.decode_limits)
-        except ProtocolError as exc:
-            self._fail(exc)
+        machine = self._machine
+        assert machine is not None
+        events = machine.receive("output[0]", frames)
+        if machine.violations:
+            violations, machine.violations = machine.violations, []
+            if not events:  # the message could not be read: the output stream can no longer be trusted
+                self._fail(violations[0].error)
+                return
+            for v in violations:
+                self._on_violation(v)
+        if not events:
             return
-        if msg is ENGINE_DEAD:
+        event = events[0]
+        if isinstance(event, EngineDead):
             self._fail(EngineDeadError())
             return
-        assert isinstance(msg, EngineCoreOutputs)
+        assert isinstance(event, Outputs)
+        msg = event.outputs
         self._last_output_from[msg.engine_index] = self._last_output_at
         if msg.is_dp_control:
             self._fail(UnexpectedDPControl(msg.engine_index))
@@ -636,6 +673,14 @@ class EngineCoreClient:
                     entry.sink.end(RequestStreamClosed(request_id, msg.engine_index))
         if msg.utility_output is not None:
             self._on_utility_output(msg.engine_index, msg.utility_output)
+
+    def _on_violation(self, violation: Violation) -> None:
+        """A rule an engine broke that the client survives: an output for an id it no longer
+        waits for is dropped (``ECP-OUT-9``), a reply to an unknown call id too (``ECP-UTIL-10``);
+        the machine names the clause."""
+        self._stats.protocol_violations += 1
+        err = violation.error
+        log.debug("[%s] engine %s broke a rule on %s: %s", err.clause, violation.rank, violation.socket, err)
 
     async def _input_loop(self) -> None:
         # Engines send nothing on their input DEALER after the registration; read and drop
@@ -693,7 +738,8 @@ class EngineCoreClient:
         sent_at = loop.time()
         self._stats.liveness_probes += 1
         try:
-            await self._send(rank, encode_utility(self.config.client_index, call_id, "is_sleeping", []))
+            await self._send(UtilityCall(rank, UtilityRequest(self.config.client_index, call_id, "is_sleeping", []),
+                                         0))
             await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:
             if self._last_output_from.get(rank, 0.0) < sent_at:  # not even an output since the probe

@@ -105,7 +105,7 @@ class EngineConnection(_Connection):
             event = Abort(self.rank, msg.request_ids, client)
         elif isinstance(msg, UtilityMessage):
             self._on_utility_call(chk, view, msg.call)
-            event = UtilityCall(self.rank, msg.call)
+            event = UtilityCall(self.rank, msg.call, client)
         else:
             self._on_start_wave(chk, view, msg.wave)
             event = StartWave(self.rank, msg.wave, client)

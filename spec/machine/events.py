@@ -107,14 +107,15 @@ class Abort:
 
 @dataclass(frozen=True)
 class UtilityCall:
-    """UTILITY on input ``call.client_index`` (``ECP-UTIL-1``)."""
+    """UTILITY on input ``input`` (default: the call's ``client_index``, ``ECP-UTIL-1``)."""
 
     rank: int
     call: UtilityRequest
+    input: int | None = None
 
     @property
     def client(self) -> int:
-        return self.call.client_index
+        return self.call.client_index if self.input is None else self.input
 
 
 @dataclass(frozen=True)
