@@ -13,12 +13,12 @@ from ..limits import DEFAULT_LIMITS, DecodeLimits
 from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
 from ..handshake import COORDINATOR_READY, XSUB_SUBSCRIBE, EngineHandshakeMetadata, Hello, rank_of_identity
 from ..recover import recover_add_frames
-from .connection import EngineView, Mode, _Checker, _Connection
+from .connection import ABORT_ROWS, EngineView, Mode, _Checker, _Connection
 from .events import (
     COORDINATOR, Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineDead, EngineHello, EngineReady, Event,
     Init, Outputs, Registration, Send, StartWave, UtilityCall, input_socket, parse_socket,
 )
-from .table import HANDSHAKE, LIVENESS, REQUEST, Row
+from .table import HANDSHAKE, LIVENESS, Row
 
 
 class FrontendConnection(_Connection):
@@ -100,7 +100,7 @@ class FrontendConnection(_Connection):
         the others (``ECP-ABORT-6``)."""
         view = self.engine(rank)
         return [rid for rid in dict.fromkeys(request_ids)
-                if REQUEST.step(view.request_state(rid), "Abort").verdict == "legal"]
+                if ABORT_ROWS[view.request_state(rid)].verdict == "legal"]
 
     # ------------------------------------------------------------------ receive
     def receive(self, socket: str, frames: Sequence[bytes]) -> list[Event]:
