@@ -34,7 +34,7 @@ from ..enums import EEP_NOTIFICATION_CALL_ID, FT_STATUS_CALL_ID, FinishReason
 from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
 from ..handshake import EngineCoreReadyResponse, Hello, Ready, engine_identity
 from ..outputs import EngineCoreOutputs
-from .events import COORDINATOR
+from .events import COORDINATOR, output_socket
 from .table import HANDSHAKE, LIVENESS, REQUEST, SCHEDULER, UTILITY, WAVE, Row, Table
 
 Mode = Literal["strict", "record"]
@@ -265,13 +265,7 @@ class _Connection:
             else:
                 others.append(rid)
         if moves:
-            def move() -> None:
-                for rid, nxt in moves:
-                    r = view.request(rid)
-                    if r is not None:
-                        r.state = nxt
-                        view.set_request(rid, r)
-            chk.effects.append(move)
+            chk.effects.append(lambda: self._move(view, moves))
         for rid in others:
             def effect(row: Row, rid: str = rid) -> None:
                 r = view.request(rid)
@@ -307,8 +301,8 @@ class _Connection:
 
     # ------------------------------------------------------------------ shared rules: outputs
     def _check_outputs(self, chk: _Checker, view: EngineView, client: int, msg: EngineCoreOutputs) -> None:
-        where = "the coordinator" if client == COORDINATOR else f"output[{client}]"
-        chk.step(LIVENESS, view.liveness, "Outputs", f"a message on {where}")
+        where = "the coordinator" if client == COORDINATOR else output_socket(client)
+        chk.step(LIVENESS, view.liveness, "Outputs", lambda: f"a message on {where}")
         if client != COORDINATOR and (view.clients is None or not 0 <= client < view.clients):
             chk.step(LIVENESS, view.liveness, "Outputs(no such client)", f"a message for client {client}")
         target = "to the coordinator" if client == COORDINATOR else "to a client"
@@ -331,6 +325,8 @@ class _Connection:
             outs = ()
         shadow: dict[str, tuple[str, int]] = {}
         requests = view.requests
+        # legal moves of this client's requests (first tokens, terminal outputs), applied by one effect
+        moves: list[tuple[str, str]] = []
         for out in outs:
             rid = out.request_id
             r = requests.get(rid)
@@ -348,6 +344,16 @@ class _Connection:
                 key = "Output(owed ERROR)" if owed else "Output(terminal ERROR)"
             else:
                 key = "Output(terminal)"
+            if r is not None and (r.client == client or client == COORDINATOR) and key != "Output(owed ERROR)":
+                row = REQUEST.step(state, key)
+                if row.verdict == "legal":
+                    if row.next is not None and row.next != state:
+                        if not moves:
+                            chk.effects.append(lambda: self._move(view, moves))
+                        moves.append((rid, row.next))
+                        state = row.next
+                    shadow[rid] = (state, owed)
+                    continue
 
             def effect(row: Row, rid: str = rid, key: str = key) -> None:
                 cur = view.request(rid)
@@ -372,6 +378,14 @@ class _Connection:
                          f"output for {rid!r} (client {r.client}) on {where}")
         if msg.utility_output is not None:
             self._check_reply(chk, view, client, msg, where)
+
+    @staticmethod
+    def _move(view: EngineView, moves: list[tuple[str, str]]) -> None:
+        for rid, nxt in moves:
+            r = view.request(rid)
+            if r is not None:
+                r.state = nxt
+                view.set_request(rid, r)
 
     @staticmethod
     def _routable(view: EngineView, client: int) -> bool:

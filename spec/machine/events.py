@@ -11,6 +11,7 @@ socket per client, the ``client`` (an index into INIT's ``inputs``/``outputs``;
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -177,10 +178,12 @@ def input_socket(client: int) -> str:
     return f"input[{client}]"
 
 
+@functools.lru_cache(maxsize=256)
 def output_socket(client: int) -> str:
     return "coordinator_output" if client == COORDINATOR else f"output[{client}]"
 
 
+@functools.lru_cache(maxsize=256)
 def parse_socket(name: str) -> tuple[str, int | None]:
     """``"input[2]"`` → ``("input", 2)``; ``"handshake"`` → ``("handshake", None)``."""
     if name.endswith("]") and "[" in name:
