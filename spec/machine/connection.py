@@ -319,8 +319,8 @@ class _Connection:
         # against the state the earlier ones lead to: (state, owed ERRORs) per id
         outs = msg.outputs
         running = view.running.get(client)
-        if running and outs and running.issuperset([o.request_id for o in outs]) \
-                and [o.finish_reason for o in outs].count(None) == len(outs):
+        tokens = [o.request_id for o in outs if o.finish_reason is None] if running else None
+        if tokens and len(tokens) == len(outs) and running.issuperset(tokens):
             # tokens, each for a running request of this client (the _STEADY row: legal, no change)
             outs = ()
         shadow: dict[str, tuple[str, int]] = {}

@@ -136,6 +136,20 @@ class EngineConnection(_Connection):
         chk.finish(socket, frames, self.rank)
         return [Init(self.rank, init)]
 
+    def _send_outputs(self, chk: _Checker, event: Outputs) -> list[Send]:
+        view, msg = self.view, event.outputs
+        if msg.engine_index != self.rank:
+            raise LocalProtocolError(f"engine_index {msg.engine_index} is not this engine's rank {self.rank}",
+                                     clause="ECP-OUT-2", expected=self.rank, got=msg.engine_index)
+        if event.client == COORDINATOR and not view.coordinator:
+            raise LocalProtocolError("INIT names no coordinator to send to", clause="ECP-OUT-6")
+        self._check_outputs(chk, view, event.client, msg)
+        if chk.errors:
+            raise chk.errors[0]
+        out = [Send(output_socket(event.client), encode_outputs(msg))]
+        chk.finish(out[0].socket, out[0].frames, self.rank)
+        return out
+
     def send_raw(self, socket: str, frames: Sequence[bytes]) -> Send:
         """Send ``frames`` exactly as given, around the rules (a test peer misbehaving on purpose:
         a ready payload with extra keys, a second registration, READY too early).
@@ -180,6 +194,8 @@ class EngineConnection(_Connection):
             raise LocalProtocolError(f"this is the machine of rank {self.rank}, not {event.rank}",
                                      clause="ECP-OUT-2", expected=self.rank, got=event.rank)
         chk = _Checker(self, local=True)
+        if type(event) is Outputs:  # the hot path first
+            return self._send_outputs(chk, event)
         if isinstance(event, EngineHello):
             def hello(row: Row) -> None:
                 view.hello = event.hello
@@ -229,16 +245,7 @@ class EngineConnection(_Connection):
             chk.step(HANDSHAKE, view.handshake, key, "READY", ready)
             out = [Send("handshake", [encode_handshake(event.ready)])]
         elif isinstance(event, Outputs):
-            msg = event.outputs
-            if msg.engine_index != self.rank:
-                raise LocalProtocolError(f"engine_index {msg.engine_index} is not this engine's rank {self.rank}",
-                                         clause="ECP-OUT-2", expected=self.rank, got=msg.engine_index)
-            if event.client == COORDINATOR and not view.coordinator:
-                raise LocalProtocolError("INIT names no coordinator to send to", clause="ECP-OUT-6")
-            self._check_outputs(chk, view, event.client, msg)
-            if chk.errors:
-                raise chk.errors[0]
-            out = [Send(output_socket(event.client), encode_outputs(msg))]
+            return self._send_outputs(chk, event)
         elif isinstance(event, EngineDead):
             def dead(row: Row) -> None:
                 view.liveness = row.next or view.liveness
