@@ -61,7 +61,7 @@ async def storm(streams: int, engines: int, *, idle_bound_ms: float = 200.0, adm
                         step_time_ms=10, handshake_timeout_s=60, log_level="WARNING")
         loop = asyncio.get_running_loop()
         aborts: dict[int, list[tuple[float, list[str]]]] = collections.defaultdict(list)
-        send = client._send
+        send = client._put
 
         async def counting_send(rank: int, frames: list[bytes]) -> None:
             # instrumentation: see every ABORT as it leaves the client, with its ids
@@ -69,7 +69,7 @@ async def storm(streams: int, engines: int, *, idle_bound_ms: float = 200.0, adm
                 aborts[rank].append((loop.time(), list(decode_input(frames).request_ids)))
             await send(rank, frames)
 
-        client._send = counting_send  # type: ignore[method-assign]
+        client._put = counting_send  # type: ignore[method-assign]
         try:
             await client.wait_ready()
             t0 = loop.time()

@@ -24,7 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ecp.spec import EngineCoreReadyResponse, EngineHandshakeMetadata, HandshakeError, Hello
+from ecp.spec import (
+    DEFAULT_LIMITS, DecodeLimits, EngineCoreReadyResponse, EngineHandshakeMetadata, HandshakeError, Hello,
+)
 from ecp.spec.machine import CoordinatorReady, EngineHello, FrontendConnection, Init, Registration
 
 from .errors import InconsistentEngines, UnexpectedEngineIdentity
@@ -53,14 +55,14 @@ class HandshakeOwner:
     """The startup handshake of a client with N engines, over the frontend protocol machine."""
 
     def __init__(self, ranks: Sequence[int], init: EngineHandshakeMetadata | None,
-                 *, bootstrapped: bool = False) -> None:
+                 *, bootstrapped: bool = False, limits: DecodeLimits = DEFAULT_LIMITS) -> None:
         if not bootstrapped and init is None:
             raise ValueError("a handshake-owning client needs the INIT to send")
         self.ranks = tuple(ranks)
         self.bootstrapped = bootstrapped
         self._init = init
-        #: the protocol machine (one input socket: this client's)
-        self.machine = FrontendConnection(self.ranks, clients=1, bootstrapped=bootstrapped)
+        #: the protocol machine (one input socket: this client's); the client keeps serving over it
+        self.machine = FrontendConnection(self.ranks, clients=1, bootstrapped=bootstrapped, limits=limits)
         self._lora: tuple[int, tuple[bool, int]] | None = None
 
     # ------------------------------------------------------------------ inputs

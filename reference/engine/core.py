@@ -137,8 +137,9 @@ class EngineCore:
         return 0 <= client_index < self.num_clients
 
     # ------------------------------------------------------------------ ADD
-    def add_request(self, req: EngineCoreRequest, arrival_client: int = 0) -> None:
-        """Admit an ADD, or answer it with an ERROR output."""
+    def add_request(self, req: EngineCoreRequest, arrival_client: int = 0, *, duplicate: bool = False) -> None:
+        """Admit an ADD, or answer it with an ERROR output. ``duplicate``: the engine's protocol
+        machine found the id in flight (``Add.duplicate``); it owes one ERROR (``ECP-REQ-2``)."""
         rid = req.request_id
         client = req.client_index
         if not self._valid_client(client):
@@ -162,7 +163,7 @@ class EngineCore:
             if abort_now and params and self.connector is not None:
                 self.connector.request_finished(rid, params, [], aborted=True)
             return
-        if rid in self.scheduler.requests:
+        if duplicate:
             self.reject(rid, client, "duplicate_request_id",
                         f"request id {rid!r} is already in flight at this engine")
             return

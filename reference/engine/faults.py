@@ -4,7 +4,7 @@ The engine core and server implement the protocol correctly; the conformance
 suite proves itself by running against an engine that breaks one rule on
 purpose and checking that the cases naming that rule fail. Each fault is a
 row of :data:`FAULTS` (its name, the clause it breaks, what it does) and is
-carried out here, *between* the server's sockets and the core: a fault
+carried out here, *between* the engine's protocol machine and the core: a fault
 rewrites, drops or adds messages on their way in (:meth:`FaultLayer.on_input`)
 or out (:meth:`FaultLayer.on_output`), so nothing in the core or the server
 knows about it.
@@ -12,15 +12,16 @@ knows about it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, Iterable
 
 import msgspec
 
 from ecp.spec import (
-    AbortMessage, AddMessage, EngineCoreOutput, EngineCoreOutputs, FinishReason, InputMessage, ProtocolError, UtilityMessage,
-    UtilityOutput, UtilityResult, decode_any, encode_outputs,
+    EngineCoreOutput, EngineCoreOutputs, FinishReason, ProtocolError, UtilityOutput, UtilityResult, decode_any,
+    encode_outputs,
 )
-from ecp.spec.machine import COORDINATOR
+from ecp.spec.machine import COORDINATOR, Abort, Add, Event, UtilityCall
 
 from ..faults import Fault, check_names, table
 
@@ -79,31 +80,33 @@ class FaultLayer:
         if "crash-on-bad-frame" in self.names:
             raise InjectedCrash(f"bad input frame ({error.clause})")
 
-    def on_input(self, msg: InputMessage) -> InputMessage | None:
-        """The message the core gets instead of ``msg`` (``None``: it never arrives)."""
-        if isinstance(msg, AddMessage) and msg.request.abort_immediately \
+    def on_input(self, event: Event) -> Event | None:
+        """The machine's event the core gets instead of ``event`` (``None``: it never arrives)."""
+        if isinstance(event, Add) and event.request.abort_immediately \
                 and "ignore-abort-immediately" in self.names:
-            return AddMessage(msgspec.structs.replace(msg.request, abort_immediately=False))
-        if isinstance(msg, AbortMessage) and "ignore-abort" in self.names:
+            return dataclasses.replace(event, request=msgspec.structs.replace(event.request,
+                                                                              abort_immediately=False))
+        if isinstance(event, Abort) and "ignore-abort" in self.names:
             return None
-        if isinstance(msg, AddMessage) and msg.request.current_wave and "ignore-stamped-wave" in self.names:
-            return AddMessage(msgspec.structs.replace(msg.request, current_wave=0))
-        if isinstance(msg, AddMessage) and msg.request.abort_immediately and self._paused \
+        if isinstance(event, Add) and event.request.current_wave and "ignore-stamped-wave" in self.names:
+            return dataclasses.replace(event, request=msgspec.structs.replace(event.request, current_wave=0))
+        if isinstance(event, Add) and event.request.abort_immediately and self._paused \
                 and "abort-immediately-paused-error" in self.names:
             # answered as if it were an ordinary ADD: the core refuses those while paused
-            return AddMessage(msgspec.structs.replace(msg.request, abort_immediately=False))
-        if isinstance(msg, UtilityMessage):
-            method = msg.call.method_name
+            return dataclasses.replace(event, request=msgspec.structs.replace(event.request,
+                                                                              abort_immediately=False))
+        if isinstance(event, UtilityCall):
+            method = event.call.method_name
             if method in ("pause_generation", "pause_scheduler"):
                 self._paused = True
             elif method == "resume_scheduler":
                 self._paused = False
             if method == "get_supported_tasks" and "no-generate-task" in self.names:
-                self._calls[msg.call.call_id] = method
+                self._calls[event.call.call_id] = method
             if (method == "is_sleeping" and "inconsistent-is-sleeping" in self.names) or \
                     (method == "reset_prefix_cache" and "reset-prefix-cache-fails" in self.names):
-                self._calls[msg.call.call_id] = method
-        return msg
+                self._calls[event.call.call_id] = method
+        return event
 
     # ------------------------------------------------------------------ out
     def on_output(self, ob: Outbound) -> list[Outbound]:

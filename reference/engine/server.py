@@ -27,15 +27,13 @@ import msgspec
 import zmq
 
 from ecp.spec import (
-    COORDINATOR_READY, VLLM_VERSION, AbortMessage, AddMessage, EngineCoreOutputs,
-    EngineCoreReadyResponse, Hello, Ready, RemoteProtocolError, StartDPWaveMessage, UtilityMessage,
-    decode_any, decode_input, encode_engine_dead, encode_outputs,
-    encode_payload, engine_identity,
+    VLLM_VERSION, EngineCoreOutputs, EngineCoreReadyResponse, Hello, LocalProtocolError, Ready,
+    RemoteProtocolError, decode_any, encode_outputs, encode_payload, engine_identity,
 )
 from ecp.spec.machine import (
-    CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineHello, EngineReady, Registration,
+    Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineDead, EngineHello, EngineReady,
+    Event, Outputs, Registration, StartWave, UtilityCall,
 )
-from ecp.spec.recover import recover_add_frames
 
 from .config import EngineConfig
 from .core import COORDINATOR, EngineCore
@@ -103,7 +101,8 @@ class EngineServer:
         self.identity = engine_identity(rank)
         self.instance_id = str(random.getrandbits(63))
         self.core: EngineCore | None = None
-        #: the engine side of the protocol, here for the handshake (the serving loop speaks the codec)
+        #: the engine side of the protocol: every frame in and out goes through it (the handshake,
+        #: then the request lifecycle, utility calls, waves); the server only moves frames
         self.machine = EngineConnection(rank)
         #: the deliberate faults of ``--bug`` (inactive without any), between the sockets and the core
         self.faults = FaultLayer(config.bugs, rank)
@@ -312,6 +311,8 @@ class EngineServer:
             if s is not None:
                 poller.register(s, zmq.POLLIN)
         client_of = {s: i for i, s in enumerate(self._inputs)}
+        self._input_names = [f"input[{i}]" for i in range(len(self._inputs))]
+        self._output_names = [f"output[{i}]" for i in range(len(self._outputs))]
         busy = False
         try:
             while not self.stop_event.is_set():
@@ -346,9 +347,9 @@ class EngineServer:
         return 1
 
     def _on_input(self, frames: list[bytes], client: int) -> None:
-        core = self.core
+        """Feed one input message to the machine and act on the event it returns."""
         try:
-            msg = decode_input(frames)
+            events = self.machine.receive(self._input_names[client], frames)
         except RemoteProtocolError as exc:
             self.bad_frames += 1
             bad_input_log.warning("[%s] dropped a bad input message from client %d: %s",
@@ -357,36 +358,38 @@ class EngineServer:
                 self.faults.on_bad_frame(exc)
             except InjectedCrash as crash:
                 raise _Fatal(str(crash)) from None
-            recovered = recover_add_frames(frames)
-            if recovered is not None:
-                # answered on the socket it came in on, as before (ECP-ROB-2)
-                core.reject(recovered.request_id, client, "invalid_request", f"[{exc.clause}] {exc.message}")
+            if exc.request_id is not None:
+                # the machine read the id of an undecodable ADD: it is owed one ERROR, answered
+                # on the socket it came in on (ECP-ROB-2)
+                self.core.reject(exc.request_id, client, "invalid_request", f"[{exc.clause}] {exc.message}")
             return
+        for event in events:
+            self._dispatch(event, client)
+
+    def _dispatch(self, event: Event, client: int) -> None:
+        core = self.core
         if self.faults:
-            msg = self.faults.on_input(msg)
-            if msg is None:
+            event = self.faults.on_input(event)
+            if event is None:
                 return
-        if isinstance(msg, AddMessage):
-            core.add_request(msg.request, client)
-        elif isinstance(msg, AbortMessage):
-            core.abort_requests(msg.request_ids)
-        elif isinstance(msg, UtilityMessage):
-            core.handle_utility(msg.call, client)
-        elif isinstance(msg, StartDPWaveMessage):
-            core.start_dp_wave(msg.wave.wave, msg.wave.exclude_engine_index)
+        if isinstance(event, Add):
+            core.add_request(event.request, client, duplicate=event.duplicate)
+        elif isinstance(event, Abort):
+            core.abort_requests(event.request_ids)
+        elif isinstance(event, UtilityCall):
+            core.handle_utility(event.call, client)
+        elif isinstance(event, StartWave):
+            core.start_dp_wave(event.wave.wave, event.wave.exclude_engine_index)
 
     def _on_coordinator(self, frames: list[bytes]) -> None:
-        if len(frames) == 1 and frames[0] == COORDINATOR_READY:
-            return
         try:
-            msg = decode_input(frames)
+            events = self.machine.receive("coordinator_input", frames)
         except RemoteProtocolError as exc:
             bad_input_log.warning("[%s] dropped a bad coordinator message: %s", exc.clause, exc)
             return
-        if isinstance(msg, StartDPWaveMessage):
-            self.core.start_dp_wave(msg.wave.wave, msg.wave.exclude_engine_index)
-        else:
-            bad_input_log.warning("[ECP-DP-4] ignored a %s from the coordinator", type(msg).__name__)
+        for event in events:
+            if isinstance(event, StartWave):
+                self.core.start_dp_wave(event.wave.wave, event.wave.exclude_engine_index)
 
     def _on_side_channel(self, frames: list[bytes]) -> None:
         try:
@@ -402,21 +405,29 @@ class EngineServer:
         outbox = core.take_outbox()
         if self.faults:
             outbox = [out for ob in outbox for out in self.faults.on_output(ob)]
+        machine = self.machine
         for ob in outbox:
-            if ob.client_index == COORDINATOR:
+            client = ob.client_index
+            if client == COORDINATOR:
                 sock = self._coord_push
-            elif 0 <= ob.client_index < len(self._outputs):
-                sock = self._outputs[ob.client_index]
+            elif 0 <= client < len(self._outputs):
+                sock = self._outputs[client]
             else:
                 sock = None
             if sock is None:
-                log.warning("[ECP-ROB-4] dropped an output for client %d (no such output socket)",
-                            ob.client_index)
+                log.warning("[ECP-ROB-4] dropped an output for client %d (no such output socket)", client)
                 continue
-            if isinstance(ob.payload, EngineCoreOutputs):
-                frames = encode_outputs(ob.payload)
+            if self.faults:
+                # a deliberate fault goes out around the rules; the machine still follows it
+                socket = "coordinator_output" if client == COORDINATOR else self._output_names[client]
+                raw = ob.payload
+                frames = machine.send_raw(socket, encode_outputs(raw) if isinstance(raw, EngineCoreOutputs)
+                                          else encode_payload(raw)).frames
             else:
-                frames = encode_payload(ob.payload)
+                # the machine checks every message against the rules (a LocalProtocolError is a
+                # bug of this engine: fatal, ENGINE_CORE_DEAD) and encodes it
+                [send] = machine.send(Outputs(self.rank, client, ob.payload))
+                frames = send.frames
             sock.send_multipart(frames, copy=len(frames[0]) < 65536)
         connector = core.connector
         if connector is not None and connector.outbox:
@@ -441,9 +452,13 @@ class EngineServer:
             connector.outbox.clear()
 
     def _send_dead(self) -> None:
-        for sock in self._outputs:
+        try:
+            sends = self.machine.send(EngineDead(self.rank))
+        except LocalProtocolError:  # already dead: nothing follows ENGINE_CORE_DEAD (ECP-OUT-8)
+            return
+        for sock, send in zip(self._outputs, sends):
             try:
-                sock.send_multipart(encode_engine_dead(), zmq.NOBLOCK)
+                sock.send_multipart(send.frames, zmq.NOBLOCK)
             except zmq.ZMQError:
                 pass
 

@@ -34,7 +34,7 @@ from ..enums import EEP_NOTIFICATION_CALL_ID, FT_STATUS_CALL_ID, FinishReason
 from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
 from ..handshake import EngineCoreReadyResponse, Hello, Ready, engine_identity
 from ..outputs import EngineCoreOutputs
-from .events import COORDINATOR
+from .events import COORDINATOR, output_socket
 from .table import HANDSHAKE, LIVENESS, REQUEST, SCHEDULER, UTILITY, WAVE, Row, Table
 
 Mode = Literal["strict", "record"]
@@ -42,6 +42,10 @@ Mode = Literal["strict", "record"]
 RESERVED_CALL_IDS = frozenset((EEP_NOTIFICATION_CALL_ID, FT_STATUS_CALL_ID))
 #: request states after which the frontend no longer waits for anything
 CLOSED_STATES = frozenset(("FINISHED", "ABORTED", "REJECTED", "INVALID"))
+#: request states in which a second ADD of the id is a duplicate (``ECP-REQ-8``: the REQUEST
+#: table's rows where an ADD leaves the state unchanged)
+IN_FLIGHT_STATES = frozenset(r_state for row in REQUEST.rows if row.event == "Add" and row.next is None
+                             for r_state in row.states)
 #: how many closed request ids an engine view remembers (to judge late outputs)
 CLOSED_MEMORY = 1 << 16
 #: utility methods that change the sleep/pause state (``ECP-UTIL-8``, ``ECP-REQ-7``)
@@ -62,7 +66,7 @@ class Violation:
         return self.error.clause
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestState:
     state: str
     client: int
@@ -99,6 +103,9 @@ class EngineView:
     requests: dict[str, RequestState] = field(default_factory=dict)
     closed: OrderedDict[str, RequestState] = field(default_factory=OrderedDict)
     calls: dict[int, PendingCall] = field(default_factory=dict)
+    #: client -> ids in ``RUNNING`` whose outputs go to that client (kept by :meth:`set_request`), so
+    #: a message of token outputs for running requests is judged with one set operation
+    running: dict[int, set[str]] = field(default_factory=dict)
 
     @property
     def identity(self) -> bytes:
@@ -116,6 +123,14 @@ class EngineView:
         return "NONE" if r is None else r.state
 
     def set_request(self, rid: str, r: RequestState) -> None:
+        """Every change of a request's state goes through here."""
+        old = self.requests.get(rid)
+        if old is not None and old.client != r.client and old.client in self.running:
+            self.running[old.client].discard(rid)
+        if r.state == "RUNNING":
+            self.running.setdefault(r.client, set()).add(rid)
+        elif r.client in self.running:
+            self.running[r.client].discard(rid)
         if r.state in CLOSED_STATES:
             self.requests.pop(rid, None)
             self.closed[rid] = r
@@ -132,6 +147,14 @@ class EngineView:
 
 
 Effect = Callable[[], None]
+
+#: the REQUEST table's ``Abort`` row for each state (one ABORT may name thousands of ids)
+ABORT_ROWS = {state: REQUEST.step(state, "Abort") for state in REQUEST.states}
+
+#: the row the outputs check takes without a lookup (tokens for a running request)
+_STEADY = REQUEST.step("RUNNING", "Output(tokens)")
+if _STEADY.verdict != "legal" or _STEADY.next != "RUNNING":
+    raise ImportError("the outputs fast path of _check_outputs no longer matches the REQUEST table")
 
 
 class _Checker:
@@ -230,7 +253,20 @@ class _Connection:
             chk.step(WAVE, view.wave_state, "Add", f"ADD {rid!r}", wave_effect)
 
     def _on_abort(self, chk: _Checker, view: EngineView, request_ids: Sequence[str]) -> None:
+        # one ABORT may name thousands of ids: the legal moves are looked up per state and applied
+        # by one effect; anything else goes through the checker, which reports it
+        moves: list[tuple[str, str]] = []
+        others: list[str] = []
         for rid in request_ids:
+            r = view.requests.get(rid) or view.closed.get(rid)
+            row = ABORT_ROWS["NONE" if r is None else r.state]
+            if row.verdict == "legal" and row.next is not None:
+                moves.append((rid, row.next))
+            else:
+                others.append(rid)
+        if moves:
+            chk.effects.append(lambda: self._move(view, moves))
+        for rid in others:
             def effect(row: Row, rid: str = rid) -> None:
                 r = view.request(rid)
                 if row.next is not None and r is not None:
@@ -265,8 +301,8 @@ class _Connection:
 
     # ------------------------------------------------------------------ shared rules: outputs
     def _check_outputs(self, chk: _Checker, view: EngineView, client: int, msg: EngineCoreOutputs) -> None:
-        where = "the coordinator" if client == COORDINATOR else f"output[{client}]"
-        chk.step(LIVENESS, view.liveness, "Outputs", f"a message on {where}")
+        where = "the coordinator" if client == COORDINATOR else output_socket(client)
+        chk.step(LIVENESS, view.liveness, "Outputs", lambda: f"a message on {where}")
         if client != COORDINATOR and (view.clients is None or not 0 <= client < view.clients):
             chk.step(LIVENESS, view.liveness, "Outputs(no such client)", f"a message for client {client}")
         target = "to the coordinator" if client == COORDINATOR else "to a client"
@@ -281,10 +317,26 @@ class _Connection:
             chk.step(WAVE, view.wave_state, f"Outputs(start_wave) {target}", f"start_wave {msg.start_wave} on {where}")
         # effects run after every check passed, so later outputs of one message are judged
         # against the state the earlier ones lead to: (state, owed ERRORs) per id
+        outs = msg.outputs
+        running = view.running.get(client)
+        tokens = [o.request_id for o in outs if o.finish_reason is None] if running else None
+        if tokens and len(tokens) == len(outs) and running.issuperset(tokens):
+            # tokens, each for a running request of this client (the _STEADY row: legal, no change)
+            outs = ()
         shadow: dict[str, tuple[str, int]] = {}
-        for out in msg.outputs:
+        requests = view.requests
+        # legal moves of this client's requests (first tokens, terminal outputs), applied by one effect
+        moves: list[tuple[str, str]] = []
+        for out in outs:
             rid = out.request_id
-            r = view.request(rid)
+            r = requests.get(rid)
+            # the common case, once per token batch: more tokens for a running request of this
+            # client (the _STEADY row: legal, no change), judged without building a check
+            if r is not None and out.finish_reason is None and r.state == "RUNNING" and rid not in shadow \
+                    and (r.client == client or client == COORDINATOR):
+                continue
+            if r is None:
+                r = view.closed.get(rid)
             state, owed = shadow.get(rid) or (("NONE", 0) if r is None else (r.state, r.owed_errors))
             if out.finish_reason is None:
                 key = "Output(tokens)"
@@ -292,6 +344,16 @@ class _Connection:
                 key = "Output(owed ERROR)" if owed else "Output(terminal ERROR)"
             else:
                 key = "Output(terminal)"
+            if r is not None and (r.client == client or client == COORDINATOR) and key != "Output(owed ERROR)":
+                row = REQUEST.step(state, key)
+                if row.verdict == "legal":
+                    if row.next is not None and row.next != state:
+                        if not moves:
+                            chk.effects.append(lambda: self._move(view, moves))
+                        moves.append((rid, row.next))
+                        state = row.next
+                    shadow[rid] = (state, owed)
+                    continue
 
             def effect(row: Row, rid: str = rid, key: str = key) -> None:
                 cur = view.request(rid)
@@ -316,6 +378,14 @@ class _Connection:
                          f"output for {rid!r} (client {r.client}) on {where}")
         if msg.utility_output is not None:
             self._check_reply(chk, view, client, msg, where)
+
+    @staticmethod
+    def _move(view: EngineView, moves: list[tuple[str, str]]) -> None:
+        for rid, nxt in moves:
+            r = view.request(rid)
+            if r is not None:
+                r.state = nxt
+                view.set_request(rid, r)
 
     @staticmethod
     def _routable(view: EngineView, client: int) -> bool:

@@ -11,7 +11,7 @@ from ..codec import (
 from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
 from ..handshake import COORDINATOR_READY, XSUB_SUBSCRIBE, EngineHandshakeMetadata, Ready
 from ..recover import recover_add_frames
-from .connection import EngineView, Mode, _Checker, _Connection
+from .connection import IN_FLIGHT_STATES, EngineView, Mode, _Checker, _Connection
 from .events import (
     COORDINATOR, Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineDead, EngineHello, EngineReady, Event,
     Init, Outputs, Registration, Send, StartWave, UtilityCall, input_socket, output_socket, parse_socket,
@@ -97,14 +97,15 @@ class EngineConnection(_Connection):
         chk = _Checker(self, local=False)
         if isinstance(msg, AddMessage):
             req = msg.request
+            duplicate = view.request_state(req.request_id) in IN_FLIGHT_STATES
             self._on_add(chk, view, req.request_id, req.client_index, self._add_key(view, req), req.current_wave)
-            event: Event = Add(self.rank, req, client)
+            event: Event = Add(self.rank, req, client, duplicate)
         elif isinstance(msg, AbortMessage):
             self._on_abort(chk, view, msg.request_ids)
             event = Abort(self.rank, msg.request_ids, client)
         elif isinstance(msg, UtilityMessage):
             self._on_utility_call(chk, view, msg.call)
-            event = UtilityCall(self.rank, msg.call)
+            event = UtilityCall(self.rank, msg.call, client)
         else:
             self._on_start_wave(chk, view, msg.wave)
             event = StartWave(self.rank, msg.wave, client)
@@ -134,6 +135,20 @@ class EngineConnection(_Connection):
         chk.step(HANDSHAKE, view.handshake, "Init", "INIT", take)
         chk.finish(socket, frames, self.rank)
         return [Init(self.rank, init)]
+
+    def _send_outputs(self, chk: _Checker, event: Outputs) -> list[Send]:
+        view, msg = self.view, event.outputs
+        if msg.engine_index != self.rank:
+            raise LocalProtocolError(f"engine_index {msg.engine_index} is not this engine's rank {self.rank}",
+                                     clause="ECP-OUT-2", expected=self.rank, got=msg.engine_index)
+        if event.client == COORDINATOR and not view.coordinator:
+            raise LocalProtocolError("INIT names no coordinator to send to", clause="ECP-OUT-6")
+        self._check_outputs(chk, view, event.client, msg)
+        if chk.errors:
+            raise chk.errors[0]
+        out = [Send(output_socket(event.client), encode_outputs(msg))]
+        chk.finish(out[0].socket, out[0].frames, self.rank)
+        return out
 
     def send_raw(self, socket: str, frames: Sequence[bytes]) -> Send:
         """Send ``frames`` exactly as given, around the rules (a test peer misbehaving on purpose:
@@ -179,6 +194,8 @@ class EngineConnection(_Connection):
             raise LocalProtocolError(f"this is the machine of rank {self.rank}, not {event.rank}",
                                      clause="ECP-OUT-2", expected=self.rank, got=event.rank)
         chk = _Checker(self, local=True)
+        if type(event) is Outputs:  # the hot path first
+            return self._send_outputs(chk, event)
         if isinstance(event, EngineHello):
             def hello(row: Row) -> None:
                 view.hello = event.hello
@@ -228,16 +245,7 @@ class EngineConnection(_Connection):
             chk.step(HANDSHAKE, view.handshake, key, "READY", ready)
             out = [Send("handshake", [encode_handshake(event.ready)])]
         elif isinstance(event, Outputs):
-            msg = event.outputs
-            if msg.engine_index != self.rank:
-                raise LocalProtocolError(f"engine_index {msg.engine_index} is not this engine's rank {self.rank}",
-                                         clause="ECP-OUT-2", expected=self.rank, got=msg.engine_index)
-            if event.client == COORDINATOR and not view.coordinator:
-                raise LocalProtocolError("INIT names no coordinator to send to", clause="ECP-OUT-6")
-            self._check_outputs(chk, view, event.client, msg)
-            if chk.errors:
-                raise chk.errors[0]
-            out = [Send(output_socket(event.client), encode_outputs(msg))]
+            return self._send_outputs(chk, event)
         elif isinstance(event, EngineDead):
             def dead(row: Row) -> None:
                 view.liveness = row.next or view.liveness

@@ -11,6 +11,7 @@ socket per client, the ``client`` (an index into INIT's ``inputs``/``outputs``;
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -82,6 +83,9 @@ class Add:
     rank: int
     request: EngineCoreRequest
     client: int | None = None
+    #: set by an engine's machine on receipt: the id is in flight at this engine, so the ADD
+    #: leaves the running request alone and is answered with one ERROR output (``ECP-REQ-2``)
+    duplicate: bool = False
 
     @property
     def on_client(self) -> int:
@@ -104,14 +108,15 @@ class Abort:
 
 @dataclass(frozen=True)
 class UtilityCall:
-    """UTILITY on input ``call.client_index`` (``ECP-UTIL-1``)."""
+    """UTILITY on input ``input`` (default: the call's ``client_index``, ``ECP-UTIL-1``)."""
 
     rank: int
     call: UtilityRequest
+    input: int | None = None
 
     @property
     def client(self) -> int:
-        return self.call.client_index
+        return self.call.client_index if self.input is None else self.input
 
 
 @dataclass(frozen=True)
@@ -173,10 +178,12 @@ def input_socket(client: int) -> str:
     return f"input[{client}]"
 
 
+@functools.lru_cache(maxsize=256)
 def output_socket(client: int) -> str:
     return "coordinator_output" if client == COORDINATOR else f"output[{client}]"
 
 
+@functools.lru_cache(maxsize=256)
 def parse_socket(name: str) -> tuple[str, int | None]:
     """``"input[2]"`` → ``("input", 2)``; ``"handshake"`` → ``("handshake", None)``."""
     if name.endswith("]") and "[" in name:

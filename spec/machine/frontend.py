@@ -9,10 +9,11 @@ from ..codec import (
     decode_input, decode_outputs, decode_ready_response, encode_abort, encode_add, encode_handshake, encode_input,
     encode_utility,
 )
+from ..limits import DEFAULT_LIMITS, DecodeLimits
 from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
 from ..handshake import COORDINATOR_READY, XSUB_SUBSCRIBE, EngineHandshakeMetadata, Hello, rank_of_identity
 from ..recover import recover_add_frames
-from .connection import EngineView, Mode, _Checker, _Connection
+from .connection import ABORT_ROWS, EngineView, Mode, _Checker, _Connection
 from .events import (
     COORDINATOR, Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineDead, EngineHello, EngineReady, Event,
     Init, Outputs, Registration, Send, StartWave, UtilityCall, input_socket, parse_socket,
@@ -34,8 +35,10 @@ class FrontendConnection(_Connection):
     role = "frontend"
 
     def __init__(self, ranks: Sequence[int], *, clients: int = 1, bootstrapped: bool = False,
-                 mode: Mode = "strict") -> None:
+                 mode: Mode = "strict", limits: DecodeLimits = DEFAULT_LIMITS) -> None:
+        """``limits``: what the output sockets' messages are decoded under (``ECP-ROB-*``)."""
         super().__init__(mode)
+        self.limits = limits
         self.ranks = tuple(ranks)
         self.bootstrapped = bootstrapped
         self.engines: dict[int, EngineView] = {r: EngineView(r) for r in self.ranks}
@@ -90,6 +93,14 @@ class FrontendConnection(_Connection):
                 clause="ECP-HS-11", expected=list(self.ranks), got=rank), socket, frames, None)
             return None
         return rank
+
+    def abortable(self, rank: int, request_ids: Sequence[str]) -> list[str]:
+        """The ids of ``request_ids`` an ABORT to engine ``rank`` may name now (the REQUEST table's
+        legal ``Abort`` rows: in flight, or rejected and not yet answered); a frontend never sends
+        the others (``ECP-ABORT-6``)."""
+        view = self.engine(rank)
+        return [rid for rid in dict.fromkeys(request_ids)
+                if ABORT_ROWS[view.request_state(rid)].verdict == "legal"]
 
     # ------------------------------------------------------------------ receive
     def receive(self, socket: str, frames: Sequence[bytes]) -> list[Event]:
@@ -185,7 +196,7 @@ class FrontendConnection(_Connection):
 
     def _recv_outputs(self, client: int, socket: str, frames: Sequence[bytes]) -> list[Event]:
         try:
-            msg = decode_outputs(frames)
+            msg = decode_outputs(frames, self.limits)
         except RemoteProtocolError as exc:
             self._remote(exc, socket, frames, None)
             return []
@@ -250,12 +261,12 @@ class FrontendConnection(_Connection):
             self._on_abort(chk, view, event.request_ids)
         elif isinstance(event, UtilityCall):
             call = event.call
-            client = call.client_index
+            client = event.client
             self._check_input(chk, view, client, f"UTILITY {call.method_name}")
             self._on_utility_call(chk, view, call)
             if chk.errors:
                 raise chk.errors[0]
-            frames = [view.identity, *encode_utility(client, call.call_id, call.method_name, call.args)]
+            frames = [view.identity, *encode_utility(call.client_index, call.call_id, call.method_name, call.args)]
         elif isinstance(event, StartWave):
             client = event.client
             self._check_input(chk, view, client, "START_DP_WAVE")

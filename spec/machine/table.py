@@ -65,6 +65,7 @@ class Table:
                 assert key not in index, f"{self.area}: two rows for {key}"
                 index[key] = row
         object.__setattr__(self, "_index", index)
+        object.__setattr__(self, "_unlisted", {})
 
     @property
     def events(self) -> tuple[str, ...]:
@@ -76,10 +77,18 @@ class Table:
         row = index.get((state, event)) or index.get((ANY, event))
         if row is not None:
             return row
-        if self.unlisted == "ignore":
-            return Row((state,), event, "", None, "legal", self.unlisted_clause, "no effect")
-        return Row((state,), event, "", None, "illegal", self.unlisted_clause,
-                   f"{event} is not allowed in {state}")
+        # an unlisted pair: made once, then found like a listed one (the outputs check asks per message)
+        unlisted: dict[tuple[str, str], Row] = self._unlisted  # type: ignore[attr-defined]
+        row = unlisted.get((state, event))
+        if row is None:
+            if self.unlisted == "ignore":
+                row = Row((state,), event, "", None, "legal", self.unlisted_clause, "no effect")
+            else:
+                row = Row((state,), event, "", None, "illegal", self.unlisted_clause,
+                          f"{event} is not allowed in {state}")
+            if len(unlisted) < 4096:  # events are drawn from a fixed vocabulary; bounded all the same
+                unlisted[(state, event)] = row
+        return row
 
 
 def _r(states: str, event: str, sender: str, next: str | None, verdict: Verdict, clause: str,

@@ -199,14 +199,14 @@ def test_explicit_abort_survives_a_send_failure_to_one_engine():
             s1 = await client.add(req("b", rank=1))
             await engines[0].recv()
             await engines[1].recv()
-            real_send = client._send
+            real_send = client._put
 
             async def send(rank, frames):  # engine 0's socket path fails (as EHOSTUNREACH would)
                 if rank == 0:
                     raise zmq.ZMQError(zmq.EHOSTUNREACH)
                 await real_send(rank, frames)
 
-            client._send = send
+            client._put = send
             assert await client.abort(["a", "b"]) == ["a", "b"]
             got = await engines[1].recv()
             assert got.message.request_ids == ["b"]

@@ -11,10 +11,10 @@ from ecp.reference.engine import BUGS
 from ecp.reference.engine.core import COORDINATOR, Outbound
 from ecp.reference.engine.faults import FAULTS, FaultLayer, InjectedCrash
 from ecp.spec import (
-    AbortMessage, DecodeError, EngineCoreOutput, EngineCoreOutputs, FinishReason, UtilityMessage, UtilityOutput,
-    UtilityRequest, UtilityResult,
+    DecodeError, EngineCoreOutput, EngineCoreOutputs, FinishReason, UtilityOutput, UtilityRequest, UtilityResult,
 )
 from ecp.spec.clauses import CLAUSES
+from ecp.spec.machine import Abort, UtilityCall
 
 REFERENCE = Path(__file__).resolve().parents[2] / "reference"
 
@@ -40,7 +40,7 @@ def test_an_inactive_layer_changes_nothing():
     layer = FaultLayer([], 0)
     ob = Outbound(0, EngineCoreOutputs(outputs=[EngineCoreOutput("a", [1], finish_reason=FinishReason.STOP)]))
     assert not layer and layer.on_output(ob) == [ob]
-    assert layer.on_input(AbortMessage(["a"])) == AbortMessage(["a"])
+    assert layer.on_input(Abort(0, ("a",))) == Abort(0, ("a",))
     layer.on_bad_frame(DecodeError("x", clause="ECP-FRAME-9"))  # no crash
     with pytest.raises(ValueError, match="unknown fault"):
         FaultLayer(["nope"], 0)
@@ -53,8 +53,8 @@ def test_faults_rewrite_messages_on_their_way():
     out = layer.on_output(Outbound(0, EngineCoreOutputs(engine_index=1, outputs=[term])))
     assert [o.payload.outputs[0].finish_reason for o in out] == [None, FinishReason.LENGTH]
     assert layer.on_output(Outbound(COORDINATOR, EngineCoreOutputs(wave_complete=3)))[0].client_index == 0
-    assert layer.on_input(AbortMessage(["a"])) is None
-    layer.on_input(UtilityMessage(UtilityRequest(0, 7, "reset_prefix_cache", [False, False])))
+    assert layer.on_input(Abort(1, ("a",))) is None
+    layer.on_input(UtilityCall(1, UtilityRequest(0, 7, "reset_prefix_cache", [False, False])))
     [reply] = layer.on_output(Outbound(0, EngineCoreOutputs(utility_output=UtilityOutput(
         7, None, UtilityResult(None, True)))))
     assert (reply.payload.utility_output.call_id, reply.payload.utility_output.result.value) == (8, False)

@@ -218,7 +218,7 @@ def test_engine_death_turns_health_503_and_ends_open_streams_with_an_error_event
             tasks, events, ready = await _open_streams(d, 1, 1000, first_chunks=2, prefix="dead")
             await asyncio.wait_for(ready["dead0"].wait(), 10)
             # A malformed input frame makes this (deliberately buggy) engine die with ENGINE_CORE_DEAD.
-            await d.client._send(0, [b"\x09", b"\xc1"])
+            await d.client._put(0, [b"\x09", b"\xc1"])
             stream = await asyncio.wait_for(tasks["dead0"], 10)
             health = await d.http.get("/health", follow_redirects=False)
             after = await d.http.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 2})

@@ -317,3 +317,54 @@ def test_a_bootstrapped_engine_registers_without_a_handshake_socket():
         [send] = eng.send(Registration(3, c, ready_response(3)))
         fe.receive(send.socket, [b"\x03\x00", *send.frames])
     assert eng.ready and fe.handshake_done
+
+
+# ------------------------------------------------------------------ what the peers rely on
+def test_an_engine_machine_flags_a_duplicate_add_for_the_core():
+    p = Pair()
+    p.handshake()
+    [first] = p.f(Add(0, request("a")))
+    assert isinstance(first, Add) and not first.duplicate
+    [dup] = p.deliver_to_engine(0, [p.fe.send_raw("input[0]", [b"\x00\x00", *encode_add(request("a"))])])
+    assert dup.duplicate  # the core answers it with one ERROR (ECP-REQ-2), the running request is left alone
+    p.output(0, out(0, "a", FinishReason.LENGTH))
+    [again] = p.f(Add(0, request("a")))  # no longer in flight: a reuse, not a duplicate
+    assert not again.duplicate
+
+
+def test_abortable_names_only_ids_the_engine_may_still_answer():
+    p = Pair()
+    p.handshake()
+    for rid in ("running", "finished", "rejected"):
+        p.add(0, rid, abort_immediately=rid == "rejected")
+    p.output(0, out(0, "running"))
+    p.output(0, out(0, "finished", FinishReason.STOP))
+    ids = ["running", "finished", "never", "running", "rejected"]
+    assert p.fe.abortable(0, ids) == ["running", "rejected"]
+    p.f(Abort(0, p.fe.abortable(0, ids)))
+    assert p.fe.engine(0).request_state("running") == "ABORTED" and p.fe.abortable(0, ids) == []
+
+
+def test_a_batch_of_tokens_is_judged_whole_and_a_terminal_inside_it_still_counts():
+    from ecp.spec import EngineCoreOutput
+    p = Pair(clients=2)
+    p.handshake()
+    for rid in ("a", "b"):
+        p.add(0, rid)
+    p.add(0, "c", client=1)
+    p.output(0, EngineCoreOutputs(engine_index=0, outputs=[EngineCoreOutput("a", [1]), EngineCoreOutput("b", [1])]))
+    view = p.fe.engine(0)
+    assert view.running[0] == {"a", "b"}
+    # tokens after a terminal output of the same message: judged in order, not as a batch
+    late = EngineCoreOutputs(engine_index=0, outputs=[EngineCoreOutput("a", [2], finish_reason=FinishReason.STOP),
+                                                      EngineCoreOutput("a", [3])])
+    with raises(LocalProtocolError, "ECP-OUT-1"):
+        p.engines[0].send(Outputs(0, 0, late))
+    assert view.request_state("a") == "RUNNING" and view.running[0] == {"a", "b"}  # nothing applied
+    # another client's running request in a batch of this client's: not let through by the batch check
+    p.output(0, out(0, "c"), client=1)
+    mixed = EngineCoreOutputs(engine_index=0, outputs=[EngineCoreOutput("a", [2]), EngineCoreOutput("c", [2])])
+    with raises(LocalProtocolError, "ECP-SOCK-4"):
+        p.engines[0].send(Outputs(0, 0, mixed))
+    p.output(0, out(0, "a", FinishReason.STOP))
+    assert view.running[0] == {"b"} and view.request_state("a") == "FINISHED"

@@ -1,0 +1,113 @@
+"""The client's receiving side: the output loop, each output message read and judged by the
+client's protocol machine, then routed to its stream or utility waiter (``ECP-OUT-*``).
+
+A mixin of :class:`~ecp.reference.client.client.EngineCoreClient`. What the client does about a
+rule an engine broke is its policy here: an unreadable message, ``ENGINE_CORE_DEAD`` or DP control
+on its socket fails the client closed (``ECP-ROB-3``, ``ECP-OUT-6``); late outputs and replies to
+unknown call ids are dropped (``ECP-OUT-9``, ``ECP-UTIL-10``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ecp.spec.machine import EngineDead, Outputs, Violation
+
+from .errors import EngineDeadError, RequestStreamClosed, UnexpectedDPControl
+
+log = logging.getLogger("ecp.reference.client")
+
+#: Longest run of back-to-back output frames handled before the event loop gets a turn.
+OUTPUT_SLICE_S = 0.002
+
+
+class OutputDispatch:
+    """``_output_loop``, ``_on_output_frames`` and the input loop after the handshake."""
+
+    async def _output_loop(self) -> None:
+        assert self._output is not None
+        sock = self._output
+        loop = asyncio.get_running_loop()
+        yielded_at = loop.time()
+        while True:
+            frames = await sock.recv_multipart()
+            now = self._last_output_at = loop.time()
+            self._on_output_frames(frames)
+            # A frame already queued in the socket is returned without a suspension, so a
+            # backlog would be drained in one go while the streams it woke and new requests
+            # wait (every token of a request then reaches its client in one write). Yield
+            # after OUTPUT_SLICE_S of back-to-back frames: streams flush and requests are
+            # admitted at least that often, and a deep backlog is still taken a few steps
+            # at a time, which each stream then writes as one delta.
+            if now - yielded_at >= OUTPUT_SLICE_S:
+                await asyncio.sleep(0)
+                yielded_at = loop.time()
+
+    def _on_output_frames(self, frames: list[bytes]) -> None:
+        self._stats.output_messages += 1
+        machine = self._machine
+        assert machine is not None
+        events = machine.receive("output[0]", frames)
+        if machine.violations:
+            violations, machine.violations = machine.violations, []
+            if not events:  # the message could not be read: the output stream can no longer be trusted
+                self._fail(violations[0].error)
+                return
+            for v in violations:
+                self._on_violation(v)
+        if not events:
+            return
+        event = events[0]
+        if isinstance(event, EngineDead):
+            self._fail(EngineDeadError())
+            return
+        assert isinstance(event, Outputs)
+        msg = event.outputs
+        self._last_output_from[msg.engine_index] = self._last_output_at
+        if msg.is_dp_control:
+            self._fail(UnexpectedDPControl(msg.engine_index))
+            return
+        if msg.scheduler_stats is not None:
+            self._router.on_stats(msg.engine_index, msg.scheduler_stats)
+        registry = self._registry
+        for out in msg.outputs:
+            entry = registry.get(out.request_id)
+            if entry is None:  # ECP-OUT-9: finished, aborted or unknown
+                self._stats.outputs_dropped += 1
+                continue
+            sink = entry.sink
+            if out.finish_reason is not None:
+                registry.take(out.request_id)
+            if sink.dropped:  # waiting for its auto-abort: nobody listens
+                self._stats.outputs_dropped += 1
+                continue
+            sink.push(out)
+            self._stats.outputs_dispatched += 1
+            if out.finish_reason is not None:
+                sink.end()
+        if msg.finished_requests:
+            for request_id in msg.finished_requests:
+                entry = registry.take(request_id)
+                if entry is not None and not entry.sink.dropped:
+                    entry.sink.end(RequestStreamClosed(request_id, msg.engine_index))
+        if msg.utility_output is not None:
+            self._on_utility_output(msg.engine_index, msg.utility_output)
+
+    def _on_violation(self, violation: Violation) -> None:
+        """A rule an engine broke that the client survives: an output for an id it no longer
+        waits for is dropped (``ECP-OUT-9``), a reply to an unknown call id too (``ECP-UTIL-10``);
+        the machine names the clause."""
+        self._stats.protocol_violations += 1
+        err = violation.error
+        log.debug("[%s] engine %s broke a rule on %s: %s", err.clause, violation.rank, violation.socket, err)
+
+    async def _input_loop(self) -> None:
+        # Engines send nothing on their input DEALER after the registration; read and drop
+        # whatever comes (e.g. a restarted engine registering again) so it cannot pile up unseen.
+        assert self._input is not None
+        while True:
+            frames = await self._input.recv_multipart()
+            self._stats.unexpected_input_messages += 1
+            log.warning("dropping an unexpected %d-frame message from engine identity %s on the input "
+                        "socket after the handshake", len(frames) - 1, frames[0].hex())
