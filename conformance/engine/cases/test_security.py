@@ -32,12 +32,15 @@ def _marker(engines, name: str) -> Path:
     return path
 
 
-def _check(fe, markers, what: str, used=lambda: None) -> None:
-    """Never executed (``ECP-SEC-1``, checked first), then still serving (``ECP-ROB-1``): an engine
-    that refuses the payload by stopping -- failing closed or going silent -- keeps the first,
-    interop-level requirement and breaks only the hardened one."""
+def _check(fe, markers, what: str, send, used=lambda: None) -> None:
+    """``send()`` the refused payload(s); never executed (``ECP-SEC-1``, checked first), then still
+    serving (``ECP-ROB-1``): an engine that refuses the payload by stopping -- failing closed or
+    going silent -- keeps the first, interop-level requirement and breaks only the hardened one.
+    The sends are inside the guard: an engine that stops at the first payload may make the second
+    send fail, which is the same stop."""
     stopped: Exception | None = None
     try:
+        send()
         fe.serves(after=what)
     except FailedClosed as exc:
         stopped = Violation(f"{what} was refused, but the engine stopped: {exc}", clause="ECP-ROB-1")
@@ -58,15 +61,17 @@ def test_pickle_refused(engine, engines):
     rid = fe.new_id("pickle")
     add = decode_any(encode_add(fe.request(rid, max_tokens=1))[1])
     add[9] = ["float32", [1], msgspec.msgpack.Ext(EXT_PICKLE, marker_pickle(m1))]  # prompt_embeds
-    fe.send_raw([b"\x00", enc(add)], decode=lambda: "(ADD with a pickle ext in prompt_embeds)")
-    fe.send_raw([b"\x01", enc([msgspec.msgpack.Ext(EXT_PICKLE, marker_pickle(m2))])],
-                decode=lambda: "(ABORT with a pickle ext)")
+
+    def send():
+        fe.send_raw([b"\x00", enc(add)], decode=lambda: "(ADD with a pickle ext in prompt_embeds)")
+        fe.send_raw([b"\x01", enc([msgspec.msgpack.Ext(EXT_PICKLE, marker_pickle(m2))])],
+                    decode=lambda: "(ABORT with a pickle ext)")
 
     def used():
         if any(s.output.new_token_ids for s in fe.seen(rid)):
             raise Violation(f"the engine served {rid}, whose prompt_embeds is a pickle ext: it decoded it")
 
-    _check(fe, [m1, m2], "a pickle ext type (1)", used)
+    _check(fe, [m1, m2], "a pickle ext type (1)", send, used)
 
 
 @case("ENG-SEC-2")
@@ -74,13 +79,13 @@ def test_cloudpickle_refused(engine, engines):
     fe = engine
     m = _marker(engines, "cloudpickle-args")
     payload = enc([0, 31337, "is_sleeping", [msgspec.msgpack.Ext(EXT_CLOUDPICKLE, marker_pickle(m))]])
-    fe.send_raw([b"\x03", payload], decode=lambda: "(UTILITY with a cloudpickle ext argument)")
 
     def used():
         if any(r.utility.failure_message is None for r in fe.replies.get(31337, [])):
             raise Violation("a UTILITY call whose argument is a cloudpickle ext was executed successfully")
 
-    _check(fe, [m], "a cloudpickle ext type (2)", used)
+    _check(fe, [m], "a cloudpickle ext type (2)",
+           lambda: fe.send_raw([b"\x03", payload], decode=lambda: "(UTILITY with a cloudpickle ext argument)"), used)
 
 
 @case("ENG-SEC-3")
@@ -89,10 +94,10 @@ def test_unknown_ext_refused(engine):
     rid = fe.new_id("ext42")
     add = decode_any(encode_add(fe.request(rid, max_tokens=1))[1])
     add[9] = ["float32", [1], msgspec.msgpack.Ext(42, b"\x00\x00\x80\x3f")]
-    fe.send_raw([b"\x00", enc(add)], decode=lambda: "(ADD with ext type 42)")
 
     def used():
         if any(s.output.new_token_ids for s in fe.seen(rid)):
             raise Violation(f"the engine served {rid} whose prompt_embeds uses unknown ext type 42")
 
-    _check(fe, [], "an unknown ext type (42)", used)
+    _check(fe, [], "an unknown ext type (42)",
+           lambda: fe.send_raw([b"\x00", enc(add)], decode=lambda: "(ADD with ext type 42)"), used)
