@@ -64,7 +64,32 @@ def _server_class() -> type:
     return Server
 
 
-async def start_http(app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning") -> HttpServer:
+#: HTTP/1.1 implementations ``ecp serve --http`` accepts (uvicorn's names).
+HTTP_IMPLS = ("auto", "httptools", "h11")
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def resolve_http(choice: str = "auto") -> str:
+    """The HTTP/1.1 implementation to run: ``httptools`` (a C parser with uvicorn's lean
+    response path) when installed, else ``h11`` (pure Python). Asking for ``httptools``
+    when it is missing raises :class:`ValueError`."""
+    if choice not in HTTP_IMPLS:
+        raise ValueError(f"unknown HTTP implementation {choice!r} (choose from {', '.join(HTTP_IMPLS)})")
+    if choice == "auto":
+        return "httptools" if _importable("httptools") else "h11"
+    if choice == "httptools" and not _importable("httptools"):
+        raise ValueError("--http httptools needs the httptools package (pip install 'engine-core-protocol[serve]')")
+    return choice
+
+
+async def start_http(app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
+                     http: str = "auto") -> HttpServer:
+    """Serve ``app`` on ``host:port``. ``http``: see :func:`resolve_http`."""
     import uvicorn
 
     # proto must be IPPROTO_TCP (not 0): asyncio sets TCP_NODELAY only on accepted sockets whose
@@ -76,7 +101,7 @@ async def start_http(app: Any, host: str = "127.0.0.1", port: int = 0, log_level
     sock.listen(2048)
     sock.setblocking(False)
     config = uvicorn.Config(app, log_level=log_level, lifespan="off", timeout_graceful_shutdown=5,
-                            backlog=2048)
+                            backlog=2048, http=resolve_http(http))
     server = _server_class()(config)
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     # The socket already listens, so connections made from now on wait in the
@@ -196,7 +221,8 @@ async def serve(args: argparse.Namespace) -> int:
         frontend = Frontend(client, tokenizer, fcfg)
         app = ServeApp(frontend).build()
         try:
-            http = await start_http(app, args.host, args.port, log_level=args.log_level)
+            http = await start_http(app, args.host, args.port, log_level=args.log_level,
+                                    http=getattr(args, "http", "auto"))
         except OSError as exc:  # port taken, unknown host: a usage error, not a crash
             print(f"ecp serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
             return 2
