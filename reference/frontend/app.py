@@ -114,8 +114,11 @@ async def run_with_cancellation(request: Request, work: Awaitable[Any]) -> Any:
 class ServeApp:
     """Holds the :class:`Frontend` and builds the Starlette routes."""
 
-    def __init__(self, frontend: Frontend) -> None:
+    def __init__(self, frontend: Frontend, peers: Any = None) -> None:
+        """``peers``: the other API server processes of one ``ecp serve --api-server-count N``
+        (:class:`~.peers.PeerLink`), or ``None`` when this process is the only one."""
         self.frontend = frontend
+        self.peers = peers
         self.client = frontend.client
         self.started = time.time()
         cfg = frontend.config
@@ -317,13 +320,30 @@ class ServeApp:
         return json_response({"version": VLLM_VERSION, "ecp_version": ecp_version})
 
     async def load(self, request: Request) -> Response:
-        return json_response({"server_load": len(self.frontend.index)})
+        load = len(self.frontend.index)
+        if self.peers is not None:
+            try:
+                load += await self.peers.load()
+            except Exception as exc:
+                return error_response(OpenAIError(500, str(exc), "server_error"))
+        return json_response({"server_load": load})
 
     async def metrics(self, request: Request) -> Response:
         m = self.frontend.metrics
         return Response(m.render(), media_type=m.content_type)
 
     # ------------------------------------------------------------------ abort APIs
+    async def _abort(self, ids: list[str] | None) -> tuple[list[dict[str, Any]], list[str]]:
+        """Abort here and, with several API server processes, in every other one: each
+        request's own process finalises it and sends its ABORT (``ECP-ABORT-8``). An id
+        is not found only if no process knows it."""
+        results, not_found = await self.frontend.abort(ids)
+        if self.peers is None:
+            return results, not_found
+        more, unknown_elsewhere = await self.peers.abort(ids)
+        missing = set(unknown_elsewhere)
+        return results + more, [i for i in not_found if i in missing]
+
     async def abort_requests_vllm(self, request: Request) -> Response:
         """vLLM: ``{"request_ids": [...]}``; missing or empty = every request."""
         try:
@@ -334,7 +354,7 @@ class ServeApp:
         except OpenAIError as err:
             return error_response(err)
         try:
-            results, not_found = await self.frontend.abort(ids or None)
+            results, not_found = await self._abort(ids or None)
         except Exception as exc:  # the client is closed or dead: its streams already ended
             return error_response(self._client_error(exc))
         return json_response({"status": "aborted", "aborted": len(results), "results": results,
@@ -353,7 +373,7 @@ class ServeApp:
         if not abort_all and not ids:
             return json_response({"error": "must provide abort_all=true or req_ids"}, 400)
         try:
-            results, not_found = await self.frontend.abort(None if abort_all else ids)
+            results, not_found = await self._abort(None if abort_all else ids)
         except Exception as exc:  # the client is closed or dead: its streams already ended
             return error_response(self._client_error(exc))
         return json_response({"aborted": [r["request_id"] for r in results], "results": results,

@@ -40,6 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--bug", action="append", default=[], metavar="NAME",
                    help="conformance bug knob (repeatable): no-rejection-notification, notify-without-connector, "
                         "abort-one-per-request, first-engine-is-sleeping, reset-prefix-cache-any, ignore-engine-dead")
+    p.add_argument("--api-server-count", "-asc", type=int, default=1, metavar="N",
+                   help="API server processes sharing the engines and the HTTP port, each its own engine-core "
+                        "client (client_index 0..N-1), as vLLM's --api-server-count (default 1)")
     p.add_argument("--http", choices=("auto", "httptools", "h11"), default="auto",
                    help="HTTP/1.1 implementation: httptools (C parser, lean response path; the 'serve' extra "
                         "installs it) or h11 (pure Python); auto = httptools when installed (default)")
