@@ -175,7 +175,7 @@ def run_one(kind: str, step_ms: float, args: argparse.Namespace, rs: Path | None
         eng = subprocess.Popen(engine_command(rpc_port, step_ms), stdout=subprocess.DEVNULL, stderr=logs)
         model = wait_http(f"http://127.0.0.1:{http_port}", [fe, eng], args.start_timeout)
         rows = []
-        for g in gens:
+        for g in gens * args.repeat:
             cpu0 = tree_cpu_seconds(fe.pid)
             rows.append(run_vllm_rs_bench(rs, args.peer, http_port, model, args) if g == "vllm-rs"
                         else run_ecp_bench(http_port, model, args))
@@ -247,6 +247,35 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+AGREEMENT_METRICS = (("output_tok_s", "output tok/s"), ("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"),
+                     ("itl_p50", "ITL p50"), ("itl_p99", "ITL p99"))
+
+
+def agreement(rows: list[dict]) -> str:
+    """Per frontend and step: each generator's mean over its runs, and ``ecp bench serve``'s
+    mean / ``vllm-rs bench serve``'s (do the generators agree on the same server?)."""
+    out = ["| engine step | frontend | generator | runs | " + " | ".join(n for _, n in AGREEMENT_METRICS) + " |",
+           "|---|---|---|---:|" + "---:|" * len(AGREEMENT_METRICS)]
+    for step in sorted({r["step_ms"] for r in rows}):
+        for kind in dict.fromkeys(r["frontend"] for r in rows if r["step_ms"] == step):
+            means = {}
+            for gen in ("vllm-rs bench serve", "ecp bench serve"):
+                mine = [r for r in rows if r["step_ms"] == step and r["frontend"] == kind
+                        and r.get("generator") == gen and "error" not in r]
+                if not mine:
+                    continue
+                means[gen] = {k: (sum(r[k] for r in mine) / len(mine) if all(r.get(k) is not None for r in mine)
+                                  else None) for k, _ in AGREEMENT_METRICS}
+                out.append(f"| {step:g} ms | {label(kind)} | {gen} | {len(mine)} | "
+                           + " | ".join(_f(means[gen][k], 2 if k.startswith("itl") else 1)
+                                        for k, _ in AGREEMENT_METRICS) + " |")
+            if len(means) == 2:
+                e, v = means["ecp bench serve"], means["vllm-rs bench serve"]
+                out.append(f"| {step:g} ms | {label(kind)} | ecp / vllm-rs | | "
+                           + " | ".join(ratio(e[k], v[k]) for k, _ in AGREEMENT_METRICS) + " |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -263,12 +292,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--generator", choices=("auto", "vllm-rs", "ecp", "both"), default="auto",
                     help="auto: vllm-rs bench serve when the peer ships it, else ecp bench serve; both: each "
                          "frontend is loaded by vllm-rs bench serve, then by ecp bench serve (do they agree?)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="load each frontend this many times with the generator(s), alternating (run-to-run spread)")
     ap.add_argument("--start-timeout", type=float, default=180.0, help="seconds for a frontend to serve")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds for one load run")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
     args = ap.parse_args(argv)
 
     have_peer = peer_ready(args.peer)
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
     if any(n < 1 for n in args.ecp_api_servers):
         ap.error("--ecp-api-servers values must be at least 1")
     frontends = [f for f in args.frontends if f == "ecp" or have_peer]
@@ -293,7 +326,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  step {step:g} ms {kind} ({r.get('generator')}): "
                       f"{r.get('error') or _f(r.get('output_tok_s'), 0) + ' tok/s'}", file=sys.stderr)
     print(f"serve_compare: load average after {os.getloadavg()[0]:.2f}", file=sys.stderr)
-    print(json.dumps(rows, indent=1) if args.json else table(rows))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(table(rows))
+        if len(gens) > 1:
+            print("\nGenerators on the same server (means over the runs):\n")
+            print(agreement(rows))
     bad = [r for r in rows if "error" in r or r.get("failed")]
     return 1 if bad else 0
 

@@ -54,3 +54,14 @@ def test_serve_compare_table_has_each_api_server_count_and_the_frontend_cpu():
     assert "| 10 ms | `ecp serve` ×2 API servers | 300 |" in text
     assert "| 0.75 / 1500.0 µs |" in text  # 1.5 CPU s over 2 s, for 1,000 tokens
     assert "| 10 ms | ecp ×2 / vllm-rs (Rust) | 0.75× |" in text
+
+
+def test_serve_compare_agreement_compares_the_generators_means():
+    compare = _load()
+    rows = [{"frontend": "ecp", "step_ms": 10.0, "generator": g, "output_tok_s": tok, "ttft_p50": ttft,
+             "ttft_p99": 2 * ttft, "itl_p50": 10.0, "itl_p99": 20.0}
+            for g, tok, ttft in (("vllm-rs bench serve", 100.0, 40.0), ("ecp bench serve", 110.0, 44.0),
+                                 ("vllm-rs bench serve", 100.0, 60.0), ("ecp bench serve", 90.0, 46.0))]
+    text = compare.agreement(rows)
+    assert "| 10 ms | `ecp serve` | vllm-rs bench serve | 2 | 100.0 | 50.0 | 100.0 | 10.00 | 20.00 |" in text
+    assert "| 10 ms | `ecp serve` | ecp / vllm-rs | | 1.00× | 0.90× | 0.90× | 1.00× | 1.00× |" in text
