@@ -118,7 +118,7 @@ async def serve_api_servers(args: argparse.Namespace) -> int:
 
     from ..tokenizer import load_tokenizer
     from .server import (
-        _until_stopped, embedded_engine_args, external_engines, handshake_host, listen_socket, spawn_engines,
+        embedded_engine_args, external_engines, handshake_host, listen_socket, spawn_engines,
         stop_event, stop_process,
     )
 
@@ -143,8 +143,12 @@ async def serve_api_servers(args: argparse.Namespace) -> int:
                 sys.executable, "-m", "ecp.reference.frontend.api_servers", json.dumps({**spec, "index": i}),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, pass_fds=(sock.fileno(),)))
         pairs = []
-        for i, p in enumerate(children):
-            pairs.append(await asyncio.wait_for(_read_addresses(p, i), STARTUP_TIMEOUT_S))
+        try:
+            for i, p in enumerate(children):
+                pairs.append(await asyncio.wait_for(_read_addresses(p, i), STARTUP_TIMEOUT_S))
+        except (RuntimeError, ValueError, KeyError, asyncio.TimeoutError) as exc:
+            print(f"ecp serve: an API server process did not start: {exc or 'timed out'}", file=sys.stderr)
+            return 1
         handshake = ctx.socket(zmq.ROUTER)
         handshake.setsockopt(zmq.LINGER, 0)
         handshake.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -157,34 +161,39 @@ async def serve_api_servers(args: argparse.Namespace) -> int:
             engines = spawn_engines(handshake.getsockopt_string(zmq.LAST_ENDPOINT), dp,
                                     embedded_engine_args(args, tokenizer))
         exits = [asyncio.ensure_future(p.wait()) for p in children]
+        stopper = asyncio.ensure_future(stop.wait())
         try:
             work = asyncio.ensure_future(_handshake(args, handshake, [a for a, _ in pairs], [b for _, b in pairs]))
-            await asyncio.wait([work, *exits], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([work, stopper, *exits], return_when=asyncio.FIRST_COMPLETED)
             if not work.done():
                 work.cancel()
                 await asyncio.gather(work, return_exceptions=True)
+                if stop.is_set():
+                    return 0
                 print("ecp serve: an API server process ended during the handshake", file=sys.stderr)
                 return 1
             work.result()
             handshake.close(0)
             # every engine sent READY (ECP-HS-8): only now may the API servers answer HTTP
-            for p in children:
-                assert p.stdin is not None
-                p.stdin.write(OPEN_LINE)
-                await p.stdin.drain()
+            try:
+                for p in children:
+                    assert p.stdin is not None
+                    p.stdin.write(OPEN_LINE)
+                    await p.stdin.drain()
+            except (BrokenPipeError, ConnectionResetError):
+                print("ecp serve: an API server process ended during startup", file=sys.stderr)
+                return 1
             host, port = sock.getsockname()[:2]
             print(f"ecp serve: serving {args.model!r} on http://{host}:{port} with {dp} engine(s) and {n} API "
                   f"server processes", file=sys.stderr, flush=True)
-            stopper = asyncio.ensure_future(stop.wait())
             await asyncio.wait([stopper, *exits], return_when=asyncio.FIRST_COMPLETED)
             if stop.is_set():
                 return 0
-            stopper.cancel()
             ended = [(i, p.returncode) for i, p in enumerate(children) if p.returncode is not None]
             print(f"ecp serve: API server process(es) ended {ended}; stopping", file=sys.stderr)
             return 1
         finally:
-            for t in exits:
+            for t in (stopper, *exits):
                 t.cancel()
     finally:
         await _stop_children(children)

@@ -111,3 +111,19 @@ def test_two_api_servers_serve_abort_and_count_every_request():
     finally:
         code = serve.stop()
     assert code == 0
+
+
+def test_the_launcher_stops_while_waiting_for_external_engines():
+    """SIGTERM to the launcher alone, during the handshake: it stops its API servers and exits 0."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serve = ServeProcess("--api-server-count", "2", "--data-parallel-size-local", "0",
+                         "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", str(port))
+    try:
+        serve.wait_for(r"waiting for 1 engine\(s\) to connect")
+    finally:
+        code = serve.stop()
+    assert code == 0
