@@ -253,31 +253,40 @@ class ServeApp:
         return {"id": p.response_id, "object": obj, "created": p.created, "model": p.model, "choices": [choice]}
 
     async def _sse_body(self, p: Prepared, deltas: DeltaStream, first: list[ChoiceDelta]) -> AsyncIterator[bytes]:
-        """One write per batch of available deltas; ``[DONE]`` always last."""
+        """One write per batch of available deltas; ``[DONE]`` always last. Nothing is held
+        back: what is available is written at once. The batch that finishes every choice
+        leaves together with the usage chunk, ``[DONE]`` and the end of the response, as
+        one write (:class:`_Last`)."""
+        pending = b""
         try:
             if p.kind == "chat":
-                yield b"".join(_sse({"id": p.response_id, "object": "chat.completion.chunk", "created": p.created,
-                                     "model": p.model, "choices": [{
-                                         "index": c.index, "delta": {"role": "assistant", "content": ""},
-                                         "logprobs": None, "finish_reason": None}]}) for c in p.choices)
+                pending = b"".join(_sse({"id": p.response_id, "object": "chat.completion.chunk",
+                                         "created": p.created, "model": p.model, "choices": [{
+                                             "index": c.index, "delta": {"role": "assistant", "content": ""},
+                                             "logprobs": None, "finish_reason": None}]}) for c in p.choices)
             batch = first
             while batch:
-                yield b"".join(_sse(self._chunk(p, d)) for d in batch)
+                pending += b"".join(_sse(self._chunk(p, d)) for d in batch)
+                # once every choice finished nothing more can come: these deltas wait for the end
+                # of the stream (the choices' cleanup, which next_batch runs; no new output)
+                if not all(c.finished for c in p.choices):
+                    yield pending
+                    pending = b""
                 batch = await deltas.next_batch()
             if p.include_usage:
                 completion = sum(len(c.token_ids) for c in p.choices)
                 prompt = sum(len(x) for x in p.prompts)
-                yield _sse({"id": p.response_id, "object": "chat.completion.chunk" if p.kind == "chat"
-                            else "text_completion", "created": p.created, "model": p.model, "choices": [],
-                            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                                      "total_tokens": prompt + completion}})
+                pending += _sse({"id": p.response_id, "object": "chat.completion.chunk" if p.kind == "chat"
+                                 else "text_completion", "created": p.created, "model": p.model, "choices": [],
+                                 "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                           "total_tokens": prompt + completion}})
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # engine death, ERROR output mid-stream, client failure
-            yield _sse(self._client_error(exc).body())
+            pending += _sse(self._client_error(exc).body())
         finally:
             deltas.close()
-        yield _SSE_DONE
+        yield _Last(pending + _SSE_DONE)
 
     async def _notify_rejection(self, obj: dict[str, Any], request_id: str, rank: int | None) -> None:
         """``ECP-REJECT-3``: with a KV connector configured, a rejected request whose
@@ -489,19 +498,58 @@ class ServeApp:
         return await self._dev(request, h)
 
 
+class _Last(bytes):
+    """A stream's final chunk: :class:`_SSEResponse` sends it with the end of the response."""
+
+
 class _SSEResponse(StreamingResponse):
-    """A streaming response that closes its :class:`DeltaStream` however it ends,
-    including a disconnect before the body iterator ever started."""
+    """The SSE response of a generate route.
+
+    * It closes its :class:`DeltaStream` however it ends, including a disconnect
+      before the body iterator ever started.
+    * A client that goes away cancels the streaming (the choices then auto-abort,
+      ``dropped_stream``): one plain watcher task per response, where Starlette's
+      ``StreamingResponse`` opens a task group with cancel scopes.
+    * Its :class:`_Last` chunk carries the end of the chunked body too (one write,
+      not two).
+    """
 
     def __init__(self, body: AsyncIterator[bytes], deltas: DeltaStream) -> None:
         super().__init__(body, media_type="text/event-stream")
         self._deltas = deltas
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        state = {"streaming": True, "dropped": False}
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            if state["streaming"]:  # after the response ended, "disconnect" is what receive() says
+                state["dropped"] = True
+                task.cancel()
+
+        watcher = asyncio.ensure_future(watch())
         try:
-            await super().__call__(scope, receive, send)
+            await self.stream_response(send)
+        except asyncio.CancelledError:
+            if not state["dropped"]:
+                raise
+            task.uncancel()  # the cancellation was ours: the client left, the response ends here
         finally:
+            state["streaming"] = False
+            watcher.cancel()
             self._deltas.close()
+
+    async def stream_response(self, send: Any) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        ended = False
+        async for chunk in self.body_iterator:
+            ended = isinstance(chunk, _Last)
+            await send({"type": "http.response.body", "body": bytes(chunk), "more_body": not ended})
+        if not ended:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class _UtilityHTTPError(Exception):
