@@ -536,7 +536,11 @@ class _SSEResponse(StreamingResponse):
         except asyncio.CancelledError:
             if not state["dropped"]:
                 raise
-            task.uncancel()  # the cancellation was ours: the client left, the response ends here
+            # the cancellation was ours: the client left, the response ends here
+            # (Python >= 3.11 counts cancellations; 3.10 has no uncancel and needs none)
+            uncancel = getattr(task, "uncancel", None)
+            if uncancel is not None:
+                uncancel()
         finally:
             state["streaming"] = False
             watcher.cancel()
