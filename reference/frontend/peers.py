@@ -54,6 +54,7 @@ class PeerLink:
         self._ctx = zmq.asyncio.Context()
         self._router: zmq.asyncio.Socket | None = None
         self._task: asyncio.Task[None] | None = None
+        self._answers: set[asyncio.Task[None]] = set()  # held so that none is collected mid-answer
 
     @property
     def others(self) -> list[str]:
@@ -67,12 +68,12 @@ class PeerLink:
         self._task = asyncio.ensure_future(self._serve())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        if self._router is not None:
-            self._router.close(0)
-        self._ctx.term()
+        tasks = [t for t in (self._task, *self._answers) if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._router = None
+        self._ctx.destroy(0)
 
     # ------------------------------------------------------------------ serving the others
     async def _serve(self) -> None:
@@ -82,7 +83,9 @@ class PeerLink:
             if len(frames) != 2:
                 log.warning("API server peer link: ignoring a message of %d frames", len(frames))
                 continue
-            asyncio.ensure_future(self._answer(frames[0], frames[1]))
+            task = asyncio.ensure_future(self._answer(frames[0], frames[1]))
+            self._answers.add(task)
+            task.add_done_callback(self._answers.discard)
 
     async def _answer(self, identity: bytes, payload: bytes) -> None:
         try:
