@@ -23,3 +23,36 @@ def open_fds(pid: int | None = None) -> int:
         return len(os.listdir(f"/proc/{pid or os.getpid()}/fd"))
     except FileNotFoundError:
         return 0
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            raw = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # the command name (field 2) may contain spaces; the fields after it are split on them
+    return raw[raw.rindex(")") + 2:].split()
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and every live descendant (Linux /proc): a
+    frontend that is several processes (launcher, API servers, a wrapper script) counts whole."""
+    parent_of: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None:
+                parent_of[int(entry)] = int(fields[1])
+    tree, grew = {pid}, True
+    while grew:
+        more = {p for p, pp in parent_of.items() if pp in tree and p not in tree}
+        tree |= more
+        grew = bool(more)
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in tree:
+        fields = _stat_fields(p)
+        if fields is not None:
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
+    return total / tick

@@ -12,14 +12,21 @@ it, drives it with one load generator and stops both. Frontends:
   ``run_serve.sh`` and ``venv/`` inside). Without it they are skipped, and
   the script says so.
 
+``--ecp-api-servers 1 2`` runs ``ecp serve`` once per API server count
+(``--api-server-count``).
+
 Generator: ``vllm-rs bench serve`` from the peer when present (random prompts
 sent as token ids, ``--ignore-eos``), else ``ecp bench serve``. The table has
-output tok/s, TTFT p50 and ITL p50 / p99 per frontend, then ``ecp serve``'s
-ratio to each other frontend measured in the same run (tok/s: higher is
-better; latencies: ``ecp / other``, lower is better).
+output tok/s, TTFT p50 / p99 and ITL p50 / p99 per frontend, and the CPU the
+frontend's processes used during the load (cores = CPU seconds / duration;
+µs of frontend CPU per output token: what one token costs the frontend,
+whatever the number of cores), then ``ecp serve``'s ratio to each other
+frontend measured in the same run (tok/s: higher is better; latencies:
+``ecp / other``, lower is better).
 
     python benchmarks/serve_compare.py                      # step 0 and 10 ms, c=256, 1,024 requests
     python benchmarks/serve_compare.py --frontends ecp --step-time-ms 0 -c 4 -n 16 --output-len 8
+    python benchmarks/serve_compare.py --ecp-api-servers 1 2            # ecp serve with 1, then 2 API servers
 
 Exit status: 0 when every run completed with no failed request, 1 otherwise.
 """
@@ -41,6 +48,15 @@ from typing import Any
 
 FRONTENDS = ("vllm", "vllm-rs", "ecp")
 LABELS = {"vllm": "vLLM 0.33 Python", "vllm-rs": "vllm-rs (Rust)", "ecp": "`ecp serve`"}
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from procstat import tree_cpu_seconds  # noqa: E402
+
+
+def label(kind: str) -> str:
+    """``ecp:2`` is ``ecp serve --api-server-count 2``."""
+    base, _, count = kind.partition(":")
+    return LABELS[base] + (f" ×{count} API servers" if count and count != "1" else "")
 
 
 def free_port() -> int:
@@ -69,9 +85,10 @@ def frontend_command(kind: str, peer: Path, http_port: int, rpc_port: int) -> tu
     env = dict(os.environ)
     remote = ["--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
               "--data-parallel-rpc-port", str(rpc_port), "--data-parallel-size", "1"]
-    if kind == "ecp":
+    base, _, count = kind.partition(":")
+    if base == "ecp":
         return [sys.executable, "-m", "ecp.spec.cli", "serve", "--port", str(http_port), "--handshake-timeout", "120",
-                *remote], env
+                "--api-server-count", count or "1", *remote], env
     env["PORT"] = str(http_port)
     env["TMO"] = "1800"
     if kind == "vllm-rs":
@@ -127,7 +144,8 @@ def run_vllm_rs_bench(binary: Path, peer: Path, http_port: int, model: str, args
         if not path.exists():
             raise RuntimeError(f"vllm-rs bench serve failed ({proc.returncode}): {proc.stderr[-800:]}")
         raw = json.loads(path.read_text())
-    return {"generator": "vllm-rs bench serve", "completed": raw.get("completed"),
+    return {"generator": "vllm-rs bench serve", "completed": raw.get("completed"), "duration_s": raw.get("duration"),
+            "output_tokens": raw.get("total_output_tokens"),
             "failed": raw.get("failed", args.num_prompts - (raw.get("completed") or 0)),
             "output_tok_s": raw.get("output_throughput"),
             "ttft_p50": raw.get("p50_ttft_ms", raw.get("median_ttft_ms")), "ttft_p99": raw.get("p99_ttft_ms"),
@@ -141,6 +159,7 @@ def run_ecp_bench(http_port: int, model: str, args: argparse.Namespace) -> dict:
                               num_requests=args.num_prompts, prompt_len=args.input_len,
                               max_tokens=args.output_len, timeout=args.timeout, progress=False))
     return {"generator": "ecp bench serve", "completed": r["completed"], "failed": r["failed"],
+            "duration_s": r["duration_s"], "output_tokens": r["output_tokens"],
             "output_tok_s": r["output_tokens_per_s"], "ttft_p50": r["ttft_ms"]["p50"],
             "ttft_p99": r["ttft_ms"]["p99"], "itl_p50": r["itl_ms"]["p50"], "itl_p99": r["itl_ms"]["p99"]}
 
@@ -155,8 +174,12 @@ def run_one(kind: str, step_ms: float, args: argparse.Namespace, rs: Path | None
         # The frontend binds the handshake ROUTER; the engine retries its connect until it is there.
         eng = subprocess.Popen(engine_command(rpc_port, step_ms), stdout=subprocess.DEVNULL, stderr=logs)
         model = wait_http(f"http://127.0.0.1:{http_port}", [fe, eng], args.start_timeout)
-        rows = [run_vllm_rs_bench(rs, args.peer, http_port, model, args) if g == "vllm-rs"
-                else run_ecp_bench(http_port, model, args) for g in gens]
+        rows = []
+        for g in gens * args.repeat:
+            cpu0 = tree_cpu_seconds(fe.pid)
+            rows.append(run_vllm_rs_bench(rs, args.peer, http_port, model, args) if g == "vllm-rs"
+                        else run_ecp_bench(http_port, model, args))
+            rows[-1]["frontend_cpu_s"] = tree_cpu_seconds(fe.pid) - cpu0
     except Exception as exc:
         logs.seek(0)
         tail = logs.read()[-1500:].decode(errors="replace")
@@ -181,37 +204,75 @@ def ratio(a: Any, b: Any) -> str:
     return f"{a / b:.2f}×"
 
 
+def cpu_cell(r: dict) -> str:
+    """Frontend cores used and µs of frontend CPU per output token."""
+    cpu, dur, toks = r.get("frontend_cpu_s"), r.get("duration_s"), r.get("output_tokens")
+    if cpu is None or not dur or not toks:
+        return "n/a"
+    return f"{cpu / dur:.2f} / {cpu / toks * 1e6:.1f} µs"
+
+
 def table(rows: list[dict]) -> str:
     several = len({r.get("generator") for r in rows}) > 1
     head = "| engine step | frontend |" + (" generator |" if several else "")
-    out = [head + " output tok/s | TTFT p50 / p99 | ITL p50 / p99 |",
-           "|---|---|" + ("---|" if several else "") + "---:|---|---|"]
+    out = [head + " output tok/s | TTFT p50 / p99 | ITL p50 / p99 | frontend CPU: cores / per token |",
+           "|---|---|" + ("---|" if several else "") + "---:|---|---|---|"]
     for r in rows:
-        lead = f"| {r['step_ms']:g} ms | {LABELS[r['frontend']]} |" + (f" {r.get('generator')} |" if several else "")
+        lead = f"| {r['step_ms']:g} ms | {label(r['frontend'])} |" + (f" {r.get('generator')} |" if several else "")
         if "error" in r:
-            out.append(f"{lead} failed: {r['error'][:80]} | | |")
+            out.append(f"{lead} failed: {r['error'][:80]} | | | |")
             continue
         out.append(f"{lead} {_f(r['output_tok_s'], 0)} | {_f(r['ttft_p50'])} / {_f(r.get('ttft_p99'))} ms | "
-                   f"{_f(r['itl_p50'], 2)} / {_f(r['itl_p99'], 1)} ms |")
+                   f"{_f(r['itl_p50'], 2)} / {_f(r['itl_p99'], 1)} ms | {cpu_cell(r)} |")
     ratios = []
     first_gen = rows[0].get("generator") if rows else None
     for step in sorted({r["step_ms"] for r in rows}):
         # ratios between frontends use one generator (the first), never across generators
         by = {r["frontend"]: r for r in rows
               if r["step_ms"] == step and "error" not in r and r.get("generator") == first_gen}
-        ours = by.get("ecp")
-        if ours is None:
-            continue
-        for other in ("vllm-rs", "vllm"):
-            o = by.get(other)
-            if o is None:
-                continue
-            ratios.append(f"| {step:g} ms | ecp / {LABELS[other]} | {ratio(ours['output_tok_s'], o['output_tok_s'])} | "
-                          f"{ratio(ours['ttft_p50'], o['ttft_p50'])} | "
-                          f"{ratio(ours['itl_p50'], o['itl_p50'])} / {ratio(ours['itl_p99'], o['itl_p99'])} |")
+        for kind in sorted(k for k in by if k.startswith("ecp")):
+            ours = by[kind]
+            for other in ("vllm-rs", "vllm"):
+                o = by.get(other)
+                if o is None:
+                    continue
+                name = "ecp" if kind == "ecp" else f"ecp ×{kind.partition(':')[2]}"
+                ratios.append(f"| {step:g} ms | {name} / {LABELS[other]} | "
+                              f"{ratio(ours['output_tok_s'], o['output_tok_s'])} | "
+                              f"{ratio(ours['ttft_p50'], o['ttft_p50'])} | "
+                              f"{ratio(ours['itl_p50'], o['itl_p50'])} / {ratio(ours['itl_p99'], o['itl_p99'])} |")
     if ratios:
         out += ["", "| engine step | ratio | output tok/s | TTFT p50 | ITL p50 / p99 |", "|---|---|---:|---:|---|",
                 *ratios]
+    return "\n".join(out)
+
+
+AGREEMENT_METRICS = (("output_tok_s", "output tok/s"), ("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"),
+                     ("itl_p50", "ITL p50"), ("itl_p99", "ITL p99"))
+
+
+def agreement(rows: list[dict]) -> str:
+    """Per frontend and step: each generator's mean over its runs, and ``ecp bench serve``'s
+    mean / ``vllm-rs bench serve``'s (do the generators agree on the same server?)."""
+    out = ["| engine step | frontend | generator | runs | " + " | ".join(n for _, n in AGREEMENT_METRICS) + " |",
+           "|---|---|---|---:|" + "---:|" * len(AGREEMENT_METRICS)]
+    for step in sorted({r["step_ms"] for r in rows}):
+        for kind in dict.fromkeys(r["frontend"] for r in rows if r["step_ms"] == step):
+            means = {}
+            for gen in ("vllm-rs bench serve", "ecp bench serve"):
+                mine = [r for r in rows if r["step_ms"] == step and r["frontend"] == kind
+                        and r.get("generator") == gen and "error" not in r]
+                if not mine:
+                    continue
+                means[gen] = {k: (sum(r[k] for r in mine) / len(mine) if all(r.get(k) is not None for r in mine)
+                                  else None) for k, _ in AGREEMENT_METRICS}
+                out.append(f"| {step:g} ms | {label(kind)} | {gen} | {len(mine)} | "
+                           + " | ".join(_f(means[gen][k], 2 if k.startswith("itl") else 1)
+                                        for k, _ in AGREEMENT_METRICS) + " |")
+            if len(means) == 2:
+                e, v = means["ecp bench serve"], means["vllm-rs bench serve"]
+                out.append(f"| {step:g} ms | {label(kind)} | ecp / vllm-rs | | "
+                           + " | ".join(ratio(e[k], v[k]) for k, _ in AGREEMENT_METRICS) + " |")
     return "\n".join(out)
 
 
@@ -220,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frontends", nargs="+", choices=FRONTENDS, default=list(FRONTENDS))
     ap.add_argument("--step-time-ms", type=float, nargs="+", default=[0.0, 10.0])
+    ap.add_argument("--ecp-api-servers", type=int, nargs="+", default=[1], metavar="N",
+                    help="run ecp serve once per --api-server-count N (default: 1)")
     ap.add_argument("--concurrency", "-c", type=int, default=256)
     ap.add_argument("--num-prompts", "-n", type=int, default=1024)
     ap.add_argument("--input-len", type=int, default=32)
@@ -229,12 +292,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--generator", choices=("auto", "vllm-rs", "ecp", "both"), default="auto",
                     help="auto: vllm-rs bench serve when the peer ships it, else ecp bench serve; both: each "
                          "frontend is loaded by vllm-rs bench serve, then by ecp bench serve (do they agree?)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="load each frontend this many times with the generator(s), alternating (run-to-run spread)")
     ap.add_argument("--start-timeout", type=float, default=180.0, help="seconds for a frontend to serve")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds for one load run")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
     args = ap.parse_args(argv)
 
     have_peer = peer_ready(args.peer)
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    if any(n < 1 for n in args.ecp_api_servers):
+        ap.error("--ecp-api-servers values must be at least 1")
     frontends = [f for f in args.frontends if f == "ecp" or have_peer]
     skipped = [f for f in args.frontends if f not in frontends]
     if skipped:
@@ -248,14 +317,22 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.num_prompts} requests, {args.input_len} in / {args.output_len} out tokens; "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores", file=sys.stderr)
     rows = []
+    kinds = [k for f in frontends for k in ([f"ecp:{n}" if n != 1 else "ecp" for n in args.ecp_api_servers]
+                                            if f == "ecp" else [f])]
     for step in args.step_time_ms:
-        for kind in frontends:
+        for kind in kinds:
             for r in run_one(kind, step, args, rs, gens):
                 rows.append(r)
                 print(f"  step {step:g} ms {kind} ({r.get('generator')}): "
                       f"{r.get('error') or _f(r.get('output_tok_s'), 0) + ' tok/s'}", file=sys.stderr)
     print(f"serve_compare: load average after {os.getloadavg()[0]:.2f}", file=sys.stderr)
-    print(json.dumps(rows, indent=1) if args.json else table(rows))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(table(rows))
+        if len(gens) > 1:
+            print("\nGenerators on the same server (means over the runs):\n")
+            print(agreement(rows))
     bad = [r for r in rows if "error" in r or r.get("failed")]
     return 1 if bad else 0
 

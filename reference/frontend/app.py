@@ -114,8 +114,11 @@ async def run_with_cancellation(request: Request, work: Awaitable[Any]) -> Any:
 class ServeApp:
     """Holds the :class:`Frontend` and builds the Starlette routes."""
 
-    def __init__(self, frontend: Frontend) -> None:
+    def __init__(self, frontend: Frontend, peers: Any = None) -> None:
+        """``peers``: the other API server processes of one ``ecp serve --api-server-count N``
+        (:class:`~.peers.PeerLink`), or ``None`` when this process is the only one."""
         self.frontend = frontend
+        self.peers = peers
         self.client = frontend.client
         self.started = time.time()
         cfg = frontend.config
@@ -250,31 +253,40 @@ class ServeApp:
         return {"id": p.response_id, "object": obj, "created": p.created, "model": p.model, "choices": [choice]}
 
     async def _sse_body(self, p: Prepared, deltas: DeltaStream, first: list[ChoiceDelta]) -> AsyncIterator[bytes]:
-        """One write per batch of available deltas; ``[DONE]`` always last."""
+        """One write per batch of available deltas; ``[DONE]`` always last. Nothing is held
+        back: what is available is written at once. The batch that finishes every choice
+        leaves together with the usage chunk, ``[DONE]`` and the end of the response, as
+        one write (:class:`_Last`)."""
+        pending = b""
         try:
             if p.kind == "chat":
-                yield b"".join(_sse({"id": p.response_id, "object": "chat.completion.chunk", "created": p.created,
-                                     "model": p.model, "choices": [{
-                                         "index": c.index, "delta": {"role": "assistant", "content": ""},
-                                         "logprobs": None, "finish_reason": None}]}) for c in p.choices)
+                pending = b"".join(_sse({"id": p.response_id, "object": "chat.completion.chunk",
+                                         "created": p.created, "model": p.model, "choices": [{
+                                             "index": c.index, "delta": {"role": "assistant", "content": ""},
+                                             "logprobs": None, "finish_reason": None}]}) for c in p.choices)
             batch = first
             while batch:
-                yield b"".join(_sse(self._chunk(p, d)) for d in batch)
+                pending += b"".join(_sse(self._chunk(p, d)) for d in batch)
+                # once every choice finished nothing more can come: these deltas wait for the end
+                # of the stream (the choices' cleanup, which next_batch runs; no new output)
+                if not all(c.finished for c in p.choices):
+                    yield pending
+                    pending = b""
                 batch = await deltas.next_batch()
             if p.include_usage:
                 completion = sum(len(c.token_ids) for c in p.choices)
                 prompt = sum(len(x) for x in p.prompts)
-                yield _sse({"id": p.response_id, "object": "chat.completion.chunk" if p.kind == "chat"
-                            else "text_completion", "created": p.created, "model": p.model, "choices": [],
-                            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                                      "total_tokens": prompt + completion}})
+                pending += _sse({"id": p.response_id, "object": "chat.completion.chunk" if p.kind == "chat"
+                                 else "text_completion", "created": p.created, "model": p.model, "choices": [],
+                                 "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                           "total_tokens": prompt + completion}})
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # engine death, ERROR output mid-stream, client failure
-            yield _sse(self._client_error(exc).body())
+            pending += _sse(self._client_error(exc).body())
         finally:
             deltas.close()
-        yield _SSE_DONE
+        yield _Last(pending + _SSE_DONE)
 
     async def _notify_rejection(self, obj: dict[str, Any], request_id: str, rank: int | None) -> None:
         """``ECP-REJECT-3``: with a KV connector configured, a rejected request whose
@@ -317,13 +329,30 @@ class ServeApp:
         return json_response({"version": VLLM_VERSION, "ecp_version": ecp_version})
 
     async def load(self, request: Request) -> Response:
-        return json_response({"server_load": len(self.frontend.index)})
+        load = len(self.frontend.index)
+        if self.peers is not None:
+            try:
+                load += await self.peers.load()
+            except Exception as exc:
+                return error_response(OpenAIError(500, str(exc), "server_error"))
+        return json_response({"server_load": load})
 
     async def metrics(self, request: Request) -> Response:
         m = self.frontend.metrics
         return Response(m.render(), media_type=m.content_type)
 
     # ------------------------------------------------------------------ abort APIs
+    async def _abort(self, ids: list[str] | None) -> tuple[list[dict[str, Any]], list[str]]:
+        """Abort here and, with several API server processes, in every other one: each
+        request's own process finalises it and sends its ABORT (``ECP-ABORT-8``). An id
+        is not found only if no process knows it."""
+        results, not_found = await self.frontend.abort(ids)
+        if self.peers is None:
+            return results, not_found
+        more, unknown_elsewhere = await self.peers.abort(ids)
+        missing = set(unknown_elsewhere)
+        return results + more, [i for i in not_found if i in missing]
+
     async def abort_requests_vllm(self, request: Request) -> Response:
         """vLLM: ``{"request_ids": [...]}``; missing or empty = every request."""
         try:
@@ -334,7 +363,7 @@ class ServeApp:
         except OpenAIError as err:
             return error_response(err)
         try:
-            results, not_found = await self.frontend.abort(ids or None)
+            results, not_found = await self._abort(ids or None)
         except Exception as exc:  # the client is closed or dead: its streams already ended
             return error_response(self._client_error(exc))
         return json_response({"status": "aborted", "aborted": len(results), "results": results,
@@ -353,7 +382,7 @@ class ServeApp:
         if not abort_all and not ids:
             return json_response({"error": "must provide abort_all=true or req_ids"}, 400)
         try:
-            results, not_found = await self.frontend.abort(None if abort_all else ids)
+            results, not_found = await self._abort(None if abort_all else ids)
         except Exception as exc:  # the client is closed or dead: its streams already ended
             return error_response(self._client_error(exc))
         return json_response({"aborted": [r["request_id"] for r in results], "results": results,
@@ -469,19 +498,62 @@ class ServeApp:
         return await self._dev(request, h)
 
 
+class _Last(bytes):
+    """A stream's final chunk: :class:`_SSEResponse` sends it with the end of the response."""
+
+
 class _SSEResponse(StreamingResponse):
-    """A streaming response that closes its :class:`DeltaStream` however it ends,
-    including a disconnect before the body iterator ever started."""
+    """The SSE response of a generate route.
+
+    * It closes its :class:`DeltaStream` however it ends, including a disconnect
+      before the body iterator ever started.
+    * A client that goes away cancels the streaming (the choices then auto-abort,
+      ``dropped_stream``): one plain watcher task per response, where Starlette's
+      ``StreamingResponse`` opens a task group with cancel scopes.
+    * Its :class:`_Last` chunk carries the end of the chunked body too (one write,
+      not two).
+    """
 
     def __init__(self, body: AsyncIterator[bytes], deltas: DeltaStream) -> None:
         super().__init__(body, media_type="text/event-stream")
         self._deltas = deltas
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        state = {"streaming": True, "dropped": False}
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            if state["streaming"]:  # after the response ended, "disconnect" is what receive() says
+                state["dropped"] = True
+                task.cancel()
+
+        watcher = asyncio.ensure_future(watch())
         try:
-            await super().__call__(scope, receive, send)
+            await self.stream_response(send)
+        except asyncio.CancelledError:
+            if not state["dropped"]:
+                raise
+            # the cancellation was ours: the client left, the response ends here
+            # (Python >= 3.11 counts cancellations; 3.10 has no uncancel and needs none)
+            uncancel = getattr(task, "uncancel", None)
+            if uncancel is not None:
+                uncancel()
         finally:
+            state["streaming"] = False
+            watcher.cancel()
             self._deltas.close()
+
+    async def stream_response(self, send: Any) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        ended = False
+        async for chunk in self.body_iterator:
+            ended = isinstance(chunk, _Last)
+            await send({"type": "http.response.body", "body": bytes(chunk), "more_body": not ended})
+        if not ended:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class _UtilityHTTPError(Exception):

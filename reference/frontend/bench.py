@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from .bench_http import stream_post
+from .bench_http import Connection
 
 _decode_json = msgspec.json.decode
 
@@ -36,16 +36,20 @@ class RequestResult:
 
 
 def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (``q`` in 0..100)."""
+    """Percentile ``q`` (0..100) interpolated linearly between the closest ranks, as
+    ``numpy.percentile`` computes it (and so ``vllm bench serve`` / ``vllm-rs bench serve``)."""
     if not values:
         return None
     s = sorted(values)
-    return s[min(len(s) - 1, max(0, math.ceil(q / 100 * len(s)) - 1))]
+    pos = (len(s) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-async def one_request(base_url: str, payload: bytes, timeout: float) -> RequestResult:
-    """One streaming completion; TTFT and ITL are taken from the arrival time of each event
-    with text (see :mod:`.bench_http`)."""
+async def one_request(conn: Connection, payload: bytes, timeout: float) -> RequestResult:
+    """One streaming completion on ``conn``; TTFT and ITL are taken from the arrival time
+    of each event with text (see :mod:`.bench_http`)."""
     start = time.perf_counter()
     res = RequestResult(ok=False)
     state = {"last": None, "chunks": 0}
@@ -74,7 +78,7 @@ async def one_request(base_url: str, payload: bytes, timeout: float) -> RequestR
             state["last"] = now
 
     try:
-        status, body = await stream_post(base_url, "/v1/completions", payload, on_event, timeout)
+        status, body = await conn.stream_post("/v1/completions", payload, on_event, timeout)
         if status != 200:
             res.ok = False
             res.error = f"HTTP {status}: {body[:200].decode(errors='replace')}"
@@ -114,13 +118,21 @@ async def run_bench(url: str, *, model: str | None, concurrency: int, num_reques
         results: list[RequestResult] = []
         next_index = 0
 
+        connections: list[Connection] = []
+
         async def worker() -> None:
+            # one kept-alive connection per worker, as a client pool of C connections would
             nonlocal next_index
-            while next_index < num_requests:
-                next_index += 1
-                results.append(await one_request(url, body, timeout))
-                if bar is not None:
-                    bar.update(1)
+            conn = Connection(url)
+            connections.append(conn)
+            try:
+                while next_index < num_requests:
+                    next_index += 1
+                    results.append(await one_request(conn, body, timeout))
+                    if bar is not None:
+                        bar.update(1)
+            finally:
+                conn.close()
 
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(min(concurrency, num_requests))))
@@ -138,6 +150,7 @@ async def run_bench(url: str, *, model: str | None, concurrency: int, num_reques
     return {
         "url": url, "model": model, "concurrency": concurrency, "num_requests": num_requests,
         "completed": len(ok), "failed": len(results) - len(ok),
+        "connections": sum(c.connects for c in connections),
         "errors": sorted({r.error for r in results if r.error})[:5],
         "duration_s": round(elapsed, 3),
         "request_throughput": round(len(ok) / elapsed, 3) if elapsed else None,

@@ -40,6 +40,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--bug", action="append", default=[], metavar="NAME",
                    help="conformance bug knob (repeatable): no-rejection-notification, notify-without-connector, "
                         "abort-one-per-request, first-engine-is-sleeping, reset-prefix-cache-any, ignore-engine-dead")
+    p.add_argument("--api-server-count", "-asc", type=int, default=1, metavar="N",
+                   help="API server processes sharing the engines and the HTTP port, each its own engine-core "
+                        "client (client_index 0..N-1), as vLLM's --api-server-count (default 1)")
+    p.add_argument("--http", choices=("auto", "httptools", "h11"), default="auto",
+                   help="HTTP/1.1 implementation: httptools (C parser, lean response path; the 'serve' extra "
+                        "installs it) or h11 (pure Python); auto = httptools when installed (default)")
     p.add_argument("--log-level", default="warning")
     p.set_defaults(func=_serve)
 
@@ -70,10 +76,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
     import logging
+    import sys
 
-    from .server import serve
+    from .server import resolve_http, serve
 
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    try:
+        resolve_http(args.http)
+    except ValueError as exc:
+        print(f"ecp serve: {exc}", file=sys.stderr)
+        return 2
     return asyncio.run(serve(args))
 
 

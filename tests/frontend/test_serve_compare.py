@@ -22,17 +22,18 @@ def test_serve_compare_runs_ecp_serve_and_skips_absent_peers(tmp_path, capsys):
     compare = _load()
     rc = compare.main(["--peer", str(tmp_path / "no-peer"), "--step-time-ms", "0", "-c", "2", "-n", "6",
                        "--input-len", "8", "--output-len", "4", "--start-timeout", "60", "--timeout", "60",
-                       "--json"])
+                       "--ecp-api-servers", "1", "2", "--json"])
     out, err = capsys.readouterr()
     assert "skipping vllm, vllm-rs" in err and "generator ecp bench serve" in err
     rows = json.loads(out)
     assert rc == 0, rows
-    assert [(r["frontend"], r["step_ms"]) for r in rows] == [("ecp", 0.0)]
-    row = rows[0]
-    assert row["generator"] == "ecp bench serve"
-    assert row["completed"] == 6 and row["failed"] == 0
-    # ITL may be absent: flat out, 4 tokens can arrive as one SSE event
-    assert row["output_tok_s"] > 0 and row["ttft_p50"] is not None
+    assert [(r["frontend"], r["step_ms"]) for r in rows] == [("ecp", 0.0), ("ecp:2", 0.0)]
+    for row in rows:
+        assert row["generator"] == "ecp bench serve"
+        assert row["completed"] == 6 and row["failed"] == 0 and row["output_tokens"] == 24
+        # ITL may be absent: flat out, 4 tokens can arrive as one SSE event
+        assert row["output_tok_s"] > 0 and row["ttft_p50"] is not None
+        assert row["frontend_cpu_s"] >= 0  # measured (a tiny load may take less than one clock tick)
 
 
 def test_serve_compare_table_puts_ecp_against_each_other_frontend():
@@ -42,3 +43,44 @@ def test_serve_compare_table_puts_ecp_against_each_other_frontend():
     text = compare.table(rows)
     assert "| 0 ms | ecp / vllm-rs (Rust) | 0.50× | 2.00× | 1.00× / 1.00× |" in text
     assert "| 0 ms | ecp / vLLM 0.33 Python | 2.00× | 0.50× | 1.00× / 1.00× |" in text
+
+
+def test_serve_compare_table_has_each_api_server_count_and_the_frontend_cpu():
+    compare = _load()
+    rows = [{"frontend": f, "step_ms": 10.0, "output_tok_s": tok, "ttft_p50": 20.0, "itl_p50": 1.0, "itl_p99": 4.0,
+             "frontend_cpu_s": cpu, "duration_s": 2.0, "output_tokens": 1000}
+            for f, tok, cpu in (("vllm-rs", 400.0, 0.5), ("ecp", 200.0, 1.0), ("ecp:2", 300.0, 1.5))]
+    text = compare.table(rows)
+    assert "| 10 ms | `ecp serve` ×2 API servers | 300 |" in text
+    assert "| 0.75 / 1500.0 µs |" in text  # 1.5 CPU s over 2 s, for 1,000 tokens
+    assert "| 10 ms | ecp ×2 / vllm-rs (Rust) | 0.75× |" in text
+
+
+def test_serve_compare_agreement_compares_the_generators_means():
+    compare = _load()
+    rows = [{"frontend": "ecp", "step_ms": 10.0, "generator": g, "output_tok_s": tok, "ttft_p50": ttft,
+             "ttft_p99": 2 * ttft, "itl_p50": 10.0, "itl_p99": 20.0}
+            for g, tok, ttft in (("vllm-rs bench serve", 100.0, 40.0), ("ecp bench serve", 110.0, 44.0),
+                                 ("vllm-rs bench serve", 100.0, 60.0), ("ecp bench serve", 90.0, 46.0))]
+    text = compare.agreement(rows)
+    assert "| 10 ms | `ecp serve` | vllm-rs bench serve | 2 | 100.0 | 50.0 | 100.0 | 10.00 | 20.00 |" in text
+    assert "| 10 ms | `ecp serve` | ecp / vllm-rs | | 1.00× | 0.90× | 0.90× | 1.00× | 1.00× |" in text
+
+
+def test_tree_cpu_seconds_counts_the_descendants():
+    """The frontend CPU column counts every process of a frontend (a wrapper script's children too)."""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    from procstat import tree_cpu_seconds
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nprint('done', flush=True)\ntime.sleep(30)"
+    wrapper = subprocess.Popen(["sh", "-c", f'{sys.executable} -c "{burn}"; true'], stdout=subprocess.PIPE, text=True)
+    try:
+        assert wrapper.stdout.readline().strip() == "done"  # the grandchild burnt 0.3 s of CPU
+        assert tree_cpu_seconds(wrapper.pid) >= 0.25
+    finally:
+        subprocess.run(["pkill", "-P", str(wrapper.pid)], check=False)
+        wrapper.kill()
+        wrapper.wait(10)
