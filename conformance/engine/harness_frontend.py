@@ -83,7 +83,11 @@ class EngineRecord:
     #: clients whose registration had arrived when READY was received
     registered_at_ready: set[int] | None = None
     ready_at: float | None = None
+    #: the handshake rules (``ECP-HS-7``: duplicate HELLO/READY, frame counts) this engine broke on the
+    #: handshake socket, as the protocol machine judged them
     anomalies: list[str] = field(default_factory=list)
+    #: what the machine recorded against this engine's registrations (e.g. a second one on an input)
+    registration_anomalies: list[str] = field(default_factory=list)
 
     @property
     def rank(self) -> int | None:
@@ -385,16 +389,22 @@ class HarnessFrontend:
             self.records[identity] = EngineRecord(identity)
         return self.records[identity]
 
+    def _machine_receive(self, socket: str, frames: list[bytes]) -> list[MachineViolation]:
+        """Follow ``frames`` with the machine (recording mode); return the rules they broke."""
+        before = len(self.machine.violations)
+        self.machine.receive(socket, frames)
+        return self.machine.violations[before:]
+
     def _on_handshake(self, frames: list[bytes], init: bytes) -> None:
         self.transcript.record("recv", "handshake", frames,
                                lambda: decode_any(frames[1]) if len(frames) > 1 else "(no payload)")
-        self.machine.receive("handshake", frames)
+        broken = self._machine_receive("handshake", frames)
         identity = frames[0]
         rec = self._record(identity)
-        if len(frames) != 2:
-            rec.anomalies.append(f"handshake message with {len(frames) - 1} frame(s) after the identity")
-            if len(frames) < 2:
-                return
+        # the rules live in the machine: keep what it found against this engine's handshake
+        rec.anomalies += [str(v.error) for v in broken if v.clause == "ECP-HS-7"]
+        if len(frames) < 2:
+            return
         payload = frames[1]
         try:
             msg: Hello | Ready | None = decode_handshake(payload)
@@ -416,12 +426,10 @@ class HarnessFrontend:
             rec.init_sent = True
             self.transcript.record("sent", "handshake", [identity, init], lambda: decode_init(init))
             return
-        if isinstance(msg, Hello):
-            rec.anomalies.append("duplicate HELLO")
+        if isinstance(msg, Hello):  # a duplicate HELLO (the machine recorded it)
             return
         rec.ready_raw.append(payload)
-        if len(rec.ready_raw) > 1:
-            rec.anomalies.append("duplicate READY")
+        if len(rec.ready_raw) > 1:  # a duplicate READY (the machine recorded it)
             return
         rec.registered_at_ready = set(rec.registrations)
         self.handshake_events.append(("READY", identity))
@@ -434,11 +442,12 @@ class HarnessFrontend:
     def _on_registration(self, client: int, frames: list[bytes]) -> None:
         self.transcript.record("recv", f"input[{client}]", frames,
                                lambda: decode_ready_response(frames[1]) if len(frames) > 1 else "(no payload)")
-        self.machine.receive(f"input[{client}]", frames)
+        broken = self._machine_receive(f"input[{client}]", frames)
         rec = self._record(frames[0])
         rec.registrations.setdefault(client, []).append(frames[1:])
-        if len(rec.registrations[client]) > 1:
-            rec.anomalies.append(f"second message on input[{client}] during the handshake")
+        if len(rec.registrations[client]) > 1:  # a second registration (the machine recorded it)
+            rec.registration_anomalies += [str(v.error) for v in broken] or [
+                f"second message on input[{client}] during the handshake"]
             return
         if len(frames) != 2:
             rec.ready_payloads[client] = f"registration has {len(frames) - 1} payload frame(s), expected 1"
