@@ -199,9 +199,9 @@ def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Ite
         message = f"fail-closed: {what}{'; ' + detail if detail else ''} -- it stopped instead of serving on"
     elif isinstance(exc, PeerCrashed) or (crashed and not isinstance(exc, LaunchError)):
         outcome = Outcome.CRASH
-        message = str(exc) if exc is not None else "the engine process died during the case"
+        message = str(exc) if exc is not None else f"the {state.role} process died during the case"
         if exc is not None and not isinstance(exc, PeerCrashed):
-            message = f"the engine process died during the case ({exc})"
+            message = f"the {state.role} process died during the case ({exc})"
     elif exc is None:
         outcome, message = Outcome.PASS, ""
     elif isinstance(exc, CaseTimeout):
