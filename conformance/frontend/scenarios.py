@@ -93,7 +93,7 @@ async def open_held(fe: FrontendUnderTest, n: int, *, chat: bool = False,
     errors = [e for e in opened if not isinstance(e, SseStream)]
     if errors:
         drop_all(streams)
-        if all(isinstance(e, (asyncio.TimeoutError, TimeoutError)) for e in errors):
+        if all(isinstance(e, (asyncio.TimeoutError, TimeoutError, CaseTimeout)) for e in errors):
             raise CaseTimeout(f"{len(errors)} of {n} streaming requests got no response head")
         raise Violation(f"{len(errors)} of {n} streaming requests failed: {errors[0]!r}", "ECP-REQ-1")
     bad = [s.status_code for s in streams if s.status_code != 200]

@@ -159,3 +159,17 @@ def test_a_connection_closed_without_a_response_is_a_violation_not_a_harness_err
             finally:
                 await driver.aclose()
     asyncio.run(main())
+
+
+def test_sse_stream_answered_with_garbage_is_a_violation():
+    """Bytes that are not HTTP (read by h11) are the frontend's doing: a FAIL, not a harness error."""
+    from ecp.conformance.frontend.sse import HttpProtocolError
+    from ecp.conformance.outcomes import Violation
+
+    async def main():
+        server, port, _ = await _serve_once(b"\x00garbage that is not HTTP\r\n\r\n")
+        async with server:
+            with pytest.raises(HttpProtocolError, match="not a valid HTTP response") as caught:
+                await SseStream.open("127.0.0.1", port, "/v1/completions", {})
+        assert isinstance(caught.value, Violation)
+    asyncio.run(main())
