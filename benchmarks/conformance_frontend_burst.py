@@ -56,7 +56,7 @@ def main() -> int:
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
 
-    from ecp.conformance.frontend import scenarios as s
+    from ecp.conformance.frontend.cases import _common as s
     from ecp.conformance.frontend.session import FrontendManager, FrontendRunConfig
     from ecp.conformance.transcript import Transcript
 
