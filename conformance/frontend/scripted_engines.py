@@ -244,6 +244,10 @@ class ScriptedEngine:
             await self._send_step(self.generation.abort(message.request_ids))
         elif isinstance(message, UtilityMessage):
             call = message.call
+            for notice_id in self.script.notice_call_ids:   # ECP-UTIL-12: replies nobody asked for
+                await self._send(call.client_index, EngineCoreOutputs(
+                    engine_index=self.rank, timestamp=time.monotonic(),
+                    utility_output=UtilityOutput(notice_id, None, UtilityResult(None, None))))
             failure, value = self.script.answer(call.method_name, list(call.args))
             reply = UtilityOutput(call.call_id, failure,
                                   None if failure is not None else UtilityResult(None, value))

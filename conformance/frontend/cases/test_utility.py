@@ -71,6 +71,22 @@ async def utility_reaches_every_engine(m: FrontendManager) -> None:
         missed = [e.rank for e in fe.engines if not e.recorder.utilities(method)]
         expect(not missed, f"{http_method} {path}: utility {method!r} never reached engine(s) {missed}")
 
+async def reserved_call_ids_dropped(m: FrontendManager) -> None:
+    """FE-UTIL-5."""
+    fe = await m.shared()
+    fe.require_dev_endpoints()
+    for engine in fe.engines:
+        engine.script.notice_call_ids = (-1, -2)
+    reply = await fe.driver.request("GET", "/is_sleeping")
+    expect(reply.ok and isinstance(reply.body, dict) and reply.body.get("is_sleeping") is False,
+           f"each engine sent utility replies with call ids -1 and -2 before its answer; GET /is_sleeping "
+           f"returned HTTP {reply.status_code} {reply.text[:100]}")
+    for engine in fe.engines:
+        engine.script.notice_call_ids = ()
+    status = await fe.driver.health()
+    expect(status == 200, f"after utility replies with reserved call ids, GET /health answered {status}")
+
+
 @case("FE-UTIL-1")
 def test_is_sleeping_disagreement_is_error(frontends):
     frontends.run(is_sleeping_disagreement_is_error)
@@ -89,3 +105,8 @@ def test_reset_prefix_cache_and(frontends):
 @case("FE-UTIL-4")
 def test_utility_reaches_every_engine(frontends):
     frontends.run(utility_reaches_every_engine)
+
+
+@case("FE-UTIL-5")
+def test_reserved_call_ids_dropped(frontends):
+    frontends.run(reserved_call_ids_dropped)
