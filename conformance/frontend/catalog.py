@@ -24,6 +24,9 @@ CASES: tuple[Case, ...] = (
        "A ready payload with every key plus unknown extra keys is accepted and the engine is served."),
     _c("FE-HS-4", "ECP-HS-8", "MUST", "no-ready-fails-clearly",
        "When an engine never sends READY the frontend exits with an error or stays unhealthy."),
+    _c("FE-HS-5", "ECP-HS-9", "MUST", "max-model-len-is-minimum",
+       "With engines reporting different max_model_len, no request longer than the minimum (prompt + "
+       "max_tokens) reaches an engine, while one that fits is served."),
     # ------------------------------------------------------------- requests
     _c("FE-REQ-1", "ECP-REQ-1", "MUST", "add-payload-decodes",
        "Completions and chat requests reach an engine as ADDs that decode per spec, with the requested max_tokens."),

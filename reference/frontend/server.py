@@ -138,7 +138,7 @@ async def serve(args: argparse.Namespace) -> int:
     from .app import ServeApp
     from .serving import Frontend, FrontendConfig
 
-    from .faults import check_serve_faults
+    from .faults import FrontendFaults, check_serve_faults
 
     try:
         check_serve_faults(args.bug)
@@ -190,7 +190,9 @@ async def serve(args: argparse.Namespace) -> int:
             engines = spawn_engines(client.handshake_address, dp, extra)
         if not await _until_stopped(stop, client.wait_ready()):
             return 0
-        fcfg = FrontendConfig(model_name=args.model, max_model_len=client.max_model_len,
+        reported = [r.max_model_len for r in client.ready_responses.values() if r is not None]
+        max_model_len = FrontendFaults(args.bug).max_model_len(client.max_model_len, reported)
+        fcfg = FrontendConfig(model_name=args.model, max_model_len=max_model_len,
                               kv_connector=args.kv_connector, bugs=frozenset(args.bug),
                               dev_mode=args.dev_mode or os.environ.get("VLLM_SERVER_DEV_MODE", "0") not in ("", "0"))
         frontend = Frontend(client, tokenizer, fcfg)

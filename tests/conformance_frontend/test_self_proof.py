@@ -39,6 +39,7 @@ KNOB_CASES: dict[str, tuple[str, ...]] = {
     "unknown-output-fatal": ("FE-OUT-1",),
     "error-output-as-stop": ("FE-OUT-2",),
     "reserved-call-id-fatal": ("FE-UTIL-5",),
+    "max-model-len-maximum": ("FE-HS-5",),
 }
 
 #: Left out of the in-suite passing run (the 2,000-stream burst); covered by the documented CLI run.

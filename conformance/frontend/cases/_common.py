@@ -9,9 +9,9 @@ the prompt. Every wait is bounded and event- or poll-driven.
 
 from __future__ import annotations
 
-from typing import Any
 import asyncio
 import uuid
+from typing import Any
 
 from ecp.conformance.frontend.script import EngineScript
 from ecp.conformance.frontend.session import FrontendUnderTest

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
 import asyncio
 import time
+from typing import Any
 
 from ecp.conformance.frontend.cases._common import NO_READY_WINDOW_S, SHORT_MAX_TOKENS, expect, unique
 from ecp.conformance.frontend.script import EngineScript, default_ready_payload, minimal_ready_payload
 from ecp.conformance.frontend.session import FrontendManager
 from ecp.conformance.outcomes import CaseTimeout, PeerCrashed, Violation
 from ecp.conformance.registry import case
+
+#: The max_model_len of the shortest engine in FE-HS-5.
+SMALL_MODEL_LEN = 64
 
 
 async def init_addresses_reachable(m: FrontendManager) -> None:
@@ -67,6 +70,31 @@ async def ready_payload_extra_keys(m: FrontendManager) -> None:
     await _served_with_payload(m, payload, "a ready payload with unknown extra keys")
 
 
+async def max_model_len_is_minimum(m: FrontendManager) -> None:
+    """FE-HS-5."""
+    n = max(2, m.cfg.engine_count)
+    scripts = []
+    for rank in range(n):
+        payload = default_ready_payload(rank, n)
+        if rank == n - 1:   # the last engine is the short one: "the first engine's" is then wrong too
+            payload["max_model_len"] = SMALL_MODEL_LEN
+        scripts.append(EngineScript(ready_payload=payload))
+    async with m.fresh(engine_count=n, scripts=scripts) as fe:
+        lens = [default_ready_payload(r, n)["max_model_len"] for r in range(n - 1)] + [SMALL_MODEL_LEN]
+        fits = await fe.driver.complete(unique("hs9"), SHORT_MAX_TOKENS)
+        expect(fits.ok, f"engines reported max_model_len {lens}; a request that fits the minimum "
+                        f"({SHORT_MAX_TOKENS} tokens) answered HTTP {fits.status_code}: {fits.text[:200]}")
+        reply = await fe.driver.complete(unique("hs9"), SMALL_MODEL_LEN)
+        too_long = [(e.rank, len(req.prompt_token_ids or []) + (req.sampling_params.max_tokens or 0))
+                    for e in fe.engines for _, req in e.recorder.adds(include_notices=False)
+                    if req.sampling_params is not None
+                    and len(req.prompt_token_ids or []) + (req.sampling_params.max_tokens or 0) > SMALL_MODEL_LEN]
+        expect(not too_long, f"engines reported max_model_len {lens}; the frontend admitted a request of "
+                             f"{too_long[0][1] if too_long else 0} tokens (prompt + max_tokens) to engine "
+                             f"{too_long[0][0] if too_long else '?'} (HTTP {reply.status_code}): it did not "
+                             f"use the minimum, {SMALL_MODEL_LEN}")
+
+
 async def no_ready_fails_clearly(m: FrontendManager) -> None:
     """FE-HS-4."""
     async with m.fresh(engine_count=1, scripts=[EngineScript(send_ready=False)], wait_healthy=False) as fe:
@@ -94,6 +122,11 @@ def test_minimal_ready_payload(frontends):
 @case("FE-HS-3")
 def test_ready_payload_extra_keys(frontends):
     frontends.run(ready_payload_extra_keys)
+
+
+@case("FE-HS-5")
+def test_max_model_len_is_minimum(frontends):
+    frontends.run(max_model_len_is_minimum)
 
 
 @case("FE-HS-4")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
 import time
+from typing import Any
 
 from ecp.conformance.frontend.cases._common import (
     SHORT_MAX_TOKENS, adds_in_order, check_decode_errors, expect, held_script, open_held, program, unique,
