@@ -68,6 +68,9 @@ CASES: tuple[Case, ...] = (
     _c("FE-OUT-2", "ECP-OUT-5", "MUST", "error-output-reaches-client",
        "An ERROR terminal output with its RequestError reaches the HTTP client as an error (an error status, "
        "an error event or finish_reason error), streaming or not; never as a normal finish."),
+    _c("FE-OUT-3", "ECP-OUT-8", "MUST", "engine-dead-fails-waiters",
+       "ENGINE_CORE_DEAD from one of N engines fails the utility call waiting on its answer: GET /is_sleeping "
+       "ends with an error within 3 s.", feature="dev_endpoints"),
     # ------------------------------------------------- rejection notification
     _c("FE-REJECT-1", "ECP-REJECT-2", "MUST", "rejection-notice-shape",
        "A rejected request with do_remote_prefill yields one abort_immediately ADD: prompt [0], max_tokens 1, "

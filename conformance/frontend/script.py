@@ -106,6 +106,8 @@ class EngineScript:
         notice_call_ids: before answering each utility call, send a utility
             reply with each of these call ids (the engine's reserved notices,
             ``ECP-UTIL-12``).
+        silent_methods: utility calls to these methods are never answered
+            (the call stays pending at the frontend).
     """
 
     hello_local: bool = False
@@ -120,6 +122,7 @@ class EngineScript:
     error_after: int | None = None
     stray_outputs: bool = False
     notice_call_ids: tuple[int, ...] = ()
+    silent_methods: frozenset[str] = frozenset()
 
     def answer(self, method: str, args: list[Any]) -> tuple[str | None, Any]:
         """``(failure_message, value)`` for a utility call."""

@@ -248,6 +248,8 @@ class ScriptedEngine:
                 await self._send(call.client_index, EngineCoreOutputs(
                     engine_index=self.rank, timestamp=time.monotonic(),
                     utility_output=UtilityOutput(notice_id, None, UtilityResult(None, None))))
+            if call.method_name in self.script.silent_methods:
+                return
             failure, value = self.script.answer(call.method_name, list(call.args))
             reply = UtilityOutput(call.call_id, failure,
                                   None if failure is not None else UtilityResult(None, value))

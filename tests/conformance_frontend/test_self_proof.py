@@ -35,7 +35,7 @@ KNOB_CASES: dict[str, tuple[str, ...]] = {
     "reset-prefix-cache-any": ("FE-UTIL-3",),
     "no-rejection-notification": ("FE-REJECT-1",),
     "notify-without-connector": ("FE-REJECT-4",),
-    "ignore-engine-dead": ("FE-ROB-1",),
+    "ignore-engine-dead": ("FE-ROB-1", "FE-OUT-3"),
     "unknown-output-fatal": ("FE-OUT-1",),
     "error-output-as-stop": ("FE-OUT-2",),
     "reserved-call-id-fatal": ("FE-UTIL-5",),

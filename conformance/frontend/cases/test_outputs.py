@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from ecp.conformance.frontend.cases._common import EXPECT_S, SHORT_MAX_TOKENS, expect, program
 from ecp.conformance.frontend.script import EngineScript
 from ecp.conformance.frontend.session import FrontendManager, FrontendUnderTest
+from ecp.conformance.outcomes import PeerCrashed, Violation
 from ecp.conformance.registry import case
 
 #: tokens a request runs before its engine ends it with ERROR (FE-OUT-2)
@@ -64,6 +67,35 @@ async def error_output_reaches_client(m: FrontendManager) -> None:
     m.mark_dirty()   # a frontend may count engine errors: later cases start from a clean launch
 
 
+async def engine_dead_fails_waiters(m: FrontendManager) -> None:
+    """FE-OUT-3."""
+    async with m.fresh() as fe:
+        fe.require_dev_endpoints()
+        fe.require_engines(2)
+        victim = fe.engines[0]
+        victim.script = EngineScript(silent_methods=frozenset({"is_sleeping"}))
+        pending = asyncio.ensure_future(fe.driver.request("GET", "/is_sleeping"))
+        try:
+            await fe.until(lambda: pending.done() or victim.recorder.utilities("is_sleeping"), EXPECT_S,
+                           "GET /is_sleeping's utility call to reach engine 0")
+            expect(not pending.done(), "GET /is_sleeping was answered before engine 0 answered its utility "
+                                       "call", "ECP-UTIL-7")
+            await victim.die()
+            try:
+                reply = await asyncio.wait_for(asyncio.shield(pending), EXPECT_S)
+            except (asyncio.TimeoutError, TimeoutError):
+                raise Violation(f"engine 0 sent ENGINE_CORE_DEAD while GET /is_sleeping waited for its answer; "
+                                f"{EXPECT_S:g} s later the request is still waiting") from None
+            except PeerCrashed:
+                return   # exiting is a way of failing closed
+            expect(not reply.ok, f"engine 0 sent ENGINE_CORE_DEAD while GET /is_sleeping waited for its answer; "
+                                 f"the frontend answered HTTP {reply.status_code} {reply.text[:100]} instead of "
+                                 f"an error")
+        finally:
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
+
+
 @case("FE-OUT-1")
 def test_unknown_ids_dropped(frontends):
     frontends.run(unknown_ids_dropped)
@@ -72,3 +104,8 @@ def test_unknown_ids_dropped(frontends):
 @case("FE-OUT-2")
 def test_error_output_reaches_client(frontends):
     frontends.run(error_output_reaches_client)
+
+
+@case("FE-OUT-3")
+def test_engine_dead_fails_waiters(frontends):
+    frontends.run(engine_dead_fails_waiters)
