@@ -228,7 +228,8 @@ def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Ite
             outcome, clause, failed_by_findings = Outcome.FAIL, must[0]["clause"], True
             shown = [f"[{f['clause']}] {f['message']}" for f in must[:3]]
             more = f" (and {len(must) - 3} more, listed under findings)" if len(must) > 3 else ""
-            message = "the case's own check passed, but the engine broke other rules: " + "; ".join(shown) + more
+            message = (f"the case's own check passed, but the {state.role} broke other rules: "
+                       + "; ".join(shown) + more)
     failed = outcome not in (Outcome.PASS, Outcome.UNSUPPORTED)
     if failed and manager is not None and outcome is not Outcome.ERROR:
         # keep the engines that still serve; the probe's verdict is evidence for this case

@@ -349,6 +349,8 @@ class FrontendManager:
         self._ever_started = False
         self._dirty = False
         self.touched: list[FrontendUnderTest] = []
+        #: id(engine) -> how many violations it had recorded when the case began (the shared launch)
+        self._violation_marks: dict[int, int] = {}
         self.deadline: float | None = None
         #: burst size -> result, shared by a burst's exact-ids and coalescing cases
         self.bursts: dict[int, Any] = {}
@@ -455,6 +457,17 @@ class FrontendManager:
         """Called by the plugin before each case: no deadline yet, nothing touched."""
         self.deadline = None
         self.touched = []
+        shared = self._shared
+        self._violation_marks = {id(e): len(e.violations) for e in shared.engines} if shared else {}
+
+    def violations(self) -> list:
+        """The rules the frontend broke during this case, as the engines' machines recorded them
+        (recording mode): the plugin reports those outside the case's focus as findings."""
+        out: list = []
+        for fut in dict.fromkeys(self.touched):
+            for engine in fut.engines:
+                out += engine.violations[self._violation_marks.get(id(engine), 0):]
+        return out
 
     def case_crashed(self) -> bool:
         """The shared frontend died during the case (fresh launches are judged by their cases)."""

@@ -12,6 +12,11 @@ disagree (FE-UTIL-1's situation) it does ``B`` instead of answering with an erro
 * ``crash``: the process exits at once (status 3);
 * ``hang``: never answers (keeps the connection open).
 
+With ``--reserved-call-id`` it also breaks a wire rule outside the focus of the
+is_sleeping cases: before each ``GET /is_sleeping`` it sends every engine a
+utility call with the reserved call id -1 (``ECP-UTIL-12``: a frontend never
+sends it).
+
 Every other route answers 404, so the cases that need them end UNSUPPORTED.
 """
 
@@ -23,8 +28,11 @@ import json
 import os
 
 from ecp.reference.client import ClientConfig, EngineCoreClient
+from ecp.spec import UtilityMessage, UtilityRequest, encode_input
 
 BEHAVIOURS = ("close", "garbage", "crash", "hang")
+#: the call id -1 is the engine's (EEP_NOTIFICATION_CALL_ID): a frontend must never send it
+RESERVED_CALL_ID = -1
 
 
 def _response(status: int, reason: str, body: object) -> bytes:
@@ -39,6 +47,7 @@ async def main() -> int:
     parser.add_argument("--handshake-port", type=int, required=True)
     parser.add_argument("--engine-count", type=int, required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--reserved-call-id", action="store_true")
     args = parser.parse_args()
 
     client = EngineCoreClient(ClientConfig(
@@ -50,6 +59,12 @@ async def main() -> int:
 
     async def is_sleeping(writer: asyncio.StreamWriter) -> bool:
         """Answer (True) or misbehave (False: the connection is no longer usable)."""
+        if args.reserved_call_id:
+            # on purpose, around the client's rules (and the codec's encode_utility, which refuses it):
+            # its own call ids are never negative
+            frames = encode_input(UtilityMessage(UtilityRequest(0, RESERVED_CALL_ID, "is_sleeping", [])))
+            for rank in client.engine_ranks:
+                await client._send(rank, frames)
         try:
             value = await client.is_sleeping()
         except Exception:  # noqa: BLE001 - the engines disagree: the one situation this frontend botches
