@@ -27,14 +27,17 @@ SERVE = [sys.executable, "-m", "ecp.spec.cli", "serve", "--data-parallel-size-lo
 async def open_httpx(fe, k: int):
     import httpx
 
+    from ecp.spec.sse import SseDecoder
+
     client = httpx.AsyncClient(base_url=fe.base_url, timeout=120,
                                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
 
     async def one(i: int):
         body = fe.driver.completion_body(f"bench {i}", 64, stream=True)
         response = await client.send(client.build_request("POST", "/v1/completions", json=body), stream=True)
-        async for line in response.aiter_lines():
-            if line.startswith("data:"):
+        events = SseDecoder()
+        async for piece in response.aiter_bytes():
+            if events.data(piece):   # the first event: the stream is open and generating
                 break
         return response
 
@@ -53,7 +56,7 @@ def main() -> int:
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
 
-    from ecp.conformance.frontend import scenarios as s
+    from ecp.conformance.frontend.cases import _common as s
     from ecp.conformance.frontend.session import FrontendManager, FrontendRunConfig
     from ecp.conformance.transcript import Transcript
 

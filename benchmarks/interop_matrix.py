@@ -35,6 +35,8 @@ from pathlib import Path
 
 import httpx
 
+from ecp.spec.sse import DONE, SseDecoder
+
 REPO = Path(__file__).resolve().parents[1]
 EXPECTED = REPO / "conformance" / "expected"
 #: seconds a real vLLM process group gets to come up (API server import + engine core start)
@@ -174,10 +176,11 @@ def run_smoke(row: Row, peer: Path, logdir: Path) -> tuple[bool, str]:
             with client.stream("POST", "/v1/chat/completions", json={
                     "model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
                     "stream": True}) as s:
-                lines = [ln for ln in s.iter_lines() if ln.startswith("data:")]
-            if s.status_code != 200 or not lines or lines[-1].strip() != "data: [DONE]":
-                return False, f"streamed chat: HTTP {s.status_code}, last event {lines[-1:]!r}"
-        return True, f"{len(done)} completions of 5 tokens and a streamed chat ({len(lines)} events) finished"
+                decoder = SseDecoder()
+                events = [data for piece in s.iter_bytes() for data in decoder.data(piece)]
+            if s.status_code != 200 or not events or events[-1] != DONE:
+                return False, f"streamed chat: HTTP {s.status_code}, last event {events[-1:]!r}"
+        return True, f"{len(done)} completions of 5 tokens and a streamed chat ({len(events)} events) finished"
     finally:
         group.stop()
 

@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from procstat import open_fds, rss_kib  # noqa: E402
 
 from ecp.reference.frontend.bench import run_bench  # noqa: E402
+from ecp.spec.sse import DONE, SseDecoder  # noqa: E402
 
 
 def _descendants(pid: int) -> list[int]:
@@ -76,13 +77,15 @@ async def raw_load(url: str, streams: int, max_tokens: int, timeout: float) -> d
                 state["open"] += 1
                 state["peak_open"] = max(state["peak_open"], state["open"])
                 finished = done = False
+                # headers and chunk-size lines are no SSE fields, so the decoder skips them (a frontend
+                # writes whole events per chunk; a load generator need not undo the chunking)
+                events = SseDecoder()
                 while not done:
-                    line = await reader.readline()
-                    if not line:
+                    piece = await reader.read(65536)
+                    if not piece:
                         break
-                    if line.startswith(b"data: "):
-                        data = line[6:].strip()
-                        if data == b"[DONE]":
+                    for data in events.data(piece):
+                        if data == DONE:
                             done = True
                         elif b'"finish_reason":"' in data.replace(b" ", b""):
                             finished = True

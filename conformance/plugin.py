@@ -199,9 +199,9 @@ def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Ite
         message = f"fail-closed: {what}{'; ' + detail if detail else ''} -- it stopped instead of serving on"
     elif isinstance(exc, PeerCrashed) or (crashed and not isinstance(exc, LaunchError)):
         outcome = Outcome.CRASH
-        message = str(exc) if exc is not None else "the engine process died during the case"
+        message = str(exc) if exc is not None else f"the {state.role} process died during the case"
         if exc is not None and not isinstance(exc, PeerCrashed):
-            message = f"the engine process died during the case ({exc})"
+            message = f"the {state.role} process died during the case ({exc})"
     elif exc is None:
         outcome, message = Outcome.PASS, ""
     elif isinstance(exc, CaseTimeout):
@@ -228,7 +228,8 @@ def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Ite
             outcome, clause, failed_by_findings = Outcome.FAIL, must[0]["clause"], True
             shown = [f"[{f['clause']}] {f['message']}" for f in must[:3]]
             more = f" (and {len(must) - 3} more, listed under findings)" if len(must) > 3 else ""
-            message = "the case's own check passed, but the engine broke other rules: " + "; ".join(shown) + more
+            message = (f"the case's own check passed, but the {state.role} broke other rules: "
+                       + "; ".join(shown) + more)
     failed = outcome not in (Outcome.PASS, Outcome.UNSUPPORTED)
     if failed and manager is not None and outcome is not Outcome.ERROR:
         # keep the engines that still serve; the probe's verdict is evidence for this case

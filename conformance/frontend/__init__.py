@@ -20,11 +20,12 @@ Modules, one concept each:
   options (the process itself is :class:`ecp.conformance.launch.CommandPeer`).
 * :mod:`.http_driver` -- OpenAI completions/chat, dev endpoints, abort
   endpoints, health (httpx).
-* :mod:`.sse` -- streaming responses on plain asyncio connections, opened by
-  the thousand and dropped in one pass.
+* :mod:`.sse` -- streaming responses on plain asyncio connections (HTTP/1.1 by
+  h11, events by :class:`ecp.spec.sse.SseDecoder`), opened by the thousand and
+  dropped in one pass.
 * :mod:`.probe` -- what the frontend exposes (dev endpoints, abort API shape).
 * :mod:`.session` -- launches (the frontend plus its engines), the shared one
   and fresh ones, on an event loop thread.
-* :mod:`.catalog` / :mod:`.scenarios` / ``cases/`` -- the ``FE-…`` cases:
-  catalogue entries, their bodies, and the pytest tests the runner collects.
+* :mod:`.catalog` / ``cases/`` -- the ``FE-…`` cases: catalogue entries, and
+  per area a module with each case's body and the pytest test the runner collects.
 """

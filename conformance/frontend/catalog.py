@@ -24,6 +24,9 @@ CASES: tuple[Case, ...] = (
        "A ready payload with every key plus unknown extra keys is accepted and the engine is served."),
     _c("FE-HS-4", "ECP-HS-8", "MUST", "no-ready-fails-clearly",
        "When an engine never sends READY the frontend exits with an error or stays unhealthy."),
+    _c("FE-HS-5", "ECP-HS-9", "MUST", "max-model-len-is-minimum",
+       "With engines reporting different max_model_len, no request longer than the minimum (prompt + "
+       "max_tokens) reaches an engine, while one that fits is served."),
     # ------------------------------------------------------------- requests
     _c("FE-REQ-1", "ECP-REQ-1", "MUST", "add-payload-decodes",
        "Completions and chat requests reach an engine as ADDs that decode per spec, with the requested max_tokens."),
@@ -58,6 +61,16 @@ CASES: tuple[Case, ...] = (
        "received it at its engine; each such stream ends with abort."),
     _c("FE-ABORT-10", "ECP-ABORT-7", "MUST", "stop-string-aborts-engine",
        "A stop string matched in the frontend ends the stream with stop and sends ABORT for it within 1 s."),
+    # -------------------------------------------------------------- outputs
+    _c("FE-OUT-1", "ECP-OUT-9", "MUST", "unknown-ids-dropped",
+       "Outputs (a token, then a terminal one) for a request id the frontend never sent are dropped: the "
+       "request being served completes and GET /health stays 200."),
+    _c("FE-OUT-2", "ECP-OUT-5", "MUST", "error-output-reaches-client",
+       "An ERROR terminal output with its RequestError reaches the HTTP client as an error (an error status, "
+       "an error event or finish_reason error), streaming or not; never as a normal finish."),
+    _c("FE-OUT-3", "ECP-OUT-8", "MUST", "engine-dead-fails-waiters",
+       "ENGINE_CORE_DEAD from one of N engines fails the utility call waiting on its answer: GET /is_sleeping "
+       "ends with an error within 3 s.", feature="dev_endpoints"),
     # ------------------------------------------------- rejection notification
     _c("FE-REJECT-1", "ECP-REJECT-2", "MUST", "rejection-notice-shape",
        "A rejected request with do_remote_prefill yields one abort_immediately ADD: prompt [0], max_tokens 1, "
@@ -82,6 +95,9 @@ CASES: tuple[Case, ...] = (
     _c("FE-UTIL-4", "ECP-UTIL-7", "MUST", "utility-reaches-every-engine",
        "is_sleeping, sleep, wake_up and reset_prefix_cache each reach every engine.",
        feature="dev_endpoints"),
+    _c("FE-UTIL-5", "ECP-UTIL-12", "MUST", "reserved-call-ids-dropped",
+       "Utility replies with the reserved call ids -1 and -2 (engine notices) are dropped: the call they "
+       "precede still gets its answer and GET /health stays 200.", feature="dev_endpoints"),
     # --------------------------------------------------------- engine death
     _c("FE-ROB-1", "ECP-ROB-3", "MUST", "engine-dead-fails-closed",
        "After ENGINE_CORE_DEAD, GET /health stops answering 200 and open streams end with an error."),

@@ -10,13 +10,23 @@ which is what a departing client does) to trigger the frontend's auto-abort.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
 
 import httpx
 
 from ..outcomes import CaseTimeout, Violation
 from .sse import SseStream
+
+def _connection_violation(method: str, path: str, exc: BaseException) -> Violation:
+    """What the frontend did, not a harness fault: it broke the connection without a status line,
+    or wrote bytes h11 cannot parse as an HTTP response."""
+    if isinstance(exc, httpx.RemoteProtocolError) and "disconnected" not in str(exc):
+        what = "answered with bytes that are not a valid HTTP response"
+    else:
+        what = "closed the connection without an HTTP response"
+    return Violation(f"{method} {path}: the frontend {what} ({type(exc).__name__}: {exc!s:.200})")
+
 
 @dataclass
 class Reply:
@@ -42,6 +52,9 @@ class HttpDriver:
         self.port = parts.port or 80
         self.model: str = "default"
         self.client = httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(timeout))
+        #: awaited when a connection breaks without a response, before that is called a violation:
+        #: raises ``PeerCrashed`` when the frontend's process is exiting (its sockets close first)
+        self.on_connection_lost: Callable[[str], Awaitable[None]] | None = None
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -54,10 +67,9 @@ class HttpDriver:
         except httpx.TimeoutException:
             raise CaseTimeout(f"{method} {path}: no HTTP response within {self.timeout:g}s") from None
         except (httpx.TransportError, OSError) as exc:
-            # what the frontend did, not a harness fault: it dropped or refused the connection without
-            # an HTTP status (the plugin reports CRASH instead when its process is gone)
-            raise Violation(f"{method} {path}: the frontend closed the connection without an HTTP response "
-                            f"({type(exc).__name__}: {exc!s:.200})") from None
+            if self.on_connection_lost is not None:
+                await self.on_connection_lost(f"{method} {path}: {type(exc).__name__}: {exc!s:.200}")
+            raise _connection_violation(method, path, exc) from None
         text = response.text
         try:
             body = response.json() if text else None

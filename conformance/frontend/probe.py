@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import httpx
-
+from ..outcomes import Violation
 from .http_driver import ABORT_APIS, AbortApi, HttpDriver
 
 #: An id no frontend tracks: probing the abort endpoint with it aborts nothing.
@@ -38,21 +37,26 @@ class Capabilities:
         }
 
 
+async def _exposes(driver: HttpDriver, method: str, path: str, body: object = None) -> bool:
+    """Whether ``path`` exists: anything but 404/405 says so. A route that breaks the connection
+    exists too: the cases that use it judge that (a probe that failed would hide it from them)."""
+    try:
+        reply = await driver.request(method, path, json_body=body)
+    except Violation:
+        return True
+    return reply.status_code not in NOT_FOUND
+
+
 async def probe(driver: HttpDriver, *, kv_connector: bool) -> Capabilities:
     """Ask the frontend what it serves; sets ``driver.model`` as a side effect."""
     models = await driver.models()
     if models:
         driver.model = models[0]
-    dev = (await driver.request("GET", "/is_sleeping")).status_code not in NOT_FOUND
+    dev = await _exposes(driver, "GET", "/is_sleeping")
     abort_api = None
     for api in ABORT_APIS:
-        try:
-            reply = await driver.request("POST", api.path, json_body=api.ids_body([PROBE_REQUEST_ID]))
-        except httpx.HTTPError:
-            continue
-        if reply.status_code not in NOT_FOUND:
+        if await _exposes(driver, "POST", api.path, api.ids_body([PROBE_REQUEST_ID])):
             abort_api = api
             break
-    chat_reply = await driver.request("POST", "/v1/chat/completions", json_body={"model": driver.model})
-    chat = chat_reply.status_code not in NOT_FOUND
+    chat = await _exposes(driver, "POST", "/v1/chat/completions", {"model": driver.model})
     return Capabilities(driver.model, dev, abort_api, chat, kv_connector)

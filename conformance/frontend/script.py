@@ -40,6 +40,12 @@ DEFAULT_UTILITY_ANSWERS: dict[str, Any] = {
     "collective_rpc": [None],
 }
 
+#: The RequestError of a scripted ERROR output (``EngineScript.error_after``).
+SCRIPTED_ERROR = RequestError("ecp_conformance_error", "scripted engine error", False)
+
+#: The prefix of ids a scripted engine invents for ``EngineScript.stray_outputs``.
+STRAY_PREFIX = "ecp-conformance-stray-"
+
 #: ``max_tokens`` when a request leaves it nil (vLLM's default).
 DEFAULT_MAX_TOKENS = 16
 
@@ -92,6 +98,16 @@ class EngineScript:
             callable ``(args) -> value``; methods not listed answer nil.
         abort_outputs: emit an ABORT terminal output for client-aborted
             requests (the Rust mock engine does; the Python engine does not).
+        error_after: end each request with an ERROR output carrying
+            :data:`SCRIPTED_ERROR` after this many tokens (``ECP-OUT-5``);
+            ``None`` = never.
+        stray_outputs: before admitting each ADD, send a token and a terminal
+            output for an id the frontend never sent (``ECP-OUT-9``).
+        notice_call_ids: before answering each utility call, send a utility
+            reply with each of these call ids (the engine's reserved notices,
+            ``ECP-UTIL-12``).
+        silent_methods: utility calls to these methods are never answered
+            (the call stays pending at the frontend).
     """
 
     hello_local: bool = False
@@ -103,6 +119,10 @@ class EngineScript:
     step_delay_s: float = 0.0
     utility_answers: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_UTILITY_ANSWERS))
     abort_outputs: bool = False
+    error_after: int | None = None
+    stray_outputs: bool = False
+    notice_call_ids: tuple[int, ...] = ()
+    silent_methods: frozenset[str] = frozenset()
 
     def answer(self, method: str, args: list[Any]) -> tuple[str | None, Any]:
         """``(failure_message, value)`` for a utility call."""
@@ -182,6 +202,10 @@ class Generation:
                 request.request_id, [], finish_reason=FinishReason.ERROR,
                 error=RequestError("duplicate_request_id", "request id already in flight")))
             return now
+        if self._script_of().stray_outputs:
+            stray = STRAY_PREFIX + request.request_id
+            now.add(request.client_index, EngineCoreOutput(stray, [0]))
+            now.add(request.client_index, EngineCoreOutput(stray, [0], finish_reason=FinishReason.LENGTH))
         sp = request.sampling_params
         max_tokens = DEFAULT_MAX_TOKENS if sp is None or sp.max_tokens is None else sp.max_tokens
         active = ActiveRequest(request, max(1, max_tokens))
@@ -240,9 +264,14 @@ class Generation:
                 continue
             token = self._token(active, script)
             active.emitted += 1
-            done = active.emitted >= active.max_tokens
-            out.add(active.client_index, EngineCoreOutput(
-                rid, [token], finish_reason=FinishReason.LENGTH if done else None))
+            failed = script.error_after is not None and active.emitted > script.error_after
+            done = failed or active.emitted >= active.max_tokens
+            if failed:
+                out.add(active.client_index, EngineCoreOutput(
+                    rid, [], finish_reason=FinishReason.ERROR, error=SCRIPTED_ERROR))
+            else:
+                out.add(active.client_index, EngineCoreOutput(
+                    rid, [token], finish_reason=FinishReason.LENGTH if done else None))
             if done:
                 del self.active[rid]
                 del self.runnable[rid]

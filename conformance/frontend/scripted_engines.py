@@ -32,6 +32,7 @@ from ecp.spec import (
 
 from ecp.spec.machine import (
     CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineHello, EngineReady, input_socket,
+    output_socket,
 )
 
 from .recorder import FrameRecord, Recorder
@@ -59,8 +60,10 @@ class ScriptedEngine:
         self.dead = False
         self.failure: BaseException | None = None
         self._identity = engine_identity(rank)
-        #: the engine side of the protocol, for the handshake (serving follows the script)
-        self.machine = EngineConnection(rank)
+        #: the engine side of the protocol in recording mode: it follows every frame both ways, so
+        #: every rule the frontend breaks is recorded (:attr:`violations`), whatever the case checks;
+        #: what this engine sends is put through ``send_raw`` (scripts misbehave on purpose)
+        self.machine = EngineConnection(rank, mode="record")
         self._handshake: zmq.asyncio.Socket | None = None
         self._inputs: list[zmq.asyncio.Socket] = []
         self._outputs: list[zmq.asyncio.Socket] = []
@@ -105,8 +108,14 @@ class ScriptedEngine:
         self.generation.abort_all_locally()
         for index, push in enumerate(self._outputs):
             frames = encode_engine_dead()
+            self.machine.send_raw(output_socket(index), frames)
             self._record("out", "output", index, frames)
             await push.send_multipart(frames)
+
+    @property
+    def violations(self) -> list:
+        """Every rule the frontend broke towards this engine so far (``ecp.spec.machine.Violation``)."""
+        return self.machine.violations
 
     def release(self, request_ids: list[str] | None = None) -> None:
         """Let held requests finish (all when ``None``)."""
@@ -147,12 +156,17 @@ class ScriptedEngine:
             raise EngineHandshakeFailed(
                 f"engine {self.rank}: no INIT within {timeout:.0f} s of HELLO at {self.handshake_address}"
             ) from None
+        before = len(machine.violations)
         try:
-            [init] = machine.receive("handshake", frames)
-            self.init = init.init
+            inits = [e for e in machine.receive("handshake", frames) if getattr(e, "init", None) is not None]
         except ProtocolError as exc:
             self._record("in", "handshake", None, frames, error=exc)
             raise EngineHandshakeFailed(f"engine {self.rank}: INIT does not decode: {exc}") from exc
+        if not inits:   # recorded, not raised: the INIT could not be read
+            err = machine.violations[before].error if len(machine.violations) > before else None
+            self._record("in", "handshake", None, frames, error=err)
+            raise EngineHandshakeFailed(f"engine {self.rank}: INIT does not decode: {err}")
+        self.init = inits[0].init
         self._record("in", "handshake", None, frames, message=self.init)
         addresses = self.init.addresses
         for address in addresses.inputs:
@@ -226,6 +240,8 @@ class ScriptedEngine:
     async def _receive(self, index: int, sock: zmq.asyncio.Socket) -> None:
         while True:
             frames = await sock.recv_multipart()
+            # the machine judges every message against the whole protocol (recording mode)
+            self.machine.receive(input_socket(index), frames)
             try:
                 message = decode_input(frames)
             except ProtocolError as exc:
@@ -244,6 +260,12 @@ class ScriptedEngine:
             await self._send_step(self.generation.abort(message.request_ids))
         elif isinstance(message, UtilityMessage):
             call = message.call
+            for notice_id in self.script.notice_call_ids:   # ECP-UTIL-12: replies nobody asked for
+                await self._send(call.client_index, EngineCoreOutputs(
+                    engine_index=self.rank, timestamp=time.monotonic(),
+                    utility_output=UtilityOutput(notice_id, None, UtilityResult(None, None))))
+            if call.method_name in self.script.silent_methods:
+                return
             failure, value = self.script.answer(call.method_name, list(call.args))
             reply = UtilityOutput(call.call_id, failure,
                                   None if failure is not None else UtilityResult(None, value))
@@ -272,6 +294,7 @@ class ScriptedEngine:
             self._record("out", "output", client_index, [], error=None)
             return
         frames = encode_outputs(outputs)
+        self.machine.send_raw(output_socket(client_index), frames)
         self._record("out", "output", client_index, frames, message=outputs)
         await self._outputs[client_index].send_multipart(frames)
 

@@ -110,6 +110,12 @@ def _record_to_transcript(transcript: Transcript) -> Callable[[FrameRecord], Non
     return sink
 
 
+#: How long a broken HTTP connection waits for the frontend's process to show it exited.
+EXIT_GRACE_S = 0.5
+#: The share of a case's budget one HTTP request may wait for its answer.
+REQUEST_SHARE = 0.8
+
+
 class FrontendUnderTest:
     """One launch: the frontend process, its scripted engines, an HTTP driver."""
 
@@ -147,7 +153,10 @@ class FrontendUnderTest:
         ]
         for engine in self.engines:
             engine.recorder.sink = sink
-        self.driver = HttpDriver(self.base_url, timeout=cfg.case_timeout_s)
+        # one request's bound stays inside the case's budget, so a frontend that never answers is
+        # reported with the request it left unanswered
+        self.driver = HttpDriver(self.base_url, timeout=cfg.case_timeout_s * REQUEST_SHARE)
+        self.driver.on_connection_lost = self._connection_lost
         self.caps: Capabilities | None = None
 
     # -- lifecycle -------------------------------------------------------------------
@@ -177,6 +186,20 @@ class FrontendUnderTest:
 
     def alive(self) -> bool:
         return self.handle is None or self.handle.alive()
+
+    async def _connection_lost(self, detail: str) -> None:
+        """An HTTP connection broke without a response: CRASH if the process is exiting.
+
+        A dying process's sockets close before its parent can see it exit, so the
+        process gets ``EXIT_GRACE_S`` to show it; if it is still running, the broken
+        connection is the frontend's answer (the caller reports it as a violation).
+        """
+        if self.handle is None:
+            return
+        loop = asyncio.get_running_loop()
+        status = await loop.run_in_executor(None, self.handle.wait, EXIT_GRACE_S)
+        if status is not None:
+            raise PeerCrashed(f"the frontend exited with status {status} during the case ({detail})")
 
     @contextlib.contextmanager
     def frozen(self):
@@ -326,6 +349,8 @@ class FrontendManager:
         self._ever_started = False
         self._dirty = False
         self.touched: list[FrontendUnderTest] = []
+        #: id(engine) -> how many violations it had recorded when the case began (the shared launch)
+        self._violation_marks: dict[int, int] = {}
         self.deadline: float | None = None
         #: burst size -> result, shared by a burst's exact-ids and coalescing cases
         self.bursts: dict[int, Any] = {}
@@ -432,6 +457,17 @@ class FrontendManager:
         """Called by the plugin before each case: no deadline yet, nothing touched."""
         self.deadline = None
         self.touched = []
+        shared = self._shared
+        self._violation_marks = {id(e): len(e.violations) for e in shared.engines} if shared else {}
+
+    def violations(self) -> list:
+        """The rules the frontend broke during this case, as the engines' machines recorded them
+        (recording mode): the plugin reports those outside the case's focus as findings."""
+        out: list = []
+        for fut in dict.fromkeys(self.touched):
+            for engine in fut.engines:
+                out += engine.violations[self._violation_marks.get(id(engine), 0):]
+        return out
 
     def case_crashed(self) -> bool:
         """The shared frontend died during the case (fresh launches are judged by their cases)."""

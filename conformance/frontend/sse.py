@@ -5,9 +5,10 @@ POST. The harness opens thousands of them at once (the burst-abort cases) and
 must drop them all in one instant; httpx's connection pool costs about 20 ms
 per concurrent stream at that scale (measured: 2,000 streams took 39 s to
 open, against 7.5 s here, on the same loaded 2-core machine), and an httpx response cannot be aborted
-synchronously. So streams use asyncio directly, with just enough HTTP/1.1:
-a request with ``Content-Length``, a status line and headers, a chunked or
-close-delimited body. Plain requests stay on httpx (:mod:`.http_driver`).
+synchronously. So streams keep their own asyncio sockets; the HTTP/1.1 on them
+is h11's (request, status line, headers, chunked / length / close-delimited
+body), and the events are read by the one SSE reader, :class:`ecp.spec.sse.SseDecoder`.
+Plain requests stay on httpx (:mod:`.http_driver`).
 """
 
 from __future__ import annotations
@@ -18,12 +19,24 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-DONE = "[DONE]"
-MAX_HEADER_BYTES = 64 * 1024
+import h11
+
+from ecp.spec.sse import DONE as DONE_BYTES
+from ecp.spec.sse import SseDecoder
+
+from ..outcomes import CaseTimeout, Violation
+
+DONE = DONE_BYTES.decode()
+READ_BYTES = 65536
 
 
-class HttpProtocolError(Exception):
-    """The frontend's HTTP response could not be parsed, or the connection broke mid-body."""
+class HttpProtocolError(Violation):
+    """The frontend's HTTP response could not be parsed, or the connection broke mid-body:
+    the frontend's doing, so a case that does not catch it FAILs with it as evidence."""
+
+
+class HttpTimeout(CaseTimeout):
+    """The frontend sent no response head within the time allowed."""
 
 
 @dataclass
@@ -61,55 +74,82 @@ class StreamEnd:
 class SseStream:
     """One open streaming response; read events from it, or drop it."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, status_code: int,
-                 headers: dict[str, str]) -> None:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: h11.Connection,
+                 status_code: int, headers: dict[str, str]) -> None:
         self._reader = reader
         self._writer = writer
+        self._conn = conn
         self.status_code = status_code
         self.headers = headers
         self.events: list[dict[str, Any]] = []
         self.done = False
         self.closed = False
         self.text = ""   # the body of a non-200 answer
-        self._chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        self._length = int(headers["content-length"]) if "content-length" in headers else None
-        self._buffer = b""
+        self._decoder = SseDecoder()
+        self._ready: list[bytes] = []   # event payloads decoded but not yet returned
         self._eof = False
 
     @classmethod
     async def open(cls, host: str, port: int, path: str, body: dict[str, Any],
                    headers: dict[str, str] | None = None, timeout: float = 10.0) -> "SseStream":
-        """POST ``body`` as JSON and return once the status line and headers arrived."""
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-        payload = json.dumps(body).encode()
-        head = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/json",
-                "Accept: text/event-stream", f"Content-Length: {len(payload)}"]
-        head += [f"{k}: {v}" for k, v in (headers or {}).items()]
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
+        """POST ``body`` as JSON and return once the status line and headers arrived.
+
+        Raises :class:`HttpProtocolError` (a FAIL) when the answer is not HTTP or the
+        connection closes first, :class:`HttpTimeout` when no head arrives in ``timeout``.
+        """
         try:
-            raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError) as exc:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        except (asyncio.TimeoutError, TimeoutError):
+            raise HttpTimeout(f"POST {path}: no connection within {timeout:g} s") from None
+        except OSError as exc:
+            raise HttpProtocolError(f"POST {path}: the frontend refused the connection ({exc})") from None
+        conn = h11.Connection(h11.CLIENT)
+        payload = json.dumps(body).encode()
+        fields = [("Host", f"{host}:{port}"), ("Content-Type", "application/json"),
+                  ("Accept", "text/event-stream"), ("Content-Length", str(len(payload)))]
+        fields += list((headers or {}).items())
+        writer.write(conn.send(h11.Request(method="POST", target=path, headers=fields))
+                     + conn.send(h11.Data(data=payload)) + conn.send(h11.EndOfMessage()))
+        try:
+            head = await asyncio.wait_for(cls._next(reader, conn), timeout)
+            if not isinstance(head, h11.Response):
+                raise HttpProtocolError(f"POST {path}: the connection closed without an HTTP response")
+        except (asyncio.TimeoutError, TimeoutError):
             writer.transport.abort()
-            raise HttpProtocolError(f"no HTTP response head: {exc!r}") from None
+            raise HttpTimeout(f"POST {path}: no HTTP response head within {timeout:g} s") from None
+        except HttpProtocolError as exc:
+            writer.transport.abort()
+            raise HttpProtocolError(f"POST {path}: {exc}") from None
         except BaseException:
             writer.transport.abort()
             raise
-        lines = raw.decode("latin-1").split("\r\n")
-        try:
-            status = int(lines[0].split(" ", 2)[1])
-        except (IndexError, ValueError):
-            writer.transport.abort()
-            raise HttpProtocolError(f"bad status line {lines[0]!r}") from None
-        fields = {}
-        for line in lines[1:]:
-            if ":" in line:
-                k, v = line.split(":", 1)
-                fields[k.strip().lower()] = v.strip()
-        stream = cls(reader, writer, status, fields)
-        if status != 200:
-            body_bytes = await asyncio.wait_for(stream._read_all(), timeout)
+        names = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in head.headers}
+        stream = cls(reader, writer, conn, head.status_code, names)
+        if head.status_code != 200:
+            try:
+                body_bytes = await asyncio.wait_for(stream._read_all(), timeout)
+            except (asyncio.TimeoutError, TimeoutError):
+                stream.drop()
+                raise HttpTimeout(f"POST {path}: HTTP {head.status_code} with no end of body "
+                                  f"within {timeout:g} s") from None
             stream.text = body_bytes.decode("utf-8", "replace")
         return stream
+
+    @staticmethod
+    async def _next(reader: asyncio.StreamReader, conn: h11.Connection) -> Any:
+        """h11's next event, reading from the socket while it needs data."""
+        while True:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise HttpProtocolError(f"not a valid HTTP response: {exc}") from None
+            if event is not h11.NEED_DATA:
+                return event
+            try:
+                data = await reader.read(READ_BYTES)
+            except ConnectionError as exc:
+                raise HttpProtocolError(f"connection cut: {exc!r}") from None
+            conn.receive_data(data)   # b"" is the end of the connection
 
     @property
     def response_id(self) -> str | None:
@@ -120,36 +160,17 @@ class SseStream:
 
     # -- body ----------------------------------------------------------------------
     async def _next_body_bytes(self) -> bytes | None:
-        """The next piece of the (de-chunked) body, or ``None`` at its end."""
-        if self._eof:
-            return None
-        try:
-            if self._chunked:
-                size_line = await self._reader.readuntil(b"\r\n")
-                size = int(size_line.split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    self._eof = True
-                    return None
-                data = await self._reader.readexactly(size + 2)
-                return data[:-2]
-            if self._length is not None:
-                if self._length <= 0:
-                    self._eof = True
-                    return None
-                data = await self._reader.read(min(self._length, 65536))
-                if not data:
-                    raise HttpProtocolError("connection closed before Content-Length bytes arrived")
-                self._length -= len(data)
-                return data
-            data = await self._reader.read(65536)
-            if not data:
+        """The next piece of the body (de-chunked by h11), or ``None`` at its end."""
+        while not self._eof:
+            event = await self._next(self._reader, self._conn)
+            if isinstance(event, h11.Data):
+                if event.data:
+                    return bytes(event.data)
+            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
                 self._eof = True
-                return None
-            return data
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            raise HttpProtocolError(f"connection cut mid-body: {exc!r}") from None
-        except ValueError as exc:
-            raise HttpProtocolError(f"bad chunk header: {exc}") from None
+            else:   # PAUSED: nothing follows the end of this response on this connection
+                self._eof = True
+        return None
 
     async def _read_all(self) -> bytes:
         parts = []
@@ -160,26 +181,23 @@ class SseStream:
     async def next_event(self, timeout: float) -> dict[str, Any] | str | None:
         """The next JSON event, ``"[DONE]"``, or ``None`` at the end of the body."""
         async def read() -> dict[str, Any] | str | None:
-            while True:
-                while b"\n" in self._buffer:
-                    line, self._buffer = self._buffer.split(b"\n", 1)
-                    text = line.decode("utf-8", "replace").strip()
-                    if not text.startswith("data:"):
-                        continue
-                    data = text[5:].strip()
-                    if data == DONE:
-                        self.done = True
-                        return DONE
-                    try:
-                        event = json.loads(data)
-                    except ValueError:
-                        event = {"unparsable": data}
-                    self.events.append(event)
-                    return event
+            while not self._ready:
                 piece = await self._next_body_bytes()
                 if piece is None:
                     return None
-                self._buffer += piece
+                self._ready.extend(self._decoder.data(piece))
+            data = self._ready.pop(0)
+            if data == DONE_BYTES:
+                self.done = True
+                return DONE
+            try:
+                event = json.loads(data)
+            except ValueError:
+                event = {"unparsable": data.decode("utf-8", "replace")}
+            if not isinstance(event, dict):
+                event = {"unparsable": data.decode("utf-8", "replace")}
+            self.events.append(event)
+            return event
 
         return await asyncio.wait_for(read(), timeout)
 

@@ -21,6 +21,7 @@ import time
 from typing import Callable
 from urllib.parse import urlsplit
 
+from ecp.spec.sse import SseDecoder
 
 
 class BenchHTTPError(Exception):
@@ -45,7 +46,7 @@ class _Stream(asyncio.Protocol):
         self.keep_alive = True   # False once the server said Connection: close
         self.remaining = 0       # body bytes left ("length") or in the current chunk ("chunked")
         self.raw = bytearray()   # undecoded chunked framing
-        self.body = bytearray()  # decoded body not yet split into events
+        self.events = SseDecoder()  # the de-chunked body, read into events
         self.error_body = bytearray()
 
     def expect(self, on_event: Callable[[bytes, float], None], done: asyncio.Future) -> None:
@@ -138,13 +139,8 @@ class _Stream(asyncio.Protocol):
         if self.status != 200:
             self.error_body += piece
         else:
-            self.body += piece
-            while (end := self.body.find(b"\n\n")) >= 0:
-                event = bytes(self.body[:end])
-                del self.body[:end + 2]
-                for line in event.split(b"\n"):
-                    if line.startswith(b"data:"):
-                        self.on_event(line[5:].strip(), now)
+            for data in self.events.data(piece):
+                self.on_event(data, now)
         if last and self.done is not None and not self.done.done():
             self.done.set_result(None)
 

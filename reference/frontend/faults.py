@@ -1,8 +1,9 @@
 """Deliberate faults of the reference frontend (``ecp serve --bug NAME``).
 
-The frontend's own two faults bend one decision, taken once when the app is
-built: whether rejected requests that asked for a remote prefill are announced
-to the engine (``ECP-REJECT-3``: exactly when a KV connector is configured).
+The frontend's own faults bend decisions taken once when the app is built:
+whether rejected requests that asked for a remote prefill are announced to the
+engine (``ECP-REJECT-3``: exactly when a KV connector is configured), and which
+``max_model_len`` it serves (``ECP-HS-9``: the minimum over the engines).
 The client's faults (the rest of ``--bug``) are ``reference/client/faults.py``.
 """
 
@@ -15,10 +16,12 @@ from ..faults import Fault, check_names, table
 
 NO_REJECTION_NOTIFICATION = "no-rejection-notification"
 NOTIFY_WITHOUT_CONNECTOR = "notify-without-connector"
+MAX_MODEL_LEN_MAXIMUM = "max-model-len-maximum"
 
 FAULTS: dict[str, Fault] = table(
     Fault(NO_REJECTION_NOTIFICATION, "ECP-REJECT-3", "never sends the rejection notice, even with a KV connector"),
     Fault(NOTIFY_WITHOUT_CONNECTOR, "ECP-REJECT-3", "sends the rejection notice even without a KV connector"),
+    Fault(MAX_MODEL_LEN_MAXIMUM, "ECP-HS-9", "serves the largest max_model_len of its engines, not the smallest"),
 )
 
 #: Every name ``ecp serve --bug`` accepts: the frontend's faults, then the client's.
@@ -42,4 +45,10 @@ class FrontendFaults:
             return False
         if NOTIFY_WITHOUT_CONNECTOR in self.names:
             return True
+        return correct
+
+    def max_model_len(self, correct: int | None, reported: Iterable[int]) -> int | None:
+        """The ``max_model_len`` to serve, given the ``correct`` one and every engine's ``reported`` one."""
+        if MAX_MODEL_LEN_MAXIMUM in self.names:
+            return max(reported, default=correct)
         return correct

@@ -229,9 +229,13 @@ def embedded_engine_args(args: argparse.Namespace, tokenizer: Any) -> list[str]:
 def build_app(args: argparse.Namespace, client: Any, tokenizer: Any, peers: Any = None) -> tuple[Any, bool]:
     """The Starlette app over a ready ``client``; returns it and whether dev mode is on."""
     from .app import ServeApp
+    from .faults import FrontendFaults
     from .serving import Frontend, FrontendConfig
 
-    fcfg = FrontendConfig(model_name=args.model, max_model_len=client.max_model_len,
+    # ECP-HS-9: the smallest max_model_len of the engines (the fault layer may swap it for the largest)
+    reported = [r.max_model_len for r in getattr(client, "ready_responses", {}).values() if r is not None]
+    max_model_len = FrontendFaults(args.bug).max_model_len(client.max_model_len, reported)
+    fcfg = FrontendConfig(model_name=args.model, max_model_len=max_model_len,
                           kv_connector=args.kv_connector, bugs=frozenset(args.bug),
                           dev_mode=args.dev_mode or os.environ.get("VLLM_SERVER_DEV_MODE", "0") not in ("", "0"))
     frontend = Frontend(client, tokenizer, fcfg)

@@ -10,7 +10,7 @@ import pytest
 
 from ecp.conformance.frontend.catalog import CASES
 from ecp.conformance.frontend.launcher import Placeholders, has_kv_connector, without_kv_connector
-from ecp.conformance.frontend.scenarios import coalescing_bound
+from ecp.conformance.frontend.cases._burst import coalescing_bound
 from ecp.conformance.frontend.sse import SseStream
 from ecp.conformance.launch import fill_template
 from ecp.conformance.registry import validate_cases
@@ -103,13 +103,13 @@ def test_sse_stream_cut_mid_body_ends_with_error_and_error_status_keeps_its_body
 
 
 def _burst(k, **engines):
-    from ecp.conformance.frontend.scenarios import BurstResult, EngineBurst
+    from ecp.conformance.frontend.cases._burst import BurstResult, EngineBurst
 
     return BurstResult(k, {int(rank[1:]): EngineBurst(**fields) for rank, fields in engines.items()})
 
 
 def test_burst_judges_accept_exact_ids_and_late_aborts_of_earlier_requests():
-    from ecp.conformance.frontend.scenarios import judge_coalesced, judge_exact_ids
+    from ecp.conformance.frontend.cases._burst import judge_coalesced, judge_exact_ids
 
     result = _burst(3, e0=dict(expected={"a", "b"}, finished={"f0"}, earlier={"old"},
                                aborted=["a", "old", "b"], messages=2),
@@ -125,7 +125,7 @@ def test_burst_judges_accept_exact_ids_and_late_aborts_of_earlier_requests():
 ])
 def test_burst_exact_ids_judge_catches(aborted, words):
     from ecp.conformance.outcomes import Violation
-    from ecp.conformance.frontend.scenarios import judge_exact_ids
+    from ecp.conformance.frontend.cases._burst import judge_exact_ids
 
     result = _burst(2, e0=dict(expected={"a", "b"}, finished={"f0"}, aborted=aborted, messages=1))
     with pytest.raises(Violation, match=words):
@@ -134,7 +134,7 @@ def test_burst_exact_ids_judge_catches(aborted, words):
 
 def test_burst_coalescing_judge_catches_one_abort_per_request():
     from ecp.conformance.outcomes import Violation
-    from ecp.conformance.frontend.scenarios import judge_coalesced
+    from ecp.conformance.frontend.cases._burst import judge_coalesced
 
     ids = [f"r{i}" for i in range(32)]
     ok = _burst(64, e0=dict(expected=set(ids), finished=set(), aborted=ids, messages=2))
@@ -158,4 +158,18 @@ def test_a_connection_closed_without_a_response_is_a_violation_not_a_harness_err
                     await driver.request("GET", "/is_sleeping")
             finally:
                 await driver.aclose()
+    asyncio.run(main())
+
+
+def test_sse_stream_answered_with_garbage_is_a_violation():
+    """Bytes that are not HTTP (read by h11) are the frontend's doing: a FAIL, not a harness error."""
+    from ecp.conformance.frontend.sse import HttpProtocolError
+    from ecp.conformance.outcomes import Violation
+
+    async def main():
+        server, port, _ = await _serve_once(b"\x00garbage that is not HTTP\r\n\r\n")
+        async with server:
+            with pytest.raises(HttpProtocolError, match="not a valid HTTP response") as caught:
+                await SseStream.open("127.0.0.1", port, "/v1/completions", {})
+        assert isinstance(caught.value, Violation)
     asyncio.run(main())

@@ -35,7 +35,11 @@ KNOB_CASES: dict[str, tuple[str, ...]] = {
     "reset-prefix-cache-any": ("FE-UTIL-3",),
     "no-rejection-notification": ("FE-REJECT-1",),
     "notify-without-connector": ("FE-REJECT-4",),
-    "ignore-engine-dead": ("FE-ROB-1",),
+    "ignore-engine-dead": ("FE-ROB-1", "FE-OUT-3"),
+    "unknown-output-fatal": ("FE-OUT-1",),
+    "error-output-as-stop": ("FE-OUT-2",),
+    "reserved-call-id-fatal": ("FE-UTIL-5",),
+    "max-model-len-maximum": ("FE-HS-5",),
 }
 
 #: Left out of the in-suite passing run (the 2,000-stream burst); covered by the documented CLI run.
@@ -58,6 +62,12 @@ def test_knob_mapping_names_real_cases():
     ids = {c.id for c in CASES}
     for knob, cases in KNOB_CASES.items():
         assert cases and set(cases) <= ids, knob
+
+
+def test_every_fault_is_caught_by_named_cases():
+    from ecp.reference.frontend.faults import SERVE_FAULTS
+
+    assert set(KNOB_CASES) == set(SERVE_FAULTS)
 
 
 def test_reference_frontend_passes(tmp_path):

@@ -1,0 +1,111 @@
+"""Frontend-role output cases: what the frontend does with outputs it did not expect."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ecp.conformance.frontend.cases._common import EXPECT_S, SHORT_MAX_TOKENS, expect, program
+from ecp.conformance.frontend.script import EngineScript
+from ecp.conformance.frontend.session import FrontendManager, FrontendUnderTest
+from ecp.conformance.outcomes import PeerCrashed, Violation
+from ecp.conformance.registry import case
+
+#: tokens a request runs before its engine ends it with ERROR (FE-OUT-2)
+ERROR_AFTER = 1
+
+
+async def _still_serving(fe: FrontendUnderTest, what: str, clause: str) -> None:
+    """A completion finishes normally and /health answers 200 (the frontend did not fail)."""
+    program(fe, EngineScript())
+    reply = await fe.driver.complete("ecp still serving", SHORT_MAX_TOKENS)
+    expect(reply.ok, f"after {what}, a plain completion answered HTTP {reply.status_code}: {reply.text[:200]}",
+           clause)
+    status = await fe.driver.health()
+    expect(status == 200, f"after {what}, GET /health answered {status}", clause)
+
+
+async def unknown_ids_dropped(m: FrontendManager) -> None:
+    """FE-OUT-1."""
+    fe = await m.shared()
+    program(fe, EngineScript(stray_outputs=True))
+    for stream in (False, True):
+        what = "outputs for an id it never sent"
+        if stream:
+            s = await fe.driver.stream_completion("ecp stray stream", SHORT_MAX_TOKENS)
+            expect(s.status_code == 200, f"a streaming completion answered HTTP {s.status_code}: {s.text[:200]}")
+            end = await s.read_to_end(EXPECT_S)
+            expect(not end.timed_out and not end.ended_with_error,
+                   f"the engine also sent {what}; the stream of the request it served ended with "
+                   f"{end.transport_error or end.error_events[:1] or end.finish_reasons or 'nothing'}")
+        else:
+            reply = await fe.driver.complete("ecp stray", SHORT_MAX_TOKENS)
+            expect(reply.ok, f"the engine also sent {what}; the request it served answered HTTP "
+                             f"{reply.status_code}: {reply.text[:200]}")
+    await _still_serving(fe, "outputs for ids it never sent", "ECP-OUT-9")
+
+
+async def error_output_reaches_client(m: FrontendManager) -> None:
+    """FE-OUT-2."""
+    fe = await m.shared()
+    program(fe, EngineScript(error_after=ERROR_AFTER))
+    reply = await fe.driver.complete("ecp engine error", 8)
+    finish = None
+    if reply.ok and isinstance(reply.body, dict):
+        finish = [c.get("finish_reason") for c in reply.body.get("choices") or [] if isinstance(c, dict)]
+    expect(not reply.ok or "error" in (finish or []) or (isinstance(reply.body, dict) and "error" in reply.body),
+           f"the engine ended the request with ERROR (RequestError); the non-streaming client got HTTP "
+           f"{reply.status_code} with finish_reason {finish}: {reply.text[:200]}")
+    stream = await fe.driver.stream_completion("ecp engine error stream", 8)
+    if stream.status_code == 200:
+        end = await stream.read_to_end(EXPECT_S)
+        expect(not end.timed_out, f"the engine ended the request with ERROR; the stream never ended "
+                                  f"within {EXPECT_S:g} s")
+        expect(end.ended_with_error, f"the engine ended the request with ERROR (RequestError); the stream "
+                                     f"ended normally with finish_reason {end.finish_reasons}")
+    else:
+        stream.drop()
+    m.mark_dirty()   # a frontend may count engine errors: later cases start from a clean launch
+
+
+async def engine_dead_fails_waiters(m: FrontendManager) -> None:
+    """FE-OUT-3."""
+    async with m.fresh() as fe:
+        fe.require_dev_endpoints()
+        fe.require_engines(2)
+        victim = fe.engines[0]
+        victim.script = EngineScript(silent_methods=frozenset({"is_sleeping"}))
+        pending = asyncio.ensure_future(fe.driver.request("GET", "/is_sleeping"))
+        try:
+            await fe.until(lambda: pending.done() or victim.recorder.utilities("is_sleeping"), EXPECT_S,
+                           "GET /is_sleeping's utility call to reach engine 0")
+            expect(not pending.done(), "GET /is_sleeping was answered before engine 0 answered its utility "
+                                       "call", "ECP-UTIL-7")
+            await victim.die()
+            try:
+                reply = await asyncio.wait_for(asyncio.shield(pending), EXPECT_S)
+            except (asyncio.TimeoutError, TimeoutError):
+                raise Violation(f"engine 0 sent ENGINE_CORE_DEAD while GET /is_sleeping waited for its answer; "
+                                f"{EXPECT_S:g} s later the request is still waiting") from None
+            except PeerCrashed:
+                return   # exiting is a way of failing closed
+            expect(not reply.ok, f"engine 0 sent ENGINE_CORE_DEAD while GET /is_sleeping waited for its answer; "
+                                 f"the frontend answered HTTP {reply.status_code} {reply.text[:100]} instead of "
+                                 f"an error")
+        finally:
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
+
+
+@case("FE-OUT-1")
+def test_unknown_ids_dropped(frontends):
+    frontends.run(unknown_ids_dropped)
+
+
+@case("FE-OUT-2")
+def test_error_output_reaches_client(frontends):
+    frontends.run(error_output_reaches_client)
+
+
+@case("FE-OUT-3")
+def test_engine_dead_fails_waiters(frontends):
+    frontends.run(engine_dead_fails_waiters)

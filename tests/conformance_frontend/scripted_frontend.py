@@ -1,0 +1,115 @@
+"""A frontend that misbehaves over HTTP on purpose, for the frontend role's own tests.
+
+``python scripted_frontend.py --behaviour B --handshake-port P --engine-count N --port H``
+does the engine handshake with the reference client (so the harness's scripted
+engines see a correct frontend on the wire), then serves a minimal HTTP/1.1 on
+``127.0.0.1:H``: ``/health``, ``/v1/models`` and ``GET /is_sleeping``. When the
+engines agree on ``is_sleeping`` it answers as a frontend should; when they
+disagree (FE-UTIL-1's situation) it does ``B`` instead of answering with an error:
+
+* ``close``: closes the connection without a status line;
+* ``garbage``: writes bytes that are not HTTP, then closes;
+* ``crash``: the process exits at once (status 3);
+* ``hang``: never answers (keeps the connection open).
+
+With ``--reserved-call-id`` it also breaks a wire rule outside the focus of the
+is_sleeping cases: before each ``GET /is_sleeping`` it sends every engine a
+utility call with the reserved call id -1 (``ECP-UTIL-12``: a frontend never
+sends it).
+
+Every other route answers 404, so the cases that need them end UNSUPPORTED.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+
+from ecp.reference.client import ClientConfig, EngineCoreClient
+from ecp.spec import UtilityMessage, UtilityRequest, encode_input
+
+BEHAVIOURS = ("close", "garbage", "crash", "hang")
+#: the call id -1 is the engine's (EEP_NOTIFICATION_CALL_ID): a frontend must never send it
+RESERVED_CALL_ID = -1
+
+
+def _response(status: int, reason: str, body: object) -> bytes:
+    payload = json.dumps(body).encode()
+    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(payload)}\r\n\r\n").encode() + payload
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--behaviour", choices=BEHAVIOURS, required=True)
+    parser.add_argument("--handshake-port", type=int, required=True)
+    parser.add_argument("--engine-count", type=int, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--reserved-call-id", action="store_true")
+    args = parser.parse_args()
+
+    client = EngineCoreClient(ClientConfig(
+        engine_count=args.engine_count, handshake_address=f"tcp://127.0.0.1:{args.handshake_port}",
+        transport="tcp", host="127.0.0.1", handshake_timeout_s=30))
+    await client.bind()
+    await client.wait_ready()
+    hung: list[asyncio.StreamWriter] = []   # kept open, never answered
+
+    async def is_sleeping(writer: asyncio.StreamWriter) -> bool:
+        """Answer (True) or misbehave (False: the connection is no longer usable)."""
+        if args.reserved_call_id:
+            # on purpose, around the client's rules (and the codec's encode_utility, which refuses it):
+            # its own call ids are never negative
+            frames = encode_input(UtilityMessage(UtilityRequest(0, RESERVED_CALL_ID, "is_sleeping", [])))
+            for rank in client.engine_ranks:
+                await client._send(rank, frames)
+        try:
+            value = await client.is_sleeping()
+        except Exception:  # noqa: BLE001 - the engines disagree: the one situation this frontend botches
+            if args.behaviour == "crash":
+                os._exit(3)
+            if args.behaviour == "garbage":
+                writer.write(b"\x00\x01 this is not HTTP \xff\r\n\r\n")
+                await writer.drain()
+            if args.behaviour == "hang":
+                hung.append(writer)
+                return False
+            writer.close()
+            return False
+        writer.write(_response(200, "OK", {"is_sleeping": value}))
+        return True
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path = lines[0].split(" ")[:2]
+                length = next((int(line.split(":", 1)[1]) for line in lines[1:]
+                               if line.lower().startswith("content-length:")), 0)
+                if length:
+                    await reader.readexactly(length)
+                path = path.split("?", 1)[0]
+                if path == "/health":
+                    writer.write(_response(200, "OK", {}))
+                elif path == "/v1/models":
+                    writer.write(_response(200, "OK", {"object": "list", "data": [{"id": "scripted"}]}))
+                elif method == "GET" and path == "/is_sleeping":
+                    if not await is_sleeping(writer):
+                        return
+                else:
+                    writer.write(_response(404, "Not Found", {"detail": "Not Found"}))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", args.port)
+    async with server:
+        await server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main()))
