@@ -64,7 +64,7 @@ async def main() -> int:
             # its own call ids are never negative
             frames = encode_input(UtilityMessage(UtilityRequest(0, RESERVED_CALL_ID, "is_sleeping", [])))
             for rank in client.engine_ranks:
-                await client._send(rank, frames)
+                await client._put(rank, frames)
         try:
             value = await client.is_sleeping()
         except Exception:  # noqa: BLE001 - the engines disagree: the one situation this frontend botches
