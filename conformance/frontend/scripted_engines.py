@@ -263,7 +263,7 @@ class ScriptedEngine:
             for notice_id in self.script.notice_call_ids:   # ECP-UTIL-12: replies nobody asked for
                 await self._send(call.client_index, EngineCoreOutputs(
                     engine_index=self.rank, timestamp=time.monotonic(),
-                    utility_output=UtilityOutput(notice_id, None, UtilityResult(None, None))))
+                    utility_output=UtilityOutput(notice_id, None, UtilityResult(None, _notice(notice_id, self.rank)))))
             if call.method_name in self.script.silent_methods:
                 return
             failure, value = self.script.answer(call.method_name, list(call.args))
@@ -302,3 +302,15 @@ class ScriptedEngine:
                 message: Any = None, error: ProtocolError | None = None) -> None:
         self.recorder.append(FrameRecord(time.monotonic(), self.rank, direction, channel, client_index,
                                          [bytes(f) for f in frames], message, error))
+
+
+def _notice(call_id: int, rank: int) -> object:
+    """The value an engine-initiated notice carries, shaped as vLLM 0.33's engines send them: an
+    elastic-EP notification (-1) is ``[type, dp_rank]``, a fault-tolerance status (-2) a map
+    (vllm/v1/fault_tolerance/engine_core_sentinel.py); a frontend that understands them must still
+    get what it expects, one that does not drops them (``ECP-UTIL-12``)."""
+    if call_id == -1:
+        return ["RECONFIGURE_FINISHED", rank]
+    if call_id == -2:
+        return {"id": rank, "status": "healthy"}
+    return None
