@@ -36,6 +36,38 @@ def bad_request(message: str, param: str | None = None) -> OpenAIError:
     return OpenAIError(400, message, "invalid_request_error", param)
 
 
+def client_error_to_openai(exc: BaseException, healthy: bool) -> OpenAIError:
+    """Map an engine-core client exception by the clause it names (the client's error
+    classes are typed ``ecp.spec`` errors carrying ``clause``)."""
+    clause = getattr(exc, "clause", None)
+    if clause == "ECP-DP-2":
+        return OpenAIError(400, str(exc), "invalid_request_error", "X-data-parallel-rank")
+    if clause == "ECP-REQ-8":
+        return OpenAIError(400, str(exc), "invalid_request_error", "request_id")
+    if not healthy:
+        return OpenAIError(503, f"engine core is unavailable: {exc}", "service_unavailable")
+    return OpenAIError(500, str(exc), "server_error")
+
+
+def engine_failure_to_openai(code: str, message: str, retryable: bool) -> OpenAIError:
+    """An engine's ERROR output (``ECP-OUT-5``): 503 when the engine says a retry may work."""
+    status = 503 if retryable else 500
+    return OpenAIError(status, f"{code}: {message}", "server_error" if status == 500 else "service_unavailable")
+
+
+def parse_rank(v: str | None) -> int | None:
+    """The ``X-data-parallel-rank`` header (``ECP-DP-2``): a non-negative integer, or absent."""
+    if v is None or v == "":
+        return None
+    try:
+        rank = int(v)
+    except ValueError:
+        raise bad_request(f"X-data-parallel-rank must be an integer, got {v!r}", "X-data-parallel-rank") from None
+    if rank < 0:
+        raise bad_request(f"X-data-parallel-rank must be non-negative, got {rank}", "X-data-parallel-rank")
+    return rank
+
+
 class StreamOptions(msgspec.Struct):
     include_usage: bool = False
 

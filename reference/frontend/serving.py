@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Sequence
+from typing import Any, Sequence, Union
 
 import msgspec
 
@@ -148,75 +148,20 @@ class Frontend:
                         echo, choices, requests)
 
     # ------------------------------------------------------------------ running
-    def run(self, prepared: Prepared) -> "DeltaStream":
-        """All choices' deltas, as they arrive. The caller must :meth:`DeltaStream.close`
-        it (``finally``), which auto-aborts whatever is still running."""
-        return DeltaStream([self._run_choice(c, r) for c, r in zip(prepared.choices, prepared.requests)])
-
-    async def _run_choice(self, choice: Choice, request: EngineCoreRequest) -> AsyncIterator[ChoiceDelta]:
-        m = self.metrics
-        stream = await self.client.add(request)
-        self.index.add(choice)
-        m.running.inc()
-        m.waiting.inc()
-        m.prompt_tokens.inc(len(choice.prompt_token_ids))
-        failed = False
+    async def start(self, prepared: Prepared) -> "Deltas":
+        """Send every choice's ADD and return their deltas. The caller must
+        :meth:`Deltas.close` them (``finally``), which auto-aborts whatever is
+        still running; if an ADD fails, the choices already started are closed
+        here and the error is raised."""
+        runs: list[ChoiceRun] = []
         try:
-            # One wake-up per backlog, not per output: a stream that fell behind
-            # takes every output already received and shows them as one delta.
-            while outs := await stream.next_batch():
-                merged: ChoiceDelta | None = None
-                error: EngineRequestFailed | None = None
-                new_tokens = 0
-                for out in outs:
-                    first_before, last_before = choice.first_token_at, choice.last_token_at
-                    try:
-                        delta = choice.apply(out)
-                    except EngineRequestFailed as exc:
-                        error = exc  # show what came before it, then fail
-                        break
-                    if choice.last_token_at is not None and choice.last_token_at != last_before:
-                        if first_before is None:
-                            m.waiting.dec()
-                            m.ttft.observe(choice.first_token_at - choice.arrival)
-                        else:
-                            m.itl.observe(choice.last_token_at - last_before)
-                        new_tokens += len(out.new_token_ids)
-                    if delta is not None:
-                        merged = delta if merged is None else merged.merge(delta)
-                    if choice.finished:
-                        break
-                if new_tokens:
-                    m.generation_tokens.inc(new_tokens)
-                if merged is not None:
-                    yield merged
-                if error is not None:
-                    raise error
-                if choice.finished:
-                    break
-            if not choice.finished:
-                # The client ended the stream without a terminal output (e.g. an
-                # explicit abort finalised locally): the request ended as aborted.
-                yield choice.finish_locally("abort")
-        except Exception:
-            failed = True  # engine ERROR output, engine death, client failure: already ended
+            for choice, request in zip(prepared.choices, prepared.requests):
+                runs.append(ChoiceRun(self, choice, await self.client.add(request)))
+        except BaseException:
+            for r in runs:
+                r.close()
             raise
-        finally:
-            self.index.remove(choice)
-            m.running.dec()
-            if choice.first_token_at is None:
-                m.waiting.dec()
-            if failed:
-                m.finished("error")
-            elif not choice.finished:
-                self._close(stream, CAUSE_DROPPED_STREAM)
-                m.aborted(CAUSE_DROPPED_STREAM)
-            elif choice.stop_string_matched:
-                self._close(stream, CAUSE_STOP_STRING)
-                m.aborted(CAUSE_STOP_STRING)
-                m.finished("stop")
-            else:
-                m.finished(choice.finish_reason)
+        return runs[0] if len(runs) == 1 else DeltaStream(runs)
 
     def _close(self, stream: Any, cause: str) -> None:
         """Auto-abort a stream without awaiting: this runs in ``finally`` blocks of
@@ -255,33 +200,141 @@ class Frontend:
             await asyncio.wait(list(self._background), timeout=timeout)
 
 
+class ChoiceRun:
+    """One choice's engine request while it runs.
+
+    :meth:`next_batch` waits for the engine's next outputs and folds everything
+    already received into one delta (a stream that fell behind shows its backlog
+    as one delta, not one per output); it keeps the metrics and the in-flight
+    index. :meth:`close` ends it exactly once: a choice still running is then
+    auto-aborted with cause ``dropped_stream``, one that matched a stop string
+    with ``stop_string_matched``.
+    """
+
+    __slots__ = ("frontend", "choice", "stream", "error", "failed", "closed")
+
+    def __init__(self, frontend: Frontend, choice: Choice, stream: Any) -> None:
+        self.frontend = frontend
+        self.choice = choice
+        self.stream = stream
+        #: an ERROR output met while folding: raised after the delta that preceded it was shown
+        self.error: EngineRequestFailed | None = None
+        self.failed = False
+        self.closed = False
+        m = frontend.metrics
+        frontend.index.add(choice)
+        m.running.inc()
+        m.waiting.inc()
+        m.prompt_tokens.inc(len(choice.prompt_token_ids))
+
+    @property
+    def finished(self) -> bool:
+        """No delta can follow (the choice has its finish reason)."""
+        return self.choice.finished
+
+    async def next_batch(self) -> list[ChoiceDelta]:
+        """``[delta]`` with what the engine sent since the last call, or ``[]`` once the choice
+        ended. Raises the request's failure (an ERROR output, engine death) after showing what
+        came before it."""
+        choice = self.choice
+        while not choice.finished:
+            if self.error is not None:
+                self.failed = True
+                raise self.error
+            try:
+                outs = await self.stream.next_batch()
+            except Exception:
+                self.failed = True
+                raise
+            if not outs:
+                # The client ended the stream without a terminal output (e.g. an
+                # explicit abort finalised locally): the request ended as aborted.
+                return [choice.finish_locally("abort")]
+            delta = self._fold(outs)
+            if delta is not None:
+                return [delta]
+        return []
+
+    def _fold(self, outs: list[Any]) -> ChoiceDelta | None:
+        choice, m = self.choice, self.frontend.metrics
+        merged: ChoiceDelta | None = None
+        new_tokens = 0
+        for out in outs:
+            first_before, last_before = choice.first_token_at, choice.last_token_at
+            try:
+                delta = choice.apply(out)
+            except EngineRequestFailed as exc:
+                self.error = exc  # show what came before it, then fail
+                break
+            if choice.last_token_at is not None and choice.last_token_at != last_before:
+                if first_before is None:
+                    m.waiting.dec()
+                    m.ttft.observe(choice.first_token_at - choice.arrival)
+                else:
+                    m.itl.observe(choice.last_token_at - last_before)
+                new_tokens += len(out.new_token_ids)
+            if delta is not None:
+                merged = delta if merged is None else merged.merge(delta)
+            if choice.finished:
+                break
+        if new_tokens:
+            m.generation_tokens.inc(new_tokens)
+        return merged
+
+    def close(self) -> None:
+        """End the choice (idempotent): index, metrics, and the auto-abort of a choice that
+        is still running or matched a stop string. Never awaits: it runs in ``finally``
+        blocks of cancelled tasks, where an await would be cancelled again."""
+        if self.closed:
+            return
+        self.closed = True
+        fe, choice, m = self.frontend, self.choice, self.frontend.metrics
+        fe.index.remove(choice)
+        m.running.dec()
+        if choice.first_token_at is None:
+            m.waiting.dec()
+        if self.failed:
+            m.finished("error")
+        elif not choice.finished:
+            fe._close(self.stream, CAUSE_DROPPED_STREAM)
+            m.aborted(CAUSE_DROPPED_STREAM)
+        elif choice.stop_string_matched:
+            fe._close(self.stream, CAUSE_STOP_STRING)
+            m.aborted(CAUSE_STOP_STRING)
+            m.finished("stop")
+        else:
+            m.finished(choice.finish_reason)
+
+
 _END = object()
 
 
 class DeltaStream:
-    """The deltas of one HTTP request's choices.
+    """The deltas of a request with several choices (``n > 1`` or several prompts).
 
     :meth:`next_batch` waits for at least one delta and returns every delta
     already available, so a streaming response under load writes one SSE
     batch instead of one socket send per token. The first error of any
     choice is raised to the consumer and ends the others. :meth:`close`
-    ends the choices: one that is still running is then auto-aborted
-    (``dropped_stream``) by its ``finally`` block.
-
-    One choice (the usual ``n=1`` request) is read directly by the consumer;
-    several are each pumped by a task into one queue.
+    ends the choices. (One choice is its own :class:`ChoiceRun`: no tasks.)
     """
 
-    def __init__(self, gens: list[AsyncIterator[ChoiceDelta]]) -> None:
+    def __init__(self, runs: list[ChoiceRun]) -> None:
+        self.runs = runs
         self._queue: asyncio.Queue = asyncio.Queue()
-        self._remaining = len(gens)
-        self._single = gens[0] if len(gens) == 1 else None
-        self._tasks = [] if self._single is not None else [asyncio.ensure_future(self._pump(g)) for g in gens]
+        self._remaining = len(runs)
+        self._tasks = [asyncio.ensure_future(self._pump(r)) for r in runs]
 
-    async def _pump(self, gen: AsyncIterator[ChoiceDelta]) -> None:
+    @property
+    def finished(self) -> bool:
+        """No delta can follow (every choice has its finish reason)."""
+        return all(r.choice.finished for r in self.runs)
+
+    async def _pump(self, run: ChoiceRun) -> None:
         try:
-            async for d in gen:
-                self._queue.put_nowait(d)
+            while batch := await run.next_batch():
+                for d in batch:
+                    self._queue.put_nowait(d)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # handed to the consumer
@@ -291,17 +344,6 @@ class DeltaStream:
 
     async def next_batch(self) -> list[ChoiceDelta]:
         """Deltas now available (at least one), or ``[]`` once every choice ended."""
-        if self._single is not None:
-            if not self._remaining:
-                return []
-            try:
-                return [await self._single.__anext__()]
-            except StopAsyncIteration:
-                self._remaining = 0
-                return []
-            except BaseException:
-                self._remaining = 0
-                raise
         out: list[ChoiceDelta] = []
         while self._remaining and not out:
             item = await self._queue.get()
@@ -318,23 +360,13 @@ class DeltaStream:
                 item = self._queue.get_nowait()
         return out
 
-    async def __aiter__(self) -> AsyncIterator[ChoiceDelta]:
-        while batch := await self.next_batch():
-            for d in batch:
-                yield d
-
     def close(self) -> None:
+        self._remaining = 0
         for t in self._tasks:
             t.cancel()
-        gen, self._single = self._single, None
-        if gen is not None:
-            self._remaining = 0
-            # Runs the choice's ``finally`` (auto-abort) like cancelling a pump did.
-            self._tasks.append(asyncio.ensure_future(_aclose(gen)))
+        for r in self.runs:
+            r.close()
 
 
-async def _aclose(gen: Any) -> None:
-    try:
-        await gen.aclose()
-    except RuntimeError:  # still being iterated: that consumer sees the cancellation itself
-        pass
+#: What :meth:`Frontend.start` returns: one choice's run, or a stream over several.
+Deltas = Union[ChoiceRun, DeltaStream]

@@ -1,0 +1,238 @@
+"""The generate routes of ``ecp serve`` (``POST /v1/completions``, ``POST /v1/chat/completions``).
+
+They carry nearly all of the server's traffic, so they are served at the ASGI
+level, ahead of Starlette's routing, request object and middleware (which
+serve every other route, :mod:`.app`): every token of a streamed response then
+passes through as few coroutines as possible on its way to the socket.
+
+One request is one handler coroutine (parse, prepare, ADD, first delta,
+response) and one watcher task that cancels it if the client disconnects, at
+any point; the choices' ``close`` then auto-aborts them (``ECP-ABORT-7``).
+A streamed response answers 200 only once the first delta is there, so a
+request the engine rejects before admission still gets an HTTP error (and the
+rejection notice); later failures become an SSE error event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable
+
+import msgspec
+
+from . import ids as idconv
+from .choice import EngineRequestFailed
+from .chunks import SSE_DONE, SseChunks, sse
+from .protocol import (
+    ChatCompletionRequest, CompletionRequest, OpenAIError, client_error_to_openai, convert_body,
+    decode_json_object, engine_failure_to_openai, parse_rank,
+)
+from .serving import Deltas, Frontend, Prepared
+
+log = logging.getLogger("ecp.serve")
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+#: path -> body type, for ``POST`` only (other methods on these paths are Starlette's: 405)
+GENERATE_ROUTES: dict[str, type] = {"/v1/completions": CompletionRequest,
+                                    "/v1/chat/completions": ChatCompletionRequest}
+
+_json = msgspec.json.Encoder()
+_SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8")]
+#: Bound on the rejection notice; its failure is only logged (spec/PROTOCOL.md ECP-REJECT-3).
+NOTIFY_TIMEOUT_S = 10.0
+
+
+async def send_json(send: Send, status: int, obj: Any) -> None:
+    body = _json.encode(obj)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def read_body(receive: Receive) -> bytes | None:
+    """The request body, or ``None`` when the client left before sending all of it."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+class Generate:
+    """The generate routes over one :class:`Frontend`."""
+
+    def __init__(self, frontend: Frontend, notify_rejections: bool) -> None:
+        self.frontend = frontend
+        self.client = frontend.client
+        self.notify_rejections = notify_rejections
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send, typ: type) -> None:
+        raw = await read_body(receive)
+        if raw is None:
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        state = {"responding": True, "dropped": False}
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            if state["responding"]:  # after the response ended, "disconnect" is what receive() says
+                state["dropped"] = True
+                task.cancel()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await self._respond(scope, raw, send, typ)
+        except asyncio.CancelledError:
+            if not state["dropped"]:
+                raise
+            # the cancellation was ours: the client left, the request ends here
+            # (Python >= 3.11 counts cancellations; 3.10 has no uncancel and needs none)
+            uncancel = getattr(task, "uncancel", None)
+            if uncancel is not None:
+                uncancel()
+        finally:
+            state["responding"] = False
+            watcher.cancel()
+
+    def client_error(self, exc: BaseException) -> OpenAIError:
+        if isinstance(exc, OpenAIError):
+            return exc
+        if isinstance(exc, EngineRequestFailed):
+            return engine_failure_to_openai(exc.code, exc.message, exc.retryable)
+        return client_error_to_openai(exc, bool(getattr(self.client, "healthy", True)))
+
+    async def _respond(self, scope: dict[str, Any], raw: bytes, send: Send, typ: type) -> None:
+        kind = "chat" if typ is ChatCompletionRequest else "completion"
+        obj: dict[str, Any] = {}
+        rank: int | None = None
+        header_id = header(scope, b"x-request-id")
+        base = idconv.base_request_id(header_id, None)
+        try:
+            obj = decode_json_object(raw)
+            body_id = obj.get("request_id") if isinstance(obj.get("request_id"), str) else None
+            base = idconv.base_request_id(header_id, body_id)
+            rank = parse_rank(header(scope, b"x-data-parallel-rank"))
+            prepared = self.frontend.prepare(convert_body(obj, typ), base_id=base, data_parallel_rank=rank)
+            try:
+                deltas = await self.frontend.start(prepared)
+            except Exception as exc:
+                raise self.client_error(exc) from None
+            try:
+                if prepared.stream:
+                    await self._stream(prepared, deltas, send)
+                else:
+                    await send_json(send, 200, await self._collect(prepared, deltas))
+            finally:
+                deltas.close()
+        except OpenAIError as err:
+            await self._notify_rejection(obj, idconv.response_id(kind, base), rank)
+            await send_json(send, err.status, err.body())
+
+    async def _collect(self, p: Prepared, deltas: Deltas) -> dict[str, Any]:
+        try:
+            while await deltas.next_batch():
+                pass
+        except Exception as exc:
+            raise self.client_error(exc) from None
+        completion_tokens = sum(len(c.token_ids) for c in p.choices)
+        prompt_tokens = sum(len(x) for x in p.prompts)
+        per_prompt = len(p.choices) // len(p.prompts)
+        choices = []
+        for c in p.choices:
+            if p.kind == "chat":
+                choices.append({"index": c.index, "message": {"role": "assistant", "content": c.text},
+                                "logprobs": None, "finish_reason": c.finish_reason, "stop_reason": c.stop_reason})
+            else:
+                text = (p.echo_texts[c.index // per_prompt] if p.echo_texts else "") + c.text
+                choices.append({"index": c.index, "text": text, "logprobs": None,
+                                "finish_reason": c.finish_reason, "stop_reason": c.stop_reason})
+        body = {"id": p.response_id, "object": "chat.completion" if p.kind == "chat" else "text_completion",
+                "created": p.created, "model": p.model, "choices": choices,
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                          "total_tokens": prompt_tokens + completion_tokens}}
+        kv = [c.kv_transfer_params for c in p.choices if c.kv_transfer_params]
+        if kv:
+            body["kv_transfer_params"] = kv[0]
+        return body
+
+    async def _stream(self, p: Prepared, deltas: Deltas, send: Send) -> None:
+        """One write per batch of available deltas; ``[DONE]`` always last. Nothing is held
+        back: what is available is written at once. The batch that finishes every choice
+        leaves together with the usage chunk, ``[DONE]`` and the end of the response, as
+        one write."""
+        try:
+            batch = await deltas.next_batch()
+        except Exception as exc:  # before the 200: an HTTP error
+            raise self.client_error(exc) from None
+        chunks = SseChunks(p.kind, p.response_id, p.created, p.model)
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        pending = chunks.role([c.index for c in p.choices]) if p.kind == "chat" else b""
+        delta = chunks.delta
+        try:
+            while batch:
+                pending += b"".join([delta(d) for d in batch]) if len(batch) > 1 else delta(batch[0])
+                # once every choice finished nothing more can come: these deltas wait for the end
+                # of the stream (the choices' cleanup, which next_batch runs; no new output)
+                if not deltas.finished:
+                    await send({"type": "http.response.body", "body": pending, "more_body": True})
+                    pending = b""
+                batch = await deltas.next_batch()
+            if p.include_usage:
+                pending += chunks.usage(sum(len(x) for x in p.prompts), sum(len(c.token_ids) for c in p.choices))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # engine death, ERROR output mid-stream, client failure
+            pending += sse(self.client_error(exc).body())
+        await send({"type": "http.response.body", "body": pending + SSE_DONE, "more_body": False})
+
+    async def _notify_rejection(self, obj: dict[str, Any], request_id: str, rank: int | None) -> None:
+        """``ECP-REJECT-3``: with a KV connector configured, a rejected request whose
+        ``kv_transfer_params.do_remote_prefill`` is truthy is announced to the
+        engine so the prefill node frees its blocks. The HTTP client only ever
+        sees the original error (``ECP-REJECT-4``)."""
+        if not self.notify_rejections:
+            return
+        params = obj.get("kv_transfer_params") if isinstance(obj, dict) else None
+        if not isinstance(params, dict) or not params.get("do_remote_prefill"):
+            return
+        try:
+            await asyncio.wait_for(
+                self.client.notify_kv_transfer_request_rejected(request_id, dict(params), data_parallel_rank=rank),
+                NOTIFY_TIMEOUT_S)
+        except Exception as exc:  # only logged, as in vLLM
+            log.warning("rejection notice for %s failed: %s", request_id, exc)
+
+
+class ServeASGI:
+    """The whole HTTP surface: the generate routes here, every other request to Starlette."""
+
+    def __init__(self, generate: Generate, app: Any) -> None:
+        self.generate = generate
+        self.app = app
+
+    @property
+    def state(self) -> Any:  # (tests reach the ServeApp as app.state.serve, as on a Starlette app)
+        return self.app.state
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            typ = GENERATE_ROUTES.get(scope["path"])
+            if typ is not None:
+                await self.generate(scope, receive, send, typ)
+                return
+        await self.app(scope, receive, send)
