@@ -111,31 +111,35 @@ class SamplingParams(msgspec.Struct, omit_defaults=True):
 
     def validation_errors(self) -> list[str]:
         """The value checks vLLM runs on decode, as messages (empty = valid)."""
+        # (a message is only formatted for a check that fails: this runs on every request)
         errs: list[str] = []
-
-        def bad(cond: bool, msg: str) -> None:
-            if cond:
-                errs.append(msg)
-
-        bad(self.n < 1, f"n must be at least 1, got {self.n}")
+        if self.n < 1:
+            errs.append(f"n must be at least 1, got {self.n}")
         for name in ("presence_penalty", "frequency_penalty"):
             v = getattr(self, name)
-            bad(not -2.0 <= v <= 2.0, f"{name} must be in [-2, 2], got {v}")
+            if not -2.0 <= v <= 2.0:
+                errs.append(f"{name} must be in [-2, 2], got {v}")
         rp = self.repetition_penalty
-        bad(not (rp > 0 and math.isfinite(rp)), f"repetition_penalty must be positive and finite, got {rp}")
-        bad(not 0.0 <= self.temperature <= 2.0 or math.isnan(self.temperature),
-            f"temperature must be in [0, 2], got {self.temperature}")
-        bad(not 0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}")
-        bad(self.top_k < -1, f"top_k must be -1 (disable) or at least 0, got {self.top_k}")
-        bad(not 0.0 <= self.min_p <= 1.0, f"min_p must be in [0, 1], got {self.min_p}")
-        if self.max_tokens is not None:
-            bad(self.max_tokens < 1, f"max_tokens must be at least 1, got {self.max_tokens}")
-        bad(self.min_tokens < 0, f"min_tokens must be at least 0, got {self.min_tokens}")
+        if not (rp > 0 and math.isfinite(rp)):
+            errs.append(f"repetition_penalty must be positive and finite, got {rp}")
+        if not 0.0 <= self.temperature <= 2.0 or math.isnan(self.temperature):
+            errs.append(f"temperature must be in [0, 2], got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            errs.append(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < -1:
+            errs.append(f"top_k must be -1 (disable) or at least 0, got {self.top_k}")
+        if not 0.0 <= self.min_p <= 1.0:
+            errs.append(f"min_p must be in [0, 1], got {self.min_p}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            errs.append(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.min_tokens < 0:
+            errs.append(f"min_tokens must be at least 0, got {self.min_tokens}")
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             errs.append(f"min_tokens ({self.min_tokens}) must be <= max_tokens ({self.max_tokens})")
-        if self.stream_interval is not None:
-            bad(self.stream_interval < 1, f"stream_interval must be at least 1, got {self.stream_interval}")
+        if self.stream_interval is not None and self.stream_interval < 1:
+            errs.append(f"stream_interval must be at least 1, got {self.stream_interval}")
         for name in ("logprobs", "prompt_logprobs"):
             v = getattr(self, name)
-            bad(v is not None and v < -1, f"{name} must be -1 or non-negative, got {v}")
+            if v is not None and v < -1:
+                errs.append(f"{name} must be -1 or non-negative, got {v}")
         return errs
