@@ -22,9 +22,9 @@ class StopStringMatcher:
     """
 
     def __init__(self, stops: Sequence[str], include_stop_str_in_output: bool = False) -> None:
-        self.stops = [s for s in stops if s]
+        self.stops = [s for s in stops if s] if stops else []
         self.include = include_stop_str_in_output
-        self._hold = max((len(s) for s in self.stops), default=1) - 1
+        self._hold = max(map(len, self.stops)) - 1 if self.stops else 0
         self._pending = ""
         self.matched: str | None = None
 

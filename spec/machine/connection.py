@@ -220,7 +220,7 @@ class _Connection:
         self._record(err, socket, frames, rank)
 
     # ------------------------------------------------------------------ shared rules: inputs
-    def _check_input(self, chk: _Checker, view: EngineView, client: int, what: str) -> None:
+    def _check_input(self, chk: _Checker, view: EngineView, client: int, what: str | Callable[[], str]) -> None:
         key = "Input(registered input)" if client in view.registered else "Input(unregistered input)"
         chk.step(HANDSHAKE, view.handshake, key, what)
         chk.step(LIVENESS, view.liveness, "Input", what)
@@ -244,13 +244,14 @@ class _Connection:
                 return
             view.set_request(rid, RequestState(row.next, client, r.owed_errors if r is not None else 0))
 
-        chk.step(REQUEST, view.request_state(rid), key, f"ADD {rid!r}", effect)
+        what = lambda: f"ADD {rid!r}"  # noqa: E731 - formatted only for a violation
+        chk.step(REQUEST, view.request_state(rid), key, what, effect)
         if current_wave is not None and key != "Add(undecodable)":
             def wave_effect(row: Row) -> None:
                 view.wave = max(view.wave, current_wave)
                 if row.next:
                     view.wave_state = row.next
-            chk.step(WAVE, view.wave_state, "Add", f"ADD {rid!r}", wave_effect)
+            chk.step(WAVE, view.wave_state, "Add", what, wave_effect)
 
     def _on_abort(self, chk: _Checker, view: EngineView, request_ids: Sequence[str]) -> None:
         # one ABORT may name thousands of ids: the legal moves are looked up per state and applied

@@ -248,7 +248,7 @@ class FrontendConnection(_Connection):
             return [Send("handshake", frames)]
         if isinstance(event, Add):
             client = event.on_client
-            self._check_input(chk, view, client, f"ADD {event.request.request_id!r}")
+            self._check_input(chk, view, client, lambda: f"ADD {event.request.request_id!r}")
             frames = [view.identity, *encode_add(event.request)]
             # outputs go to outputs[client_index] whatever input carried the ADD (ECP-SOCK-4)
             self._on_add(chk, view, event.request.request_id, event.request.client_index,
