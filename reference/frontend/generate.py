@@ -40,6 +40,7 @@ GENERATE_ROUTES: dict[str, type] = {"/v1/completions": CompletionRequest,
                                     "/v1/chat/completions": ChatCompletionRequest}
 
 _json = msgspec.json.Encoder()
+_BODY_DECODERS = {typ: msgspec.json.Decoder(typ).decode for typ in GENERATE_ROUTES.values()}
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8")]
 #: Bound on the rejection notice; its failure is only logged (spec/PROTOCOL.md ECP-REJECT-3).
 NOTIFY_TIMEOUT_S = 10.0
@@ -118,16 +119,24 @@ class Generate:
 
     async def _respond(self, scope: dict[str, Any], raw: bytes, send: Send, typ: type) -> None:
         kind = "chat" if typ is ChatCompletionRequest else "completion"
-        obj: dict[str, Any] = {}
+        params: Any = None  # the body's kv_transfer_params, for the rejection notice
         rank: int | None = None
         header_id = header(scope, b"x-request-id")
         base = idconv.base_request_id(header_id, None)
         try:
-            obj = decode_json_object(raw)
-            body_id = obj.get("request_id") if isinstance(obj.get("request_id"), str) else None
+            try:  # a well-formed body decodes straight into its type
+                body = _BODY_DECODERS[typ](raw)
+                body_id, params = body.request_id, body.kv_transfer_params
+            except msgspec.DecodeError:  # else the untyped way, for the precise 400
+                body = None
+                obj = decode_json_object(raw)
+                body_id = obj.get("request_id") if isinstance(obj.get("request_id"), str) else None
+                params = obj.get("kv_transfer_params")
             base = idconv.base_request_id(header_id, body_id)
             rank = parse_rank(header(scope, b"x-data-parallel-rank"))
-            prepared = self.frontend.prepare(convert_body(obj, typ), base_id=base, data_parallel_rank=rank)
+            if body is None:
+                body = convert_body(obj, typ)
+            prepared = self.frontend.prepare(body, base_id=base, data_parallel_rank=rank)
             try:
                 deltas = await self.frontend.start(prepared)
             except Exception as exc:
@@ -140,7 +149,7 @@ class Generate:
             finally:
                 deltas.close()
         except OpenAIError as err:
-            await self._notify_rejection(obj, idconv.response_id(kind, base), rank)
+            await self._notify_rejection(params, idconv.response_id(kind, base), rank)
             await send_json(send, err.status, err.body())
 
     async def _collect(self, p: Prepared, deltas: Deltas) -> dict[str, Any]:
@@ -200,14 +209,13 @@ class Generate:
             pending += sse(self.client_error(exc).body())
         await send({"type": "http.response.body", "body": pending + SSE_DONE, "more_body": False})
 
-    async def _notify_rejection(self, obj: dict[str, Any], request_id: str, rank: int | None) -> None:
+    async def _notify_rejection(self, params: Any, request_id: str, rank: int | None) -> None:
         """``ECP-REJECT-3``: with a KV connector configured, a rejected request whose
         ``kv_transfer_params.do_remote_prefill`` is truthy is announced to the
         engine so the prefill node frees its blocks. The HTTP client only ever
         sees the original error (``ECP-REJECT-4``)."""
         if not self.notify_rejections:
             return
-        params = obj.get("kv_transfer_params") if isinstance(obj, dict) else None
         if not isinstance(params, dict) or not params.get("do_remote_prefill"):
             return
         try:
