@@ -84,6 +84,13 @@ class ByteTokenizer:
     def decode(self, token_ids: Sequence[int]) -> str:
         return b"".join(self.id_to_bytes(t) for t in token_ids).decode("utf-8", errors="replace")
 
+    def byte_table(self) -> list[bytes]:
+        """``id_to_bytes`` of every id of the vocabulary, built once."""
+        table = self.__dict__.get("_byte_table")
+        if table is None:
+            table = self._byte_table = [self.id_to_bytes(i) for i in range(max(self.vocab_size, self.EXTENDED))]
+        return table
+
     def decode_stream(self) -> "_ByteDecodeStream":
         return _ByteDecodeStream(self)
 
@@ -92,16 +99,32 @@ class ByteTokenizer:
 
 
 class _ByteDecodeStream:
+    # Runs once per token on the frontend's hot path: one table lookup per id (the tokenizer's
+    # table covers its vocabulary; an id past it takes the arithmetic) and the C UTF-8 decoder,
+    # holding back an incomplete sequence itself.
+
     def __init__(self, tok: ByteTokenizer) -> None:
         self._tok = tok
-        # The incremental codec holds back an incomplete UTF-8 sequence.
-        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._table = tok.byte_table()
+        self._pending = b""
+
+    def _bytes(self, token_ids: Sequence[int]) -> bytes:
+        table = self._table
+        try:
+            return b"".join([table[t] for t in token_ids])  # (token ids are never negative)
+        except IndexError:
+            n = len(table)
+            return b"".join([table[t] if t < n else self._tok.id_to_bytes(t) for t in token_ids])
 
     def step(self, token_ids: Sequence[int]) -> str:
-        return self._utf8.decode(b"".join(self._tok.id_to_bytes(t) for t in token_ids))
+        data = self._pending + self._bytes(token_ids) if self._pending else self._bytes(token_ids)
+        text, used = codecs.utf_8_decode(data, "replace", False)
+        self._pending = data[used:]
+        return text
 
     def flush(self) -> str:
-        return self._utf8.decode(b"", final=True)
+        data, self._pending = self._pending, b""
+        return codecs.utf_8_decode(data, "replace", True)[0]
 
 
 _EOS_CANDIDATES = ("</s>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<eos>", "<|im_end|>")

@@ -31,6 +31,25 @@ def test_streaming_decode_never_splits_a_utf8_character():
     assert stream.flush() == ""
 
 
+def test_streaming_decode_equals_whole_decode_for_any_split():
+    """Ids of every kind (special, bytes of multi-byte characters, past the byte range and past
+    the vocabulary), fed in random pieces, stream to exactly what decoding them at once gives."""
+    import random
+
+    tok = ByteTokenizer(1000)
+    rnd = random.Random(7)
+    for _ in range(300):
+        ids = [rnd.randrange(0, 1300) for _ in range(rnd.randrange(0, 30))]
+        ids += [b + ByteTokenizer.OFFSET for b in "a€😀é".encode()]
+        rnd.shuffle(ids)
+        stream, text, i = tok.decode_stream(), "", 0
+        while i < len(ids):
+            k = rnd.randrange(1, 5)
+            text += stream.step(ids[i:i + k])
+            i += k
+        assert text + stream.flush() == tok.decode(ids)
+
+
 @pytest.mark.parametrize("deltas, stops, include, shown, matched", [
     (["hel", "lo wo", "rld"], ["world"], False, "hello ", "world"),
     (["hel", "lo wo", "rld"], ["world"], True, "hello world", "world"),
@@ -142,3 +161,63 @@ def test_hf_tokenizer_json_streams_text(tmp_path):
     assert hf.decode(ids_) == text
     stream = hf.decode_stream()
     assert "".join(stream.step([i]) for i in ids_) + stream.flush() == text
+
+
+@pytest.mark.parametrize("last", ["token", "stop", "error"])
+def test_a_backlog_folds_to_what_its_outputs_show_one_by_one(last):
+    """ChoiceRun folds a backlog of outputs as one output (one detokenisation, one delta); the
+    text, tokens, finish and metrics are those of folding them one by one."""
+    import asyncio
+
+    from ecp.reference.frontend.serving import ChoiceRun, Frontend, FrontendConfig
+
+    tok = ByteTokenizer()
+    pieces = ["h", "é", "", "llo", " w"]  # a 2-byte character split across outputs, an empty step
+
+    def outputs(c: Choice) -> list[EngineCoreOutput]:
+        outs = [EngineCoreOutput(c.internal_id, tok.encode(p)) for p in pieces]
+        if last == "stop":
+            outs.append(EngineCoreOutput(c.internal_id, tok.encode("!"), finish_reason=FinishReason.LENGTH))
+        elif last == "error":
+            outs.append(EngineCoreOutput(c.internal_id, [], finish_reason=FinishReason.ERROR,
+                                         error=RequestError("boom", "engine failed")))
+        return outs
+
+    class Backlog:
+        def __init__(self, batches):
+            self.batches = batches
+
+        async def next_batch(self):
+            return self.batches.pop(0) if self.batches else []
+
+    async def fold(batches_of) -> tuple:
+        fe = Frontend(None, tok, FrontendConfig())
+        c = _choice("p", 0)
+        run = ChoiceRun(fe, c, Backlog(batches_of(outputs(c))))
+        deltas, error = [], None
+        try:
+            while batch := await run.next_batch():
+                deltas += batch
+        except EngineRequestFailed as exc:
+            error = exc.code
+        run.close()
+        itl = fe.metrics.itl
+        shown = sum(1 for d in deltas if d.token_ids)
+        return "".join(d.text for d in deltas), c.token_ids, c.finish_reason, error, sum(itl.counts), shown
+
+    from ecp.reference.frontend.serving import _coalesce
+
+    c = _choice("p", 0)
+    coalesced, merged_away = _coalesce(outputs(c))
+    assert len(coalesced) == (2 if last == "error" else 1) and merged_away == (4 if last == "stop" else 3)  # one per token output but the kept one
+    assert coalesced[0].new_token_ids == tok.encode("héllo w" + ("!" if last == "stop" else ""))
+
+    async def body():
+        together = await fold(lambda outs: [outs])
+        apart = await fold(lambda outs: [[o] for o in outs])
+        assert together[:5] == apart[:5]
+        assert together[5] == 1  # the whole backlog is one delta
+        assert together[0] == "héllo w" + ("!" if last == "stop" else "")
+        assert together[3] == ("boom" if last == "error" else None)
+
+    asyncio.run(body())
