@@ -49,10 +49,11 @@ class Histogram:
         self.counts = [0] * (len(buckets) + 1)
         self.sum = 0.0
 
-    def observe(self, value: float) -> None:
+    def observe(self, value: float, count: int = 1) -> None:
+        """``count`` observations of ``value``."""
         # bisect_left: a value equal to a bound falls in that bucket (Prometheus' le is inclusive)
-        self.counts[bisect_left(self.buckets, value)] += 1
-        self.sum += value
+        self.counts[bisect_left(self.buckets, value)] += count
+        self.sum += value * count
 
     def cumulative(self) -> list[tuple[str, int]]:
         """``(le, count of observations <= le)`` per bucket, +Inf last."""

@@ -22,7 +22,7 @@ from typing import Any, Sequence, Union
 
 import msgspec
 
-from ecp.spec import EngineCoreRequest
+from ecp.spec import EngineCoreOutput, EngineCoreRequest, FinishReason
 
 from ..tokenizer import Tokenizer
 from . import ids as idconv
@@ -258,6 +258,9 @@ class ChoiceRun:
 
     def _fold(self, outs: list[Any]) -> ChoiceDelta | None:
         choice, m = self.choice, self.frontend.metrics
+        coalesced = 0  # token outputs folded into the next one: their inter-token gaps are 0 here
+        if len(outs) > 1 and not choice.stop.stops:
+            outs, coalesced = _coalesce(outs)
         merged: ChoiceDelta | None = None
         new_tokens = 0
         for out in outs:
@@ -273,6 +276,9 @@ class ChoiceRun:
                     m.ttft.observe(choice.first_token_at - choice.arrival)
                 else:
                     m.itl.observe(choice.last_token_at - last_before)
+                if coalesced:
+                    m.itl.observe(0.0, coalesced)
+                    coalesced = 0
                 new_tokens += len(out.new_token_ids)
             if delta is not None:
                 merged = delta if merged is None else merged.merge(delta)
@@ -305,6 +311,27 @@ class ChoiceRun:
             m.finished("stop")
         else:
             m.finished(choice.finish_reason)
+
+
+def _coalesce(outs: list[EngineCoreOutput]) -> tuple[list[EngineCoreOutput], int]:
+    """A backlog of one request's outputs as fewer outputs that show the same: the token
+    outputs before the last output (or before a last ERROR, whose tokens are never shown) as
+    one output with their ids concatenated, then what is left. Detokenising once and writing
+    one delta is what folding them one by one gives when no stop string is matched on the
+    text between them. Returns the outputs and how many token outputs were merged away
+    (``0``: a finish reason before the end, a protocol fault, leaves ``outs`` as they are)."""
+    if any(o.finish_reason is not None for o in outs[:-1]):
+        return outs, 0
+    last = outs[-1]
+    if last.finish_reason == FinishReason.ERROR:
+        head, tail = outs[:-1], [last]
+    else:
+        head, tail = outs, []
+    if len(head) < 2:
+        return outs, 0
+    ids = [t for o in head for t in o.new_token_ids]
+    with_tokens = sum(1 for o in head if o.new_token_ids)
+    return [msgspec.structs.replace(head[-1], new_token_ids=ids), *tail], max(with_tokens - 1, 0)
 
 
 _END = object()
