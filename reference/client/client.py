@@ -110,6 +110,9 @@ class EngineCoreClient(RequestLifecycle, OutputDispatch, UtilityCalls):
         self._coalescer = faults.coalescer(AbortCoalescer())
         self._abort_wakeup = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: listened-to streams with something new, and whether a flush of them is scheduled
+        self._listeners_due: dict[StreamSink, None] = {}
+        self._listener_flush_scheduled = False
         self._aggregation = faults.aggregation(UtilityAggregation())
         if faults:
             self._on_output_frames = faults.output_handler(self._on_output_frames)  # type: ignore[method-assign]

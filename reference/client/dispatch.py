@@ -17,11 +17,13 @@ import zmq
 from ecp.spec.machine import EngineDead, Outputs, Violation
 
 from .errors import EngineDeadError, RequestStreamClosed, UnexpectedDPControl
+from .stream import StreamSink
 
 log = logging.getLogger("ecp.reference.client")
 
 #: Longest run of back-to-back output frames handled before the event loop gets a turn.
-OUTPUT_SLICE_S = 0.002
+import os
+OUTPUT_SLICE_S = float(os.environ.get("ECP_SLICE", "0.002"))
 
 
 class OutputDispatch:
@@ -47,12 +49,36 @@ class OutputDispatch:
                 # requests are admitted at least that often, and a deep backlog is still taken a
                 # few steps at a time, which each stream then writes as one delta.
                 if self._last_output_at - yielded_at >= OUTPUT_SLICE_S:
+                    self._flush_listeners()
                     await asyncio.sleep(0)
                     yielded_at = loop.time()
                 try:
                     frames = recv_queued(zmq.NOBLOCK)
                 except zmq.Again:
                     break
+            self._flush_listeners()
+
+    # Push-mode streams (RequestStream.listen): their listeners run once per slice of frames,
+    # with everything that slice brought, instead of one task wake-up per output.
+    def _listener_due(self, sink: StreamSink) -> None:
+        self._listeners_due[sink] = None
+        if not self._listener_flush_scheduled:  # outside the output loop (an abort, a failure)
+            self._listener_flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        self._listener_flush_scheduled = False
+        self._flush_listeners()
+
+    def _flush_listeners(self) -> None:
+        due, self._listeners_due = self._listeners_due, {}
+        for sink in due:
+            listener = sink.listener
+            if listener is not None:
+                try:
+                    listener()
+                except Exception:  # the consumer's bug: it must not stop the output loop
+                    log.exception("a stream listener of %s failed", sink.request_id)
 
     def _on_output_frames(self, frames: list[bytes]) -> None:
         self._stats.output_messages += 1

@@ -47,7 +47,7 @@ class RequestLifecycle:
         rank = self._router.choose(self._registry.counts(), request.data_parallel_rank)
         stamped = msgspec.structs.replace(request, client_index=self.config.client_index,
                                           current_wave=self.current_wave)
-        sink = StreamSink(request.request_id, rank)
+        sink = StreamSink(request.request_id, rank, self._listener_due)
         self._registry.add(request.request_id, rank, sink)
         try:
             # on input 0, the only one this client has; outputs come on outputs[client_index]

@@ -16,14 +16,16 @@ from ecp.spec import EngineCoreOutput
 from .abort_coalescer import AbortCause
 
 DropCallback = Callable[["StreamSink", AbortCause], None]
+#: The client's hook that gets a listened-to sink's listener called (``RequestStream.listen``).
+NotifyCallback = Callable[["StreamSink"], None]
 
 
 class StreamSink:
     """The client-side end of a stream: outputs go in, the end is set once."""
 
-    __slots__ = ("request_id", "engine_rank", "items", "ended", "dropped", "error", "waiter")
+    __slots__ = ("request_id", "engine_rank", "items", "ended", "dropped", "error", "waiter", "listener", "notify")
 
-    def __init__(self, request_id: str, engine_rank: int) -> None:
+    def __init__(self, request_id: str, engine_rank: int, notify: NotifyCallback | None = None) -> None:
         self.request_id = request_id
         self.engine_rank = engine_rank
         self.items: deque[EngineCoreOutput] = deque()
@@ -31,6 +33,8 @@ class StreamSink:
         self.dropped = False    # the consumer closed it before its end
         self.error: BaseException | None = None
         self.waiter: asyncio.Future[None] | None = None
+        self.listener: Callable[[], None] | None = None
+        self.notify = notify
 
     def push(self, output: EngineCoreOutput) -> None:
         self.items.append(output)
@@ -48,6 +52,8 @@ class StreamSink:
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if self.listener is not None and self.notify is not None:
+            self.notify(self)
 
 
 class RequestStream:
@@ -83,6 +89,46 @@ class RequestStream:
 
     def __aiter__(self) -> "RequestStream":
         return self
+
+    def listen(self, callback: Callable[[], None] | None) -> None:
+        """Push mode: while ``callback`` is set, the client calls it (synchronously, from its
+        output loop, once per batch of frames it read) whenever outputs arrived for this
+        request or the stream ended; the callback takes them with :meth:`take_nowait`. A
+        consumer that writes each request's outputs out as they come then needs no task
+        wake-up per output. ``None`` stops it. If something is already waiting, the callback
+        is called soon."""
+        sink = self._sink
+        sink.listener = callback
+        if callback is not None and (sink.items or sink.ended) and sink.notify is not None:
+            sink.notify(sink)
+
+    def take_nowait(self) -> list[EngineCoreOutput]:
+        """Every output received and not yet taken, in order (``[]``: none now, or the stream
+        ended: see :attr:`finished`). Once the outputs are taken, a stream that ended with an
+        error raises it."""
+        sink = self._sink
+        if sink.items:
+            items = list(sink.items)
+            sink.items.clear()
+            return items
+        if sink.ended and sink.error is not None:
+            raise sink.error.with_traceback(None)
+        return []
+
+    async def wait(self) -> None:
+        """Until an output is queued or the stream has ended (then :meth:`take_nowait` tells)."""
+        sink = self._sink
+        if sink.items or sink.ended:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        sink.waiter = waiter
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            self._drop(AbortCause.DROPPED_STREAM)
+            raise
+        finally:
+            sink.waiter = None
 
     async def _ready(self) -> bool:
         """Wait until an output is queued (True) or the stream has ended (False). An ended stream

@@ -28,7 +28,7 @@ from .protocol import (
     ChatCompletionRequest, CompletionRequest, OpenAIError, client_error_to_openai, convert_body,
     decode_json_object, engine_failure_to_openai, parse_rank,
 )
-from .serving import Deltas, Frontend, Prepared
+from .serving import ChoiceRun, Deltas, Frontend, Prepared
 
 log = logging.getLogger("ecp.serve")
 
@@ -72,6 +72,37 @@ def header(scope: dict[str, Any], name: bytes) -> str | None:
     return None
 
 
+import os
+ADMIT_SLICE_S = float(os.environ.get("ECP_ADMIT", "0"))
+
+
+class AdmissionSlices:
+    def __init__(self, slice_s):
+        self.slice_s = slice_s
+        self.start = None
+        self.reset_pending = False
+
+    def _reset(self):
+        self.start = None
+        self.reset_pending = False
+
+    async def turn(self):
+        if not self.slice_s:
+            return
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            if self.start is None:
+                self.start = now
+                return
+            if now - self.start < self.slice_s:
+                return
+            if not self.reset_pending:
+                self.reset_pending = True
+                loop.call_soon(self._reset)
+            await asyncio.sleep(0)
+
+
 class Generate:
     """The generate routes over one :class:`Frontend`."""
 
@@ -79,6 +110,7 @@ class Generate:
         self.frontend = frontend
         self.client = frontend.client
         self.notify_rejections = notify_rejections
+        self.slices = AdmissionSlices(ADMIT_SLICE_S)
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send, typ: type) -> None:
         raw = await read_body(receive)
@@ -97,6 +129,7 @@ class Generate:
 
         watcher = asyncio.ensure_future(watch())
         try:
+            await self.slices.turn()
             await self._respond(scope, raw, send, typ)
         except asyncio.CancelledError:
             if not state["dropped"]:
@@ -183,31 +216,56 @@ class Generate:
         """One write per batch of available deltas; ``[DONE]`` always last. Nothing is held
         back: what is available is written at once. The batch that finishes every choice
         leaves together with the usage chunk, ``[DONE]`` and the end of the response, as
-        one write."""
+        one write. A one-choice response is written from the client's output loop
+        (:class:`Pusher`); several choices are read by this task."""
         try:
             batch = await deltas.next_batch()
         except Exception as exc:  # before the 200: an HTTP error
             raise self.client_error(exc) from None
         chunks = SseChunks(p.kind, p.response_id, p.created, p.model)
+        delta = chunks.delta
+
+        def render(batch: list[Any]) -> bytes:
+            return b"".join([delta(d) for d in batch]) if len(batch) > 1 else delta(batch[0])
+
+        def last(exc: BaseException | None) -> bytes:
+            """What ends the response: the usage chunk (or the error), then ``[DONE]``."""
+            if exc is not None:  # engine death, ERROR output mid-stream, client failure
+                return sse(self.client_error(exc).body()) + SSE_DONE
+            if p.include_usage:
+                return chunks.usage(sum(len(x) for x in p.prompts),
+                                    sum(len(c.token_ids) for c in p.choices)) + SSE_DONE
+            return SSE_DONE
+
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         pending = chunks.role([c.index for c in p.choices]) if p.kind == "chat" else b""
-        delta = chunks.delta
+        if isinstance(deltas, ChoiceRun):
+            if deltas.finished:
+                await send({"type": "http.response.body", "body": pending + render(batch) + last(None),
+                            "more_body": False})
+                return
+            await send({"type": "http.response.body", "body": pending + render(batch), "more_body": True})
+            pusher = Pusher(deltas, render, last, send)
+            try:
+                await pusher.run()
+            finally:
+                pusher.stop()
+            return
+        error: BaseException | None = None
         try:
             while batch:
-                pending += b"".join([delta(d) for d in batch]) if len(batch) > 1 else delta(batch[0])
+                pending += render(batch)
                 # once every choice finished nothing more can come: these deltas wait for the end
                 # of the stream (the choices' cleanup, which next_batch runs; no new output)
                 if not deltas.finished:
                     await send({"type": "http.response.body", "body": pending, "more_body": True})
                     pending = b""
                 batch = await deltas.next_batch()
-            if p.include_usage:
-                pending += chunks.usage(sum(len(x) for x in p.prompts), sum(len(c.token_ids) for c in p.choices))
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # engine death, ERROR output mid-stream, client failure
-            pending += sse(self.client_error(exc).body())
-        await send({"type": "http.response.body", "body": pending + SSE_DONE, "more_body": False})
+        except Exception as exc:
+            error = exc
+        await send({"type": "http.response.body", "body": pending + last(error), "more_body": False})
 
     async def _notify_rejection(self, params: Any, request_id: str, rank: int | None) -> None:
         """``ECP-REJECT-3``: with a KV connector configured, a rejected request whose
@@ -224,6 +282,97 @@ class Generate:
                 NOTIFY_TIMEOUT_S)
         except Exception as exc:  # only logged, as in vLLM
             log.warning("rejection notice for %s failed: %s", request_id, exc)
+
+
+class Pusher:
+    """Writes one choice's deltas from the engine-core client's output loop.
+
+    The choice's stream is listened to (``RequestStream.listen``): once per batch of
+    output frames the client calls :meth:`on_ready`, which folds what arrived and writes it
+    at once, with no task woken per token. ASGI's ``send`` is a coroutine; it is driven
+    here and normally finishes without suspending (the transport takes the bytes). When
+    it does suspend (the client reads slowly: the server applies flow control), it is
+    resumed when what it waits for is done, and later bytes queue behind it, so the
+    response keeps its order. :meth:`run` returns once the last write has finished.
+    """
+
+    def __init__(self, run: ChoiceRun, render: Callable[[list[Any]], bytes],
+                 last: Callable[[BaseException | None], bytes], send: Send) -> None:
+        self.choice_run = run
+        self.render = render
+        self.last = last
+        self.send = send
+        self.loop = asyncio.get_running_loop()
+        self.done: asyncio.Future[None] = self.loop.create_future()
+        self.writing: Any = None   # a send coroutine that waits for the transport
+        self.queued = b""          # bytes that wait behind it
+        self.ending = False        # the last bytes are written or queued
+
+    async def run(self) -> None:
+        self.choice_run.stream.listen(self.on_ready)
+        await self.done
+
+    def stop(self) -> None:
+        """Stop listening; a write still waiting for the transport is abandoned (the client left)."""
+        self.choice_run.stream.listen(None)
+        coro, self.writing = self.writing, None
+        if coro is not None:
+            coro.close()
+
+    def on_ready(self) -> None:
+        if self.ending or self.done.done():
+            return
+        try:
+            batch = self.choice_run.poll()
+        except Exception as exc:
+            self._end(self.last(exc))
+            return
+        if batch is None:
+            return
+        if batch and not self.choice_run.finished:
+            self._write(self.render(batch))
+        else:
+            self._end((self.render(batch) if batch else b"") + self.last(None))
+
+    def _end(self, data: bytes) -> None:
+        self.ending = True
+        self.choice_run.stream.listen(None)
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        if self.writing is not None:
+            self.queued += data
+            return
+        self._drive(self.send({"type": "http.response.body", "body": data, "more_body": not self.ending}))
+
+    def _drive(self, coro: Any) -> None:
+        try:
+            waiting_for = coro.send(None)
+        except StopIteration:
+            self.writing = None
+            self._written()
+            return
+        except BaseException as exc:  # the send failed: nothing more can be written
+            self.writing = None
+            if not self.done.done():
+                self.done.set_exception(exc)
+            return
+        self.writing = coro
+        if waiting_for is None:  # a bare yield (sleep(0))
+            self.loop.call_soon(self._resume, coro)
+        else:  # an asyncio future: the coroutine reads its outcome itself when resumed
+            waiting_for.add_done_callback(lambda _: self._resume(coro))
+
+    def _resume(self, coro: Any) -> None:
+        if self.writing is coro:  # (not abandoned by stop() meanwhile)
+            self._drive(coro)
+
+    def _written(self) -> None:
+        if self.queued:
+            data, self.queued = self.queued, b""
+            self._write(data)
+        elif self.ending and not self.done.done():
+            self.done.set_result(None)
 
 
 class ServeASGI:

@@ -237,17 +237,25 @@ class ChoiceRun:
         """``[delta]`` with what the engine sent since the last call, or ``[]`` once the choice
         ended. Raises the request's failure (an ERROR output, engine death) after showing what
         came before it."""
+        while (batch := self.poll()) is None:
+            await self.stream.wait()
+        return batch
+
+    def poll(self) -> list[ChoiceDelta] | None:
+        """:meth:`next_batch` without waiting: ``None`` when nothing new has arrived."""
         choice = self.choice
         while not choice.finished:
             if self.error is not None:
                 self.failed = True
                 raise self.error
             try:
-                outs = await self.stream.next_batch()
+                outs = self.stream.take_nowait()
             except Exception:
                 self.failed = True
                 raise
             if not outs:
+                if not self.stream.finished:
+                    return None
                 # The client ended the stream without a terminal output (e.g. an
                 # explicit abort finalised locally): the request ended as aborted.
                 return [choice.finish_locally("abort")]

@@ -11,6 +11,7 @@ frontend asked of the client. Engines are simulated: each request produces
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from typing import Any
 
 from ecp.reference.tokenizer import ByteTokenizer
@@ -28,69 +29,71 @@ class FakeEngineDead(Exception):
     clause = "ECP-OUT-8"
 
 
-class _Empty(Exception):
-    pass
-
-
 class FakeStream:
+    """The part of ``RequestStream`` the frontend uses: ``wait``/``take_nowait``/``finished``,
+    push mode (``listen``) and ``aclose``. Items are outputs; an exception ends it with that error."""
+
     def __init__(self, client: "FakeClient", request: EngineCoreRequest) -> None:
         self.client = client
         self.request = request
         self.request_id = request.request_id
         self.engine_rank = request.data_parallel_rank or 0
-        self.queue: asyncio.Queue = asyncio.Queue()
-        self.ended = False
+        self.items: deque[EngineCoreOutput] = deque()
+        self.ended = False  # no more outputs will be pushed
+        self.error: BaseException | None = None
+        self.waiter: asyncio.Future | None = None
+        self.listener: Any = None
 
-    def __aiter__(self) -> "FakeStream":
-        return self
+    @property
+    def finished(self) -> bool:
+        return self.ended
 
-    async def __anext__(self) -> EngineCoreOutput:
-        if self.ended and self.queue.empty():
-            raise StopAsyncIteration
+    def push(self, item: Any) -> None:
+        if isinstance(item, BaseException):
+            self.error = item
+        else:
+            self.items.append(item)
+        self.wake()
+
+    def wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+        if self.listener is not None:
+            asyncio.get_running_loop().call_soon(self._call_listener)
+
+    def _call_listener(self) -> None:
+        if self.listener is not None:
+            self.listener()
+
+    def listen(self, callback: Any) -> None:
+        self.listener = callback
+        if callback is not None and (self.items or self.ended or self.error):
+            asyncio.get_running_loop().call_soon(self._call_listener)
+
+    def take_nowait(self) -> list[EngineCoreOutput]:
+        if self.items:
+            items = list(self.items)
+            self.items.clear()
+            return items
+        if self.error is not None:
+            raise self.error
+        return []
+
+    async def wait(self) -> None:
+        if self.items or self.ended or self.error is not None:
+            return
+        self.waiter = asyncio.get_running_loop().create_future()
         try:
-            item = await self.queue.get()
+            await self.waiter
         except asyncio.CancelledError:
             self._drop("dropped_stream")
             raise
-        if item is None:
-            raise StopAsyncIteration
-        if isinstance(item, BaseException):
-            raise item
-        return item
-
-    async def next_batch(self) -> list[EngineCoreOutput]:
-        """Like ``RequestStream.next_batch``: at least one output, then all queued ones."""
-        out: list[EngineCoreOutput] = []
-        try:
-            while True:
-                out.append(await self.__anext__() if not out else self._take_nowait())
-        except (StopAsyncIteration, _Empty):
-            return out
-        except BaseException:
-            if out:  # outputs before an error come first; the error stays queued
-                self.queue._queue.appendleft(self._last_error)  # type: ignore[attr-defined]
-                return out
-            raise
-
-    def _take_nowait(self) -> EngineCoreOutput:
-        if self.queue.empty():
-            raise _Empty
-        item = self.queue.get_nowait()
-        if item is None or isinstance(item, BaseException):
-            self._last_error = item
-            if item is None:
-                self.ended = True
-                raise StopAsyncIteration
-            raise item
-        return item
-
-    def push(self, item: Any) -> None:
-        self.queue.put_nowait(item)
+        finally:
+            self.waiter = None
 
     def _drop(self, cause: str) -> None:
         if self.ended:
             return
-        self.ended = True
         self.client._end(self)
         self.client.auto_aborts.append((self.request_id, cause))
         self.client.auto_abort_event.set()
@@ -158,6 +161,7 @@ class FakeClient:
     def _end(self, stream: FakeStream) -> None:
         stream.ended = True
         self.active.pop(stream.request_id, None)
+        stream.wake()
 
     def release(self) -> None:
         self._release.set()

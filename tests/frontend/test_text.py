@@ -184,11 +184,20 @@ def test_a_backlog_folds_to_what_its_outputs_show_one_by_one(last):
         return outs
 
     class Backlog:
+        """A stream whose outputs arrive in the given batches, then ends."""
+
         def __init__(self, batches):
             self.batches = batches
 
-        async def next_batch(self):
+        @property
+        def finished(self):
+            return not self.batches
+
+        def take_nowait(self):
             return self.batches.pop(0) if self.batches else []
+
+        async def wait(self):
+            pass
 
     async def fold(batches_of) -> tuple:
         fe = Frontend(None, tok, FrontendConfig())
