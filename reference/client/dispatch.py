@@ -22,8 +22,7 @@ from .stream import StreamSink
 log = logging.getLogger("ecp.reference.client")
 
 #: Longest run of back-to-back output frames handled before the event loop gets a turn.
-import os
-OUTPUT_SLICE_S = float(os.environ.get("ECP_SLICE", "0.002"))
+OUTPUT_SLICE_S = 0.002
 
 
 class OutputDispatch:

@@ -72,37 +72,6 @@ def header(scope: dict[str, Any], name: bytes) -> str | None:
     return None
 
 
-import os
-ADMIT_SLICE_S = float(os.environ.get("ECP_ADMIT", "0"))
-
-
-class AdmissionSlices:
-    def __init__(self, slice_s):
-        self.slice_s = slice_s
-        self.start = None
-        self.reset_pending = False
-
-    def _reset(self):
-        self.start = None
-        self.reset_pending = False
-
-    async def turn(self):
-        if not self.slice_s:
-            return
-        loop = asyncio.get_running_loop()
-        while True:
-            now = loop.time()
-            if self.start is None:
-                self.start = now
-                return
-            if now - self.start < self.slice_s:
-                return
-            if not self.reset_pending:
-                self.reset_pending = True
-                loop.call_soon(self._reset)
-            await asyncio.sleep(0)
-
-
 class Generate:
     """The generate routes over one :class:`Frontend`."""
 
@@ -110,7 +79,6 @@ class Generate:
         self.frontend = frontend
         self.client = frontend.client
         self.notify_rejections = notify_rejections
-        self.slices = AdmissionSlices(ADMIT_SLICE_S)
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send, typ: type) -> None:
         raw = await read_body(receive)
@@ -129,7 +97,6 @@ class Generate:
 
         watcher = asyncio.ensure_future(watch())
         try:
-            await self.slices.turn()
             await self._respond(scope, raw, send, typ)
         except asyncio.CancelledError:
             if not state["dropped"]:
