@@ -221,7 +221,7 @@ async def api_server(spec: dict[str, Any]) -> int:
 
     from ..tokenizer import load_tokenizer
     from .peers import PeerLink
-    from .server import _until_stopped, build_app, client_config, start_http, stop_event
+    from .server import _until_stopped, build_app, client_config, freeze_startup_heap, start_http, stop_event
 
     args = argparse.Namespace(**spec["args"])
     index = spec["index"]
@@ -244,6 +244,7 @@ async def api_server(spec: dict[str, Any]) -> int:
         sock = socket.socket(fileno=spec["listen_fd"])
         sock.setblocking(False)
         http = await start_http(app, log_level=args.log_level, http=args.http, sock=sock)
+        freeze_startup_heap()
         await _until_stopped(stop, asyncio.shield(http.task))
         await http.stop()
         return 0
