@@ -128,8 +128,9 @@ class EngineScript:
         finish_code: terminal LENGTH outputs carry this raw ``finish_reason``
             instead (``ECP-OUT-4``); ``None`` = LENGTH.
         logprobs: every token output carries sampled-token logprobs (tensors:
-            the token and one alternative, :data:`SCRIPTED_LOGPROB` and
-            :data:`ALTERNATIVE_LOGPROB`, rank 1), asked for or not.
+            the token and one alternative, the token id with its lowest bit
+            flipped, :data:`SCRIPTED_LOGPROB` and :data:`ALTERNATIVE_LOGPROB`,
+            rank 1), asked for or not.
     """
 
     hello_local: bool = False
@@ -316,8 +317,9 @@ class Generation:
 
 
 def _logprobs(token: int) -> LogprobsLists:
-    """Sampled-token logprobs of one token: itself and one alternative (the same token), rank 1."""
+    """Sampled-token logprobs of one token: itself, then one alternative (a neighbouring id: a frontend
+    keys logprobs by token, so the alternative must differ), rank 1."""
     return LogprobsLists(
-        Tensor("int64", (1, 2), struct.pack("<2q", token, token)),
+        Tensor("int64", (1, 2), struct.pack("<2q", token, token ^ 1)),
         Tensor("float32", (1, 2), struct.pack("<2f", SCRIPTED_LOGPROB, ALTERNATIVE_LOGPROB)),
         Tensor("int64", (1,), struct.pack("<q", 1)))

@@ -60,6 +60,11 @@ async def waves_stamped(m: FrontendManager) -> None:
     expect(waves[-1] == adopted,
            f"engine {first.rank} started wave {new} and reported it complete, so the coordinator moved to wave "
            f"{adopted}; {ADOPTION_REQUESTS} ADDs later the frontend still stamps {waves[-1]} (all: {waves})")
+    # the wave stays until the coordinator moves it: more requests, one after the other, change nothing
+    waves = await _waves(fe, 2)
+    expect(waves[-2:] == [adopted, adopted],
+           f"the coordinator's wave is {adopted} and no engine reported it complete; the frontend's next ADDs "
+           f"carried {waves[-2:]} (all: {waves})")
     expect(waves == sorted(waves), f"the frontend's ADDs went back to an older wave: {waves}")
 
 

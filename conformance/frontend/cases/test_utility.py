@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from ecp.conformance.frontend.cases._common import expect
-from ecp.conformance.frontend.script import EngineScript
+from ecp.conformance.frontend.cases._common import EXPECT_S, expect
 from ecp.conformance.frontend.session import FrontendManager, FrontendUnderTest
 from ecp.conformance.outcomes import PeerCrashed, Violation
 from ecp.conformance.registry import case
 
-#: A u64 call id no frontend issues: not a uuid1-derived one (its low 16 bits do not carry uuid
-#: version 1), and far above the sequential ids of vllm-rs and the 63-bit ones of the reference client.
+#: A u64 call id no frontend issues: not uuid1-derived (the Python frontend's ids are the top 64 bits of
+#: a uuid1, whose bits 12-15 hold the version, 1; here they are F), far above vllm-rs's sequential ids
+#: and above the reference client's 63-bit ones.
 UNKNOWN_CALL_ID = 0xFFFF_FFFF_FFFF_FFFE
 #: The method FE-UTIL-6 calls through POST /collective_rpc (the scripted engines answer any method).
 RPC_METHOD = "ecp_conformance_echo"
@@ -111,14 +112,19 @@ async def collective_rpc_flattened(m: FrontendManager) -> None:
 
 
 async def unknown_call_id_dropped(m: FrontendManager) -> None:
-    """FE-UTIL-7: in a launch of its own, since a frontend that fails on the reply may end."""
-    scripts = [EngineScript(notice_call_ids=(UNKNOWN_CALL_ID,)) for _ in range(m.cfg.engine_count)]
-    async with m.fresh(scripts=scripts) as fe:
+    """FE-UTIL-7: in a launch of its own, since a frontend that fails on the reply may end; the engines
+    send the stray replies only once the frontend serves (not to its startup calls)."""
+    async with m.fresh() as fe:
         fe.require_dev_endpoints()
+        for engine in fe.engines:
+            engine.script.notice_call_ids = (UNKNOWN_CALL_ID,)
         what = f"each engine sent a utility reply with call id {UNKNOWN_CALL_ID}, which the frontend never issued"
         try:
-            reply = await fe.driver.request("GET", "/is_sleeping")
+            reply = await asyncio.wait_for(fe.driver.request("GET", "/is_sleeping"), EXPECT_S)
             status = await fe.driver.health()
+        except (asyncio.TimeoutError, TimeoutError):
+            raise Violation(f"{what}, before its answer to is_sleeping; GET /is_sleeping got no answer within "
+                            f"{EXPECT_S:g} s") from None
         except PeerCrashed as exc:
             raise Violation(f"{what}; the frontend exited instead of dropping it ({exc})") from None
         expect(reply.ok and isinstance(reply.body, dict) and reply.body.get("is_sleeping") is False,
