@@ -140,7 +140,12 @@ async def _refuses_handshake_fault(m: FrontendManager, fault: str, window: float
 async def handshake_order_errors(m: FrontendManager) -> None:
     """FE-HS-6: each fault in its own launch, the launches side by side."""
     window = await m.refusal_window()
-    await asyncio.gather(*(_refuses_handshake_fault(m, fault, window) for fault in HANDSHAKE_FAULTS))
+    # every launch ends (and is closed) before the case does, whichever fails first
+    results = await asyncio.gather(*(_refuses_handshake_fault(m, fault, window) for fault in HANDSHAKE_FAULTS),
+                                   return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
 async def unexpected_identity_rejected(m: FrontendManager) -> None:
