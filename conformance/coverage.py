@@ -87,6 +87,21 @@ REASONS: dict[str, Reason] = {
     "ECP-OUT-7": Reason(
         _ENG, "A MAY for the engine: sending scheduler_stats or not are both conforming.",
         "When an engine sends them the recording mode decodes them on every message."),
+    "ECP-HS-12": Reason(
+        _FE, "A MAY with both choices conforming: a frontend that accepts an empty ready payload (vLLM's Python "
+        "frontend) and one that rejects it (vllm-rs) both pass, so no frontend can fail it; the MUST it carries "
+        "binds engines, which never send one.",
+        "Engines: ENG-HS-3 requires every required key of the ready payload. Frontends: FE-HS-2/3 check the "
+        "payloads engines do send; the reference client's acceptance of an empty one is "
+        "tests/client/test_handshake.py."),
+    "ECP-FRAME-8": Reason(
+        _FE, "A frontend sends tensors only inside prompt embeddings or multimodal inputs, which need a model "
+        "of the frontend's own (its hidden size, its processor) and an option it may not have "
+        "(vLLM: --enable-prompt-embeds); a text-only frontend, the reference one included, has no tensor to "
+        "place in an aux frame.",
+        "The one encoder of ecp.spec places them (tests/spec/test_codec.py: a 400-byte multimodal tensor goes "
+        "to an aux frame, a 4-byte one inline); receivers of both forms: FE-OUT-6 (frontends) and ENG-OUT-10 "
+        "for what engines send."),
     "ECP-UTIL-11": Reason(
         _FE, "A MAY listing three conforming behaviours; none of them can be failed.",
         "ECP-UTIL-4, ECP-UTIL-5 and ECP-UTIL-7 (FE-UTIL-1..4) check the methods whose DP behaviour is fixed."),

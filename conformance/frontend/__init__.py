@@ -4,17 +4,20 @@
 with the placeholders ``{handshake_port}``, ``{handshake_address}``,
 ``{http_port}`` and ``{engine_count}`` filled in (vLLM's convention for a
 frontend whose engines are headless and remote), joins its handshake with
-scripted engines (:mod:`.engine`) that record every frame they receive, and
+scripted engines (:mod:`.scripted_engines`) that record every frame they receive, and
 drives the frontend over HTTP (:mod:`.http_driver`). Cases live in
 :mod:`.cases`; their ids are in the ``FE-…`` namespace.
 
 Modules, one concept each:
 
 * :mod:`.script` -- what a scripted engine does (sans-IO): token plans,
-  holds, utility answers, ready payloads.
+  holds, utility answers, ready payloads, handshake faults.
+* :mod:`.output_forms` -- how a scripted engine writes its output messages:
+  the encodings a frontend must read (short/long arrays, tolerant scalars,
+  Python and Rust engine forms, tensors inline or in aux frames).
 * :mod:`.recorder` -- every frame an engine receives or sends, timestamped
   and decoded (undecodable frames kept with their typed error).
-* :mod:`.engine` -- the asyncio + pyzmq engine that joins the frontend's
+* :mod:`.scripted_engines` -- the asyncio + pyzmq engine that joins the frontend's
   handshake (and the DP coordinator gate) and follows its script.
 * :mod:`.launcher` -- the command template's placeholders and KV-connector
   options (the process itself is :class:`ecp.conformance.launch.CommandPeer`).

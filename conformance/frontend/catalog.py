@@ -27,6 +27,15 @@ CASES: tuple[Case, ...] = (
     _c("FE-HS-5", "ECP-HS-9", "MUST", "max-model-len-is-minimum",
        "With engines reporting different max_model_len, no request longer than the minimum (prompt + "
        "max_tokens) reaches an engine, while one that fits is served."),
+    _c("FE-HS-6", "ECP-HS-7", "MUST", "handshake-order-errors",
+       "An engine that says HELLO again after INIT, READY before HELLO, or a status other than HELLO/READY "
+       "makes the frontend exit with an error or stay unhealthy; it never serves."),
+    _c("FE-HS-7", "ECP-HS-11", "MUST", "unexpected-identity-rejected",
+       "An engine whose rank is outside the configured ones says HELLO during the handshake: it never gets "
+       "INIT, and the frontend exits with an error, stays unhealthy or serves without it."),
+    _c("FE-HS-8", "ECP-HS-10", "SHOULD", "lora-disagreement-rejected",
+       "Engines whose ready payloads disagree on supports_lora/max_loras make the frontend exit with an error "
+       "or stay unhealthy."),
     # ------------------------------------------------------------- requests
     _c("FE-REQ-1", "ECP-REQ-1", "MUST", "add-payload-decodes",
        "Completions and chat requests reach an engine as ADDs that decode per spec, with the requested max_tokens."),
@@ -36,6 +45,17 @@ CASES: tuple[Case, ...] = (
        "A request with X-data-parallel-rank: r goes to engine r with data_parallel_rank r."),
     _c("FE-REQ-4", "ECP-DP-3", "SHOULD", "load-spreads",
        "Concurrent unpinned requests are spread over every engine."),
+    _c("FE-REQ-5", "ECP-FRAME-1", "MUST", "input-type-bytes",
+       "ADD, ABORT and UTILITY reach the engines as [type, payload, *aux] with a one-byte type 00..03 "
+       "(ABORT and UTILITY exactly 2 frames) that decode."),
+    _c("FE-REQ-6", "ECP-FRAME-3", "MUST", "full-length-add",
+       "Every ADD's EngineCoreRequest is an array of all 22 fields."),
+    _c("FE-REQ-7", "ECP-REQ-8", "MUST", "no-duplicate-in-flight-ids",
+       "Two requests with the same X-Request-Id, the first still running: no ADD repeats the id of the "
+       "request in flight."),
+    _c("FE-REQ-8", "ECP-FRAME-6", "MUST", "sampling-params-map",
+       "Every ADD's SamplingParams is a map keyed by field name that reads as the request asked "
+       "(max_tokens, temperature)."),
     # ---------------------------------------------------------------- abort
     _c("FE-ABORT-1", "ECP-ABORT-6", "MUST", "burst-3-exact-ids",
        "Dropping 3 open streams at once aborts exactly their ids at each engine, and no finished request."),
@@ -61,6 +81,12 @@ CASES: tuple[Case, ...] = (
        "received it at its engine; each such stream ends with abort."),
     _c("FE-ABORT-10", "ECP-ABORT-7", "MUST", "stop-string-aborts-engine",
        "A stop string matched in the frontend ends the stream with stop and sends ABORT for it within 1 s."),
+    _c("FE-ABORT-11", "ECP-ABORT-1", "MUST", "abort-only-to-owner",
+       "Streams pinned to each engine are dropped: each engine receives ABORTs (arrays of ids) only for ids "
+       "the frontend added to it."),
+    _c("FE-ABORT-12", "ECP-FRAME-10", "MUST", "abort-carries-add-ids",
+       "Streams with long X-Request-Ids holding separators are dropped: the ABORTs name exactly the internal "
+       "ids their ADDs used."),
     # -------------------------------------------------------------- outputs
     _c("FE-OUT-1", "ECP-OUT-9", "MUST", "unknown-ids-dropped",
        "Outputs (a token, then a terminal one) for a request id the frontend never sent are dropped: the "
@@ -71,6 +97,21 @@ CASES: tuple[Case, ...] = (
     _c("FE-OUT-3", "ECP-OUT-8", "MUST", "engine-dead-fails-waiters",
        "ENGINE_CORE_DEAD from one of N engines fails the utility call waiting on its answer: GET /is_sleeping "
        "ends with an error within 3 s.", feature="dev_endpoints"),
+    _c("FE-OUT-4", "ECP-FRAME-4", "MUST", "tolerant-output-arrays",
+       "Outputs whose arrays are cut to their required fields, or carry unknown trailing elements, are "
+       "served like full-length ones (same text, finish_reason length)."),
+    _c("FE-OUT-5", "ECP-FRAME-5", "MUST", "tolerant-output-scalars",
+       "Outputs with an int or a float32 timestamp, scheduler stats with an int for a float, map16 headers on "
+       "small maps and a set as an array are served like plain ones."),
+    _c("FE-OUT-6", "ECP-FRAME-7", "MUST", "output-tensors",
+       "Logprob tensors inline (ext 3) and in aux frames are read: the request is served alike, and reported "
+       "logprobs are the engine's."),
+    _c("FE-OUT-7", "ECP-COMPAT-2", "MUST", "python-and-rust-output-forms",
+       "Outputs as vLLM's Python engine writes them (events, map16 scheduler stats) and as a Rust engine "
+       "does (float32, UNIX-second timestamps) are served alike."),
+    _c("FE-OUT-8", "ECP-OUT-4", "MUST", "unknown-finish-reason-not-normal",
+       "A terminal output with finish_reason 7 (no FinishReason) never reaches the HTTP client as a normal "
+       "finish."),
     # ------------------------------------------------- rejection notification
     _c("FE-REJECT-1", "ECP-REJECT-2", "MUST", "rejection-notice-shape",
        "A rejected request with do_remote_prefill yields one abort_immediately ADD: prompt [0], max_tokens 1, "
@@ -98,6 +139,16 @@ CASES: tuple[Case, ...] = (
     _c("FE-UTIL-5", "ECP-UTIL-12", "MUST", "reserved-call-ids-dropped",
        "Utility replies with the reserved call ids -1 and -2 (engine notices) are dropped: the call they "
        "precede still gets its answer and GET /health stays 200.", feature="dev_endpoints"),
+    _c("FE-UTIL-6", "ECP-UTIL-6", "MUST", "collective-rpc-flattened",
+       "POST /collective_rpc returns the engines' result lists concatenated in rank order.",
+       feature="collective_rpc"),
+    _c("FE-UTIL-7", "ECP-UTIL-10", "SHOULD", "unknown-call-id-dropped",
+       "A utility reply with a call id the frontend never issued is dropped: the call it precedes still gets "
+       "its answer and GET /health stays 200.", feature="dev_endpoints"),
+    # ------------------------------------------------------------ DP waves
+    _c("FE-DP-1", "ECP-DP-5", "MUST", "waves-stamped",
+       "ADDs carry current_wave 0 without a DP coordinator; with one that runs waves, the wave it moves to "
+       "after an engine's start_wave and wave_complete."),
     # --------------------------------------------------------- engine death
     _c("FE-ROB-1", "ECP-ROB-3", "MUST", "engine-dead-fails-closed",
        "After ENGINE_CORE_DEAD, GET /health stops answering 200 and open streams end with an error."),

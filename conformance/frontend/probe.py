@@ -5,6 +5,7 @@ FAIL: the vLLM dev endpoints (``GET /is_sleeping`` answers 404 without dev
 mode: ``vllm/entrypoints/serve/dev/sleep/api_router.py`` in vLLM 0.33.0), an
 explicit-abort endpoint (``/abort_requests`` in
 vLLM and vllm-rs, ``/v1/abort_requests`` in FastDeploy), chat completions,
+``POST /collective_rpc`` (a vLLM dev endpoint, ``vllm/entrypoints/serve/dev/rpc/api_router.py``),
 and a configured KV connector (seen on the command line).
 """
 
@@ -28,12 +29,13 @@ class Capabilities:
     abort_api: AbortApi | None
     chat: bool
     kv_connector: bool
+    collective_rpc: bool = False
 
     def describe(self) -> dict[str, object]:
         return {
             "model": self.model, "dev_endpoints": self.dev_endpoints,
             "abort_api": self.abort_api.path if self.abort_api else None,
-            "chat": self.chat, "kv_connector": self.kv_connector,
+            "chat": self.chat, "kv_connector": self.kv_connector, "collective_rpc": self.collective_rpc,
         }
 
 
@@ -59,4 +61,6 @@ async def probe(driver: HttpDriver, *, kv_connector: bool) -> Capabilities:
             abort_api = api
             break
     chat = await _exposes(driver, "POST", "/v1/chat/completions", {"model": driver.model})
-    return Capabilities(driver.model, dev, abort_api, chat, kv_connector)
+    # an empty body names no method: a frontend that has the route refuses it (400) without a call
+    rpc = await _exposes(driver, "POST", "/collective_rpc", {})
+    return Capabilities(driver.model, dev, abort_api, chat, kv_connector, rpc)

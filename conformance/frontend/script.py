@@ -15,12 +15,13 @@ them, while requests with ``max_tokens <= hold_after`` run to completion.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ecp.spec import (
-    EngineCoreOutput, EngineCoreReadyResponse, EngineCoreRequest, FinishReason, RequestError,
-    VLLM_VERSION, to_builtins,
+    EngineCoreOutput, EngineCoreReadyResponse, EngineCoreRequest, FinishReason, LogprobsLists, RequestError,
+    Tensor, VLLM_VERSION, to_builtins,
 )
 
 #: What an engine answers to utility calls unless a case says otherwise
@@ -48,6 +49,13 @@ STRAY_PREFIX = "ecp-conformance-stray-"
 
 #: ``max_tokens`` when a request leaves it nil (vLLM's default).
 DEFAULT_MAX_TOKENS = 16
+
+#: The logprob of every sampled token, and of its one alternative, in ``EngineScript.logprobs``
+#: (exact in float32, so a frontend that reports them reports these values).
+SCRIPTED_LOGPROB, ALTERNATIVE_LOGPROB = -0.25, -1.5
+
+#: What ``EngineScript.handshake_fault`` may name: the handshake-order errors of ``ECP-HS-7``.
+HANDSHAKE_FAULTS = ("hello-twice", "ready-first", "unknown-status")
 
 
 @dataclass(frozen=True)
@@ -104,10 +112,25 @@ class EngineScript:
         stray_outputs: before admitting each ADD, send a token and a terminal
             output for an id the frontend never sent (``ECP-OUT-9``).
         notice_call_ids: before answering each utility call, send a utility
-            reply with each of these call ids (the engine's reserved notices,
-            ``ECP-UTIL-12``).
+            reply with each of these call ids: replies nobody asked for (the
+            engine's reserved notices -1 and -2, ``ECP-UTIL-12``, or an id the
+            frontend never issued, ``ECP-UTIL-10``).
         silent_methods: utility calls to these methods are never answered
             (the call stays pending at the frontend).
+        handshake_fault: one handshake-order error (``ECP-HS-7``) inside an
+            otherwise correct handshake: ``"hello-twice"`` (HELLO again after
+            INIT), ``"ready-first"`` (READY before HELLO) or ``"unknown-status"``
+            (a message with status ``"HOWDY"`` before HELLO); ``None`` = none.
+        output_form: how every output message is written
+            (:data:`~.output_forms.FORMS`: ``"full"``, ``"short"``, ``"long"``,
+            ``"scalars"``, ``"python"``, ``"rust"``, ``"tensors-inline"``,
+            ``"tensors-aux"``).
+        finish_code: terminal LENGTH outputs carry this raw ``finish_reason``
+            instead (``ECP-OUT-4``); ``None`` = LENGTH.
+        logprobs: every token output carries sampled-token logprobs (tensors:
+            the token and one alternative, the token id with its lowest bit
+            flipped, :data:`SCRIPTED_LOGPROB` and :data:`ALTERNATIVE_LOGPROB`,
+            rank 1), asked for or not.
     """
 
     hello_local: bool = False
@@ -123,6 +146,10 @@ class EngineScript:
     stray_outputs: bool = False
     notice_call_ids: tuple[int, ...] = ()
     silent_methods: frozenset[str] = frozenset()
+    handshake_fault: str | None = None
+    output_form: str = "full"
+    finish_code: int | None = None
+    logprobs: bool = False
 
     def answer(self, method: str, args: list[Any]) -> tuple[str | None, Any]:
         """``(failure_message, value)`` for a utility call."""
@@ -271,7 +298,8 @@ class Generation:
                     rid, [], finish_reason=FinishReason.ERROR, error=SCRIPTED_ERROR))
             else:
                 out.add(active.client_index, EngineCoreOutput(
-                    rid, [token], finish_reason=FinishReason.LENGTH if done else None))
+                    rid, [token], new_logprobs=_logprobs(token) if script.logprobs else None,
+                    finish_reason=FinishReason.LENGTH if done else None))
             if done:
                 del self.active[rid]
                 del self.runnable[rid]
@@ -286,3 +314,12 @@ class Generation:
         if pattern == "echo":
             pattern = active.request.prompt_token_ids or [0]
         return pattern[active.emitted % len(pattern)]
+
+
+def _logprobs(token: int) -> LogprobsLists:
+    """Sampled-token logprobs of one token: itself, then one alternative (a neighbouring id: a frontend
+    keys logprobs by token, so the alternative must differ), rank 1."""
+    return LogprobsLists(
+        Tensor("int64", (1, 2), struct.pack("<2q", token, token ^ 1)),
+        Tensor("float32", (1, 2), struct.pack("<2f", SCRIPTED_LOGPROB, ALTERNATIVE_LOGPROB)),
+        Tensor("int64", (1,), struct.pack("<q", 1)))

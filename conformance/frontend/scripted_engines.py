@@ -9,6 +9,10 @@ its ready payload on each input, and says READY -- everything through
 :mod:`ecp.spec`. Then it serves: ADDs produce tokens per its
 :class:`~.script.EngineScript`, ABORTs stop requests, UTILITY calls get the
 scripted answers, and :meth:`ScriptedEngine.die` sends ``ENGINE_CORE_DEAD``.
+Output messages are written in the script's output form (:mod:`.output_forms`).
+With a DP coordinator in INIT the engine passes its gate, keeps listening to
+what the coordinator publishes (START_DP_WAVE) and can send it wave control
+(:meth:`ScriptedEngine.send_to_coordinator`).
 
 Every frame in and out lands in the engine's :class:`~.recorder.Recorder`.
 A frame that does not decode is recorded with its error and the engine keeps
@@ -21,22 +25,24 @@ import asyncio
 import time
 from typing import Any
 
+import msgspec
 import zmq
 import zmq.asyncio
 
 from ecp.spec import (
     AbortMessage, AddMessage, EngineCoreOutputs, EngineHandshakeMetadata, Hello, ProtocolError, Ready,
-    UtilityMessage, UtilityOutput, UtilityResult, decode_input, encode_engine_dead,
-    encode_outputs, encode_payload, engine_identity,
+    UtilityMessage, UtilityOutput, UtilityResult, decode_input, encode_engine_dead, encode_handshake,
+    encode_payload, engine_identity,
 )
 
 from ecp.spec.machine import (
-    CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineHello, EngineReady, input_socket,
-    output_socket,
+    COORDINATOR, CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineHello, EngineReady, Outputs,
+    StartWave, input_socket, output_socket,
 )
 
+from .output_forms import OutputForm
 from .recorder import FrameRecord, Recorder
-from .script import EngineScript, Generation, StepOutputs, default_ready_payload
+from .script import HANDSHAKE_FAULTS, EngineScript, Generation, StepOutputs, default_ready_payload
 
 
 class EngineHandshakeFailed(Exception):
@@ -68,8 +74,13 @@ class ScriptedEngine:
         self._inputs: list[zmq.asyncio.Socket] = []
         self._outputs: list[zmq.asyncio.Socket] = []
         self._extra: list[zmq.asyncio.Socket] = []   # coordinator sockets
+        self._coordinator_sub: zmq.asyncio.Socket | None = None
+        self._coordinator_push: zmq.asyncio.Socket | None = None
+        #: every START_DP_WAVE the coordinator published after the gate, as (wave, exclude_engine_index)
+        self.start_waves: list[tuple[int, int | None]] = []
         self._tasks: list[asyncio.Task] = []
         self._wake = asyncio.Event()
+        self._form: OutputForm | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self, handshake_timeout: float) -> None:
@@ -117,6 +128,23 @@ class ScriptedEngine:
         """Every rule the frontend broke towards this engine so far (``ecp.spec.machine.Violation``)."""
         return self.machine.violations
 
+    async def send_ready(self) -> None:
+        """Say READY now (a script with ``send_ready=False`` withheld it; the case decides when)."""
+        script = self.script
+        [ready] = self.machine.send(EngineReady(self.rank, Ready(local=script.hello_local,
+                                                                 headless=script.hello_headless)))
+        self._record("out", "handshake", None, ready.frames)
+        assert self._handshake is not None
+        await self._handshake.send_multipart(ready.frames)
+
+    async def send_to_coordinator(self, outputs: EngineCoreOutputs) -> None:
+        """Send a DP control message (``wave_complete``/``start_wave``) on ``coordinator_output``."""
+        if self._coordinator_push is None:
+            raise RuntimeError(f"engine {self.rank}: INIT named no coordinator_output")
+        [send] = self.machine.send(Outputs(self.rank, COORDINATOR, outputs))
+        self._record("out", "coordinator", None, send.frames, message=outputs)
+        await self._coordinator_push.send_multipart(send.frames)
+
     def release(self, request_ids: list[str] | None = None) -> None:
         """Let held requests finish (all when ``None``)."""
         self.generation.release(request_ids)
@@ -146,6 +174,11 @@ class ScriptedEngine:
         machine = self.machine
         hs = self._handshake = self._socket(zmq.DEALER)
         hs.connect(self.handshake_address)
+        fault = script.handshake_fault
+        if fault is not None and fault not in HANDSHAKE_FAULTS:
+            raise ValueError(f"unknown handshake fault {fault!r} (known: {', '.join(HANDSHAKE_FAULTS)})")
+        if fault in ("ready-first", "unknown-status"):
+            await self._send_bad_handshake(fault)
         [hello] = machine.send(EngineHello(self.rank, Hello(local=script.hello_local,
                                                              headless=script.hello_headless)))
         self._record("out", "handshake", None, hello.frames)
@@ -168,6 +201,8 @@ class ScriptedEngine:
             raise EngineHandshakeFailed(f"engine {self.rank}: INIT does not decode: {err}")
         self.init = inits[0].init
         self._record("in", "handshake", None, frames, message=self.init)
+        if fault == "hello-twice":
+            await self._send_bad_handshake(fault)
         addresses = self.init.addresses
         for address in addresses.inputs:
             sock = self._socket(zmq.DEALER)
@@ -195,6 +230,21 @@ class ScriptedEngine:
             await hs.send_multipart(ready.frames)
         self.registered.set()
 
+    async def _send_bad_handshake(self, fault: str) -> None:
+        """Put one handshake-order error on the handshake socket (``ECP-HS-7``). The machine is not
+        told: its view stays the correct handshake the frontend sees around it."""
+        script = self.script
+        if fault == "ready-first":
+            frame = encode_handshake(Ready(local=script.hello_local, headless=script.hello_headless))
+        elif fault == "hello-twice":
+            frame = encode_handshake(Hello(local=script.hello_local, headless=script.hello_headless))
+        else:
+            frame = msgspec.msgpack.encode({"status": "HOWDY", "local": script.hello_local,
+                                            "headless": script.hello_headless})
+        self._record("out", "handshake", None, [frame])
+        assert self._handshake is not None
+        await self._handshake.send_multipart([frame])
+
     async def _coordinator_gate(self, coordinator_input: str, coordinator_output: str | None,
                                 timeout: float) -> None:
         """``ECP-HS-6``: subscribe to the coordinator and wait for its ``READY`` before READY.
@@ -206,10 +256,12 @@ class ScriptedEngine:
         xsub.setsockopt(zmq.IDENTITY, self._identity)
         xsub.connect(coordinator_input)
         self._extra.append(xsub)
+        self._coordinator_sub = xsub
         if coordinator_output is not None:
             push = self._socket(zmq.PUSH)
             push.connect(coordinator_output)
             self._extra.append(push)
+            self._coordinator_push = push
         [subscribe] = self.machine.send(CoordinatorSubscribe(self.rank))
         self._record("out", "coordinator", None, subscribe.frames)
         await xsub.send_multipart(subscribe.frames)
@@ -234,8 +286,24 @@ class ScriptedEngine:
     async def _serve(self) -> None:
         tasks = [asyncio.ensure_future(self._receive(i, s)) for i, s in enumerate(self._inputs)]
         tasks.append(asyncio.ensure_future(self._generate()))
+        if self._coordinator_sub is not None:
+            tasks.append(asyncio.ensure_future(self._listen_coordinator(self._coordinator_sub)))
         self._tasks.extend(tasks)
         await asyncio.gather(*tasks)
+
+    async def _listen_coordinator(self, sock: zmq.asyncio.Socket) -> None:
+        """What the coordinator publishes after the gate: START_DP_WAVE (``ECP-DP-5``)."""
+        while True:
+            frames = await sock.recv_multipart()
+            try:
+                events = self.machine.receive("coordinator_input", frames)
+            except ProtocolError as exc:
+                self._record("in", "coordinator", None, frames, error=exc)
+                continue
+            self._record("in", "coordinator", None, frames, message=events[0] if events else None)
+            for event in events:
+                if isinstance(event, StartWave):
+                    self.start_waves.append((event.wave.wave, event.wave.exclude_engine_index))
 
     async def _receive(self, index: int, sock: zmq.asyncio.Socket) -> None:
         while True:
@@ -293,10 +361,17 @@ class ScriptedEngine:
             # ECP-ROB-4: unroutable outputs are dropped; the record shows the bad index.
             self._record("out", "output", client_index, [], error=None)
             return
-        frames = encode_outputs(outputs)
+        frames = self._output_form().frames(outputs)
         self.machine.send_raw(output_socket(client_index), frames)
         self._record("out", "output", client_index, frames, message=outputs)
         await self._outputs[client_index].send_multipart(frames)
+
+    def _output_form(self) -> OutputForm:
+        """The writer of the current script's output form (a case may reprogram the engine)."""
+        script, form = self.script, self._form
+        if form is None or (form.name, form.finish_code) != (script.output_form, script.finish_code):
+            form = self._form = OutputForm(script.output_form, script.finish_code)
+        return form
 
     def _record(self, direction: str, channel: str, client_index: int | None, frames: list[bytes],
                 message: Any = None, error: ProtocolError | None = None) -> None:

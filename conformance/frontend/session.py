@@ -110,6 +110,8 @@ def _record_to_transcript(transcript: Transcript) -> Callable[[FrameRecord], Non
     return sink
 
 
+#: The shortest window in which a frontend that must refuse a handshake shows whether it serves.
+REFUSAL_MIN_S = 1.5
 #: How long a broken HTTP connection waits for the frontend's process to show it exited.
 EXIT_GRACE_S = 0.5
 #: The share of a case's budget one HTTP request may wait for its answer.
@@ -158,10 +160,18 @@ class FrontendUnderTest:
         self.driver = HttpDriver(self.base_url, timeout=cfg.case_timeout_s * REQUEST_SHARE)
         self.driver.on_connection_lost = self._connection_lost
         self.caps: Capabilities | None = None
+        #: seconds from the last engine's READY to GET /health 200 (measured by start())
+        self.healthy_after_s: float | None = None
+        #: engines outside the configured ranks that a case added (``ECP-HS-11``), stopped at close()
+        self.strangers: list[ScriptedEngine] = []
+        self._sink = sink
 
     # -- lifecycle -------------------------------------------------------------------
-    async def start(self, *, wait_healthy: bool = True) -> None:
-        """Join the handshake with every engine, then (optionally) wait for ``/health`` 200 and probe."""
+    async def start(self, *, wait_healthy: bool = True, wait_registered: bool = True) -> None:
+        """Join the handshake with every engine, then (optionally) wait for ``/health`` 200 and probe.
+
+        ``wait_registered=False`` returns once the process is launched: the case judges the
+        handshake itself (a frontend that must refuse it may exit at once)."""
         for engine in self.engines:
             engine.start(self.cfg.startup_timeout_s)
         if not self.cfg.attach:
@@ -169,12 +179,25 @@ class FrontendUnderTest:
             self.handle = CommandPeer(self.argv, self.placeholders.values(), log)
         self.transcript.note(f"launch {self.launch_no}: {self.engine_count} engine(s) joining "
                              f"{self.placeholders.handshake_address}, HTTP {self.base_url}")
+        if not wait_registered:
+            return
         await self.until(self._engines_registered, self.cfg.startup_timeout_s,
                          "every scripted engine to finish its handshake with the frontend")
         if wait_healthy:
+            registered = time.monotonic()
             await self.wait_health(lambda s: s == 200, self.cfg.startup_timeout_s, "GET /health to answer 200")
+            self.healthy_after_s = time.monotonic() - registered
             self.caps = await probe(self.driver, kv_connector=self.kv_connector)
             self.transcript.note(f"capabilities: {self.caps.describe()}")
+
+    def stranger(self, rank: int, script: Any = None) -> ScriptedEngine:
+        """A scripted engine with a rank outside the configured ones (``ECP-HS-11``), started: it says
+        HELLO on the frontend's handshake socket and follows whatever the frontend answers."""
+        engine = ScriptedEngine(self.ctx, rank, self.engine_count, self.placeholders.handshake_address, script)
+        engine.recorder.sink = self._sink
+        self.strangers.append(engine)
+        engine.start(self.cfg.startup_timeout_s)
+        return engine
 
     def _engines_registered(self) -> bool:
         for engine in self.engines:
@@ -222,7 +245,7 @@ class FrontendUnderTest:
         return self.handle.log_tail() if self.handle else ""
 
     async def close(self) -> None:
-        for engine in self.engines:
+        for engine in [*self.engines, *self.strangers]:
             await engine.stop()
         await self.driver.aclose()
         if self.handle is not None:
@@ -311,6 +334,11 @@ class FrontendUnderTest:
         if self.engine_count < n:
             raise Unsupported(f"needs at least {n} engines (--engine-count {n})")
 
+    def require_collective_rpc(self) -> None:
+        if not (self.caps and self.caps.collective_rpc):
+            raise Unsupported("the frontend exposes no POST /collective_rpc (vLLM: a dev endpoint, "
+                              "VLLM_SERVER_DEV_MODE=1)")
+
 
 def raise_open_file_limit(wanted: int = 16384) -> int:
     """Raise this process's soft ``RLIMIT_NOFILE`` towards ``wanted`` (capped by the hard limit).
@@ -354,6 +382,8 @@ class FrontendManager:
         self.deadline: float | None = None
         #: burst size -> result, shared by a burst's exact-ids and coalescing cases
         self.bursts: dict[int, Any] = {}
+        #: the longest time a launch of this run took from its last engine's READY to GET /health 200
+        self.healthy_after_s: float | None = None
 
     # -- running case bodies -------------------------------------------------------
     def run(self, body: Callable[["FrontendManager"], Awaitable[T]]) -> T:
@@ -372,7 +402,8 @@ class FrontendManager:
 
     # -- lifetimes -------------------------------------------------------------------
     async def _launch(self, *, engine_count: int | None = None, argv: list[str] | None = None,
-                      scripts: list[Any] | None = None, wait_healthy: bool = True) -> FrontendUnderTest:
+                      scripts: list[Any] | None = None, wait_healthy: bool = True,
+                      wait_registered: bool = True) -> FrontendUnderTest:
         if self.startup_failure is not None:
             raise self.startup_failure
         if self.cfg.attach and self._launches >= 1:
@@ -386,8 +417,10 @@ class FrontendManager:
                                 argv=list(argv if argv is not None else self.cfg.command), scripts=scripts)
         self.touched.append(fut)
         try:
-            await fut.start(wait_healthy=wait_healthy)
+            await fut.start(wait_healthy=wait_healthy, wait_registered=wait_registered)
             self._ever_started = True
+            if fut.healthy_after_s is not None:
+                self.healthy_after_s = max(self.healthy_after_s or 0.0, fut.healthy_after_s)
         except BaseException:
             await fut.close()
             raise
@@ -437,18 +470,26 @@ class FrontendManager:
 
     @contextlib.asynccontextmanager
     async def fresh(self, *, engine_count: int | None = None, argv: list[str] | None = None,
-                    scripts: list[Any] | None = None, wait_healthy: bool = True
+                    scripts: list[Any] | None = None, wait_healthy: bool = True, wait_registered: bool = True
                     ) -> AsyncIterator[FrontendUnderTest]:
         """A dedicated launch for one case, closed afterwards."""
         if self.cfg.attach:
             raise Unsupported("needs a frontend launched by the harness in a special state "
                               "(not possible with --attach)")
         fut = await self._launch(engine_count=engine_count, argv=argv, scripts=scripts,
-                                 wait_healthy=wait_healthy)
+                                 wait_healthy=wait_healthy, wait_registered=wait_registered)
         try:
             yield fut
         finally:
             await fut.close()
+
+    async def refusal_window(self) -> float:
+        """How long a frontend that would serve needs to show it (GET /health 200) after its last
+        engine's READY: three times the longest this run measured (the shared launch is started to
+        measure it if no launch did yet), and at least ``REFUSAL_MIN_S``."""
+        if self.healthy_after_s is None and not self.cfg.attach:
+            await self.shared()
+        return max(REFUSAL_MIN_S, 3 * (self.healthy_after_s or 0.0))
 
     def command_without_kv_connector(self) -> list[str]:
         return without_kv_connector(self.cfg.command)

@@ -104,9 +104,9 @@ class EngineCoreClient(RequestLifecycle, OutputDispatch, UtilityCalls):
         self._coordinator: Coordinator | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._registry: RequestRegistry[StreamSink] = RequestRegistry(self._ranks)
-        self._router = Router(self._ranks)
-        # the --bug faults bend these three seams (reference/client/faults.py); none without them
-        faults = ClientFaults(self.config.bugs)
+        # the --bug faults bend these seams (reference/client/faults.py); none without them
+        faults = self._faults = ClientFaults(self.config.bugs)
+        self._router = faults.router(Router(self._ranks))
         self._coalescer = faults.coalescer(AbortCoalescer())
         self._abort_wakeup = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -116,6 +116,7 @@ class EngineCoreClient(RequestLifecycle, OutputDispatch, UtilityCalls):
         self._aggregation = faults.aggregation(UtilityAggregation())
         if faults:
             self._on_output_frames = faults.output_handler(self._on_output_frames)  # type: ignore[method-assign]
+            self._send = faults.sender(self._send)  # type: ignore[method-assign]
         self._pending_utility: dict[int, tuple[int, asyncio.Future[UtilityOutput]]] = {}
         self._call_ids = itertools.count((uuid.uuid1().int >> 64) & 0x7FFF_FFFF_FFFF_FFFF)
         self._handshake: HandshakeResult | None = None
@@ -212,8 +213,8 @@ class EngineCoreClient(RequestLifecycle, OutputDispatch, UtilityCalls):
             await self.bind()
         self._check_open()
         cfg = self.config
-        owner = HandshakeOwner(self._ranks, None if cfg.bootstrapped else self._init_message(),
-                               bootstrapped=cfg.bootstrapped, limits=cfg.decode_limits)
+        owner = self._faults.handshake(HandshakeOwner(self._ranks, None if cfg.bootstrapped else self._init_message(),
+                                                      bootstrapped=cfg.bootstrapped, limits=cfg.decode_limits))
         poller = zmq.asyncio.Poller()
         assert self._input is not None
         poller.register(self._input, zmq.POLLIN)

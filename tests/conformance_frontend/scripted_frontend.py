@@ -17,6 +17,11 @@ is_sleeping cases: before each ``GET /is_sleeping`` it sends every engine a
 utility call with the reserved call id -1 (``ECP-UTIL-12``: a frontend never
 sends it).
 
+With ``--coordinator`` the client runs its DP coordinator (INIT names it) and
+``POST /v1/completions`` serves a non-streaming completion of a fixed 3-token
+prompt through ``client.add`` (FE-DP-1's wave protocol with a coordinator);
+``--bug NAME`` passes one of the client's faults.
+
 Every other route answers 404, so the cases that need them end UNSUPPORTED.
 """
 
@@ -26,9 +31,11 @@ import argparse
 import asyncio
 import json
 import os
+import time
+import uuid
 
 from ecp.reference.client import ClientConfig, EngineCoreClient
-from ecp.spec import UtilityMessage, UtilityRequest, encode_input
+from ecp.spec import EngineCoreRequest, SamplingParams, UtilityMessage, UtilityRequest, encode_input
 
 BEHAVIOURS = ("close", "garbage", "crash", "hang")
 #: the call id -1 is the engine's (EEP_NOTIFICATION_CALL_ID): a frontend must never send it
@@ -48,11 +55,14 @@ async def main() -> int:
     parser.add_argument("--engine-count", type=int, required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--reserved-call-id", action="store_true")
+    parser.add_argument("--coordinator", action="store_true")
+    parser.add_argument("--bug", action="append", default=[])
     args = parser.parse_args()
 
     client = EngineCoreClient(ClientConfig(
         engine_count=args.engine_count, handshake_address=f"tcp://127.0.0.1:{args.handshake_port}",
-        transport="tcp", host="127.0.0.1", handshake_timeout_s=30))
+        transport="tcp", host="127.0.0.1", handshake_timeout_s=30, coordinator=args.coordinator,
+        bugs=frozenset(args.bug)))
     await client.bind()
     await client.wait_ready()
     hung: list[asyncio.StreamWriter] = []   # kept open, never answered
@@ -81,6 +91,17 @@ async def main() -> int:
         writer.write(_response(200, "OK", {"is_sleeping": value}))
         return True
 
+    async def complete(body: bytes) -> bytes:
+        max_tokens = int(json.loads(body or b"{}").get("max_tokens") or 1)
+        stream = await client.add(EngineCoreRequest(
+            f"cmpl-{uuid.uuid4().hex}", [1, 2, 3], None, SamplingParams(max_tokens=max_tokens), None, time.time(),
+            None, None, None))
+        finish = None
+        async for out in stream:
+            if out.finish_reason is not None:
+                finish = out.finish_reason.name.lower()
+        return _response(200, "OK", {"choices": [{"index": 0, "text": "", "finish_reason": finish}]})
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
@@ -89,8 +110,7 @@ async def main() -> int:
                 method, path = lines[0].split(" ")[:2]
                 length = next((int(line.split(":", 1)[1]) for line in lines[1:]
                                if line.lower().startswith("content-length:")), 0)
-                if length:
-                    await reader.readexactly(length)
+                body = await reader.readexactly(length) if length else b""
                 path = path.split("?", 1)[0]
                 if path == "/health":
                     writer.write(_response(200, "OK", {}))
@@ -99,6 +119,8 @@ async def main() -> int:
                 elif method == "GET" and path == "/is_sleeping":
                     if not await is_sleeping(writer):
                         return
+                elif method == "POST" and path == "/v1/completions" and args.coordinator:
+                    writer.write(await complete(body))
                 else:
                     writer.write(_response(404, "Not Found", {"detail": "Not Found"}))
                 await writer.drain()

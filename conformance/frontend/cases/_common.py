@@ -10,11 +10,12 @@ the prompt. Every wait is bounded and event- or poll-driven.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
 from ecp.conformance.frontend.script import EngineScript
-from ecp.conformance.frontend.session import FrontendUnderTest
+from ecp.conformance.frontend.session import POLL_S, FrontendUnderTest
 from ecp.conformance.frontend.sse import SseStream, drop_all
 from ecp.conformance.outcomes import CaseTimeout, Violation
 
@@ -27,13 +28,29 @@ PROMPT_ABORT_S = 1.0
 EXPECT_S = 3.0
 #: The model name no frontend serves: requests naming it are rejected before admission.
 NO_SUCH_MODEL = "ecp-conformance-no-such-model"
-#: How long FE-HS-4 watches a frontend whose engine never sent READY.
-NO_READY_WINDOW_S = 1.5
 
 
 def expect(condition: Any, message: str, clause: str | None = None) -> None:
     if not condition:
         raise Violation(message, clause)
+
+
+async def expect_refused(fe: FrontendUnderTest, what: str, window: float, clause: str | None = None) -> str:
+    """The frontend does not serve after ``what``: within ``window`` s it exits with an error status
+    or keeps GET /health from answering 200 (a handshake error, ``ECP-HS-7``/``-8``/``-10``/``-11``).
+    Returns how it refused, for the transcript."""
+    deadline = time.monotonic() + window
+    while True:
+        if not fe.alive():
+            code = fe.handle.exit_status() if fe.handle is not None else None
+            expect(code not in (0, None), f"the frontend exited with status {code} (success) although {what}",
+                   clause)
+            return f"exited with status {code}"
+        status = await fe.driver.health()
+        expect(status != 200, f"GET /health answered 200 although {what}", clause)
+        if time.monotonic() >= deadline:
+            return f"stayed unhealthy for {window:.1f} s"
+        await asyncio.sleep(POLL_S)   # neither the process nor /health has an event to wait on
 
 
 def unique(tag: str) -> str:

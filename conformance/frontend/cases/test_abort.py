@@ -152,6 +152,67 @@ async def stop_string_aborts_engine(m: FrontendManager) -> None:
     finally:
         stream.drop()
 
+#: X-Request-Id values a client may send (long, with separators and spaces); the frontend's internal
+#: ids built from them travel in ADD and must come back verbatim in ABORT (``ECP-FRAME-10``)
+ODD_REQUEST_IDS = ("ecp-" + "x" * 200, "ecp-a/b:c d;e", "0123456789")
+
+
+async def abort_only_to_owner(m: FrontendManager) -> None:
+    """FE-ABORT-11: streams pinned to each engine are dropped; each engine hears only of its own ids."""
+    fe = await m.shared()
+    fe.require_engines(2)
+    program(fe, held_script())
+    streams: list[SseStream] = []
+    try:
+        for engine in fe.engines:
+            streams += await open_held(fe, 2, headers={"X-data-parallel-rank": str(engine.rank)})
+        owned = {e.rank: set(e.generation.active) for e in fe.engines}
+        drop_all(streams)
+        await fe.until(lambda: all(owned[e.rank] <= e.generation.aborted_ids for e in fe.engines), EXPECT_S,
+                       "the ABORTs of the dropped streams at their engines")
+        await fe.quiet()   # an ABORT also sent elsewhere lands now
+        for engine in fe.engines:
+            added = set(engine.recorder.add_ids())
+            foreign = sorted({rid for _, ids in engine.recorder.aborts() for rid in ids} - added)
+            expect(not foreign, f"engine {engine.rank} received ABORT for {foreign[:3]} ({len(foreign)} id(s)), "
+                                f"which the frontend had sent to another engine: an ABORT goes only to the "
+                                f"engine that owns its ids (owners: { {r: sorted(i)[:2] for r, i in owned.items()} })")
+    finally:
+        drop_all(streams)
+
+
+async def abort_carries_add_ids(m: FrontendManager) -> None:
+    """FE-ABORT-12."""
+    fe = await m.shared()
+    program(fe, held_script())
+    tag = uuid.uuid4().hex[:8]
+    streams: list[SseStream] = []
+    try:
+        for rid in ODD_REQUEST_IDS:
+            streams += await open_held(fe, 1, headers={"X-Request-Id": f"{rid}-{tag}"})
+        added = {e.rank: set(e.generation.active) for e in fe.engines}
+        drop_all(streams)
+
+        def others() -> dict[int, list[str]]:
+            """Per engine, the ids its ABORTs named that no ADD to it used."""
+            return {e.rank: sorted(set(e.recorder.aborted_ids()) - added[e.rank]) for e in fe.engines
+                    if set(e.recorder.aborted_ids()) - added[e.rank]}
+
+        try:
+            await fe.until(lambda: others() or all(added[e.rank] <= e.generation.aborted_ids for e in fe.engines),
+                           EXPECT_S, "ABORTs naming the ids the ADDs used")
+        except CaseTimeout:
+            pass   # judged below with what arrived
+        wrong, missing = others(), {e.rank: sorted(added[e.rank] - e.generation.aborted_ids) for e in fe.engines
+                                    if added[e.rank] - e.generation.aborted_ids}
+        expect(not wrong and not missing,
+               f"dropped streams with X-Request-Id {[r[:24] for r in ODD_REQUEST_IDS]}: the ADDs used the ids "
+               f"{ {r: sorted(i) for r, i in added.items() if i} }; the ABORTs named ids no ADD used "
+               f"{wrong} and left {missing} unnamed")
+    finally:
+        drop_all(streams)
+
+
 @case("FE-ABORT-1")
 def test_burst_3_exact_ids(frontends):
     frontends.run(lambda m: burst_exact_ids(m, 3))
@@ -200,3 +261,13 @@ def test_explicit_abort_all(frontends):
 @case("FE-ABORT-10")
 def test_stop_string_aborts_engine(frontends):
     frontends.run(stop_string_aborts_engine)
+
+
+@case("FE-ABORT-11")
+def test_abort_only_to_owner(frontends):
+    frontends.run(abort_only_to_owner)
+
+
+@case("FE-ABORT-12")
+def test_abort_carries_add_ids(frontends):
+    frontends.run(abort_carries_add_ids)

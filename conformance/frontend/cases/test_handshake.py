@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
-from ecp.conformance.frontend.cases._common import NO_READY_WINDOW_S, SHORT_MAX_TOKENS, expect, unique
-from ecp.conformance.frontend.script import EngineScript, default_ready_payload, minimal_ready_payload
-from ecp.conformance.frontend.session import FrontendManager
+from ecp.conformance.frontend.cases._common import EXPECT_S, SHORT_MAX_TOKENS, expect, expect_refused, unique
+from ecp.conformance.frontend.script import (
+    HANDSHAKE_FAULTS, EngineScript, default_ready_payload, minimal_ready_payload,
+)
+from ecp.conformance.frontend.session import FrontendManager, FrontendUnderTest
 from ecp.conformance.outcomes import CaseTimeout, PeerCrashed, Violation
 from ecp.conformance.registry import case
 
 #: The max_model_len of the shortest engine in FE-HS-5.
 SMALL_MODEL_LEN = 64
+#: What each handshake fault of FE-HS-6 is, in words.
+HANDSHAKE_FAULT_WORDS = {
+    "hello-twice": "engine 1 said HELLO again after its INIT",
+    "ready-first": "engine 1 said READY before HELLO",
+    "unknown-status": "engine 1 sent a handshake message with the unknown status \"HOWDY\"",
+}
+#: The ready payloads' LoRA capability in FE-HS-8: (supports_lora, max_loras) of rank 0, of the others.
+LORA_MISMATCH = ((True, 4), (False, 0))
 
 
 async def init_addresses_reachable(m: FrontendManager) -> None:
@@ -97,17 +106,95 @@ async def max_model_len_is_minimum(m: FrontendManager) -> None:
 
 async def no_ready_fails_clearly(m: FrontendManager) -> None:
     """FE-HS-4."""
+    window = await m.refusal_window()
     async with m.fresh(engine_count=1, scripts=[EngineScript(send_ready=False)], wait_healthy=False) as fe:
-        deadline = time.monotonic() + NO_READY_WINDOW_S
-        while time.monotonic() < deadline:
-            if not fe.alive():
-                code = fe.handle.exit_status()
-                expect(code not in (0, None),
-                       f"the frontend exited with status {code} (success) although engine 0 never sent READY")
-                return
-            status = await fe.driver.health()
-            expect(status != 200, "GET /health answered 200 although engine 0 never sent READY")
-            await asyncio.sleep(0.1)
+        await expect_refused(fe, "engine 0 never sent READY", window)
+
+
+async def _until(fe: FrontendUnderTest, predicate: Any, timeout: float) -> bool:
+    """Wait until ``predicate()`` or the frontend's exit (False: neither within ``timeout``)."""
+    try:
+        await fe.until(lambda: predicate() or not fe.alive(), timeout, "the handshake to move on")
+    except CaseTimeout:
+        return False
+    except PeerCrashed:
+        return True
+    return True
+
+
+async def _refuses_handshake_fault(m: FrontendManager, fault: str, window: float) -> None:
+    """Engine 0 does a correct handshake, engine 1 breaks the order with ``fault`` inside an otherwise
+    correct one: the frontend must not serve (its handshake fails, ``ECP-HS-7``)."""
+    what = HANDSHAKE_FAULT_WORDS[fault]
+    scripts = [EngineScript(), EngineScript(handshake_fault=fault)]
+    async with m.fresh(engine_count=2, scripts=scripts, wait_healthy=False, wait_registered=False) as fe:
+        good, bad = fe.engines
+        # the frontend reads its handshake socket once engine 0 got INIT; engine 1's message is queued
+        # there by then (or the frontend already exited on it)
+        if not await _until(fe, lambda: good.init is not None, m.cfg.startup_timeout_s):
+            raise CaseTimeout(f"engine 0 got no INIT within {m.cfg.startup_timeout_s:.0f} s of the launch")
+        await _until(fe, bad.registered.is_set, EXPECT_S)
+        await expect_refused(fe, what, window)
+
+
+async def handshake_order_errors(m: FrontendManager) -> None:
+    """FE-HS-6: each fault in its own launch, the launches side by side."""
+    window = await m.refusal_window()
+    # every launch ends (and is closed) before the case does, whichever fails first
+    results = await asyncio.gather(*(_refuses_handshake_fault(m, fault, window) for fault in HANDSHAKE_FAULTS),
+                                   return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
+async def unexpected_identity_rejected(m: FrontendManager) -> None:
+    """FE-HS-7."""
+    window = await m.refusal_window()
+    n = m.cfg.engine_count
+    scripts = [EngineScript(send_ready=r != 0) for r in range(n)]   # engine 0 holds the handshake open
+    async with m.fresh(engine_count=n, scripts=scripts, wait_healthy=False, wait_registered=False) as fe:
+        stranger = fe.stranger(n)   # rank n: the configured ranks are 0..n-1
+        what = f"an engine with rank {n} (identity {n.to_bytes(2, 'little').hex()}), outside 0..{n - 1}, said HELLO"
+        # the frontend has read the stranger's HELLO once it answered it, or exited, or the legitimate
+        # engines are registered and EXPECT_S more passed (a frontend that ignores it answers nothing)
+        registered = lambda: all(e.registered.is_set() for e in fe.engines)  # noqa: E731
+        if not await _until(fe, lambda: stranger.init is not None or registered(), m.cfg.startup_timeout_s):
+            raise CaseTimeout(f"the configured engines did not finish their handshake within "
+                              f"{m.cfg.startup_timeout_s:.0f} s of the launch")
+        await _until(fe, lambda: stranger.init is not None, EXPECT_S)
+        expect(stranger.init is None, f"{what}; the frontend answered it with INIT instead of rejecting it")
+        if not fe.alive():
+            await expect_refused(fe, what, window)
+            return
+        await fe.engines[0].send_ready()
+        try:
+            await fe.wait_health(lambda s: s == 200, window, "GET /health to answer 200")
+        except (CaseTimeout, PeerCrashed):
+            await expect_refused(fe, what, 0.0)   # it refused the whole deployment: that rejects it too
+            return
+        reply = await fe.driver.complete(unique("hs11"), SHORT_MAX_TOKENS)
+        expect(reply.ok, f"{what} and was ignored; then a completion answered HTTP {reply.status_code}: "
+                         f"{reply.text[:200]}")
+        expect(stranger.init is None and not stranger.recorder.adds(),
+               f"{what}; the frontend later accepted it (INIT or a request reached it)")
+
+
+async def lora_disagreement_rejected(m: FrontendManager) -> None:
+    """FE-HS-8."""
+    window = await m.refusal_window()
+    n = max(2, m.cfg.engine_count)
+    scripts = []
+    for rank in range(n):
+        payload = default_ready_payload(rank, n)
+        payload["supports_lora"], payload["max_loras"] = LORA_MISMATCH[0 if rank == 0 else 1]
+        scripts.append(EngineScript(ready_payload=payload))
+    async with m.fresh(engine_count=n, scripts=scripts, wait_healthy=False, wait_registered=False) as fe:
+        if not await _until(fe, lambda: all(e.registered.is_set() for e in fe.engines), m.cfg.startup_timeout_s):
+            raise CaseTimeout(f"the engines did not finish their handshake within {m.cfg.startup_timeout_s:.0f} s")
+        await expect_refused(fe, f"the engines' ready payloads disagree on LoRA capability: rank 0 says "
+                                 f"(supports_lora, max_loras) = {LORA_MISMATCH[0]}, the others {LORA_MISMATCH[1]}",
+                             window)
 
 @case("FE-HS-1")
 def test_init_addresses_reachable(frontends):
@@ -132,3 +219,18 @@ def test_max_model_len_is_minimum(frontends):
 @case("FE-HS-4")
 def test_no_ready_fails_clearly(frontends):
     frontends.run(no_ready_fails_clearly)
+
+
+@case("FE-HS-6")
+def test_handshake_order_errors(frontends):
+    frontends.run(handshake_order_errors)
+
+
+@case("FE-HS-7")
+def test_unexpected_identity_rejected(frontends):
+    frontends.run(unexpected_identity_rejected)
+
+
+@case("FE-HS-8")
+def test_lora_disagreement_rejected(frontends):
+    frontends.run(lora_disagreement_rejected)

@@ -1,16 +1,28 @@
-"""Frontend-role request cases: what the ADDs look like and where they go."""
+"""Frontend-role request cases: what the ADDs look like and where they go, how each input message is
+framed, and that no id is sent twice while in flight."""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Any
+from typing import Any, Awaitable
+
+import msgspec
 
 from ecp.conformance.frontend.cases._common import (
-    SHORT_MAX_TOKENS, adds_in_order, check_decode_errors, expect, held_script, open_held, program, unique,
+    EXPECT_S, HELD_MAX_TOKENS, SHORT_MAX_TOKENS, adds_in_order, check_decode_errors, expect, held_script,
+    open_held, program, unique,
 )
 from ecp.conformance.frontend.session import FrontendManager, FrontendUnderTest
-from ecp.conformance.frontend.sse import drop_all
+from ecp.conformance.frontend.sse import SseStream, drop_all
+from ecp.conformance.outcomes import CaseTimeout
 from ecp.conformance.registry import case
+from ecp.spec import AbortMessage, AddMessage, EngineCoreRequest, UtilityMessage, decode_any
+
+#: EngineCoreRequest's length on the wire (``ECP-FRAME-3``: always every field), from its definition
+ADD_FIELDS = len(msgspec.structs.fields(EngineCoreRequest))
+#: EngineCoreRequest's index of sampling_params
+_SAMPLING_PARAMS = 3
 
 
 async def _two_requests(fe: FrontendUnderTest) -> dict[int, Any]:
@@ -99,6 +111,136 @@ async def load_spreads(m: FrontendManager) -> None:
     finally:
         drop_all(streams)
 
+def _input_count(fe: FrontendUnderTest) -> int:
+    return sum(len(e.recorder.inputs()) for e in fe.engines)
+
+
+async def _reaches_engines(fe: FrontendUnderTest, request: Awaitable[Any], what: str) -> asyncio.Future:
+    """Send ``request`` (an HTTP call) and return its task once an engine received something from it,
+    decodable or not: a frontend whose messages no engine can read is judged on them, not left to
+    time out waiting for an answer."""
+    before = _input_count(fe)
+    task = asyncio.ensure_future(request)
+    try:
+        await fe.until(lambda: _input_count(fe) > before or task.done(), EXPECT_S, f"{what} to reach an engine")
+    except BaseException:
+        task.cancel()
+        raise
+    return task
+
+
+async def _settle(task: asyncio.Future) -> Any:
+    """Clean up after ``task``: cancel it if it still waits (its frontend could not be served); its
+    result or exception."""
+    if not task.done():
+        task.cancel()
+    result = await asyncio.gather(task, return_exceptions=True)
+    return result[0]
+
+
+async def input_type_bytes(m: FrontendManager) -> None:
+    """FE-REQ-5: an ADD, an ABORT (a dropped stream) and, with the dev endpoints, a UTILITY; every
+    input message is read by ecp.spec's decoder, whose errors cite ECP-FRAME-1 for a wrong type
+    byte or frame count."""
+    fe = await m.shared()
+    program(fe, held_script())
+    opened = await _reaches_engines(fe, fe.driver.stream_completion(unique("frame1"), HELD_MAX_TOKENS),
+                                    "the streaming request's ADD")
+    try:
+        check_decode_errors(fe)
+        stream = await opened
+        expect(stream.status_code == 200, f"a streaming completion answered HTTP {stream.status_code}")
+        await stream.first_token(EXPECT_S)
+        held = [(e, rid) for e in fe.engines for rid in e.generation.active]
+        stream.drop()
+        await fe.until(lambda: all(rid in e.generation.aborted_ids for e, rid in held), EXPECT_S,
+                       "the ABORT of the dropped stream")
+    finally:
+        stream = await _settle(opened)
+        if isinstance(stream, SseStream):
+            stream.drop()
+    kinds = {AddMessage: "ADD", AbortMessage: "ABORT"}
+    if fe.caps and fe.caps.dev_endpoints:
+        task = await _reaches_engines(fe, fe.driver.request("GET", "/is_sleeping"), "GET /is_sleeping's UTILITY")
+        try:
+            check_decode_errors(fe)
+            reply = await task
+        finally:
+            await _settle(task)
+        expect(reply.ok, f"GET /is_sleeping answered HTTP {reply.status_code}: {reply.text[:200]}")
+        kinds[UtilityMessage] = "UTILITY"
+    check_decode_errors(fe)
+    seen = {type(r.message) for e in fe.engines for r in e.recorder.inputs()}
+    missing = [name for kind, name in kinds.items() if kind not in seen]
+    expect(not missing, f"the engines received no {', '.join(missing)} although the case drove one")
+
+
+async def full_length_add(m: FrontendManager) -> None:
+    """FE-REQ-6."""
+    fe = await m.shared()
+    await _two_requests(fe)
+    adds = [(e.rank, rec) for e in fe.engines for rec, _ in e.recorder.adds()]
+    expect(adds, "no ADD reached an engine")
+    for rank, rec in adds:
+        raw = decode_any(rec.frames[1])
+        expect(isinstance(raw, list) and len(raw) == ADD_FIELDS,
+               f"engine {rank}: an ADD's EngineCoreRequest is {type(raw).__name__} of "
+               f"{len(raw) if isinstance(raw, list) else '?'} elements (header {bytes(rec.frames[1][:3]).hex()}); "
+               f"senders write all {ADD_FIELDS} fields")
+
+
+async def no_duplicate_in_flight_ids(m: FrontendManager) -> None:
+    """FE-REQ-7: two requests with the same X-Request-Id while the first is held at its engine."""
+    fe = await m.shared()
+    program(fe, held_script())
+    headers = {"X-Request-Id": unique("dup")}
+    tasks = [await _reaches_engines(fe, fe.driver.stream_completion(unique("dup one"), HELD_MAX_TOKENS, headers),
+                                    "the first request's ADD")]
+    try:
+        check_decode_errors(fe)
+        [(first_rank, first)] = [(e.rank, rid) for e in fe.engines for rid in e.generation.active]
+        second = asyncio.ensure_future(fe.driver.stream_completion(unique("dup two"), HELD_MAX_TOKENS, headers))
+        tasks.append(second)
+        try:   # the second request reaches an engine, or the frontend answers it (a refusal)
+            await fe.until(lambda: len(adds_in_order(fe)) > 1 or second.done(), EXPECT_S,
+                           "the second request to reach an engine or be answered")
+        except CaseTimeout:
+            pass   # neither: the frontend holds it; what matters is what reached the engines
+        dups = [(e.rank, req.request_id) for e in fe.engines for _, req in e.recorder.adds()
+                if req.request_id == first]
+        expect(len(dups) == 1, f"two requests with X-Request-Id {headers['X-Request-Id']!r}: the frontend sent "
+                               f"ADDs with the id {first!r} to engines {[r for r, _ in dups]} while the first "
+                               f"(at engine {first_rank}) was still running")
+    finally:
+        for task in tasks:
+            stream = await _settle(task)
+            if isinstance(stream, SseStream):
+                stream.drop()
+
+
+async def sampling_params_map(m: FrontendManager) -> None:
+    """FE-REQ-8."""
+    fe = await m.shared()
+    task = await _reaches_engines(fe, fe.driver.complete(unique("spmap"), 3), "the completion's ADD")
+    try:
+        check_decode_errors(fe)
+        reply = await task
+    finally:
+        await _settle(task)
+    expect(reply.ok, f"a completion answered HTTP {reply.status_code}: {reply.text[:200]}")
+    for engine in fe.engines:
+        for rec, req in engine.recorder.adds(include_notices=False):
+            raw = decode_any(rec.frames[1])[_SAMPLING_PARAMS]
+            expect(isinstance(raw, dict) and all(isinstance(k, str) for k in raw),
+                   f"engine {engine.rank}: ADD {req.request_id!r} carries SamplingParams as "
+                   f"{type(raw).__name__} {str(raw)[:120]}; it is a map keyed by field name")
+            sp = req.sampling_params
+            expect(sp is not None and sp.max_tokens == 3 and sp.temperature == 0.0,
+                   f"engine {engine.rank}: ADD {req.request_id!r} reads as max_tokens "
+                   f"{getattr(sp, 'max_tokens', None)}, temperature {getattr(sp, 'temperature', None)}; the "
+                   f"request asked for 3 and 0.0")
+
+
 @case("FE-REQ-1")
 def test_add_payload_decodes(frontends):
     frontends.run(add_payload_decodes)
@@ -117,3 +259,23 @@ def test_pinned_rank_reaches_engine(frontends):
 @case("FE-REQ-4")
 def test_load_spreads(frontends):
     frontends.run(load_spreads)
+
+
+@case("FE-REQ-5")
+def test_input_type_bytes(frontends):
+    frontends.run(input_type_bytes)
+
+
+@case("FE-REQ-6")
+def test_full_length_add(frontends):
+    frontends.run(full_length_add)
+
+
+@case("FE-REQ-7")
+def test_no_duplicate_in_flight_ids(frontends):
+    frontends.run(no_duplicate_in_flight_ids)
+
+
+@case("FE-REQ-8")
+def test_sampling_params_map(frontends):
+    frontends.run(sampling_params_map)

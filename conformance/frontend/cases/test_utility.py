@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from ecp.conformance.frontend.cases._common import expect
+from ecp.conformance.frontend.cases._common import EXPECT_S, expect
 from ecp.conformance.frontend.session import FrontendManager, FrontendUnderTest
+from ecp.conformance.outcomes import PeerCrashed, Violation
 from ecp.conformance.registry import case
+
+#: A u64 call id no frontend issues: not uuid1-derived (the Python frontend's ids are the top 64 bits of
+#: a uuid1, whose bits 12-15 hold the version, 1; here they are F), far above vllm-rs's sequential ids
+#: and above the reference client's 63-bit ones.
+UNKNOWN_CALL_ID = 0xFFFF_FFFF_FFFF_FFFE
+#: The method FE-UTIL-6 calls through POST /collective_rpc (the scripted engines answer any method).
+RPC_METHOD = "ecp_conformance_echo"
 
 
 def _answers(fe: FrontendUnderTest, method: str, values: list[Any]) -> None:
@@ -87,6 +96,42 @@ async def reserved_call_ids_dropped(m: FrontendManager) -> None:
     expect(status == 200, f"after utility replies with reserved call ids, GET /health answered {status}")
 
 
+async def collective_rpc_flattened(m: FrontendManager) -> None:
+    """FE-UTIL-6."""
+    fe = await m.shared()
+    fe.require_collective_rpc()
+    fe.require_engines(2)
+    lists = [[f"ecp-rank{e.rank}-{i}" for i in range(e.rank % 2 + 1)] for e in fe.engines]   # 1 or 2 each
+    _answers(fe, "collective_rpc", lists)
+    reply = await fe.driver.request("POST", "/collective_rpc", json_body={"method": RPC_METHOD, "args": []})
+    expect(reply.ok, f"POST /collective_rpc answered HTTP {reply.status_code}: {reply.text[:200]}")
+    flat = [x for answer in lists for x in answer]
+    got = reply.body.get("results") if isinstance(reply.body, dict) else None
+    expect(got == flat, f"engines answered collective_rpc with {lists} (in rank order); POST /collective_rpc "
+                        f"returned {got}, not their concatenation {flat}")
+
+
+async def unknown_call_id_dropped(m: FrontendManager) -> None:
+    """FE-UTIL-7: in a launch of its own, since a frontend that fails on the reply may end; the engines
+    send the stray replies only once the frontend serves (not to its startup calls)."""
+    async with m.fresh() as fe:
+        fe.require_dev_endpoints()
+        for engine in fe.engines:
+            engine.script.notice_call_ids = (UNKNOWN_CALL_ID,)
+        what = f"each engine sent a utility reply with call id {UNKNOWN_CALL_ID}, which the frontend never issued"
+        try:
+            reply = await asyncio.wait_for(fe.driver.request("GET", "/is_sleeping"), EXPECT_S)
+            status = await fe.driver.health()
+        except (asyncio.TimeoutError, TimeoutError):
+            raise Violation(f"{what}, before its answer to is_sleeping; GET /is_sleeping got no answer within "
+                            f"{EXPECT_S:g} s") from None
+        except PeerCrashed as exc:
+            raise Violation(f"{what}; the frontend exited instead of dropping it ({exc})") from None
+        expect(reply.ok and isinstance(reply.body, dict) and reply.body.get("is_sleeping") is False,
+               f"{what} before its answer; GET /is_sleeping returned HTTP {reply.status_code} {reply.text[:100]}")
+        expect(status == 200, f"{what}; GET /health then answered {status}")
+
+
 @case("FE-UTIL-1")
 def test_is_sleeping_disagreement_is_error(frontends):
     frontends.run(is_sleeping_disagreement_is_error)
@@ -110,3 +155,13 @@ def test_utility_reaches_every_engine(frontends):
 @case("FE-UTIL-5")
 def test_reserved_call_ids_dropped(frontends):
     frontends.run(reserved_call_ids_dropped)
+
+
+@case("FE-UTIL-6")
+def test_collective_rpc_flattened(frontends):
+    frontends.run(collective_rpc_flattened)
+
+
+@case("FE-UTIL-7")
+def test_unknown_call_id_dropped(frontends):
+    frontends.run(unknown_call_id_dropped)
