@@ -58,10 +58,6 @@ class ServeApp:
         self.peers = peers
         self.client = frontend.client
         self.started = time.time()
-        cfg = frontend.config
-        # ECP-REJECT-3: rejections are announced exactly when a KV connector is configured
-        # (the --bug faults may bend that: reference/frontend/faults.py)
-        self._notify_rejections = FrontendFaults(cfg.bugs).notify_rejections(cfg.kv_connector is not None)
 
     # ------------------------------------------------------------------ plumbing
     def build(self) -> ServeASGI:
@@ -96,7 +92,7 @@ class ServeApp:
             ]
         app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
         app.state.serve = self
-        return ServeASGI(Generate(self.frontend, self._notify_rejections), app)
+        return ServeASGI(Generate(self.frontend, FrontendFaults(self.frontend.config.bugs)), app)
 
     async def _generate_elsewhere(self, request: Request) -> Response:  # pragma: no cover - routed ahead
         raise RuntimeError("POST to a generate route reached Starlette: ServeASGI routes it first")

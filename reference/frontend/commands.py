@@ -38,8 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dev-mode", action="store_true",
                    help="register the dev endpoints (also VLLM_SERVER_DEV_MODE=1)")
     p.add_argument("--bug", action="append", default=[], metavar="NAME",
-                   help="conformance bug knob (repeatable): no-rejection-notification, notify-without-connector, "
-                        "abort-one-per-request, first-engine-is-sleeping, reset-prefix-cache-any, ignore-engine-dead")
+                   help="break one protocol rule on purpose, for the conformance suite's self-proof (repeatable); "
+                        "--bug list prints every fault with the clause it breaks")
     p.add_argument("--api-server-count", "-asc", type=int, default=1, metavar="N",
                    help="API server processes sharing the engines and the HTTP port, each its own engine-core "
                         "client (client_index 0..N-1), as vLLM's --api-server-count (default 1)")
@@ -80,6 +80,13 @@ def _serve(args: argparse.Namespace) -> int:
 
     from .server import resolve_http, serve
 
+    if "list" in args.bug:
+        from .faults import SERVE_FAULTS
+
+        width = max(map(len, SERVE_FAULTS))
+        for fault in SERVE_FAULTS.values():
+            print(f"{fault.name:<{width}}  {fault.clause:<13}  {fault.does}")
+        return 0
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     try:
         resolve_http(args.http)

@@ -3,13 +3,15 @@
 The frontend's own faults bend decisions taken once when the app is built:
 whether rejected requests that asked for a remote prefill are announced to the
 engine (``ECP-REJECT-3``: exactly when a KV connector is configured), and which
-``max_model_len`` it serves (``ECP-HS-9``: the minimum over the engines).
+``max_model_len`` it serves (``ECP-HS-9``: the minimum over the engines); and
+one answer: what the HTTP client of an announced rejection gets (``ECP-REJECT-4``:
+its error).
 The client's faults (the rest of ``--bug``) are ``reference/client/faults.py``.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 from ..client.faults import FAULTS as CLIENT_FAULTS
 from ..faults import Fault, check_names, table
@@ -17,11 +19,15 @@ from ..faults import Fault, check_names, table
 NO_REJECTION_NOTIFICATION = "no-rejection-notification"
 NOTIFY_WITHOUT_CONNECTOR = "notify-without-connector"
 MAX_MODEL_LEN_MAXIMUM = "max-model-len-maximum"
+NOTICE_INSTEAD_OF_ERROR = "notice-instead-of-error"
 
 FAULTS: dict[str, Fault] = table(
     Fault(NO_REJECTION_NOTIFICATION, "ECP-REJECT-3", "never sends the rejection notice, even with a KV connector"),
     Fault(NOTIFY_WITHOUT_CONNECTOR, "ECP-REJECT-3", "sends the rejection notice even without a KV connector"),
     Fault(MAX_MODEL_LEN_MAXIMUM, "ECP-HS-9", "serves the largest max_model_len of its engines, not the smallest"),
+    Fault(NOTICE_INSTEAD_OF_ERROR, "ECP-REJECT-4",
+          "a rejected request whose rejection was announced to the engine is answered 200 with no choices, "
+          "its error lost"),
 )
 
 #: Every name ``ecp serve --bug`` accepts: the frontend's faults, then the client's.
@@ -46,6 +52,13 @@ class FrontendFaults:
         if NOTIFY_WITHOUT_CONNECTOR in self.names:
             return True
         return correct
+
+    def rejection_answer(self, status: int, body: dict[str, Any], announced: bool) -> tuple[int, dict[str, Any]]:
+        """The status and body the HTTP client of a rejected request gets, given the correct ones
+        (its error) and whether the rejection was announced to an engine."""
+        if announced and NOTICE_INSTEAD_OF_ERROR in self.names:
+            return 200, {"object": "text_completion", "choices": []}
+        return status, body
 
     def max_model_len(self, correct: int | None, reported: Iterable[int]) -> int | None:
         """The ``max_model_len`` to serve, given the ``correct`` one and every engine's ``reported`` one."""

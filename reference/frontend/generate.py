@@ -28,6 +28,7 @@ from .protocol import (
     ChatCompletionRequest, CompletionRequest, OpenAIError, client_error_to_openai, convert_body,
     decode_json_object, engine_failure_to_openai, parse_rank,
 )
+from .faults import FrontendFaults
 from .serving import ChoiceRun, Deltas, Frontend, Prepared
 
 log = logging.getLogger("ecp.serve")
@@ -75,10 +76,13 @@ def header(scope: dict[str, Any], name: bytes) -> str | None:
 class Generate:
     """The generate routes over one :class:`Frontend`."""
 
-    def __init__(self, frontend: Frontend, notify_rejections: bool) -> None:
+    def __init__(self, frontend: Frontend, faults: FrontendFaults) -> None:
         self.frontend = frontend
         self.client = frontend.client
-        self.notify_rejections = notify_rejections
+        self.faults = faults
+        # ECP-REJECT-3: rejections are announced exactly when a KV connector is configured
+        # (the fault layer may bend that too)
+        self.notify_rejections = faults.notify_rejections(frontend.config.kv_connector is not None)
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send, typ: type) -> None:
         raw = await read_body(receive)
@@ -149,8 +153,9 @@ class Generate:
             finally:
                 deltas.close()
         except OpenAIError as err:
-            await self._notify_rejection(params, idconv.response_id(kind, base), rank)
-            await send_json(send, err.status, err.body())
+            announced = await self._notify_rejection(params, idconv.response_id(kind, base), rank)
+            # (the fault layer may bend the answer: reference/frontend/faults.py)
+            await send_json(send, *self.faults.rejection_answer(err.status, err.body(), announced))
 
     async def _collect(self, p: Prepared, deltas: Deltas) -> dict[str, Any]:
         try:
@@ -234,21 +239,23 @@ class Generate:
             error = exc
         await send({"type": "http.response.body", "body": pending + last(error), "more_body": False})
 
-    async def _notify_rejection(self, params: Any, request_id: str, rank: int | None) -> None:
+    async def _notify_rejection(self, params: Any, request_id: str, rank: int | None) -> bool:
         """``ECP-REJECT-3``: with a KV connector configured, a rejected request whose
         ``kv_transfer_params.do_remote_prefill`` is truthy is announced to the
         engine so the prefill node frees its blocks. The HTTP client only ever
-        sees the original error (``ECP-REJECT-4``)."""
+        sees the original error (``ECP-REJECT-4``). Returns whether it was announced."""
         if not self.notify_rejections:
-            return
+            return False
         if not isinstance(params, dict) or not params.get("do_remote_prefill"):
-            return
+            return False
         try:
             await asyncio.wait_for(
                 self.client.notify_kv_transfer_request_rejected(request_id, dict(params), data_parallel_rank=rank),
                 NOTIFY_TIMEOUT_S)
         except Exception as exc:  # only logged, as in vLLM
             log.warning("rejection notice for %s failed: %s", request_id, exc)
+            return False
+        return True
 
 
 class Pusher:

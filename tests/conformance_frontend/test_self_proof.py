@@ -44,6 +44,7 @@ KNOB_CASES: dict[str, tuple[str, ...]] = {
     "error-output-as-stop": ("FE-OUT-2",),
     "reserved-call-id-fatal": ("FE-UTIL-5",),
     "max-model-len-maximum": ("FE-HS-5",),
+    "notice-instead-of-error": ("FE-REJECT-3",),
     "lenient-handshake": ("FE-HS-6",),
     "any-identity-accepted": ("FE-HS-7",),
     "lora-mismatch-accepted": ("FE-HS-8",),
@@ -76,8 +77,6 @@ KNOB_CASES: dict[str, tuple[str, ...]] = {
 NOT_KILLED: dict[str, str] = {
     "FE-ABORT-4": "3 drops over 2 engines allow 2 ABORT messages per engine, which a frontend that does not "
                   "coalesce also stays within; abort-one-per-request is caught by FE-ABORT-5 (64 drops)",
-    "FE-REJECT-3": "the rejection and its HTTP error are the HTTP layer's (reference/frontend/app.py), which has "
-                   "no fault seam yet",
 }
 
 #: Left out of the in-suite passing run (the 2,000-stream burst); covered by the documented CLI run,

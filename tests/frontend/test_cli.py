@@ -105,3 +105,16 @@ def test_ecp_serve_on_a_taken_port_is_a_usage_error_not_a_traceback():
     serve.wait_for("cannot listen on 127.0.0.1:")
     assert code == 2
     assert not any("Traceback" in line for line in serve.seen), serve.seen
+
+
+def test_bug_list_names_every_fault_with_its_clause_and_an_unknown_one_is_a_usage_error():
+    from ecp.reference.frontend.faults import SERVE_FAULTS
+
+    listed = subprocess.run([sys.executable, "-m", "ecp.spec.cli", "serve", "--bug", "list"],
+                            capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0
+    rows = {line.split()[0]: line.split()[1] for line in listed.stdout.splitlines()}
+    assert rows == {f.name: f.clause for f in SERVE_FAULTS.values()}
+    bad = subprocess.run([sys.executable, "-m", "ecp.spec.cli", "serve", "--bug", "no-such-fault"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "no-such-fault" in bad.stderr
