@@ -1,11 +1,12 @@
-"""Throughput of one synthetic reference engine driven flat out, and the scheduler's per-step cost.
+"""Throughput of synthetic reference engines driven flat out, and the scheduler's per-step cost.
 
-    .venv/bin/python benchmarks/engine_throughput.py [--seconds 5] [--concurrency 1 64 512]
+    .venv/bin/python benchmarks/engine_throughput.py [--seconds 5] [--concurrency 1 64 512] [--engines 1 2]
 
-Part 1 starts one engine as its own OS process (``mode="process"``, synthetic
-executor, zero step cost) behind a raw-frame frontend in this process that
-keeps C requests in flight (prompt 32 tokens, ``max_tokens`` 128) and decodes
-every output with ``ecp.spec``. It reports output tokens/s and steps/s.
+Part 1 starts N engines (data parallel, ``--engines``), each as its own OS
+process (``mode="process"``, synthetic executor, zero step cost), behind a
+raw-frame frontend in this process that keeps C requests in flight in all
+(spread round-robin; prompt 32 tokens, ``max_tokens`` 128) and decodes every
+output with ``ecp.spec``. It reports output tokens/s and engine steps/s (summed).
 
 Part 2 measures the sans-IO scheduler alone (``Scheduler.schedule`` +
 ``update``, no executor, no IO) with R running decode requests: microseconds
@@ -35,19 +36,20 @@ PROMPT = list(range(100, 132))
 MAX_TOKENS = 128
 
 
-def _drive(concurrency: int, seconds: float, tmp: str) -> dict:
+def _drive(concurrency: int, seconds: float, tmp: str, engines: int = 1) -> dict:
     ctx = zmq.Context()
-    front = HarnessFrontend(ctx, Addresses(f"ipc://{tmp}/hs-{concurrency}", [f"ipc://{tmp}/in-{concurrency}"],
-                                           [f"ipc://{tmp}/out-{concurrency}"]),
-                            engine_count=1, start_index=0, transcript=Transcript())
-    handle = launch(front.addresses.handshake, 1, 0, mode="process", max_model_len=512,
+    tag = f"{engines}-{concurrency}"
+    front = HarnessFrontend(ctx, Addresses(f"ipc://{tmp}/hs-{tag}", [f"ipc://{tmp}/in-{tag}"],
+                                           [f"ipc://{tmp}/out-{tag}"]),
+                            engine_count=engines, start_index=0, transcript=Transcript())
+    handle = launch(front.addresses.handshake, engines, 0, mode="process", max_model_len=512,
                     num_gpu_blocks=max(4096, concurrency * 16), max_num_seqs=max(256, concurrency),
                     max_num_batched_tokens=max(2048, concurrency * 33), disable_log_stats=False,
                     log_level="WARNING", stderr=subprocess.DEVNULL)
     try:
         # the harness frontend runs the handshake; the hot loop below uses its sockets raw (no transcript)
         front.run_handshake(60)
-        ident, inp, out = front.identity(0), front.inputs[0], front.outputs[0]
+        idents, inp, out = [front.identity(r) for r in range(engines)], front.inputs[0], front.outputs[0]
         sp = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
         seq = 0
 
@@ -55,12 +57,16 @@ def _drive(concurrency: int, seconds: float, tmp: str) -> dict:
             nonlocal seq
             seq += 1
             req = EngineCoreRequest(f"b{seq}", PROMPT, None, sp, None, time.time(), None, None, None)
-            inp.send_multipart([ident, *encode_add(req)])
+            inp.send_multipart([idents[seq % engines], *encode_add(req)])
+
+        def ask_steps(call_id: int) -> None:
+            for ident in idents:
+                inp.send_multipart([ident, *encode_utility(0, call_id, "get_engine_state", [])])
 
         for _ in range(concurrency):
             submit()
         tokens = finished = 0
-        steps_before = None
+        steps_before: dict[int, int] = {}
         t0 = time.perf_counter()
         warm_until = t0 + min(1.0, seconds / 5)
         measuring = False
@@ -68,7 +74,7 @@ def _drive(concurrency: int, seconds: float, tmp: str) -> dict:
             now = time.perf_counter()
             if not measuring and now >= warm_until:
                 measuring, tokens, finished, t_start = True, 0, 0, now
-                inp.send_multipart([ident, *encode_utility(0, 1, "get_engine_state", [])])
+                ask_steps(1)
             if measuring and now - t_start >= seconds:
                 break
             if not out.poll(1000):
@@ -82,21 +88,22 @@ def _drive(concurrency: int, seconds: float, tmp: str) -> dict:
                 if not isinstance(msg, EngineCoreOutputs):
                     raise RuntimeError("engine died")
                 if msg.utility_output is not None and msg.utility_output.call_id == 1:
-                    steps_before = msg.utility_output.result.value["step_counter"]
+                    steps_before[msg.engine_index] = msg.utility_output.result.value["step_counter"]
                 for o in msg.outputs:
                     tokens += len(o.new_token_ids)
                     if o.finish_reason is not None:
                         finished += 1
                         submit()
         elapsed = time.perf_counter() - t_start
-        inp.send_multipart([ident, *encode_utility(0, 2, "get_engine_state", [])])
-        steps_after = None
-        while steps_after is None and out.poll(5000):
+        ask_steps(2)
+        steps_after: dict[int, int] = {}
+        while len(steps_after) < engines and out.poll(5000):
             msg = decode_outputs(out.recv_multipart())
             if msg.utility_output is not None and msg.utility_output.call_id == 2:
-                steps_after = msg.utility_output.result.value["step_counter"]
-        steps = (steps_after - steps_before) if (steps_after is not None and steps_before is not None) else 0
-        return {"concurrency": concurrency, "seconds": elapsed, "output_tokens": tokens,
+                steps_after[msg.engine_index] = msg.utility_output.result.value["step_counter"]
+        steps = sum(steps_after[r] - steps_before[r] for r in steps_after if r in steps_before)
+        return {"engines": engines, "engines_counted": len(steps_after.keys() & steps_before.keys()),
+                "concurrency": concurrency, "seconds": elapsed, "output_tokens": tokens,
                 "tokens_per_s": tokens / elapsed, "requests_per_s": finished / elapsed,
                 "steps_per_s": steps / elapsed}
     finally:
@@ -135,15 +142,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 512])
+    ap.add_argument("--engines", type=int, nargs="+", default=[1], help="data-parallel engine counts to run")
     args = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"{platform.system()}")
-    print("\n# one synthetic engine (own process), flat out; prompt 32, max_tokens 128, ignore_eos")
-    print(f"{'concurrency':>11} {'output tok/s':>13} {'requests/s':>11} {'steps/s':>9}")
+    print("\n# synthetic engines (each its own process), flat out; prompt 32, max_tokens 128, ignore_eos")
+    print(f"{'engines':>7} {'concurrency':>11} {'output tok/s':>13} {'requests/s':>11} {'steps/s':>9}")
     with tempfile.TemporaryDirectory(prefix="ecp-bench-") as tmp:
-        for c in args.concurrency:
-            r = _drive(c, args.seconds, tmp)
-            print(f"{c:>11} {r['tokens_per_s']:>13,.0f} {r['requests_per_s']:>11,.1f} {r['steps_per_s']:>9,.0f}")
+        for n in args.engines:
+            for c in args.concurrency:
+                r = _drive(c, args.seconds, tmp, n)
+                print(f"{n:>7} {c:>11} {r['tokens_per_s']:>13,.0f} {r['requests_per_s']:>11,.1f} "
+                      f"{r['steps_per_s']:>9,.0f}")
     print("\n# scheduler alone (schedule + update per decode step, best of 5 blocks)")
     print(f"{'running':>7} {'us/step':>9} {'us/request':>11}")
     for n in (1, 64, 512):
