@@ -24,11 +24,11 @@ import msgspec
 from . import ids as idconv
 from .choice import EngineRequestFailed
 from .chunks import SSE_DONE, SseChunks, sse
+from .faults import FrontendFaults
 from .protocol import (
     ChatCompletionRequest, CompletionRequest, OpenAIError, client_error_to_openai, convert_body,
     decode_json_object, engine_failure_to_openai, parse_rank,
 )
-from .faults import FrontendFaults
 from .serving import ChoiceRun, Deltas, Frontend, Prepared
 
 log = logging.getLogger("ecp.serve")
