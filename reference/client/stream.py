@@ -140,15 +140,7 @@ class RequestStream:
                     # one error instance reaches many streams: keep its traceback short
                     raise sink.error.with_traceback(None)
                 return False
-            waiter = asyncio.get_running_loop().create_future()
-            sink.waiter = waiter
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                self._drop(AbortCause.DROPPED_STREAM)
-                raise
-            finally:
-                sink.waiter = None
+            await self.wait()
         return True
 
     async def __anext__(self) -> EngineCoreOutput:
