@@ -34,7 +34,7 @@ SERVE = ["-m", "ecp.spec.cli", "serve", "--data-parallel-size-local", "0", "--da
 
 #: knob -> the cases that must FAIL with it (issue 7's "named cases").
 KNOB_CASES: dict[str, tuple[str, ...]] = {
-    "abort-one-per-request": ("FE-ABORT-5",),
+    "abort-one-per-request": ("FE-ABORT-4", "FE-ABORT-5"),
     "first-engine-is-sleeping": ("FE-UTIL-1", "FE-UTIL-4"),
     "reset-prefix-cache-any": ("FE-UTIL-3",),
     "no-rejection-notification": ("FE-REJECT-1",),
@@ -74,10 +74,7 @@ KNOB_CASES: dict[str, tuple[str, ...]] = {
 }
 
 #: cases no knob fails, and why (every other case is failed by at least one knob)
-NOT_KILLED: dict[str, str] = {
-    "FE-ABORT-4": "3 drops over 2 engines allow 2 ABORT messages per engine, which a frontend that does not "
-                  "coalesce also stays within; abort-one-per-request is caught by FE-ABORT-5 (64 drops)",
-}
+NOT_KILLED: dict[str, str] = {}
 
 #: Left out of the in-suite passing run (the 2,000-stream burst); covered by the documented CLI run,
 #: and judged by the same code as their 64-stream twins FE-ABORT-2/5, which the knobs fail.
