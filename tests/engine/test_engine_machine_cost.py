@@ -2,21 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "engine_machine_cost.py"
-
-
-def _load():
-    module_spec = importlib.util.spec_from_file_location("engine_machine_cost", BENCH)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
-
-
-def test_both_ways_serve_requests_to_the_end_and_the_ratio_is_printed(capsys):
-    bench = _load()
+def test_both_ways_serve_requests_to_the_end_and_the_ratio_is_printed(load_benchmark, capsys):
+    bench = load_benchmark("engine_machine_cost")
     # max_tokens 128 at 4 in flight: 0.3 s runs requests to their terminal output and replaces them
     results = bench.main(["--seconds", "0.3", "--rounds", "1", "--concurrency", "4"])
     assert set(results) == {"codec", "machine"}
@@ -24,8 +12,8 @@ def test_both_ways_serve_requests_to_the_end_and_the_ratio_is_printed(capsys):
     assert "machine / codec:" in capsys.readouterr().out
 
 
-def test_the_machine_way_judges_every_message_it_sends():
-    bench = _load()
+def test_the_machine_way_judges_every_message_it_sends(load_benchmark):
+    bench = load_benchmark("engine_machine_cost")
     # the machine raises on any message the tables forbid, so a full round without an error
     # means every ADD, first token and terminal output the core produced was allowed
     tok_s, steps_s = bench.run("machine", 0.3, 8)

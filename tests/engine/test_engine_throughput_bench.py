@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "engine_throughput.py"
-
-
-def _load():
-    module_spec = importlib.util.spec_from_file_location("engine_throughput", BENCH)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
-
 
 @pytest.mark.parametrize("engines", [1, 2])
-def test_requests_finish_and_every_engine_steps(engines, tmp_path):
-    r = _load()._drive(8, 0.5, str(tmp_path), engines)
+def test_requests_finish_and_every_engine_steps(load_benchmark, engines, tmp_path):
+    r = load_benchmark("engine_throughput")._drive(8, 0.5, str(tmp_path), engines)
     assert r["engines"] == engines and r["output_tokens"] > 0 and r["requests_per_s"] > 0
     assert r["steps_per_s"] > 0 and r["engines_counted"] == engines  # each answered both step-counter calls

@@ -4,22 +4,11 @@ Figures are not asserted."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_compare.py"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("serve_compare", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_serve_compare_runs_ecp_serve_and_skips_absent_peers(tmp_path, capsys):
-    compare = _load()
+def test_serve_compare_runs_ecp_serve_and_skips_absent_peers(load_benchmark, tmp_path, capsys):
+    compare = load_benchmark("serve_compare")
     rc = compare.main(["--peer", str(tmp_path / "no-peer"), "--step-time-ms", "0", "-c", "2", "-n", "6",
                        "--input-len", "8", "--output-len", "4", "--start-timeout", "60", "--timeout", "60",
                        "--ecp-api-servers", "1", "2", "--json"])
@@ -36,8 +25,8 @@ def test_serve_compare_runs_ecp_serve_and_skips_absent_peers(tmp_path, capsys):
         assert row["frontend_cpu_s"] >= 0  # measured (a tiny load may take less than one clock tick)
 
 
-def test_serve_compare_table_puts_ecp_against_each_other_frontend():
-    compare = _load()
+def test_serve_compare_table_puts_ecp_against_each_other_frontend(load_benchmark):
+    compare = load_benchmark("serve_compare")
     rows = [{"frontend": f, "step_ms": 0.0, "output_tok_s": tok, "ttft_p50": ttft, "itl_p50": 1.0, "itl_p99": 4.0}
             for f, tok, ttft in (("vllm", 100.0, 40.0), ("vllm-rs", 400.0, 10.0), ("ecp", 200.0, 20.0))]
     text = compare.table(rows)
@@ -45,8 +34,8 @@ def test_serve_compare_table_puts_ecp_against_each_other_frontend():
     assert "| 0 ms | ecp / vLLM 0.33 Python | 2.00× | 0.50× | 1.00× / 1.00× |" in text
 
 
-def test_serve_compare_table_has_each_api_server_count_and_the_frontend_cpu():
-    compare = _load()
+def test_serve_compare_table_has_each_api_server_count_and_the_frontend_cpu(load_benchmark):
+    compare = load_benchmark("serve_compare")
     rows = [{"frontend": f, "step_ms": 10.0, "output_tok_s": tok, "ttft_p50": 20.0, "itl_p50": 1.0, "itl_p99": 4.0,
              "frontend_cpu_s": cpu, "duration_s": 2.0, "output_tokens": 1000}
             for f, tok, cpu in (("vllm-rs", 400.0, 0.5), ("ecp", 200.0, 1.0), ("ecp:2", 300.0, 1.5))]
@@ -56,8 +45,8 @@ def test_serve_compare_table_has_each_api_server_count_and_the_frontend_cpu():
     assert "| 10 ms | ecp ×2 / vllm-rs (Rust) | 0.75× |" in text
 
 
-def test_serve_compare_agreement_compares_the_generators_means():
-    compare = _load()
+def test_serve_compare_agreement_compares_the_generators_means(load_benchmark):
+    compare = load_benchmark("serve_compare")
     rows = [{"frontend": "ecp", "step_ms": 10.0, "generator": g, "output_tok_s": tok, "ttft_p50": ttft,
              "ttft_p99": 2 * ttft, "itl_p50": 10.0, "itl_p99": 20.0}
             for g, tok, ttft in (("vllm-rs bench serve", 100.0, 40.0), ("ecp bench serve", 110.0, 44.0),
@@ -71,8 +60,9 @@ def test_tree_cpu_seconds_counts_the_descendants():
     """The frontend CPU column counts every process of a frontend (a wrapper script's children too)."""
     import subprocess
     import sys
+    from pathlib import Path
 
-    sys.path.insert(0, str(SCRIPT.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from procstat import tree_cpu_seconds
 
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nprint('done', flush=True)\ntime.sleep(30)"

@@ -2,21 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_codec.py"
-
-
-def _load():
-    module_spec = importlib.util.spec_from_file_location("bench_codec", BENCH)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
-
-
-def test_every_case_round_trips_and_the_exit_code_follows_the_bound(capsys):
-    bench = _load()
+def test_every_case_round_trips_and_the_exit_code_follows_the_bound(load_benchmark, capsys):
+    bench = load_benchmark("bench_codec")
     cases = bench.cases()
     names = {c["name"] for c in cases}
     assert {"ADD 512-token prompt", "outputs step + stats, 64 streams",
@@ -34,8 +22,8 @@ def test_every_case_round_trips_and_the_exit_code_follows_the_bound(capsys):
     assert bench.main(["--rounds", "1", "--round-ms", "0.01", "--bound", "0.001"]) == 1
 
 
-def test_floors_cover_the_input_messages_only(capsys):
-    bench = _load()
+def test_floors_cover_the_input_messages_only(load_benchmark, capsys):
+    bench = load_benchmark("bench_codec")
     rows = bench.floors(1, 0.00001)
     assert [r["message"] for r in rows] == [c["name"] for c in bench.cases() if c["payload"] == 1]
     assert all(r["decode"]["ratio"] > 0 and r["encode"]["ratio"] > 0 for r in rows)
