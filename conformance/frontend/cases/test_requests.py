@@ -138,6 +138,17 @@ async def _settle(task: asyncio.Future) -> Any:
     return result[0]
 
 
+async def _answer(fe: FrontendUnderTest, request: Awaitable[Any], what: str) -> Any:
+    """Send ``request``, judge what reached the engines from it (:func:`check_decode_errors`), then
+    return its HTTP answer."""
+    task = await _reaches_engines(fe, request, what)
+    try:
+        check_decode_errors(fe)
+        return await task
+    finally:
+        await _settle(task)
+
+
 async def input_type_bytes(m: FrontendManager) -> None:
     """FE-REQ-5: an ADD, an ABORT (a dropped stream) and, with the dev endpoints, a UTILITY; every
     input message is read by ecp.spec's decoder, whose errors cite ECP-FRAME-1 for a wrong type
@@ -161,12 +172,7 @@ async def input_type_bytes(m: FrontendManager) -> None:
             stream.drop()
     kinds = {AddMessage: "ADD", AbortMessage: "ABORT"}
     if fe.caps and fe.caps.dev_endpoints:
-        task = await _reaches_engines(fe, fe.driver.request("GET", "/is_sleeping"), "GET /is_sleeping's UTILITY")
-        try:
-            check_decode_errors(fe)
-            reply = await task
-        finally:
-            await _settle(task)
+        reply = await _answer(fe, fe.driver.request("GET", "/is_sleeping"), "GET /is_sleeping's UTILITY")
         expect(reply.ok, f"GET /is_sleeping answered HTTP {reply.status_code}: {reply.text[:200]}")
         kinds[UtilityMessage] = "UTILITY"
     check_decode_errors(fe)
@@ -221,12 +227,7 @@ async def no_duplicate_in_flight_ids(m: FrontendManager) -> None:
 async def sampling_params_map(m: FrontendManager) -> None:
     """FE-REQ-8."""
     fe = await m.shared()
-    task = await _reaches_engines(fe, fe.driver.complete(unique("spmap"), 3), "the completion's ADD")
-    try:
-        check_decode_errors(fe)
-        reply = await task
-    finally:
-        await _settle(task)
+    reply = await _answer(fe, fe.driver.complete(unique("spmap"), 3), "the completion's ADD")
     expect(reply.ok, f"a completion answered HTTP {reply.status_code}: {reply.text[:200]}")
     for engine in fe.engines:
         for rec, req in engine.recorder.adds(include_notices=False):
