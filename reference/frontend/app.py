@@ -25,7 +25,7 @@ from ecp.spec import VLLM_VERSION
 
 from .faults import FrontendFaults
 from .generate import GENERATE_ROUTES, Generate, ServeASGI
-from .protocol import OpenAIError, bad_request, client_error_to_openai, decode_json_object
+from .protocol import OpenAIError, bad_request, decode_json_object
 from .serving import Frontend
 
 log = logging.getLogger("ecp.serve")
@@ -58,6 +58,7 @@ class ServeApp:
         self.peers = peers
         self.client = frontend.client
         self.started = time.time()
+        self.generate = Generate(frontend, FrontendFaults(frontend.config.bugs))
 
     # ------------------------------------------------------------------ plumbing
     def build(self) -> ServeASGI:
@@ -92,15 +93,14 @@ class ServeApp:
             ]
         app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
         app.state.serve = self
-        return ServeASGI(Generate(self.frontend, FrontendFaults(self.frontend.config.bugs)), app)
+        return ServeASGI(self.generate, app)
 
     async def _generate_elsewhere(self, request: Request) -> Response:  # pragma: no cover - routed ahead
         raise RuntimeError("POST to a generate route reached Starlette: ServeASGI routes it first")
 
     def _client_error(self, exc: BaseException) -> OpenAIError:
-        if isinstance(exc, OpenAIError):
-            return exc
-        return client_error_to_openai(exc, bool(getattr(self.client, "healthy", True)))
+        """A client failure as the OpenAI error the abort routes answer (the generate routes' mapping)."""
+        return self.generate.client_error(exc)
 
     # ------------------------------------------------------------------ info routes
     async def models(self, request: Request) -> Response:
