@@ -66,7 +66,7 @@ async def storm(streams: int, engines: int, *, idle_bound_ms: float = 200.0, adm
         async def counting_send(rank: int, frames: list[bytes]) -> None:
             # instrumentation: see every ABORT as it leaves the client, with its ids
             if bytes(frames[0]) == b"\x01":
-                aborts[rank].append((loop.time(), list(decode_input(frames).request_ids)))
+                aborts[rank].append((loop.time(), list(decode_input(frames))))
             await send(rank, frames)
 
         client._put = counting_send  # type: ignore[method-assign]

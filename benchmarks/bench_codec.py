@@ -81,23 +81,19 @@ def cases() -> list[dict[str, Any]]:
     out = []
 
     def add(name: str, frames: list[bytes], ecp_dec: Callable, typ: Any, payload: int,
-            ecp_enc: Callable | None, encode_arg: Callable[[Any], Any] | None = None) -> None:
-        msg = ecp_dec(frames if payload >= 0 else frames[0])
-        body = encode_arg(msg) if encode_arg else msg
+            ecp_enc: Callable | None) -> None:
+        msg = ecp_dec(frames if payload >= 0 else frames[0])  # what ecp decodes is what both encode
         out.append({"name": name, "frames": frames, "bytes": sum(len(f) for f in frames),
                     "ecp_decode": ecp_dec, "bare_decode": _bare(typ), "payload": payload,
-                    "msg": msg, "body": body, "ecp_encode": ecp_enc, "bare_encode": enc})
-
-    def request_of(m: Any) -> Any:
-        return m.request
+                    "msg": msg, "body": msg, "ecp_encode": ecp_enc, "bare_encode": enc})
 
     add("ADD python-frontend (golden 3b)", _vector(vs, lambda v: v.name.startswith("3b.")).frames,
-        spec.decode_input, EngineCoreRequest, 1, spec.encode_input, request_of)
+        spec.decode_input, EngineCoreRequest, 1, spec.encode_input)
     add("ADD vllm-rs (float32, fixmap)",
         _vector(vs, lambda v: v.producer == "vllm-rs" and v.kind == "add").frames,
-        spec.decode_input, EngineCoreRequest, 1, spec.encode_input, request_of)
+        spec.decode_input, EngineCoreRequest, 1, spec.encode_input)
     add("ADD 512-token prompt", spec.encode_add(_add_512()), spec.decode_input, EngineCoreRequest, 1,
-        spec.encode_input, request_of)
+        spec.encode_input)
     step = _vector(vs, lambda v: v.producer == "python-engine" and v.kind == "outputs"
                    and len(v.frames[0]) > 600 and v.value[1])
     add("outputs step + stats, 1 stream", step.frames, spec.decode_outputs, EngineCoreOutputs, 0,
@@ -111,15 +107,10 @@ def cases() -> list[dict[str, Any]]:
     add("utility reply (31 B)", _vector(vs, lambda v: "is_sleeping -> False" in v.name).frames,
         spec.decode_outputs, EngineCoreOutputs, 0, spec.encode_outputs)
 
-    def call_of(m: Any) -> Any:
-        return m.call
-
     utility = _vector(vs, lambda v: v.kind == "utility" and v.producer == "python-frontend")
-    add("UTILITY call (input)", utility.frames[-2:], spec.decode_input, UtilityRequest, 1, spec.encode_input,
-        call_of)
+    add("UTILITY call (input)", utility.frames[-2:], spec.decode_input, UtilityRequest, 1, spec.encode_input)
     abort = _vector(vs, lambda v: v.kind == "abort" and v.producer == "python-frontend")
-    add("ABORT", abort.frames[-2:], spec.decode_input, list[str], 1, spec.encode_input,
-        lambda m: m.request_ids)
+    add("ABORT", abort.frames[-2:], spec.decode_input, list[str], 1, spec.encode_input)
     for kind, decode, typ in (("hello", spec.decode_handshake, Hello | Ready),
                               ("ready", spec.decode_handshake, Hello | Ready),
                               ("init", spec.decode_init, EngineHandshakeMetadata),
@@ -192,45 +183,6 @@ def measure(rounds: int, target_s: float) -> list[dict[str, Any]]:
     return rows
 
 
-def floors(rounds: int, target_s: float) -> list[dict[str, Any]]:
-    """For the input messages: what ecp's public result type alone costs over the bare
-    receiver, with no limit, no check and no dispatch. Decode: the bare decode plus building
-    the ``AddMessage``/``UtilityMessage``/``AbortMessage`` that ``decode_input`` returns;
-    encode: reading the body out of that message plus the bare encode. A ratio above the bound
-    here is a floor no implementation of this API can go under."""
-    rows = []
-    for c in cases():
-        if c["payload"] != 1:
-            continue
-        frames, msg, bare_dec, enc = c["frames"], c["msg"], c["bare_decode"], c["bare_encode"]
-        wrap, field = type(msg), msg.__struct_fields__[0]
-        decoders = {frames[0]: bare_dec}
-
-        def bare_decode(fr: list[bytes], decoders: dict = decoders) -> Any:
-            return fr[0], decoders[fr[0]](fr[1])
-
-        def floor_decode(fr: list[bytes], decoders: dict = decoders, wrap: Any = wrap) -> Any:
-            type_frame, payload = fr
-            return wrap(decoders[type_frame](payload))
-
-        def bare_encode(body: Any, e: Callable = enc, first: list[bytes] = frames[:1]) -> list[bytes]:
-            return [*first, e(body)]
-
-        # one function per wrapper, so that the body is read as a plain attribute
-        floor_encode = {
-            "request": lambda m, e=enc, t=frames[0]: [t, e(m.request)],
-            "call": lambda m, e=enc, t=frames[0]: [t, e(m.call)],
-            "request_ids": lambda m, e=enc, t=frames[0]: [t, e(m.request_ids)],
-        }[field]
-
-        # the floor builds exactly what ecp returns and sends
-        assert floor_decode(frames) == msg and floor_encode(msg) == c["ecp_encode"](msg), c["name"]
-        rows.append({"message": c["name"],
-                     "decode": _pair(floor_decode, frames, bare_decode, frames, rounds, target_s),
-                     "encode": _pair(floor_encode, msg, bare_encode, c["body"], rounds, target_s)})
-    return rows
-
-
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -250,19 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--round-ms", type=float, default=0.3, help="length of one timed batch, ms")
     ap.add_argument("--bound", type=float, default=BOUND, help="largest ecp/msgspec ratio accepted")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
-    ap.add_argument("--floors", action="store_true",
-                    help="instead: the cost of the input messages' result type alone (see floors())")
     args = ap.parse_args(argv)
-    if args.floors:
-        print(f"# {machine()}")
-        print("# floor = bare msgspec + the wrapper message ecp's API returns/takes, nothing else")
-        print(f"{'message':<36} | {'floor dec':>9} {'msgspec':>9} {'ratio':>6} | "
-              f"{'floor enc':>9} {'msgspec':>9} {'ratio':>6}")
-        for r in floors(args.rounds, args.round_ms / 1000):
-            d, e = r["decode"], r["encode"]
-            print(f"{r['message']:<36} | {d['ecp_ns']:>9.0f} {d['bare_ns']:>9.0f} {d['ratio']:>5.2f}x | "
-                  f"{e['ecp_ns']:>9.0f} {e['bare_ns']:>9.0f} {e['ratio']:>5.2f}x")
-        return 0
     rows = measure(args.rounds, args.round_ms / 1000)
     worst = max(max(r["decode"]["ratio"], r["encode"]["ratio"]) for r in rows)
     if args.json:

@@ -28,7 +28,7 @@ def _engine_main(handshake_address: str, mode: str, n: int, steps: int, tokens: 
     import zmq
 
     from ecp.spec import (
-        AbortMessage, AddMessage, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, FinishReason,
+        EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest, FinishReason,
         Hello, Ready, decode_input, encode_outputs,
     )
     from ecp.spec.machine import EngineConnection, EngineHello, EngineReady, Registration
@@ -57,8 +57,8 @@ def _engine_main(handshake_address: str, mode: str, n: int, steps: int, tokens: 
     ids = []
     while len(ids) < n:
         msg = decode_input(dealer.recv_multipart())
-        assert isinstance(msg, AddMessage)
-        ids.append(msg.request.request_id)
+        assert isinstance(msg, EngineCoreRequest)
+        ids.append(msg.request_id)
     conn.send("added")
     if mode == "dispatch":
         tok = list(range(tokens))
@@ -73,13 +73,13 @@ def _engine_main(handshake_address: str, mode: str, n: int, steps: int, tokens: 
         for phase in range(2):  # auto-abort burst, then explicit abort
             if phase == 1:
                 for _ in range(n):
-                    assert isinstance(decode_input(dealer.recv_multipart()), AddMessage)
+                    assert isinstance(decode_input(dealer.recv_multipart()), EngineCoreRequest)
                 conn.send("added")
             seen, messages = 0, 0
             while seen < n:
                 msg = decode_input(dealer.recv_multipart())
-                assert isinstance(msg, AbortMessage)
-                seen += len(msg.request_ids)
+                assert isinstance(msg, list)  # an ABORT: the request ids
+                seen += len(msg)
                 messages += 1
             conn.send((time.monotonic(), seen, messages))
     conn.recv()  # done

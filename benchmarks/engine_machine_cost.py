@@ -42,7 +42,7 @@ def run(way: str, seconds: float, concurrency: int) -> tuple[float, float]:
             for event in machine.receive("input[0]", frames):
                 core.add_request(event.request, 0, duplicate=event.duplicate)
         else:
-            core.add_request(decode_input(frames).request, 0)
+            core.add_request(decode_input(frames), 0)
 
     for _ in range(concurrency):
         submit()

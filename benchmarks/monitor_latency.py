@@ -42,7 +42,7 @@ def _engine_main(handshake_address: str) -> None:
     import zmq
 
     from ecp.spec import (
-        AbortMessage, AddMessage, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, FinishReason, Hello, Ready,
+        EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest, FinishReason, Hello, Ready,
         decode_init, decode_input, encode_handshake, encode_outputs,
     )
 
@@ -67,11 +67,11 @@ def _engine_main(handshake_address: str) -> None:
     hs.send(encode_handshake(Ready(local=False, headless=True)))
     while True:
         msg = decode_input(dealer.recv_multipart())
-        if isinstance(msg, AbortMessage) and msg.request_ids == [STOP]:
+        if msg == [STOP]:  # an ABORT of the stop id
             break
-        if isinstance(msg, AddMessage):
+        if isinstance(msg, EngineCoreRequest):
             out = EngineCoreOutputs(engine_index=0, outputs=[EngineCoreOutput(
-                msg.request.request_id, [7], finish_reason=FinishReason.LENGTH)], timestamp=time.time())
+                msg.request_id, [7], finish_reason=FinishReason.LENGTH)], timestamp=time.time())
             push.send_multipart(encode_outputs(out))
     ctx.destroy(linger=1000)
 

@@ -46,37 +46,31 @@ Frame = Union[bytes, bytearray, memoryview]
 
 
 # --------------------------------------------------------------------------- messages
-# Immutable msgspec structs (not dataclasses): the decoder builds one per message,
-# and a struct is the cheapest Python object to build.
-class AddMessage(msgspec.Struct, frozen=True, gc=False):
-    """ADD: ``[0x00, EngineCoreRequest, *aux]``."""
+#: An input message as :func:`decode_input` returns it and :func:`encode_input` takes it: the
+#: payload itself, whose class names the request type (an ABORT is its list of request ids).
+#: No wrapper: on a receiver's hot path a wrapper object per message costs a quarter of what
+#: msgspec takes to decode a small one, and the class already says what the type frame said.
+InputMessage = Union[EngineCoreRequest, list[str], UtilityRequest, StartDPWave]
 
-    request: EngineCoreRequest
-    type: ClassVar[RequestType] = RequestType.ADD
-
-
-class AbortMessage(msgspec.Struct, frozen=True, gc=False):
-    """ABORT: ``[0x01, [request_id, …]]``."""
-
-    request_ids: list[str]
-    type: ClassVar[RequestType] = RequestType.ABORT
+_INPUT_CLASSES = {EngineCoreRequest: RequestType.ADD, list: RequestType.ABORT, tuple: RequestType.ABORT,
+                  UtilityRequest: RequestType.UTILITY, StartDPWave: RequestType.START_DP_WAVE}
 
 
-class UtilityMessage(msgspec.Struct, frozen=True, gc=False):
-    """UTILITY: ``[0x03, [client_index, call_id, method_name, args]]``."""
+def request_type_of(message: Any) -> RequestType:
+    """The request type an input message travels as (its type frame).
 
-    call: UtilityRequest
-    type: ClassVar[RequestType] = RequestType.UTILITY
-
-
-class StartDPWaveMessage(msgspec.Struct, frozen=True, gc=False):
-    """START_DP_WAVE: ``[0x02, [wave, exclude_engine_index]]``."""
-
-    wave: StartDPWave
-    type: ClassVar[RequestType] = RequestType.START_DP_WAVE
-
-
-InputMessage = Union[AddMessage, AbortMessage, UtilityMessage, StartDPWaveMessage]
+    Raises :class:`~ecp.spec.errors.LocalProtocolError` for anything that is not
+    an input message.
+    """
+    try:
+        return _INPUT_CLASSES[type(message)]
+    except KeyError:
+        for cls, rtype in _INPUT_CLASSES.items():
+            if isinstance(message, cls):
+                return rtype
+    raise LocalProtocolError(f"not an input message: {type(message).__name__}", clause="ECP-FRAME-1",
+                             expected="EngineCoreRequest, list of request ids, UtilityRequest or StartDPWave",
+                             got=type(message).__name__)
 
 
 class EngineDead:
@@ -386,84 +380,82 @@ _ADD, _ABORT, _UTILITY, _WAVE = (t.value for t in (RequestType.ADD, RequestType.
 
 
 def encode_input(msg: InputMessage) -> list[bytes]:
-    """Frames for an engine's input DEALER: ``[type, payload, *aux]`` (no identity)."""
+    """Frames for an engine's input DEALER: ``[type, payload, *aux]`` (no identity).
+
+    ``msg`` is the payload; its class picks the request type (:func:`request_type_of`).
+    """
     cls = msg.__class__  # (measurably cheaper than type(msg) here)
     try:  # the common case, no tensor inside: msgspec alone (a tensor makes this encoder refuse)
         # smallest messages first: a type test weighs most on them
-        if cls is AbortMessage:
-            return [_ABORT, _PLAIN_ENCODE(msg.request_ids)]
-        if cls is UtilityMessage:
-            return [_UTILITY, _PLAIN_ENCODE(msg.call)]
-        if cls is AddMessage:
-            return [_ADD, _PLAIN_ENCODE(msg.request)]
-        if cls is StartDPWaveMessage:
-            return [_WAVE, _PLAIN_ENCODE(msg.wave)]
+        if cls is list:
+            return [_ABORT, _PLAIN_ENCODE(msg)]
+        if cls is UtilityRequest:
+            return [_UTILITY, _PLAIN_ENCODE(msg)]
+        if cls is EngineCoreRequest:
+            return [_ADD, _PLAIN_ENCODE(msg)]
+        if cls is StartDPWave:
+            return [_WAVE, _PLAIN_ENCODE(msg)]
     except _ENCODE_FAILURES:
         pass
-    if isinstance(msg, AddMessage):
-        body: Any = msg.request
-    elif isinstance(msg, AbortMessage):
-        body = list(msg.request_ids)
-    elif isinstance(msg, UtilityMessage):
-        body = msg.call
-    elif isinstance(msg, StartDPWaveMessage):
-        body = msg.wave
-    else:
-        raise LocalProtocolError(f"not an input message: {type(msg).__name__}", clause="ECP-FRAME-1",
-                                 got=type(msg).__name__)
-    return [msg.type.value, *encode_payload(body)]
+    rtype = request_type_of(msg)
+    if rtype is RequestType.ABORT:
+        msg = list(msg)
+    return [rtype.value, *encode_payload(msg)]
 
 
 def encode_add(request: EngineCoreRequest) -> list[bytes]:
-    return encode_input(AddMessage(request))
+    return encode_input(request)
 
 
 def encode_abort(request_ids: Sequence[str]) -> list[bytes]:
-    return encode_input(AbortMessage(list(request_ids)))
+    return encode_input(list(request_ids))
 
 
 def encode_utility(client_index: int, call_id: int, method_name: str, args: Sequence[Any] = ()) -> list[bytes]:
     if not 0 <= call_id < 2**64:
         raise LocalProtocolError(f"call id {call_id} is not a u64", clause="ECP-UTIL-1",
                                  expected="0 <= call_id < 2**64", got=call_id)
-    return encode_input(UtilityMessage(UtilityRequest(client_index, call_id, method_name, list(args))))
+    return encode_input(UtilityRequest(client_index, call_id, method_name, list(args)))
 
 
 def encode_start_dp_wave(wave: int, exclude_engine_index: int | None = None) -> list[bytes]:
-    return encode_input(StartDPWaveMessage(StartDPWave(wave, exclude_engine_index)))
+    return encode_input(StartDPWave(wave, exclude_engine_index))
 
 
 _INPUT_DECODERS = {
-    RequestType.ADD: (_DEC_REQUEST, AddMessage, "ECP-REQ-1"),
-    RequestType.ABORT: (_DEC_ABORT, AbortMessage, "ECP-ABORT-1"),
-    RequestType.UTILITY: (_DEC_UTILITY, UtilityMessage, "ECP-UTIL-1"),
-    RequestType.START_DP_WAVE: (_DEC_WAVE, StartDPWaveMessage, "ECP-DP-4"),
+    RequestType.ADD: (_DEC_REQUEST, "ECP-REQ-1"),
+    RequestType.ABORT: (_DEC_ABORT, "ECP-ABORT-1"),
+    RequestType.UTILITY: (_DEC_UTILITY, "ECP-UTIL-1"),
+    RequestType.START_DP_WAVE: (_DEC_WAVE, "ECP-DP-4"),
 }
-# type frame -> (decode, message class), for two-frame messages; message class -> its decoder
-# and the depth check of its untyped values (looked up only for frames long enough to need it)
-_DEC_OF = {wrap: dec for dec, wrap, _ in _INPUT_DECODERS.values()}
-_INPUT_FAST = {rtype.value: (dec.decode, wrap) for rtype, (dec, wrap, _) in _INPUT_DECODERS.items()}
-_CHECK_OF = {wrap: _checker(dec) for wrap, dec in _DEC_OF.items()}
+# type frame -> msgspec's decode, for two-frame messages; decode -> its decoder, and the depth
+# check of its untyped values (looked up only for frames long enough to need it)
+_INPUT_FAST = {rtype.value: dec.decode for rtype, (dec, _) in _INPUT_DECODERS.items()}
+_DEC_OF = {dec.decode: dec for dec, _ in _INPUT_DECODERS.values()}
+_CHECK_OF = {dec.decode: _checker(dec) for dec, _ in _INPUT_DECODERS.values()}
 
 
 def decode_input(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMITS,
                  frame_offset: int = 0) -> InputMessage:
     """Decode the frames an engine DEALER received: ``[type, payload, *aux]``.
 
-    Raises :class:`FrameCountError`, :class:`UnknownRequestType`,
+    Returns the payload, typed by the type frame: an :class:`EngineCoreRequest`
+    (ADD), a ``list[str]`` of request ids (ABORT), a :class:`UtilityRequest`
+    (UTILITY) or a :class:`StartDPWave` (START_DP_WAVE). Raises
+    :class:`FrameCountError`, :class:`UnknownRequestType`,
     :class:`DecodeError` (and subclasses); never anything else.
     """
     # Hot path, inline because it costs a fraction of a microsecond; see decode_payload.
     try:
         type_frame, payload = frames  # anything but two frames takes the careful path
-        decode, wrap = _INPUT_FAST[type_frame]
+        decode = _INPUT_FAST[type_frame]
     except (ValueError, KeyError, TypeError):
         pass
     else:
         # (every name and test here is measurable on a 100 ns message: no temporaries)
         if len(payload) <= limits._depth_free:
             try:
-                return wrap(decode(payload))
+                return decode(payload)
             except Exception:
                 pass
         elif len(payload) <= limits._walk_free:
@@ -472,10 +464,10 @@ def decode_input(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMITS,
             except Exception:
                 pass
             else:
-                check = _CHECK_OF[wrap]
+                check = _CHECK_OF[decode]
                 if check is None or not check(body, limits.max_depth):
-                    return wrap(body)
-                raise _too_deep(_DEC_OF[wrap], body, limits, 1 + frame_offset)
+                    return body
+                raise _too_deep(_DEC_OF[decode], body, limits, 1 + frame_offset)
     _check_frame_count(frames, 2, limits, "an input message", "ECP-FRAME-1")
     type_frame = bytes(frames[0])
     try:
@@ -488,13 +480,12 @@ def decode_input(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMITS,
             clause="ECP-FRAME-1", frame_index=frame_offset,
             expected="one byte 00..03", got=type_frame[:8].hex(),
         )
-    decoder, wrap, clause = _INPUT_DECODERS[rtype]
+    decoder, clause = _INPUT_DECODERS[rtype]
     if rtype is not RequestType.ADD and len(frames) != 2:
         raise FrameCountError(f"{rtype.name} carries exactly 2 frames, got {len(frames)}",
                               clause="ECP-FRAME-1", expected="2 frames", got=len(frames))
-    body = decode_payload(decoder, frames, payload_index=1, clause=clause, limits=limits,
+    return decode_payload(decoder, frames, payload_index=1, clause=clause, limits=limits,
                           frame_offset=frame_offset)
-    return wrap(body)
 
 
 # --------------------------------------------------------------------------- output side

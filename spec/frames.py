@@ -33,7 +33,7 @@ from typing import Any, Sequence
 import msgspec
 
 from .codec import (
-    ENGINE_DEAD, AbortMessage, AddMessage, EngineDead, Frame, StartDPWaveMessage, UtilityMessage,
+    ENGINE_DEAD, EngineDead, Frame, request_type_of,
     decode_coordinator_publication, decode_handshake, decode_init, decode_input, decode_outputs, decode_ready_response, encode_handshake,
     encode_input, encode_outputs, to_builtins,
 )
@@ -44,8 +44,8 @@ from .limits import DEFAULT_LIMITS, DecodeLimits
 
 DIRECTIONS = ("input", "output", "handshake", "init", "ready", "coordinator", "auto")
 
-INPUT_KINDS = {AddMessage: "add", AbortMessage: "abort", StartDPWaveMessage: "start_dp_wave",
-               UtilityMessage: "utility"}
+INPUT_KINDS = {RequestType.ADD: "add", RequestType.ABORT: "abort", RequestType.START_DP_WAVE: "start_dp_wave",
+               RequestType.UTILITY: "utility"}
 KIND_DIRECTION = {"add": "input", "abort": "input", "start_dp_wave": "input", "utility": "input",
                   "outputs": "output", "engine_dead": "output", "hello": "handshake",
                   "ready": "handshake", "init": "init", "ready_response": "ready",
@@ -56,11 +56,11 @@ KIND_DIRECTION = {"add": "input", "abort": "input", "start_dp_wave": "input", "u
 class Decoded:
     """One decoded multipart message.
 
-    ``message`` is what the codec returned (an ``AddMessage``, an
-    ``EngineCoreOutputs``, a ``Hello``, ``ENGINE_DEAD``, ``None`` for an empty
-    ready payload, …); ``body`` is the typed payload inside it (the
-    ``EngineCoreRequest`` of an ADD, the id list of an ABORT) and ``value``
-    its JSON view (:func:`~ecp.spec.codec.to_builtins`).
+    ``message`` is what the codec returned (an ``EngineCoreRequest`` for an
+    ADD, the id list of an ABORT, an ``EngineCoreOutputs``, a ``Hello``,
+    ``ENGINE_DEAD``, ``None`` for an empty ready payload, …); ``body`` is the
+    same value with ``ENGINE_DEAD`` as ``None``, and ``value`` its JSON view
+    (:func:`~ecp.spec.codec.to_builtins`).
     """
 
     kind: str
@@ -71,17 +71,7 @@ class Decoded:
     @property
     def body(self) -> Any:
         m = self.message
-        if isinstance(m, AddMessage):
-            return m.request
-        if isinstance(m, AbortMessage):
-            return m.request_ids
-        if isinstance(m, UtilityMessage):
-            return m.call
-        if isinstance(m, StartDPWaveMessage):
-            return m.wave
-        if isinstance(m, EngineDead):
-            return None
-        return m
+        return None if isinstance(m, EngineDead) else m
 
     @property
     def value(self) -> Any:
@@ -128,7 +118,7 @@ def _single(frames: Sequence[Frame], what: str) -> Frame:
 
 def _kind_of(direction: str, message: Any) -> str:
     if direction == "input":
-        return INPUT_KINDS[type(message)]
+        return INPUT_KINDS[request_type_of(message)]
     if direction == "output":
         return "engine_dead" if message is ENGINE_DEAD else "outputs"
     if direction == "handshake":
@@ -202,7 +192,7 @@ def decode_frames(frames: Sequence[Frame], direction: str = "auto",
                 msg = decode_input((rtype.value, frames[0]), limits)
             except ProtocolError:
                 continue
-            return Decoded(INPUT_KINDS[type(msg)], "input", msg, (rtype.value, frames[0]))
+            return Decoded(INPUT_KINDS[request_type_of(msg)], "input", msg, (rtype.value, frames[0]))
     assert first_error is not None
     raise first_error
 

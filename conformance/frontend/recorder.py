@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ecp.spec import AbortMessage, AddMessage, EngineCoreRequest, ProtocolError, UtilityMessage
+from ecp.spec import EngineCoreRequest, ProtocolError, UtilityRequest
 
 #: undecodable records kept as evidence per case; more are only counted
 MAX_UNDECODABLE = 100
@@ -98,23 +98,23 @@ class Recorder:
     def adds(self, *, include_notices: bool = True) -> list[tuple[FrameRecord, EngineCoreRequest]]:
         out = []
         for r in self.inputs():
-            if isinstance(r.message, AddMessage):
-                if include_notices or not r.message.request.abort_immediately:
-                    out.append((r, r.message.request))
+            if isinstance(r.message, EngineCoreRequest):
+                if include_notices or not r.message.abort_immediately:
+                    out.append((r, r.message))
         return out
 
     def add_ids(self) -> list[str]:
         return [req.request_id for _, req in self.adds(include_notices=False)]
 
     def aborts(self) -> list[tuple[FrameRecord, list[str]]]:
-        return [(r, r.message.request_ids) for r in self.inputs() if isinstance(r.message, AbortMessage)]
+        return [(r, r.message) for r in self.inputs() if isinstance(r.message, list)]
 
     def aborted_ids(self) -> list[str]:
         return [rid for _, ids in self.aborts() for rid in ids]
 
     def utilities(self, method: str | None = None) -> list[tuple[FrameRecord, Any]]:
-        return [(r, r.message.call) for r in self.inputs() if isinstance(r.message, UtilityMessage)
-                and (method is None or r.message.call.method_name == method)]
+        return [(r, r.message) for r in self.inputs() if isinstance(r.message, UtilityRequest)
+                and (method is None or r.message.method_name == method)]
 
     def decode_errors(self) -> list[FrameRecord]:
         return [r for r in self.records if r.direction == "in" and r.error is not None]

@@ -30,8 +30,8 @@ import zmq
 import zmq.asyncio
 
 from ecp.spec import (
-    AbortMessage, AddMessage, EngineCoreOutputs, EngineHandshakeMetadata, Hello, ProtocolError, Ready,
-    UtilityMessage, UtilityOutput, UtilityResult, decode_input, encode_engine_dead, encode_handshake,
+    EngineCoreOutputs, EngineCoreRequest, EngineHandshakeMetadata, Hello, ProtocolError, Ready,
+    UtilityOutput, UtilityRequest, UtilityResult, decode_input, encode_engine_dead, encode_handshake,
     encode_payload, engine_identity,
 )
 
@@ -321,13 +321,13 @@ class ScriptedEngine:
             await self._handle(message)
 
     async def _handle(self, message: Any) -> None:
-        if isinstance(message, AddMessage):
-            await self._send_step(self.generation.add(message.request))
+        if isinstance(message, EngineCoreRequest):
+            await self._send_step(self.generation.add(message))
             self._wake.set()
-        elif isinstance(message, AbortMessage):
-            await self._send_step(self.generation.abort(message.request_ids))
-        elif isinstance(message, UtilityMessage):
-            call = message.call
+        elif isinstance(message, list):  # ABORT: the request ids
+            await self._send_step(self.generation.abort(message))
+        elif isinstance(message, UtilityRequest):
+            call = message
             for notice_id in self.script.notice_call_ids:   # ECP-UTIL-12: replies nobody asked for
                 await self._send(call.client_index, EngineCoreOutputs(
                     engine_index=self.rank, timestamp=time.monotonic(),

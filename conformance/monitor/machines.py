@@ -19,8 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ecp.spec import AbortMessage, AddMessage, engine_identity
-from ecp.spec.codec import StartDPWaveMessage, UtilityMessage
+from ecp.spec import engine_identity
 from ecp.spec.machine import (
     Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineDead, EngineHello, EngineReady,
     FrontendConnection, Init, Outputs, Registration, StartWave, UtilityCall,
@@ -40,13 +39,13 @@ def _kind_and_message(event: Any) -> tuple[str, Any]:
     if isinstance(event, Outputs):
         return "outputs", event.outputs
     if isinstance(event, Add):
-        return "add", AddMessage(event.request)
+        return "add", event.request
     if isinstance(event, Abort):
-        return "abort", AbortMessage(list(event.request_ids))
+        return "abort", list(event.request_ids)
     if isinstance(event, UtilityCall):
-        return "utility", UtilityMessage(event.call)
+        return "utility", event.call
     if isinstance(event, StartWave):
-        return "start_dp_wave", StartDPWaveMessage(event.wave)
+        return "start_dp_wave", event.wave
     kind = {EngineHello: "hello", EngineReady: "ready", Registration: "ready_response", Init: "init",
             EngineDead: "engine_dead", CoordinatorSubscribe: "subscription",
             CoordinatorReady: "coordinator_ready"}.get(type(event), "unknown")

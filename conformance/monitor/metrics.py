@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from ecp.spec import AbortMessage, AddMessage, EngineCoreOutputs
+from ecp.spec import EngineCoreOutputs, EngineCoreRequest
 
 from .observed import Observed
 
@@ -78,14 +78,14 @@ class Metrics:
             self.bytes_total += sum(len(f) for f in msg.frames)
             self.engines.add(msg.rank)
             if message is not None:
-                self._track(msg.rank, message)
+                self._track(msg.rank, kind, message)
 
-    def _track(self, rank: int | None, m: Any) -> None:
-        if isinstance(m, AddMessage):
-            if not m.request.abort_immediately:  # a rejection notice opens nothing (ECP-REJECT-1)
-                self._open.add((rank, m.request.request_id))
-        elif isinstance(m, AbortMessage):
-            for rid in m.request_ids:
+    def _track(self, rank: int | None, kind: str, m: Any) -> None:
+        if isinstance(m, EngineCoreRequest):
+            if not m.abort_immediately:  # a rejection notice opens nothing (ECP-REJECT-1)
+                self._open.add((rank, m.request_id))
+        elif kind == "abort":  # the request ids
+            for rid in m:
                 self._open.discard((rank, rid))
         elif isinstance(m, EngineCoreOutputs):
             for o in m.outputs:

@@ -74,8 +74,8 @@ class Verdict:
 
     kind: str
     findings: tuple[Finding, ...] = ()
-    #: the decoded message as the codec returns it (``AddMessage``, ``AbortMessage``,
-    #: ``EngineCoreOutputs``, ...), for the counters; ``None`` when there is none
+    #: the decoded message as the codec returns it (an ``EngineCoreRequest`` for an ADD, the id
+    #: list of an ABORT, ``EngineCoreOutputs``, ...), for the counters; ``None`` when there is none
     message: Any = None
 
 

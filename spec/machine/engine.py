@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..codec import (
-    ENGINE_DEAD, AbortMessage, AddMessage, StartDPWaveMessage, UtilityMessage, decode_handshake, decode_init,
-    decode_input, decode_outputs, encode_engine_dead, encode_handshake, encode_outputs,
+    ENGINE_DEAD, decode_handshake, decode_init, decode_input, decode_outputs, encode_engine_dead, encode_handshake, encode_outputs,
 )
+from ..control import StartDPWave, UtilityRequest
 from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
 from ..handshake import COORDINATOR_READY, XSUB_SUBSCRIBE, EngineHandshakeMetadata, Ready
 from ..recover import recover_add_frames
+from ..request import EngineCoreRequest
 from .connection import IN_FLIGHT_STATES, EngineView, Mode, _Checker, _Connection
 from .events import (
     COORDINATOR, Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineDead, EngineHello, EngineReady, Event,
@@ -69,15 +70,15 @@ class EngineConnection(_Connection):
             except RemoteProtocolError as exc:
                 self._remote(exc, socket, frames, self.rank)
                 return []
-            if not isinstance(msg, StartDPWaveMessage):
+            if not isinstance(msg, StartDPWave):
                 self._remote(RemoteProtocolError(
                     f"the coordinator sent {type(msg).__name__}; it only publishes START_DP_WAVE",
                     clause="ECP-DP-4", got=type(msg).__name__), socket, frames, self.rank)
                 return []
             chk = _Checker(self, local=False)
-            self._on_start_wave(chk, view, msg.wave)
+            self._on_start_wave(chk, view, msg)
             chk.finish(socket, frames, self.rank)
-            return [StartWave(self.rank, msg.wave, COORDINATOR)]
+            return [StartWave(self.rank, msg, COORDINATOR)]
         if kind != "input":
             raise LocalProtocolError(f"an engine receives nothing on {socket!r}", clause="ECP-SOCK-3", got=socket)
         try:
@@ -95,20 +96,20 @@ class EngineConnection(_Connection):
             self._remote(exc, socket, frames, self.rank)
             return []
         chk = _Checker(self, local=False)
-        if isinstance(msg, AddMessage):
-            req = msg.request
+        if isinstance(msg, EngineCoreRequest):
+            req = msg
             duplicate = view.request_state(req.request_id) in IN_FLIGHT_STATES
             self._on_add(chk, view, req.request_id, req.client_index, self._add_key(view, req), req.current_wave)
             event: Event = Add(self.rank, req, client, duplicate)
-        elif isinstance(msg, AbortMessage):
-            self._on_abort(chk, view, msg.request_ids)
-            event = Abort(self.rank, msg.request_ids, client)
-        elif isinstance(msg, UtilityMessage):
-            self._on_utility_call(chk, view, msg.call)
-            event = UtilityCall(self.rank, msg.call, client)
+        elif isinstance(msg, list):  # ABORT: the request ids
+            self._on_abort(chk, view, msg)
+            event = Abort(self.rank, msg, client)
+        elif isinstance(msg, UtilityRequest):
+            self._on_utility_call(chk, view, msg)
+            event = UtilityCall(self.rank, msg, client)
         else:
-            self._on_start_wave(chk, view, msg.wave)
-            event = StartWave(self.rank, msg.wave, client)
+            self._on_start_wave(chk, view, msg)
+            event = StartWave(self.rank, msg, client)
         chk.finish(socket, frames, self.rank)
         return [event]
 

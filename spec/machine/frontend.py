@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..codec import (
-    ENGINE_DEAD, AbortMessage, AddMessage, StartDPWaveMessage, UtilityMessage, decode_handshake, decode_init,
+    ENGINE_DEAD, decode_handshake, decode_init,
     decode_input, decode_outputs, decode_ready_response, encode_abort, encode_add, encode_handshake, encode_input,
     encode_utility,
 )
+from ..control import StartDPWave, UtilityRequest
 from ..limits import DEFAULT_LIMITS, DecodeLimits
 from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
 from ..handshake import COORDINATOR_READY, XSUB_SUBSCRIBE, EngineHandshakeMetadata, Hello, rank_of_identity
 from ..recover import recover_add_frames
+from ..request import EngineCoreRequest
 from .connection import ABORT_ROWS, EngineView, Mode, _Checker, _Connection
 from .events import (
     COORDINATOR, Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineDead, EngineHello, EngineReady, Event,
@@ -230,7 +232,7 @@ class FrontendConnection(_Connection):
         if isinstance(event, CoordinatorReady):
             return self._send_gate(local=True)
         if isinstance(event, StartWave) and event.client == COORDINATOR:
-            frames = encode_input(StartDPWaveMessage(event.wave))
+            frames = encode_input(event.wave)
             for view in self.engines.values():
                 chk = _Checker(self, local=True)
                 self._on_start_wave(chk, view, event.wave)
@@ -270,7 +272,7 @@ class FrontendConnection(_Connection):
         elif isinstance(event, StartWave):
             client = event.client
             self._check_input(chk, view, client, "START_DP_WAVE")
-            frames = [view.identity, *encode_input(StartDPWaveMessage(event.wave))]
+            frames = [view.identity, *encode_input(event.wave)]
             self._on_start_wave(chk, view, event.wave)
         else:
             raise LocalProtocolError(f"a frontend does not send {type(event).__name__}", clause="ECP-SOCK-1",
@@ -314,9 +316,9 @@ class FrontendConnection(_Connection):
                     msg = decode_input(frames)
                 except ProtocolError:
                     msg = None
-                if isinstance(msg, StartDPWaveMessage):
+                if isinstance(msg, StartDPWave):
                     for view in self.engines.values():
-                        self._on_start_wave(chk, view, msg.wave)
+                        self._on_start_wave(chk, view, msg)
             chk.finish(socket, frames, None)
             return Send(socket, frames)
         if kind not in ("handshake", "input") or not frames or len(frames[0]) != 2:
@@ -341,14 +343,13 @@ class FrontendConnection(_Connection):
                              "Add(undecodable)", None)
             chk.finish(socket, frames, view.rank)
             return Send(socket, frames)
-        if isinstance(msg, AddMessage):
-            self._on_add(chk, view, msg.request.request_id, msg.request.client_index,
-                         self._add_key(view, msg.request), msg.request.current_wave)
-        elif isinstance(msg, AbortMessage):
-            self._on_abort(chk, view, msg.request_ids)
-        elif isinstance(msg, UtilityMessage):
-            self._on_utility_call(chk, view, msg.call)
-        elif isinstance(msg, StartDPWaveMessage):
-            self._on_start_wave(chk, view, msg.wave)
+        if isinstance(msg, EngineCoreRequest):
+            self._on_add(chk, view, msg.request_id, msg.client_index, self._add_key(view, msg), msg.current_wave)
+        elif isinstance(msg, list):  # ABORT: the request ids
+            self._on_abort(chk, view, msg)
+        elif isinstance(msg, UtilityRequest):
+            self._on_utility_call(chk, view, msg)
+        elif isinstance(msg, StartDPWave):
+            self._on_start_wave(chk, view, msg)
         chk.finish(socket, frames, view.rank)
         return Send(socket, frames)

@@ -18,7 +18,7 @@ import zmq.asyncio
 
 from ecp.spec import (
     EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, FinishReason, Hello, Ready,
-    UtilityMessage, UtilityOutput, UtilityResult, decode_input, encode_outputs, engine_identity,
+    UtilityOutput, UtilityRequest, UtilityResult, decode_input, encode_outputs, engine_identity,
 )
 from ecp.spec.machine import (
     CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineHello, EngineReady, Registration,
@@ -168,11 +168,11 @@ class ScriptedEngine:
         await self.push.send_multipart(frames)
 
     async def answer_utility(self, value: Any = None, failure: str | None = None,
-                             envelope: bool = True) -> UtilityMessage:
+                             envelope: bool = True) -> UtilityRequest:
         """Receive one UTILITY call and answer it."""
         got = await self.recv()
-        assert isinstance(got.message, UtilityMessage), got.message
-        call = got.message.call
+        assert isinstance(got.message, UtilityRequest), got.message
+        call = got.message
         result = UtilityResult(None, value) if envelope and failure is None else None
         await self.send(EngineCoreOutputs(engine_index=self.rank,
                                           utility_output=UtilityOutput(call.call_id, failure, result)))
@@ -182,7 +182,7 @@ class ScriptedEngine:
         methods = []
         for _ in range(count):
             got = await self.recv()
-            call = got.message.call
+            call = got.message
             methods.append(call.method_name)
             await self.send(EngineCoreOutputs(
                 engine_index=self.rank,

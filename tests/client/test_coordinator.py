@@ -45,13 +45,13 @@ def test_gate_then_wave_rebroadcast_and_stamping():
                                                                                         start_wave=4)))
             for e in engines:
                 frames = await asyncio.wait_for(e.xsub.recv_multipart(), 10)
-                wave = decode_input(frames).wave
+                wave = decode_input(frames)
                 assert (wave.wave, wave.exclude_engine_index) == (4, 1)
             assert client.current_wave == 4
             stream = await client.add(EngineCoreRequest("w", [1], None, SamplingParams(), None, time.time(), None,
                                                         None, 0))
             got = await engines[0].recv()
-            assert got.message.request.current_wave == 4
+            assert got.message.current_wave == 4
             await stream.aclose()
         finally:
             for e in engines:

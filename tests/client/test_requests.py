@@ -40,7 +40,7 @@ def test_duplicate_id_rejected_before_any_add():
             await engine.send_outputs(token_output("dup", [1], FinishReason.STOP))
             assert len([o async for o in s]) == 1
             await client.add(req("dup"))  # finished: the id may be reused
-            assert (await engine.recv()).message.request.request_id == "dup"
+            assert (await engine.recv()).message.request_id == "dup"
         finally:
             await stop(client, [engine])
 
@@ -58,7 +58,7 @@ def test_pinning_routing_and_stats_refinement():
             s = await client.add(req("pinned", rank=4))
             assert s.engine_rank == 4
             got = await engines[1].recv()
-            assert got.message.request.data_parallel_rank == 4
+            assert got.message.data_parallel_rank == 4
             # least loaded: engine 3 has 0 in flight, engine 4 has 1
             unpinned = [await client.add(req(f"u{i}")) for i in range(3)]
             assert [u.engine_rank for u in unpinned] == [3, 3, 4]  # 0/1 → 3, 1/1 → tie → 3, 2/1 → 4
@@ -91,7 +91,7 @@ def test_client_index_and_wave_are_stamped_in_bootstrapped_mode():
             r = req("stamped")
             await client.add(r)
             got = await engine.recv()
-            assert got.message.request.client_index == 3 and got.message.request.current_wave == 0
+            assert got.message.client_index == 3 and got.message.current_wave == 0
             assert r.client_index == 0  # the caller's object is not mutated
         finally:
             await stop(client, [engine])
@@ -111,7 +111,7 @@ def test_rejection_notification_bytes_match_vllm():
             payload = got.frames[1]
             assert len(payload) == len(VLLM_REJECTION_NOTICE) == 298
             # identical to vLLM's bytes except data_parallel_rank (1 here, nil in the dump) and arrival_time
-            sent = got.message.request
+            sent = got.message
             assert sent.abort_immediately and sent.prompt_token_ids == [0] and sent.data_parallel_rank == 1
             assert before <= sent.arrival_time <= time.time()
             t = VLLM_REJECTION_NOTICE.index(bytes.fromhex("cb41d954fc40200000"))

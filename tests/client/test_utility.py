@@ -27,24 +27,24 @@ def test_consensus_and_and_rules():
         try:
             value, calls = await call(client, engines, client.is_sleeping(), {0: True, 1: True})
             assert value is True
-            assert all(c.call.method_name == "is_sleeping" and c.call.args == [] for c in calls)
-            assert calls[0].call.call_id != calls[1].call.call_id  # one u64 call id per engine
+            assert all(c.method_name == "is_sleeping" and c.args == [] for c in calls)
+            assert calls[0].call_id != calls[1].call_id  # one u64 call id per engine
             exc, _ = await call(client, engines, client.is_sleeping(), {0: True, 1: False})
             assert isinstance(exc, InconsistentUtilityResults)
             assert exc.method == "is_sleeping" and exc.values == {0: True, 1: False} and exc.clause == "ECP-UTIL-4"
             value, _ = await call(client, engines, client.is_scheduler_paused(), {0: False, 1: False})
             assert value is False
             value, calls = await call(client, engines, client.reset_prefix_cache(), {0: True, 1: False})
-            assert value is False and calls[0].call.args == [False, False]
+            assert value is False and calls[0].args == [False, False]
             value, calls = await call(client, engines, client.reset_prefix_cache(True, True), {0: True, 1: True})
-            assert value is True and calls[1].call.args == [True, True]
+            assert value is True and calls[1].args == [True, True]
             value, calls = await call(client, engines, client.wake_up(["weights"]), {0: True, 1: False})
-            assert value is False and calls[0].call.args == [["weights"]]
+            assert value is False and calls[0].args == [["weights"]]
             value, calls = await call(client, engines, client.collective_rpc("f", None, [1], None),
                                       {0: ["a", "b"], 1: "c"})
-            assert value == ["a", "b", "c"] and calls[0].call.args == ["f", None, [1], None]
+            assert value == ["a", "b", "c"] and calls[0].args == ["f", None, [1], None]
             value, calls = await call(client, engines, client.sleep(1, "abort"), {0: None, 1: None})
-            assert value is None and calls[0].call.args == [1, "abort"]
+            assert value is None and calls[0].args == [1, "abort"]
             value, _ = await call(client, engines, client.get_supported_tasks(),
                                   {0: ["generate", "embed"], 1: ["generate"]})
             assert value == ("generate",)
@@ -95,7 +95,7 @@ def test_utility_waits_for_every_engine():
             assert not task.done()
             from ecp.spec import EngineCoreOutputs, UtilityOutput, UtilityResult
             await engines[1].send(EngineCoreOutputs(engine_index=1, utility_output=UtilityOutput(
-                got.message.call.call_id, None, UtilityResult(None, None))))
+                got.message.call_id, None, UtilityResult(None, None))))
             assert await task is None
         finally:
             await stop(client, engines)
@@ -111,7 +111,7 @@ def test_utility_wire_bytes_match_vllm():
             got = await engine.answer_utility(None)
             await task
             payload = engine.received[-1].frames[1]
-            call_id = got.call.call_id
+            call_id = got.call_id
             assert engine.received[-1].frames[0] == b"\x03"
             # [0, call_id (u64), "sleep", [1, "abort"]] as vLLM's encoder writes it
             assert 2**32 <= call_id < 2**64  # a uuid-derived u64, written cf + 8 bytes as Python does

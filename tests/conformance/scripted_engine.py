@@ -22,8 +22,8 @@ import msgspec
 import zmq
 
 from ecp.spec import (
-    AbortMessage, AddMessage, EngineCoreOutput, EngineCoreRequest, EngineCoreOutputs, EngineCoreReadyResponse, FinishReason,
-    Hello, ProtocolError, Ready, RequestError, SamplingParams, StartDPWaveMessage, UtilityMessage, UtilityOutput, UtilityResult,
+    EngineCoreOutput, EngineCoreRequest, EngineCoreOutputs, EngineCoreReadyResponse, FinishReason,
+    Hello, ProtocolError, Ready, RequestError, SamplingParams, StartDPWave, UtilityOutput, UtilityRequest, UtilityResult,
     LocalProtocolError, decode_any, recover_add_frames, decode_input, encode_engine_dead, encode_handshake, encode_outputs, engine_identity,
 )
 from ecp.spec.machine import (
@@ -254,18 +254,18 @@ class Rank:
         except ProtocolError as exc:
             self.on_bad(frames, exc, client)
             return
-        if isinstance(msg, AddMessage) and {"strict-arrays", "python-forms-only", "strict-sampling-keys"} & self.bugs:
+        if isinstance(msg, EngineCoreRequest) and {"strict-arrays", "python-forms-only", "strict-sampling-keys"} & self.bugs:
             refused = self.strict(frames)
             if refused:
-                self.error(msg.request.request_id, msg.request.client_index, "invalid_request", refused)
+                self.error(msg.request_id, msg.client_index, "invalid_request", refused)
                 return
-        if isinstance(msg, AddMessage):
-            self.on_add(msg.request)
-        elif isinstance(msg, AbortMessage):
-            self.on_abort(msg.request_ids)
-        elif isinstance(msg, UtilityMessage):
-            self.on_utility(msg.call)
-        elif isinstance(msg, StartDPWaveMessage) and "crash-on-dp-wave" in self.bugs:
+        if isinstance(msg, EngineCoreRequest):
+            self.on_add(msg)
+        elif isinstance(msg, list):  # ABORT: the request ids
+            self.on_abort(msg)
+        elif isinstance(msg, UtilityRequest):
+            self.on_utility(msg)
+        elif isinstance(msg, StartDPWave) and "crash-on-dp-wave" in self.bugs:
             self.crash("START_DP_WAVE", announce=True)
 
     def on_add(self, req) -> None:

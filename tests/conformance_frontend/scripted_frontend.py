@@ -35,7 +35,7 @@ import time
 import uuid
 
 from ecp.reference.client import ClientConfig, EngineCoreClient
-from ecp.spec import EngineCoreRequest, SamplingParams, UtilityMessage, UtilityRequest, encode_input
+from ecp.spec import EngineCoreRequest, SamplingParams, UtilityRequest, encode_input
 
 BEHAVIOURS = ("close", "garbage", "crash", "hang")
 #: the call id -1 is the engine's (EEP_NOTIFICATION_CALL_ID): a frontend must never send it
@@ -72,7 +72,7 @@ async def main() -> int:
         if args.reserved_call_id:
             # on purpose, around the client's rules (and the codec's encode_utility, which refuses it):
             # its own call ids are never negative
-            frames = encode_input(UtilityMessage(UtilityRequest(0, RESERVED_CALL_ID, "is_sleeping", [])))
+            frames = encode_input(UtilityRequest(0, RESERVED_CALL_ID, "is_sleeping", []))
             for rank in client.engine_ranks:
                 await client._put(rank, frames)
         try:

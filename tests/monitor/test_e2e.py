@@ -88,7 +88,7 @@ def test_real_traffic_through_the_monitor_has_no_violations_and_replays_the_same
     assert to_engine["utility"] == expected["utility"] and to_frontend["utility_output"] == expected["utility"]
     # the API abort and every dropped stream were aborted: count the ids in the recorded ABORTs
     aborted = [rid for m in read_capture(d.capture) if isinstance(m, Observed) and m.socket == "input" and m.frames[0] == b"\x01"
-               for rid in decode_input(m.frames).request_ids]
+               for rid in decode_input(m.frames)]
     assert len(aborted) == len(set(aborted)) == 1 + BURST
     assert 2 <= to_engine["abort"] <= 1 + BURST
     # every admitted request (all but the rejection notice) got outputs; several requests share one

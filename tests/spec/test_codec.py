@@ -24,7 +24,7 @@ def test_short_and_long_arrays_are_accepted():
     assert out.timestamp == 1.0
     six = _outputs([0, [["r", [], None, None, None, 1]]])
     assert six.outputs[0].finish_reason is spec.FinishReason.LENGTH
-    req = spec.decode_input([b"\x00", enc(["r", [1, 2], None, {}, None, 1, None, None, None])]).request
+    req = spec.decode_input([b"\x00", enc(["r", [1, 2], None, {}, None, 1, None, None, None])])
     assert req.client_index == 0 and req.abort_immediately is False and req.sampling_params.max_tokens == 16
 
 
@@ -36,11 +36,11 @@ def test_eight_element_request_is_rejected_with_its_clause():
 
 def test_int_and_float32_where_floats_go_and_list_for_set():
     req = spec.decode_input([b"\x00", enc(["r", [1], None, {"temperature": 1}, None, 1700000000,
-                                           None, None, None])]).request
+                                           None, None, None])])
     assert req.arrival_time == 1700000000.0 and isinstance(req.arrival_time, float)
     f32 = b"\x81\xabtemperature\xca\x3f\x00\x00\x00"  # fixmap, float32 0.5
     payload = b"\x99\xa1r\x91\x01\xc0" + f32 + b"\xc0\xcb" + msgspec.msgpack.encode(1.5)[1:] + b"\xc0\xc0\xc0"
-    assert spec.decode_input([b"\x00", payload]).request.sampling_params.temperature == 0.5
+    assert spec.decode_input([b"\x00", payload]).sampling_params.temperature == 0.5
     out = _outputs([0, [], None, 1.0, None, ["a", "b", "a"]])
     assert out.finished_requests == {"a", "b"}
 
@@ -48,7 +48,7 @@ def test_int_and_float32_where_floats_go_and_list_for_set():
 def test_unknown_sampling_keys_ignored_and_normalisation_applied():
     req = spec.decode_input([b"\x00", enc(["r", [1], None, {"no_such_key": 3, "stop": "x",
                                                              "stop_token_ids": [9], "prompt_logprobs": 1},
-                                           None, 1.0, None, None, None])]).request
+                                           None, 1.0, None, None, None])])
     sp = req.sampling_params
     assert sp.stop == ["x"] and sp.bad_words == [] and 9 in sp.all_stop_token_ids
     assert sp.skip_reading_prefix_cache is True
@@ -93,7 +93,7 @@ def test_tensor_wire_form_inline_and_aux():
                                  prompt_embeds=big)
     frames = spec.encode_add(req)
     assert len(frames) == 3 and frames[2] == big.data and b"\x93\xa5uint8\x91\xcd\x01\x2c\x01" in frames[1]
-    assert spec.decode_input(frames).request.prompt_embeds == big
+    assert spec.decode_input(frames).prompt_embeds == big
 
 
 @pytest.mark.parametrize("data, message", [
@@ -182,12 +182,12 @@ def test_multimodal_tensors_inline_and_in_aux_frames():
                                  None, None)
     frames = spec.encode_add(req)
     assert len(frames) == 3 and frames[2] == pixels.data  # the 400-byte tensor went to an aux frame
-    got = spec.decode_input(frames).request.mm_features[0]
+    got = spec.decode_input(frames).mm_features[0]
     assert got.data["pixel_values"]["data"] == [pixels, small, 3]
     assert got.data["image_grid_thw"]["data"] == small and got == feature
     cached = spec.decode_input(spec.encode_add(spec.EngineCoreRequest(
         "r", [1], [spec.MultiModalFeatureSpec(None, "image", "img-0", request_module.PlaceholderRange(0, 1))],
-        spec.SamplingParams(), None, 1.0, None, None, None))).request
+        spec.SamplingParams(), None, 1.0, None, None, None)))
     assert cached.mm_features[0].data is None
 
 

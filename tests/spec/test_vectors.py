@@ -72,7 +72,7 @@ def test_vllm_rs_float32_fixmap_means_the_same_as_python_form(vector):
     sp_start = python_form[1].index(b"\xde\x00\x0e")  # the Python encoder writes map16 ...
     assert b"\xca" not in python_form[1][sp_start:sp_start + 40]  # ... and float64 only
     assert python_form[1] != payload
-    again = spec.decode_input(python_form).request
+    again = spec.decode_input(python_form)
     assert again == rs
     sp = rs.sampling_params
     assert (sp.temperature, sp.top_p, sp.watermarking, sp.top_k) == (1.0, 1.0, True, 0)

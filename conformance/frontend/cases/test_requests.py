@@ -17,7 +17,7 @@ from ecp.conformance.frontend.session import FrontendManager, FrontendUnderTest
 from ecp.conformance.frontend.sse import SseStream, drop_all
 from ecp.conformance.outcomes import CaseTimeout
 from ecp.conformance.registry import case
-from ecp.spec import AbortMessage, AddMessage, EngineCoreRequest, UtilityMessage, decode_any
+from ecp.spec import EngineCoreRequest, RequestType, decode_any, request_type_of
 
 #: EngineCoreRequest's length on the wire (``ECP-FRAME-3``: always every field), from its definition
 ADD_FIELDS = len(msgspec.structs.fields(EngineCoreRequest))
@@ -170,13 +170,13 @@ async def input_type_bytes(m: FrontendManager) -> None:
         stream = await _settle(opened)
         if isinstance(stream, SseStream):
             stream.drop()
-    kinds = {AddMessage: "ADD", AbortMessage: "ABORT"}
+    kinds = {RequestType.ADD: "ADD", RequestType.ABORT: "ABORT"}
     if fe.caps and fe.caps.dev_endpoints:
         reply = await _answer(fe, fe.driver.request("GET", "/is_sleeping"), "GET /is_sleeping's UTILITY")
         expect(reply.ok, f"GET /is_sleeping answered HTTP {reply.status_code}: {reply.text[:200]}")
-        kinds[UtilityMessage] = "UTILITY"
+        kinds[RequestType.UTILITY] = "UTILITY"
     check_decode_errors(fe)
-    seen = {type(r.message) for e in fe.engines for r in e.recorder.inputs()}
+    seen = {request_type_of(r.message) for e in fe.engines for r in e.recorder.inputs() if r.message is not None}
     missing = [name for kind, name in kinds.items() if kind not in seen]
     expect(not missing, f"the engines received no {', '.join(missing)} although the case drove one")
 
