@@ -31,8 +31,8 @@ from .enums import (
     AUX_FRAME_THRESHOLD, ENGINE_CORE_DEAD, EXT_CLOUDPICKLE, EXT_PICKLE, EXT_RAW_VIEW, RequestType,
 )
 from .errors import (
-    DecodeError, FrameCountError, HandshakeError, LimitExceeded, LocalProtocolError, ProtocolError,
-    UnknownRequestType, UnsafeExtType,
+    DecodeError, FrameCountError, HandshakeError, InvalidMessageError, LimitExceeded, LocalProtocolError,
+    ProtocolError, UnknownRequestType, UnsafeExtType,
 )
 from .diagnose import ExtValue, TensorShapeError, find_mismatch, kind
 from .handshake import EngineCoreReadyResponse, EngineHandshakeMetadata, Hello, Ready
@@ -40,7 +40,7 @@ from .limits import DEFAULT_LIMITS, DecodeLimits, check_frame
 from .outputs import EngineCoreOutputs
 from .request import EngineCoreRequest
 from .tensors import Tensor
-from .untyped import depth_checker, locate_too_deep
+from .untyped import depth_check_code, depth_checker, locate_too_deep
 
 Frame = Union[bytes, bytearray, memoryview]
 
@@ -210,6 +210,34 @@ for _d in (_DEC_REQUEST, _DEC_ABORT, _DEC_UTILITY, _DEC_WAVE, _DEC_OUTPUTS, _DEC
     _checker(_d)
 
 
+# --------------------------------------------------------------------------- hot paths
+# The public decoders' fast paths are generated: each inlines the depth check of its
+# message type's untyped values (ecp.spec.untyped) where a template says ``# check: NAME``,
+# because on a message of a few hundred ns a call to a checker costs as much as its
+# tests. The templates below are the code; only those lines are filled in.
+def _compile_hot_path(name: str, template: str, checks: dict[str, tuple[Any, str]]) -> Any:
+    """Compile ``template`` (which defines ``name``) in this module's globals, each
+    ``# check: KEY`` line replaced by the depth check of ``checks[KEY] = (type,
+    statement run when too deep)`` at that line's indentation."""
+    lines = []
+    for line in template.splitlines():
+        key = line.strip().removeprefix("# check: ") if line.strip().startswith("# check: ") else None
+        if key is None:
+            lines.append(line)
+            continue
+        typ, fail = checks[key]
+        indent = (len(line) - len(line.lstrip())) // 4
+        code = depth_check_code(typ, "message", fail, indent, prefix=f"_u_{name}_{key}_")
+        if code is None:
+            lines.append("    " * indent + "pass")
+            continue
+        body, constants = code
+        lines.extend(body)
+        globals().update(constants)  # (prefixed: no clash with this module's names)
+    exec(compile("\n".join(lines), f"<ecp.spec.codec hot path {name}>", "exec"), globals())
+    return globals()[name]
+
+
 # --------------------------------------------------------------------------- core helpers
 def encode_payload(obj: Any) -> list[bytes]:
     """Encode one msgpack document; return ``[payload, *aux]`` (tensors ≥ 256 B in aux)."""
@@ -338,6 +366,9 @@ def _validation_error(decoder: msgspec.msgpack.Decoder, payload: Frame, exc: msg
     """The typed error for a payload msgspec refused as not matching ``decoder.type``."""
     cause = exc.__cause__ or exc.__context__
     message, path = _split_msgspec_message(exc)
+    if isinstance(cause, InvalidMessageError):  # the type's own invariant: the peer broke it
+        return DecodeError(cause.message, clause=cause.clause, frame_index=index, field_path=path or "$",
+                           expected=cause.expected, got=cause.got)
     if isinstance(cause, ProtocolError):  # raised inside a hook: re-raise as is
         cause.frame_index = index
         cause.field_path = cause.field_path or path
@@ -386,7 +417,7 @@ def encode_input(msg: InputMessage) -> list[bytes]:
     """
     cls = msg.__class__  # (measurably cheaper than type(msg) here)
     try:  # the common case, no tensor inside: msgspec alone (a tensor makes this encoder refuse)
-        # smallest messages first: a type test weighs most on them
+        # smallest messages first: a test weighs most on them (a dict lookup costs more than two)
         if cls is list:
             return [_ABORT, _PLAIN_ENCODE(msg)]
         if cls is UtilityRequest:
@@ -428,16 +459,47 @@ _INPUT_DECODERS = {
     RequestType.UTILITY: (_DEC_UTILITY, "ECP-UTIL-1"),
     RequestType.START_DP_WAVE: (_DEC_WAVE, "ECP-DP-4"),
 }
-# type frame -> msgspec's decode, for two-frame messages; decode -> its decoder, and the depth
-# check of its untyped values (looked up only for frames long enough to need it)
+# type frame -> msgspec's decode, for two-frame messages
 _INPUT_FAST = {rtype.value: dec.decode for rtype, (dec, _) in _INPUT_DECODERS.items()}
-_DEC_OF = {dec.decode: dec for dec, _ in _INPUT_DECODERS.values()}
-_CHECK_OF = {dec.decode: _checker(dec) for dec, _ in _INPUT_DECODERS.values()}
+# (the same bound-method objects: the hot path tells them apart by identity)
+_DECODE_REQUEST, _DECODE_UTILITY = _INPUT_FAST[RequestType.ADD.value], _INPUT_FAST[RequestType.UTILITY.value]
+assert _checker(_DEC_ABORT) is None and _checker(_DEC_WAVE) is None  # (no branch for them below)
 
-
-def decode_input(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMITS,
-                 frame_offset: int = 0) -> InputMessage:
-    """Decode the frames an engine DEALER received: ``[type, payload, *aux]``.
+# Hot path: a well-formed two-frame message no longer than the limits need a walk for
+# (see decode_payload); every name and test in it is measurable on a 100 ns message.
+_DECODE_INPUT = """
+def decode_input(frames, limits=DEFAULT_LIMITS, frame_offset=0):
+    try:
+        type_frame, payload = frames  # anything but two frames takes the careful path
+        decode = _INPUT_FAST[type_frame]
+    except (ValueError, KeyError, TypeError):
+        pass
+    else:
+        n = len(payload)
+        if n <= limits._depth_free:  # too short to nest past the limit: msgspec alone
+            try:
+                return decode(payload)
+            except Exception:  # diagnosed, precisely, on the careful path
+                pass
+        elif n <= limits._walk_free:
+            try:
+                message = decode(payload)
+            except Exception:
+                pass
+            else:
+                limit = limits.max_depth
+                if decode is _DECODE_REQUEST:
+                    # check: request
+                elif decode is _DECODE_UTILITY:
+                    # check: utility
+                return message
+    return _decode_input_careful(frames, limits, frame_offset)
+"""
+decode_input = _compile_hot_path("decode_input", _DECODE_INPUT, {
+    "request": (EngineCoreRequest, "raise _too_deep(_DEC_REQUEST, message, limits, 1 + frame_offset)"),
+    "utility": (UtilityRequest, "raise _too_deep(_DEC_UTILITY, message, limits, 1 + frame_offset)"),
+})
+decode_input.__doc__ = """Decode the frames an engine DEALER received: ``[type, payload, *aux]``.
 
     Returns the payload, typed by the type frame: an :class:`EngineCoreRequest`
     (ADD), a ``list[str]`` of request ids (ABORT), a :class:`UtilityRequest`
@@ -445,29 +507,9 @@ def decode_input(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMITS,
     :class:`FrameCountError`, :class:`UnknownRequestType`,
     :class:`DecodeError` (and subclasses); never anything else.
     """
-    # Hot path, inline because it costs a fraction of a microsecond; see decode_payload.
-    try:
-        type_frame, payload = frames  # anything but two frames takes the careful path
-        decode = _INPUT_FAST[type_frame]
-    except (ValueError, KeyError, TypeError):
-        pass
-    else:
-        # (every name and test here is measurable on a 100 ns message: no temporaries)
-        if len(payload) <= limits._depth_free:
-            try:
-                return decode(payload)
-            except Exception:
-                pass
-        elif len(payload) <= limits._walk_free:
-            try:
-                body = decode(payload)
-            except Exception:
-                pass
-            else:
-                check = _CHECK_OF[decode]
-                if check is None or not check(body, limits.max_depth):
-                    return body
-                raise _too_deep(_DEC_OF[decode], body, limits, 1 + frame_offset)
+
+
+def _decode_input_careful(frames: Sequence[Frame], limits: DecodeLimits, frame_offset: int) -> InputMessage:
     _check_frame_count(frames, 2, limits, "an input message", "ECP-FRAME-1")
     type_frame = bytes(frames[0])
     try:
@@ -503,18 +545,11 @@ def encode_engine_dead() -> list[bytes]:
 
 
 _DECODE_OUTPUTS = _DEC_OUTPUTS.decode
-_CHECK_OUTPUTS = _checker(_DEC_OUTPUTS)
 
-
-def decode_outputs(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMITS
-                   ) -> EngineCoreOutputs | EngineDead:
-    """Decode the frames a frontend PULL received.
-
-    Checks for the ``ENGINE_CORE_DEAD`` sentinel first, as vLLM does (a
-    sentinel frame never decodes as ``EngineCoreOutputs``, so the hot path
-    tries the payload first and leaves the sentinel to the careful path).
-    """
-    # Hot path, inline because it costs a fraction of a microsecond; see decode_payload.
+# Hot path, as decode_input's. The sentinel frame never decodes as EngineCoreOutputs,
+# so it is left to the careful path.
+_DECODE_OUTPUTS_SOURCE = """
+def decode_outputs(frames, limits=DEFAULT_LIMITS):
     try:
         (payload,) = frames  # aux frames take the careful path
     except (ValueError, TypeError):
@@ -528,13 +563,23 @@ def decode_outputs(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMIT
                 pass
         elif n <= limits._walk_free:
             try:
-                out = _DECODE_OUTPUTS(payload)
+                message = _DECODE_OUTPUTS(payload)
             except Exception:
                 pass
             else:
-                if not _CHECK_OUTPUTS(out, limits.max_depth):
-                    return out
-                raise _too_deep(_DEC_OUTPUTS, out, limits, 0)
+                limit = limits.max_depth
+                # check: outputs
+                return message
+    return _decode_outputs_careful(frames, limits)
+"""
+decode_outputs = _compile_hot_path("decode_outputs", _DECODE_OUTPUTS_SOURCE, {
+    "outputs": (EngineCoreOutputs, "raise _too_deep(_DEC_OUTPUTS, message, limits, 0)"),
+})
+decode_outputs.__doc__ = """Decode the frames a frontend PULL received: ``EngineCoreOutputs``, or
+    :data:`ENGINE_DEAD` for the ``ENGINE_CORE_DEAD`` sentinel (``ECP-OUT-8``)."""
+
+
+def _decode_outputs_careful(frames: Sequence[Frame], limits: DecodeLimits) -> EngineCoreOutputs | EngineDead:
     _check_frame_count(frames, 1, limits, "an output message", "ECP-FRAME-2")
     if len(frames) == 1 and bytes(frames[0]) == ENGINE_CORE_DEAD:
         return ENGINE_DEAD
@@ -559,9 +604,9 @@ def _decode_single(decoder: msgspec.msgpack.Decoder, frame: Frame, clause: str,
 
 # The handshake decoders try msgspec alone first, inline, like decode_outputs.
 _DECODE_HANDSHAKE = _DEC_HANDSHAKE.decode
-_DECODE_INIT, _CHECK_INIT = _DEC_INIT.decode, _checker(_DEC_INIT)
-_DECODE_READY_RESPONSE, _CHECK_READY_RESPONSE = _DEC_READY_RESPONSE.decode, _checker(_DEC_READY_RESPONSE)
-assert _checker(_DEC_HANDSHAKE) is None  # HELLO/READY have no untyped field
+_DECODE_INIT = _DEC_INIT.decode
+_DECODE_READY_RESPONSE = _DEC_READY_RESPONSE.decode
+assert _checker(_DEC_HANDSHAKE) is None and _checker(_DEC_INIT) is None  # no untyped field
 
 
 def decode_handshake(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS) -> Hello | Ready:
@@ -575,46 +620,41 @@ def decode_handshake(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS) -> Hel
 
 
 def decode_init(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS) -> EngineHandshakeMetadata:
-    """Decode INIT and check ``inputs``/``outputs`` are non-empty and of equal length."""
-    init = None
-    n = len(frame)
-    if n <= limits._walk_free:
+    """Decode INIT; its address lists must be equal and non-empty, its coordinator
+    addresses both present or both absent (``ECP-HS-2``, kept by the type itself)."""
+    if len(frame) <= limits._walk_free:
         try:
-            init = _DECODE_INIT(frame)
+            return _DECODE_INIT(frame)
+        except Exception:
+            pass
+    return _decode_single(_DEC_INIT, frame, "ECP-HS-2", limits)
+
+
+_DECODE_READY_RESPONSE_SOURCE = """
+def decode_ready_response(frame, limits=DEFAULT_LIMITS):
+    n = len(frame)
+    if n <= limits._depth_free:
+        try:
+            return _DECODE_READY_RESPONSE(frame)
+        except Exception:  # an empty frame too (rare: tested only here, off the hot path)
+            pass
+    elif n <= limits._walk_free:
+        try:
+            message = _DECODE_READY_RESPONSE(frame)
         except Exception:
             pass
         else:
-            if n > limits._depth_free and _CHECK_INIT is not None and _CHECK_INIT(init, limits.max_depth):
-                init = None
-    if init is None:
-        init = _decode_single(_DEC_INIT, frame, "ECP-HS-2", limits)
-    a = init.addresses
-    if not a.inputs or len(a.inputs) != len(a.outputs):
-        raise HandshakeError(
-            f"INIT needs equal, non-empty input/output lists (got {len(a.inputs)} inputs, "
-            f"{len(a.outputs)} outputs)", clause="ECP-HS-2",
-            expected="len(inputs) == len(outputs) >= 1", got=(len(a.inputs), len(a.outputs)))
-    if (a.coordinator_input is None) != (a.coordinator_output is None):
-        raise HandshakeError("INIT names only one coordinator address", clause="ECP-HS-2",
-                             expected="both or neither coordinator address")
-    return init
-
-
-def decode_ready_response(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS
-                          ) -> EngineCoreReadyResponse | None:
-    """Decode a ready payload; an empty frame decodes to ``None`` (``ECP-HS-12``)."""
-    n = len(frame)
-    if n <= limits._walk_free:
-        try:
-            out = _DECODE_READY_RESPONSE(frame)
-        except Exception:  # an empty frame too (rare: tested only here, off the hot path)
-            pass
-        else:
-            if n <= limits._depth_free or not _CHECK_READY_RESPONSE(out, limits.max_depth):
-                return out
+            limit = limits.max_depth
+            # check: ready
+            return message
     if n == 0:
         return None
     return _decode_single(_DEC_READY_RESPONSE, frame, "ECP-HS-4", limits)
+"""
+decode_ready_response = _compile_hot_path("decode_ready_response", _DECODE_READY_RESPONSE_SOURCE, {
+    "ready": (EngineCoreReadyResponse, "raise _too_deep(_DEC_READY_RESPONSE, message, limits, 0)"),
+})
+decode_ready_response.__doc__ = """Decode a ready payload; an empty frame decodes to ``None`` (``ECP-HS-12``)."""
 
 
 def decode_coordinator_publication(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS

@@ -84,6 +84,16 @@ class LocalProtocolError(ProtocolError):
     """This side misused the protocol; the message was not produced or sent."""
 
 
+class InvalidMessageError(LocalProtocolError, ValueError):
+    """A message type's own invariant is broken (raised by its ``__post_init__``).
+
+    Building such a message here is local misuse, and this error says so. When the
+    message arrives instead, msgspec reports it from inside the decode and the codec
+    raises the peer's error (a :class:`DecodeError`, or a :class:`HandshakeError` for a
+    handshake message) with the same clause, ``expected`` and ``got``. (A ``ValueError``
+    so that msgspec does that.)"""
+
+
 class RemoteProtocolError(ProtocolError):
     """The peer violated the protocol; the offending message is rejected."""
 

@@ -12,6 +12,8 @@ from typing import Any, Union
 
 import msgspec
 
+from .errors import InvalidMessageError
+
 
 class Hello(msgspec.Struct, tag_field="status", tag="HELLO", omit_defaults=True):
     """Engine → frontend, first handshake message (``ECP-HS-1``)."""
@@ -46,6 +48,18 @@ class EngineZmqAddresses(msgspec.Struct, omit_defaults=False):
     coordinator_input: str | None = None
     coordinator_output: str | None = None
     frontend_stats_publish_address: str | None = None
+
+    def __post_init__(self) -> None:
+        # ECP-HS-2, kept by the type itself: no INIT, built here or decoded (msgspec calls
+        # this while it decodes), holds address lists an engine cannot connect by.
+        if not self.inputs or len(self.inputs) != len(self.outputs):
+            raise InvalidMessageError(
+                f"INIT needs equal, non-empty input/output lists (got {len(self.inputs)} inputs, "
+                f"{len(self.outputs)} outputs)", clause="ECP-HS-2",
+                expected="len(inputs) == len(outputs) >= 1", got=(len(self.inputs), len(self.outputs)))
+        if (self.coordinator_input is None) != (self.coordinator_output is None):
+            raise InvalidMessageError("INIT names only one coordinator address", clause="ECP-HS-2",
+                                      expected="both or neither coordinator address")
 
 
 class EngineHandshakeMetadata(msgspec.Struct, omit_defaults=False):

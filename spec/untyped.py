@@ -127,17 +127,23 @@ def typed_depth(typ: Any) -> int:
 
 # ---------------------------------------------------------------------- the generated checker
 class _Gen:
-    def __init__(self) -> None:
+    """Emits the checking code. ``fail`` is the statement run when a value is too deep;
+    the code reads the budget from a name ``limit`` that the surrounding code binds, and
+    names its own variables and constants with ``prefix`` (free for the caller)."""
+
+    def __init__(self, fail: str = "return True", prefix: str = "_u") -> None:
         self.lines: list[str] = []
-        self.names: dict[str, Any] = {"_exceeds": _nesting_exceeds, "_C": _NESTING}
+        self.names: dict[str, Any] = {"_u_exceeds": _nesting_exceeds, "_u_C": _NESTING}
+        self.fail = fail
+        self.prefix = prefix
         self.n = 0
 
     def var(self) -> str:
         self.n += 1
-        return f"v{self.n}"
+        return f"{self.prefix}{self.n}"
 
     def const(self, value: Any) -> str:
-        name = f"k{len(self.names)}"
+        name = f"{self.prefix}k{len(self.names)}"
         self.names[name] = value
         return name
 
@@ -146,15 +152,39 @@ class _Gen:
 
     def value(self, t: mi.Type, expr: str, level: int, indent: int) -> None:
         """Code checking the value ``expr`` of type ``t``, enclosed by ``level`` containers."""
+        # A variable lives only in the code for its own value: siblings reuse the names, so
+        # that a function inlining the check keeps few locals (each costs at every call).
+        saved = self.n
+        try:
+            self._value(t, expr, level, indent)
+        finally:
+            self.n = saved
+
+    def _value(self, t: mi.Type, expr: str, level: int, indent: int) -> None:
         if not _has_untyped(t):
             return
         if _untyped_container(t):
-            # Any, or a list/dict of Any: one call bounds the whole value (its own
-            # container counts as one level, as it does on the wire)
             v = self.var()
             self.emit(indent, f"{v} = {expr}")
-            self.emit(indent, f"if {v} and type({v}) in _C and _exceeds({v}, limit - {level}):")
-            self.emit(indent + 1, "return True")
+            items = _items_of(t)
+            if items is None:
+                # Any: one call bounds the whole value (its own container counts as one
+                # level, as it does on the wire)
+                self.emit(indent, f"if {v} and type({v}) in _u_C and _u_exceeds({v}, limit - {level}):")
+                self.emit(indent + 1, self.fail)
+                return
+            # a typed list/dict of Any: its own level is known, so only items that open
+            # a level are looked into (the usual item is a scalar or an empty container;
+            # a call per value would cost more than the loop)
+            x = self.var()
+            self.emit(indent, f"if {v}:")
+            self.emit(indent + 1, f"if limit < {level + 2}:")
+            self.emit(indent + 2, f"if _u_exceeds({v}, limit - {level}):")
+            self.emit(indent + 3, self.fail)
+            self.emit(indent + 1, f"else:")
+            self.emit(indent + 2, f"for {x} in {v}{items}:")
+            self.emit(indent + 3, f"if {x} and type({x}) in _u_C and _u_exceeds({x}, limit - {level + 1}):")
+            self.emit(indent + 4, self.fail)
             return
         if isinstance(t, mi.UnionType):
             needing = [m for m in t.types if _has_untyped(m)]
@@ -225,6 +255,18 @@ def _untyped_container(t: mi.Type) -> bool:
     return False
 
 
+def _items_of(t: mi.Type) -> str | None:
+    """For a typed collection of Any (or one or nil): how its items are iterated
+    (``""`` or ``".values()"``); ``None`` for Any itself."""
+    if isinstance(t, mi.UnionType):
+        t = next(m for m in t.types if _has_untyped(m))
+    if isinstance(t, mi.DictType):
+        return ".values()"
+    if isinstance(t, (mi.ListType, mi.SetType, mi.FrozenSetType, mi.VarTupleType)):
+        return ""
+    return None
+
+
 _PY_CLASS = {mi.ListType: list, mi.SetType: set, mi.FrozenSetType: frozenset, mi.VarTupleType: tuple,
              mi.TupleType: tuple, mi.DictType: dict}
 
@@ -233,20 +275,34 @@ def _python_class(t: mi.Type) -> type:
     return t.cls if isinstance(t, mi.StructType) else _PY_CLASS[type(t)]
 
 
+def depth_check_code(typ: Any, value: str, fail: str, indent: int, prefix: str = "_u"
+                     ) -> tuple[list[str], dict[str, Any]] | None:
+    """Source lines that run the statement ``fail`` when some untyped value inside
+    ``value`` (an expression: a decoded ``typ``) nests deeper than the name ``limit``
+    allows, and the constants they use (``_u_exceeds``, ``_u_C`` and names starting with
+    ``prefix``, as are the variables); ``None`` when ``typ`` has no untyped position.
+
+    For code that inlines the check into its own hot path (a call costs as much as the
+    tests themselves on a small message); :func:`depth_checker` wraps it in a function.
+    """
+    t = _info(typ)
+    if not _has_untyped(t):
+        return None
+    gen = _Gen(fail, prefix)
+    gen.value(t, value, 0, indent)
+    return gen.lines, dict(gen.names)
+
+
 @lru_cache(maxsize=None)
 def depth_checker(typ: Any) -> Callable[[Any, int], bool] | None:
     """``check(message, max_depth) -> bool`` for decoded values of ``typ``, or
     ``None`` when ``typ`` has no untyped position (nothing to check)."""
-    t = _info(typ)
-    if not _has_untyped(t):
+    code = depth_check_code(typ, "message", "return True", 1)
+    if code is None:
         return None
-    gen = _Gen()
-    gen.emit(0, "def check(message, limit):")
-    gen.value(t, "message", 0, 1)
-    gen.emit(1, "return False")
-    namespace = dict(gen.names)
-    exec(compile("\n".join(gen.lines), f"<ecp depth checker for {getattr(typ, '__name__', typ)}>", "exec"),
-         namespace)
+    lines, namespace = code
+    source = "\n".join(["def check(message, limit):", *lines, "    return False"])
+    exec(compile(source, f"<ecp depth checker for {getattr(typ, '__name__', typ)}>", "exec"), namespace)
     return namespace["check"]
 
 

@@ -119,11 +119,16 @@ def test_handshake_errors():
     hello = spec.decode_handshake(enc({"status": "HELLO", "local": False, "headless": True,
                                        "parallel_config_hash": None}))  # Rust mock engine's 4th key
     assert hello == spec.Hello(local=False, headless=True)
-    for addresses in ({"inputs": [], "outputs": []}, {"inputs": ["a"], "outputs": ["b", "c"]},
-                      {"inputs": ["a"], "outputs": ["b"], "coordinator_input": "x"}):
+    for addresses, got in (({"inputs": [], "outputs": []}, (0, 0)), ({"inputs": ["a"], "outputs": ["b", "c"]}, (1, 2)),
+                           ({"inputs": ["a"], "outputs": ["b"], "coordinator_input": "x"}, None)):
         with pytest.raises(spec.HandshakeError) as info:
             spec.decode_init(enc({"addresses": addresses, "parallel_config": {}}))
-        assert info.value.clause == "ECP-HS-2"
+        assert info.value.clause == "ECP-HS-2" and info.value.got == got
+        assert info.value.field_path == "$.addresses" and info.value.frame_index == 0
+        # built here, the same INIT is local misuse, refused by the type itself
+        with pytest.raises(spec.InvalidMessageError) as local:
+            spec.EngineZmqAddresses(**addresses)
+        assert isinstance(local.value, spec.LocalProtocolError) and local.value.clause == "ECP-HS-2"
     assert spec.decode_ready_response(b"") is None
     with pytest.raises(spec.HandshakeError) as info:
         spec.decode_ready_response(enc({"max_model_len": 1}))
@@ -233,3 +238,18 @@ def test_refused_ext_in_a_typed_position_is_named_with_its_path():
     with pytest.raises(spec.DecodeError) as info:  # ext 3 is a tensor body, not a request id
         spec.decode_input([b"\x00", b"\x99\xd4\x03\x00" + b"\x90" + b"\xc0" * 7])
     assert (info.value.field_path, info.value.expected, info.value.got) == ("$[0]", "str", "ext 3")
+
+
+def test_an_input_message_is_its_payload_and_its_class_names_the_request_type():
+    req = spec.EngineCoreRequest("r", [1], None, spec.SamplingParams(), None, 1.0, None, None, None)
+    call = spec.UtilityRequest(0, 5, "is_sleeping", [])
+    wave = spec.StartDPWave(3, None)
+    for message, rtype in ((req, spec.RequestType.ADD), (["a", "b"], spec.RequestType.ABORT),
+                           (call, spec.RequestType.UTILITY), (wave, spec.RequestType.START_DP_WAVE)):
+        assert spec.request_type_of(message) is rtype
+        frames = spec.encode_input(message)
+        assert frames[0] == rtype.value and spec.decode_input(frames) == message
+    assert spec.encode_input(("a", "b")) == spec.encode_abort(["a", "b"])  # any sequence of ids
+    with pytest.raises(spec.LocalProtocolError) as info:
+        spec.encode_input({"request_id": "r"})
+    assert info.value.clause == "ECP-FRAME-1" and info.value.got == "dict"

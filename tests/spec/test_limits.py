@@ -154,6 +154,36 @@ def test_untyped_values_are_held_to_max_depth_exactly(field, place):
         limits.check_frame(bad[-1] if place in ("outputs", "reply") else bad[1])
 
 
+@pytest.mark.parametrize("place", ["reasoning_parser_kwargs", "ready"])
+def test_untyped_maps_at_other_levels_are_held_to_max_depth_exactly(place):
+    """The same bound for a map of untyped values straight under the message (an ADD's
+    ``reasoning_parser_kwargs``, as vllm-rs always sends it; the ready payload's
+    ``kv_events_config``): one level past ``max_depth`` is refused, at its field path."""
+    limit = spec.DEFAULT_LIMITS.max_depth
+
+    def frame(depth: int) -> bytes:  # the map (level 2) > "k" > a chain of ``depth - 2`` lists
+        if place == "ready":
+            ready = EngineCoreReadyResponse(**{k: 0 for k in spec.REQUIRED_READY_KEYS} | dict(
+                dp_stats_address=None, dtype="float32", vllm_version="0.33.0", instance_id="x",
+                supports_lora=False, kv_events_config={"k": _nested(depth - 2)}))
+            return spec.encode_handshake(ready)
+        req = EngineCoreRequest("r", [1], None, spec.SamplingParams(), None, 1.0, None, None, None,
+                                reasoning_parser_kwargs={"k": _nested(depth - 2)})
+        return spec.encode_add(req)[1]
+
+    def decode(payload: bytes):
+        return spec.decode_ready_response(payload) if place == "ready" else spec.decode_input([b"\x00", payload])
+
+    assert len(frame(limit)) > spec.DEFAULT_LIMITS.max_depth + 1  # long enough to be checked, not skipped
+    decode(frame(limit))
+    limits.check_frame(frame(limit))  # the wire walk agrees on both sides of the bound
+    with pytest.raises(spec.LimitExceeded):
+        limits.check_frame(frame(limit + 1))
+    exc = _refused(lambda: decode(frame(limit + 1)), spec.LimitExceeded)
+    assert exc.clause == "ECP-FRAME-9"
+    assert exc.field_path == ("$.kv_events_config['k']" if place == "ready" else "$[18]['k']")
+
+
 def test_a_tight_max_depth_walks_every_frame():
     out = spec.EngineCoreOutput("r", [1], events=[spec.EngineCoreEvent(1, 0.5)])
     frames = spec.encode_outputs(spec.EngineCoreOutputs(outputs=[out]))
