@@ -8,7 +8,9 @@ of the server process (the engines are separate processes, not profiled).
 
 Prints the server's total profiled time, the share spent in the codec's
 pre-decode / limit checks (``ecp.spec.limits.check_frame``, the untyped-depth
-checkers of ``ecp.spec.untyped``), the share in decoding output frames
+checkers of ``ecp.spec.untyped``, and the own time of the codec's generated hot paths,
+whose length tests and inlined depth checks are all they do besides calling msgspec:
+an upper bound), the share in decoding output frames
 (``decode_outputs`` including msgspec) and the top functions by own time.
 cProfile slows Python code more than C code, so the shares of the (Python)
 checks are if anything overstated.
@@ -30,9 +32,12 @@ CHECK_FUNCS = {("limits.py", "check_frame"), ("untyped.py", "_nesting_exceeds"),
                ("untyped.py", "_walk_exceeds"), ("untyped.py", "locate_too_deep")}
 
 
+HOT_PATH = "<ecp.spec.codec hot path"
+
+
 def _is_check(key: tuple[str, int, str]) -> bool:
     path, _, name = key
-    if path.startswith("<ecp depth checker"):  # the generated checkers
+    if path.startswith("<ecp depth checker") or path.startswith(HOT_PATH):  # generated code
         return True
     return (os.path.basename(path), name) in CHECK_FUNCS
 
@@ -79,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     total = stats.total_tt  # type: ignore[attr-defined]
     checks = sum(tt for key, (_, _, tt, _, _) in entries.items() if _is_check(key))
     decode = sum(ct for key, (_, _, _, ct, _) in entries.items()
-                 if key[2] == "decode_outputs" and key[0].endswith("codec.py"))
+                 if key[2] == "decode_outputs" and (key[0].endswith("codec.py") or key[0].startswith(HOT_PATH)))
     col = 2 if args.sort == "tottime" else 3
     top = sorted(entries.items(), key=lambda kv: kv[1][col], reverse=True)[:args.top]
     result = {

@@ -16,5 +16,7 @@ def test_every_case_round_trips_and_the_exit_code_follows_the_bound(load_benchma
     capsys.readouterr()
     assert bench.main(["--rounds", "1", "--round-ms", "0.01", "--bound", "1000"]) == 0
     table = capsys.readouterr().out
-    assert "ADD 512-token prompt" in table and "worst ratio" in table
+    assert "ADD 512-token prompt" in table and "worst ratio" in table and "floor" in table
+    rows = bench.measure(1, 0.00001)  # every row has its floor: the bare decode behind one length test
+    assert len(rows) == len(cases) and all(r["decode"]["floor_ratio"] > 0 for r in rows)
     assert bench.main(["--rounds", "1", "--round-ms", "0.01", "--bound", "0.001"]) == 1
