@@ -467,8 +467,17 @@ assert _checker(_DEC_ABORT) is None and _checker(_DEC_WAVE) is None  # (no branc
 
 # Hot path: a well-formed two-frame message no longer than the limits need a walk for
 # (see decode_payload); every name and test in it is measurable on a 100 ns message.
-_DECODE_INPUT = """
-def decode_input(frames, limits=DEFAULT_LIMITS, frame_offset=0):
+_DECODE_INPUT = '''
+def decode_input(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMITS,
+                 frame_offset: int = 0) -> InputMessage:
+    """Decode the frames an engine DEALER received: ``[type, payload, *aux]``.
+
+    Returns the payload, typed by the type frame: an :class:`EngineCoreRequest`
+    (ADD), a ``list[str]`` of request ids (ABORT), a :class:`UtilityRequest`
+    (UTILITY) or a :class:`StartDPWave` (START_DP_WAVE). Raises
+    :class:`FrameCountError`, :class:`UnknownRequestType`,
+    :class:`DecodeError` (and subclasses); never anything else.
+    """
     try:
         type_frame, payload = frames  # anything but two frames takes the careful path
         decode = _INPUT_FAST[type_frame]
@@ -494,19 +503,11 @@ def decode_input(frames, limits=DEFAULT_LIMITS, frame_offset=0):
                     # check: utility
                 return message
     return _decode_input_careful(frames, limits, frame_offset)
-"""
+'''
 decode_input = _compile_hot_path("decode_input", _DECODE_INPUT, {
     "request": (EngineCoreRequest, "raise _too_deep(_DEC_REQUEST, message, limits, 1 + frame_offset)"),
     "utility": (UtilityRequest, "raise _too_deep(_DEC_UTILITY, message, limits, 1 + frame_offset)"),
 })
-decode_input.__doc__ = """Decode the frames an engine DEALER received: ``[type, payload, *aux]``.
-
-    Returns the payload, typed by the type frame: an :class:`EngineCoreRequest`
-    (ADD), a ``list[str]`` of request ids (ABORT), a :class:`UtilityRequest`
-    (UTILITY) or a :class:`StartDPWave` (START_DP_WAVE). Raises
-    :class:`FrameCountError`, :class:`UnknownRequestType`,
-    :class:`DecodeError` (and subclasses); never anything else.
-    """
 
 
 def _decode_input_careful(frames: Sequence[Frame], limits: DecodeLimits, frame_offset: int) -> InputMessage:
@@ -548,8 +549,11 @@ _DECODE_OUTPUTS = _DEC_OUTPUTS.decode
 
 # Hot path, as decode_input's. The sentinel frame never decodes as EngineCoreOutputs,
 # so it is left to the careful path.
-_DECODE_OUTPUTS_SOURCE = """
-def decode_outputs(frames, limits=DEFAULT_LIMITS):
+_DECODE_OUTPUTS_SOURCE = '''
+def decode_outputs(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMITS
+                   ) -> EngineCoreOutputs | EngineDead:
+    """Decode the frames a frontend PULL received: ``EngineCoreOutputs``, or
+    :data:`ENGINE_DEAD` for the ``ENGINE_CORE_DEAD`` sentinel (``ECP-OUT-8``)."""
     try:
         (payload,) = frames  # aux frames take the careful path
     except (ValueError, TypeError):
@@ -571,12 +575,10 @@ def decode_outputs(frames, limits=DEFAULT_LIMITS):
                 # check: outputs
                 return message
     return _decode_outputs_careful(frames, limits)
-"""
+'''
 decode_outputs = _compile_hot_path("decode_outputs", _DECODE_OUTPUTS_SOURCE, {
     "outputs": (EngineCoreOutputs, "raise _too_deep(_DEC_OUTPUTS, message, limits, 0)"),
 })
-decode_outputs.__doc__ = """Decode the frames a frontend PULL received: ``EngineCoreOutputs``, or
-    :data:`ENGINE_DEAD` for the ``ENGINE_CORE_DEAD`` sentinel (``ECP-OUT-8``)."""
 
 
 def _decode_outputs_careful(frames: Sequence[Frame], limits: DecodeLimits) -> EngineCoreOutputs | EngineDead:
@@ -630,8 +632,10 @@ def decode_init(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS) -> EngineHa
     return _decode_single(_DEC_INIT, frame, "ECP-HS-2", limits)
 
 
-_DECODE_READY_RESPONSE_SOURCE = """
-def decode_ready_response(frame, limits=DEFAULT_LIMITS):
+_DECODE_READY_RESPONSE_SOURCE = '''
+def decode_ready_response(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS
+                          ) -> EngineCoreReadyResponse | None:
+    """Decode a ready payload; an empty frame decodes to ``None`` (``ECP-HS-12``)."""
     n = len(frame)
     if n <= limits._depth_free:
         try:
@@ -650,11 +654,10 @@ def decode_ready_response(frame, limits=DEFAULT_LIMITS):
     if n == 0:
         return None
     return _decode_single(_DEC_READY_RESPONSE, frame, "ECP-HS-4", limits)
-"""
+'''
 decode_ready_response = _compile_hot_path("decode_ready_response", _DECODE_READY_RESPONSE_SOURCE, {
     "ready": (EngineCoreReadyResponse, "raise _too_deep(_DEC_READY_RESPONSE, message, limits, 0)"),
 })
-decode_ready_response.__doc__ = """Decode a ready payload; an empty frame decodes to ``None`` (``ECP-HS-12``)."""
 
 
 def decode_coordinator_publication(frame: Frame, limits: DecodeLimits = DEFAULT_LIMITS
