@@ -181,7 +181,7 @@ class _Gen:
             self.emit(indent + 1, f"if limit < {level + 2}:")
             self.emit(indent + 2, f"if _u_exceeds({v}, limit - {level}):")
             self.emit(indent + 3, self.fail)
-            self.emit(indent + 1, f"else:")
+            self.emit(indent + 1, "else:")
             self.emit(indent + 2, f"for {x} in {v}{items}:")
             self.emit(indent + 3, f"if {x} and type({x}) in _u_C and _u_exceeds({x}, limit - {level + 1}):")
             self.emit(indent + 4, self.fail)
