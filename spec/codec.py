@@ -22,7 +22,7 @@ refuses, and any frame too long for that reasoning, takes the careful path
 from __future__ import annotations
 
 import contextvars
-from typing import Any, ClassVar, Sequence, Union
+from typing import Any, Sequence, Union
 
 import msgspec
 
