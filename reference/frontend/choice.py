@@ -105,7 +105,10 @@ class Choice:
         if self.stop.matched is not None:
             self.finish_reason, self.stop_reason = "stop", self.stop.matched
         elif out.finish_reason is not None:
-            text += self.stop.feed(self.detok.flush()) + self.stop.flush()
+            if not self.abort_requested:
+                # what the detokenizer and the stop strings held back ends the text; after
+                # an abort API call it stays back, as in the partial result that call reported
+                text += self.stop.feed(self.detok.flush()) + self.stop.flush()
             if self.stop.matched is not None:
                 self.finish_reason, self.stop_reason = "stop", self.stop.matched
             else:

@@ -132,6 +132,23 @@ def test_choice_abort_requested_freezes_the_partial_result():
     assert d.finish_reason == "abort" and c.text == "ab" and c.token_ids == tok.encode("ab")
 
 
+@pytest.mark.parametrize("held_back", ["incomplete character", "stop-string prefix"])
+def test_choice_abort_requested_keeps_back_what_the_stream_held_back(held_back):
+    """The abort APIs report the text shown so far; text still held back when the terminal
+    output arrives (half a UTF-8 character, the start of a stop string) is not shown after it."""
+    tok = ByteTokenizer()
+    if held_back == "incomplete character":
+        c, tail = _choice("p", 0), tok.encode("é")[:1]
+    else:
+        c, tail = _choice("p", 0, stops=["xyz"]), tok.encode("xy")
+    shown = c.apply(EngineCoreOutput(c.internal_id, tok.encode("ab") + tail)).text
+    assert shown == "ab" == c.text  # the tail is held back
+    c.abort_requested = True
+    part = c.partial_result()
+    d = c.apply(EngineCoreOutput(c.internal_id, [], finish_reason=FinishReason.ABORT))
+    assert d.finish_reason == "abort" and d.text == "" and c.text == part["text"] == "ab"
+
+
 def test_choice_error_output_raises_typed_failure():
     c = _choice("p", 0)
     with pytest.raises(EngineRequestFailed) as ei:
