@@ -18,7 +18,7 @@ from .enums import (
     EngineCoreEventType, EngineStatusType, FinishReason, RequestOutputKind, RequestType,
 )
 from .errors import (
-    DecodeError, FrameCountError, HandshakeError, InvalidMessageError, LimitExceeded, LocalProtocolError, ProtocolError,
+    DecodeError, FrameCountError, HandshakeError, HandshakeTimeout, InvalidMessageError, LimitExceeded, LocalProtocolError, ProtocolError,
     RemoteProtocolError, UnknownRequestType, UnsafeExtType,
 )
 from .frames import DIRECTIONS, Decoded, decode_frames, encode_decoded, parse_hex_frames

@@ -16,7 +16,7 @@ precisely.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 
 class ProtocolError(Exception):
@@ -131,3 +131,20 @@ class UnknownRequestType(DecodeError):
 
 class HandshakeError(RemoteProtocolError):
     """A handshake message is malformed or arrived in the wrong state."""
+
+
+class HandshakeTimeout(HandshakeError):
+    """A handshake stage did not complete in time (``ECP-HS-8``).
+
+    ``stage`` names what was awaited (``"INIT"``, ``"HELLO"``, ``"registration"``, ``"READY"``,
+    ``"the coordinator's READY"``); ``missing_ranks`` lists the engines that had not reached it.
+    """
+
+    def __init__(self, stage: str, missing_ranks: "Sequence[int]", timeout_s: float) -> None:
+        super().__init__(
+            f"handshake stage {stage} timed out after {timeout_s:g} s; waiting for rank(s) "
+            f"{list(missing_ranks)}", clause="ECP-HS-8", expected=stage, got="timeout")
+        self.stage = stage
+        self.missing_ranks = list(missing_ranks)
+        self.timeout_s = timeout_s
+

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ecp.spec.errors import HandshakeError, LocalProtocolError, RemoteProtocolError
+# HandshakeTimeout is the spec's (one handshake timeout for both roles), re-exported here
+from ecp.spec.errors import HandshakeError, HandshakeTimeout, LocalProtocolError, RemoteProtocolError  # noqa: F401
 
 
 class ClientError(Exception):
@@ -30,23 +31,6 @@ class ClientError(Exception):
 
 
 # --------------------------------------------------------------------------- handshake
-class HandshakeTimeout(HandshakeError):
-    """A handshake stage did not complete in time (``ECP-HS-8``).
-
-    ``stage`` is ``"HELLO"``, ``"registration"`` (ready payload on the input
-    socket), ``"READY"`` or ``"coordinator subscriptions"``; ``missing_ranks``
-    lists the engines that had not reached it.
-    """
-
-    def __init__(self, stage: str, missing_ranks: Sequence[int], timeout_s: float) -> None:
-        super().__init__(
-            f"handshake stage {stage} timed out after {timeout_s:g} s; waiting for rank(s) "
-            f"{list(missing_ranks)}", clause="ECP-HS-8", expected=stage, got="timeout")
-        self.stage = stage
-        self.missing_ranks = list(missing_ranks)
-        self.timeout_s = timeout_s
-
-
 class UnexpectedEngineIdentity(HandshakeError):
     """A handshake message or registration came from an identity outside the
     configured ranks (``ECP-HS-11``)."""

@@ -27,13 +27,12 @@ import msgspec
 import zmq
 
 from ecp.spec import (
-    VLLM_VERSION, EngineCoreOutputs, EngineCoreReadyResponse, Hello, LocalProtocolError, Ready,
-    RemoteProtocolError, decode_any, encode_outputs, encode_payload, engine_identity,
+    VLLM_VERSION, EngineCoreOutputs, EngineCoreReadyResponse, EngineHandshakeMetadata, HandshakeTimeout, Hello,
+    Ready, RemoteProtocolError, decode_any, encode_outputs, encode_payload,
 )
-from ecp.spec.machine import (
-    Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineDead, EngineHello, EngineReady,
-    Event, Outputs, Registration, StartWave, UtilityCall,
-)
+from ecp.spec.machine import Abort, Add, Event, Outputs, StartWave, UtilityCall, input_socket, output_socket
+from ecp.spec.peer import EnginePeer
+from ecp.spec.peer.zmq_io import EngineSockets
 
 from .config import EngineConfig
 from .core import COORDINATOR, EngineCore
@@ -81,11 +80,6 @@ def rank_side_channel(address: str, local_index: int) -> str:
     return f"{address}-{local_index}"
 
 
-def _set_hwm(sock: zmq.Socket) -> None:
-    sock.setsockopt(zmq.SNDHWM, 0)
-    sock.setsockopt(zmq.RCVHWM, 0)
-
-
 class EngineServer:
     """One engine core process (or thread) for global DP rank ``rank``."""
 
@@ -98,12 +92,13 @@ class EngineServer:
         self.handshake_address = handshake_address
         self.dp_size = data_parallel_size or config.data_parallel_size or (rank + 1)
         self.stop_event = stop_event or threading.Event()
-        self.identity = engine_identity(rank)
         self.instance_id = str(random.getrandbits(63))
         self.core: EngineCore | None = None
-        #: the engine side of the protocol: every frame in and out goes through it (the handshake,
-        #: then the request lifecycle, utility calls, waves); the server only moves frames
-        self.machine = EngineConnection(rank)
+        #: the engine side of the protocol: the skeleton's machine sees every frame in and out (the
+        #: handshake, then the request lifecycle, utility calls, waves); the server only moves frames
+        self.peer: EnginePeer | None = None
+        self.machine = None
+        self.io: EngineSockets | None = None
         #: the deliberate faults of ``--bug`` (inactive without any), between the sockets and the core
         self.faults = FaultLayer(config.bugs, rank)
         self.ready = threading.Event()
@@ -141,120 +136,60 @@ class EngineServer:
             self._close()
 
     # ------------------------------------------------------------------ startup
-    @staticmethod
-    def _send(sock: zmq.Socket, sends: list) -> None:
-        for send in sends:
-            sock.send_multipart(send.frames)
-
-    def _wait_readable(self, sock: zmq.Socket, timeout_s: float, what: str) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while not self.stop_event.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise EngineStartupError(f"timed out after {timeout_s:.0f}s waiting for {what} (ECP-HS-8)")
-            if sock.poll(min(IDLE_POLL_MS, int(left * 1000) + 1)):
-                return True
-        return False
-
-    def _wait_writable(self, sock: zmq.Socket, timeout_s: float, what: str) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while not self.stop_event.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise EngineStartupError(f"timed out after {timeout_s:.0f}s waiting for {what} (ECP-HS-8)")
-            if sock.poll(min(IDLE_POLL_MS, int(left * 1000) + 1), zmq.POLLOUT):
-                return True
-        return False
-
     def _startup(self) -> None:
+        """The handshake, through the engine skeleton (:class:`~ecp.spec.peer.EnginePeer`): the
+        server only builds its core once INIT says how many clients it serves."""
         cfg = self.config
-        ctx = self._ctx
-        hs = ctx.socket(zmq.DEALER)
-        try:  # every socket must be closed on failure, or Context.term() would wait forever
-            hs.setsockopt(zmq.IDENTITY, self.identity)
-            hs.setsockopt(zmq.LINGER, 5000)
-            try:
-                hs.connect(self.handshake_address)
-            except zmq.ZMQError as exc:
-                raise EngineStartupError(
-                    f"cannot connect to handshake address {self.handshake_address!r}: {exc}") from exc
-            machine = self.machine
-            self._send(hs, machine.send(EngineHello(self.rank, Hello(local=cfg.local, headless=not cfg.local))))
-            if not self._wait_readable(hs, cfg.handshake_timeout_s, "INIT"):
-                return
-            try:
-                [init_event] = machine.receive("handshake", hs.recv_multipart())
-            except RemoteProtocolError as exc:
-                raise EngineStartupError(f"bad INIT: {exc}") from None
-            addrs = init_event.init.addresses
-            has_coord = addrs.coordinator_input is not None
-            executor = make_executor(cfg)
-            connector = self._make_connector()
-            self.core = EngineCore(cfg, executor, engine_index=self.rank, num_clients=len(addrs.inputs),
-                                   has_coordinator=has_coord, connector=connector)
-            for in_addr, out_addr in zip(addrs.inputs, addrs.outputs):
-                d = ctx.socket(zmq.DEALER)
-                d.setsockopt(zmq.IDENTITY, self.identity)
-                d.setsockopt(zmq.LINGER, 0)
-                _set_hwm(d)
-                d.connect(in_addr)
-                self._inputs.append(d)
-                p = ctx.socket(zmq.PUSH)
-                p.setsockopt(zmq.LINGER, 4000)
-                _set_hwm(p)
-                p.connect(out_addr)
-                self._outputs.append(p)
-            ready_response = self._ready_response()
-            for client, d in enumerate(self._inputs):
-                # A DEALER is writable once its peer is connected: sending then puts the
-                # ready payload on the wire before READY goes out on the handshake socket.
-                if not self._wait_writable(d, cfg.handshake_timeout_s, "an input ROUTER connection"):
-                    return
-                self._send(d, machine.send(Registration(self.rank, client, ready_response)))
-            if has_coord:
-                self._coordinator_gate(addrs.coordinator_input, addrs.coordinator_output)
-                if self.stop_event.is_set():
-                    return
-            ready = Ready(local=cfg.local, headless=not cfg.local,
-                          parallel_config_hash=self._parallel_config_hash() if self.dp_size > 1 else None)
-            self._send(hs, machine.send(EngineReady(self.rank, ready)))
+        self.peer = EnginePeer(self.rank, hello=Hello(local=cfg.local, headless=not cfg.local),
+                               ready=Ready(local=cfg.local, headless=not cfg.local,
+                                           parallel_config_hash=self._parallel_config_hash() if self.dp_size > 1
+                                           else None),
+                               payload=self._on_init)
+        self.machine = self.peer.machine
+        self.io = EngineSockets(self._ctx, self.peer, stop=self.stop_event.is_set, linger_ms={"handshake": 5000})
+        try:
+            served = self.io.handshake(self.handshake_address, cfg.handshake_timeout_s,
+                                       gate_timeout_s=cfg.coordinator_timeout_s, on_event=self._before_ready,
+                                       on_bad_message=self._bad_coordinator_message)
+        except HandshakeTimeout as exc:
+            raise EngineStartupError(f"timed out after {exc.timeout_s:.0f}s waiting for {exc.stage} "
+                                     f"({exc.clause})") from None
+        except RemoteProtocolError as exc:
+            raise EngineStartupError(f"bad INIT: {exc}") from None
+        except zmq.ZMQError as exc:
+            raise EngineStartupError(f"cannot connect to {self.handshake_address!r} or an address INIT "
+                                     f"named: {exc}") from exc
         finally:
             # stopped mid-handshake: an undelivered HELLO must not hold ctx.term() for the linger time
-            hs.close(0 if self.stop_event.is_set() else None)
+            hs = self.io.sockets.pop("handshake", None)
+            if hs is not None:
+                hs.close(0 if self.stop_event.is_set() else None)
+        if not served:
+            return
+        sockets = self.io.sockets
+        self._inputs = [sockets[input_socket(c)] for c in range(self.peer.clients)]
+        self._outputs = [sockets[output_socket(c)] for c in range(self.peer.clients)]
+        self._coord_sub = sockets.get("coordinator_input")
+        self._coord_push = sockets.get("coordinator_output")
         self.ready.set()
         log.info("engine rank %d ready: %d client(s), %d KV blocks x %d, coordinator=%s",
-                 self.rank, len(self._inputs), self.core.num_blocks, cfg.block_size, has_coord)
+                 self.rank, len(self._inputs), self.core.num_blocks, cfg.block_size, self.peer.coordinator)
 
-    def _coordinator_gate(self, coord_in: str, coord_out: str | None) -> None:
-        sub = self._ctx.socket(zmq.XSUB)
-        sub.setsockopt(zmq.IDENTITY, self.identity)
-        sub.setsockopt(zmq.LINGER, 0)
-        _set_hwm(sub)
-        sub.connect(coord_in)
-        self._send(sub, self.machine.send(CoordinatorSubscribe(self.rank)))
-        self._coord_sub = sub
-        push = self._ctx.socket(zmq.PUSH)
-        push.setsockopt(zmq.LINGER, 4000)
-        _set_hwm(push)
-        push.connect(coord_out)
-        self._coord_push = push
-        deadline = time.monotonic() + self.config.coordinator_timeout_s
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise EngineStartupError("timed out waiting for the coordinator's READY (ECP-HS-6)")
-            if not self._wait_readable(sub, left, "the coordinator's READY"):
-                return
-            frames = sub.recv_multipart()
-            try:
-                events = self.machine.receive("coordinator_input", frames)
-            except RemoteProtocolError as exc:
-                bad_input_log.warning("[%s] dropped a bad coordinator message: %s", exc.clause, exc)
-                continue
-            for event in events:
-                if isinstance(event, CoordinatorReady):
-                    return
-                self.core.start_dp_wave(event.wave.wave, event.wave.exclude_engine_index)  # a wave before READY
+    def _on_init(self, init: EngineHandshakeMetadata) -> EngineCoreReadyResponse:
+        """INIT arrived: build the core for the clients it names; the ready payload describes it."""
+        addrs = init.addresses
+        self.core = EngineCore(self.config, make_executor(self.config), engine_index=self.rank,
+                               num_clients=len(addrs.inputs), has_coordinator=addrs.coordinator_input is not None,
+                               connector=self._make_connector())
+        return self._ready_response()
+
+    def _before_ready(self, event: Event) -> None:
+        if isinstance(event, StartWave):  # a wave published before the gate opened
+            self.core.start_dp_wave(event.wave.wave, event.wave.exclude_engine_index)
+
+    @staticmethod
+    def _bad_coordinator_message(exc: RemoteProtocolError, socket: str) -> None:
+        bad_input_log.warning("[%s] dropped a bad message on %s: %s", exc.clause, socket, exc)
 
     def _make_connector(self) -> ReferenceKVConnector | None:
         cfg = self.config
@@ -452,20 +387,21 @@ class EngineServer:
             connector.outbox.clear()
 
     def _send_dead(self) -> None:
-        try:
-            sends = self.machine.send(EngineDead(self.rank))
-        except LocalProtocolError:  # already dead: nothing follows ENGINE_CORE_DEAD (ECP-OUT-8)
+        if self.peer is None:
             return
-        for sock, send in zip(self._outputs, sends):
+        for send in self.peer.die():  # nothing if already dead: nothing follows ENGINE_CORE_DEAD (ECP-OUT-8)
+            sock = self.io.sockets.get(send.socket)
+            if sock is None:
+                continue
             try:
                 sock.send_multipart(send.frames, zmq.NOBLOCK)
             except zmq.ZMQError:
                 pass
 
     def _close(self) -> None:
-        socks = [*self._inputs, *self._outputs, self._coord_sub, self._coord_push, self._side_pull,
-                 *self._side_push.values()]
-        for s in socks:
+        if self.io is not None:
+            self.io.close()
+        for s in (self._side_pull, *self._side_push.values()):
             if s is not None:
                 s.close()
         if self._ctx is not None:
