@@ -24,13 +24,15 @@ import zmq
 from ecp.spec import (
     EngineCoreOutput, EngineCoreRequest, EngineCoreOutputs, EngineCoreReadyResponse, FinishReason,
     Hello, ProtocolError, Ready, RequestError, SamplingParams, StartDPWave, UtilityOutput, UtilityRequest, UtilityResult,
-    LocalProtocolError, decode_any, recover_add_frames, decode_input, encode_engine_dead, encode_handshake, encode_outputs, engine_identity,
+    decode_any, recover_add_frames, decode_input, encode_engine_dead, encode_outputs, engine_identity,
 )
-from ecp.spec.machine import (
-    CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineHello, EngineReady, Registration, input_socket,
-)
+from ecp.spec.machine import input_socket, output_socket
+from ecp.spec.peer import FORCE, TWICE, WITHHOLD, Deviation, EnginePeer, Step
+from ecp.spec.peer.zmq_io import EngineSockets
 
 MAX_MODEL_LEN = 256
+#: how long a rank waits for INIT and the coordinator gate (the harness stops it long before)
+HANDSHAKE_TIMEOUT_S = 300.0
 #: the command template that launches this engine as a subprocess
 COMMAND = [sys.executable, __file__, "--handshake-address", "{handshake_address}",
            "--engine-count", "{engine_count}", "--engine-start-index", "{engine_start_index}"]
@@ -111,80 +113,45 @@ class Rank:
         raise Crash(why)
 
     # ---------------------------------------------------------------- handshake
+    def deviate(self, step: Step, index: int | None) -> Deviation | None:
+        """The handshake bug knobs: each replaces one step of the engine skeleton."""
+        bugs = self.bugs
+        if step is Step.HELLO and "bad-hello" in bugs:
+            return Deviation(raw=(b"\x81\xa6status\xa5HELLO",))
+        if step is Step.REGISTRATION:
+            if index and "first-input-only" in bugs:
+                return WITHHOLD
+            if "double-registration" in bugs:
+                return TWICE
+        if step is Step.SUBSCRIBE and "no-coordinator-gate" in bugs:
+            return WITHHOLD
+        if step is Step.READY:
+            if "no-ready" in bugs:
+                return WITHHOLD
+            if {"first-input-only", "no-coordinator-gate"} & bugs:
+                return FORCE  # READY too early, on purpose
+        return None
+
     def handshake(self) -> None:
-        hs = self.ctx.socket(zmq.DEALER)
-        hs.setsockopt(zmq.IDENTITY, self.identity)
-        hs.setsockopt(zmq.LINGER, 1000)
-        hs.connect(self.address)
-        # the engine side of the protocol: every step goes through the machine, and a bug knob that
-        # breaks a rule sends its frames around it (send_raw) so the machine still follows
-        m = self.machine = EngineConnection(self.rank)
-        if "bad-hello" in self.bugs:
-            hs.send_multipart(m.send_raw("handshake", [b"\x81\xa6status\xa5HELLO"]).frames)
-        else:
-            self.send_all({"handshake": hs}, m.send(EngineHello(self.rank, Hello(local=True, headless=True))))
-        while not hs.poll(100):
-            if self.stop.is_set():
-                raise Crash("stopped before INIT")
-        [init] = m.receive("handshake", hs.recv_multipart())
-        a = init.init.addresses
-        self.inputs, self.outputs = [], []
-        for addr in a.inputs:
-            s = self.ctx.socket(zmq.DEALER)
-            s.setsockopt(zmq.IDENTITY, self.identity)
-            s.setsockopt(zmq.LINGER, 0)
-            s.connect(addr)
-            self.inputs.append(s)
-        for addr in a.outputs:
-            s = self.ctx.socket(zmq.PUSH)
-            s.setsockopt(zmq.LINGER, 1000)
-            s.connect(addr)
-            self.outputs.append(s)
         ready = EngineCoreReadyResponse(
             max_model_len=MAX_MODEL_LEN, num_gpu_blocks=64, block_size=16, dp_stats_address=None, dtype="float32",
             vllm_version="0.33.0", world_size=1, data_parallel_size=1, tensor_parallel_size=1,
             pipeline_parallel_size=1, decode_context_parallel_size=1, data_parallel_rank=self.rank,
             max_num_seqs=64, max_num_batched_tokens=2048, instance_id=f"scripted-{self.rank}",
             supports_lora=False, max_loras=0, enable_sleep_mode="no-sleep-mode" not in self.bugs)
-        sockets = {"handshake": hs, **{input_socket(i): s for i, s in enumerate(self.inputs)}}
-        for i in range(len(self.inputs)):
-            if i > 0 and "first-input-only" in self.bugs:
-                continue
-            [reg] = m.send(Registration(self.rank, i, None if "empty-ready" in self.bugs else ready))
-            self.send_all(sockets, [reg])
-            if "double-registration" in self.bugs:
-                self.send_all(sockets, [m.send_raw(reg.socket, reg.frames)])
-        self.coord_push = None
-        if a.coordinator_input is not None and "no-coordinator-gate" not in self.bugs:
-            sub = self.ctx.socket(zmq.XSUB)
-            sub.setsockopt(zmq.LINGER, 0)
-            sub.connect(a.coordinator_input)
-            self.send_all({"coordinator_input": sub}, m.send(CoordinatorSubscribe(self.rank)))
-            gate = False
-            while not gate:
-                while not sub.poll(100):
-                    if self.stop.is_set():
-                        raise Crash("stopped during the coordinator gate")
-                gate = any(isinstance(e, CoordinatorReady) for e in m.receive("coordinator_input", sub.recv_multipart()))
-            self.coord_sub = sub
-            self.coord_push = self.ctx.socket(zmq.PUSH)
-            self.coord_push.setsockopt(zmq.LINGER, 0)
-            self.coord_push.connect(a.coordinator_output)
-        if "no-ready" not in self.bugs:
-            event = EngineReady(self.rank, Ready(local=True, headless=True))
-            try:
-                sends = m.send(event)
-            except LocalProtocolError:
-                if not {"first-input-only", "no-coordinator-gate"} & self.bugs:
-                    raise
-                sends = [m.send_raw("handshake", [encode_handshake(event.ready)])]  # READY too early, on purpose
-            self.send_all(sockets, sends)
-        self.hs = hs
-
-    @staticmethod
-    def send_all(sockets: dict, sends) -> None:
-        for send in sends:
-            sockets[send.socket].send_multipart(send.frames)
+        # the engine side of the protocol: the skeleton takes every step through the machine, and a bug
+        # knob that breaks a rule replaces its step (the machine still follows what went out)
+        self.peer = EnginePeer(self.rank, hello=Hello(local=True, headless=True), ready=Ready(local=True, headless=True),
+                               payload=None if "empty-ready" in self.bugs else ready, identity=self.identity,
+                               deviate=self.deviate)
+        self.io = EngineSockets(self.ctx, self.peer, stop=self.stop.is_set, linger_ms={"output": 1000})
+        if not self.io.handshake(self.address, HANDSHAKE_TIMEOUT_S):
+            raise Crash("stopped during the handshake")
+        sockets = self.io.sockets
+        self.inputs = [sockets[input_socket(c)] for c in range(self.peer.clients)]
+        self.outputs = [sockets[output_socket(c)] for c in range(self.peer.clients)]
+        # a rank that skipped the gate never talks to the coordinator
+        self.coord_push = None if "no-coordinator-gate" in self.bugs else sockets.get("coordinator_output")
 
     # ---------------------------------------------------------------- outputs
     def emit(self, client: int, outs=(), utility=None, finished=None) -> None:
@@ -442,11 +409,7 @@ class Rank:
                 if not self.outputs[r.client].closed:
                     self.emit(r.client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ABORT)],
                               finished={rid})
-        for s in [*self.inputs, *self.outputs, self.hs]:
-            s.close(0)
-        if self.coord_push is not None:
-            self.coord_push.close(0)
-            self.coord_sub.close(0)
+        self.io.close(0)
 
 
 class ScriptedEngines:
