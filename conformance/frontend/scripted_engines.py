@@ -31,14 +31,13 @@ import zmq.asyncio
 
 from ecp.spec import (
     EngineCoreOutputs, EngineCoreRequest, EngineHandshakeMetadata, Hello, ProtocolError, Ready,
-    UtilityOutput, UtilityRequest, UtilityResult, decode_input, encode_engine_dead, encode_handshake,
-    encode_payload, engine_identity,
+    HandshakeTimeout, StartDPWave, UtilityOutput, UtilityRequest, UtilityResult, encode_engine_dead,
+    encode_handshake, encode_payload,
 )
 
-from ecp.spec.machine import (
-    COORDINATOR, CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineHello, EngineReady, Outputs,
-    StartWave, input_socket, output_socket,
-)
+from ecp.spec.machine import COORDINATOR, Outputs, Send, StartWave, input_socket, output_socket, parse_socket
+from ecp.spec.peer import Deviation, EnginePeer, Stage, Step
+from ecp.spec.peer.zmq_io import AsyncEngineSockets
 
 from .output_forms import OutputForm
 from .recorder import FrameRecord, Recorder
@@ -65,17 +64,20 @@ class ScriptedEngine:
         self.registered = asyncio.Event()   # ready payloads sent (and READY, if scripted)
         self.dead = False
         self.failure: BaseException | None = None
-        self._identity = engine_identity(rank)
         #: the engine side of the protocol in recording mode: it follows every frame both ways, so
         #: every rule the frontend breaks is recorded (:attr:`violations`), whatever the case checks;
         #: what this engine sends is put through ``send_raw`` (scripts misbehave on purpose)
-        self.machine = EngineConnection(rank, mode="record")
-        self._handshake: zmq.asyncio.Socket | None = None
-        self._inputs: list[zmq.asyncio.Socket] = []
-        self._outputs: list[zmq.asyncio.Socket] = []
-        self._extra: list[zmq.asyncio.Socket] = []   # coordinator sockets
-        self._coordinator_sub: zmq.asyncio.Socket | None = None
-        self._coordinator_push: zmq.asyncio.Socket | None = None
+        script = self.script
+        #: the engine skeleton in recording mode: its machine follows every frame both ways, so every
+        #: rule the frontend breaks is recorded (:attr:`violations`), whatever the case checks; the
+        #: script's ready payload and handshake faults go out around the rules (the machine follows)
+        self.peer = EnginePeer(rank, hello=Hello(local=script.hello_local, headless=script.hello_headless),
+                               ready=Ready(local=script.hello_local, headless=script.hello_headless),
+                               payload=self._payload, mode="record", hold_ready=not script.send_ready,
+                               deviate=self._deviate)
+        self.machine = self.peer.machine
+        self.io = AsyncEngineSockets(ctx, self.peer, linger_ms={"handshake": 0, "output": 0, "coordinator_output": 0},
+                                     observe=self._observe)
         #: every START_DP_WAVE the coordinator published after the gate, as (wave, exclude_engine_index)
         self.start_waves: list[tuple[int, int | None]] = []
         self._tasks: list[asyncio.Task] = []
@@ -109,19 +111,14 @@ class ScriptedEngine:
             except (asyncio.CancelledError, Exception):
                 pass
         self._tasks.clear()
-        for sock in [self._handshake, *self._inputs, *self._outputs, *self._extra]:
-            if sock is not None and not sock.closed:
-                sock.close(linger=0)
+        self.io.close(0)
 
     async def die(self) -> None:
         """Send ``ENGINE_CORE_DEAD`` on every output socket and stop serving (``ECP-OUT-8``)."""
         self.dead = True
         self.generation.abort_all_locally()
-        for index, push in enumerate(self._outputs):
-            frames = encode_engine_dead()
-            self.machine.send_raw(output_socket(index), frames)
-            self._record("out", "output", index, frames)
-            await push.send_multipart(frames)
+        for index in range(self.peer.clients):
+            await self.io.send([self.peer.send_raw(output_socket(index), encode_engine_dead())])
 
     @property
     def violations(self) -> list:
@@ -130,20 +127,15 @@ class ScriptedEngine:
 
     async def send_ready(self) -> None:
         """Say READY now (a script with ``send_ready=False`` withheld it; the case decides when)."""
-        script = self.script
-        [ready] = self.machine.send(EngineReady(self.rank, Ready(local=script.hello_local,
-                                                                 headless=script.hello_headless)))
-        self._record("out", "handshake", None, ready.frames)
-        assert self._handshake is not None
-        await self._handshake.send_multipart(ready.frames)
+        await self.io.send(self.peer.say_ready())
 
     async def send_to_coordinator(self, outputs: EngineCoreOutputs) -> None:
         """Send a DP control message (``wave_complete``/``start_wave``) on ``coordinator_output``."""
-        if self._coordinator_push is None:
+        if "coordinator_output" not in self.io.sockets:
             raise RuntimeError(f"engine {self.rank}: INIT named no coordinator_output")
-        [send] = self.machine.send(Outputs(self.rank, COORDINATOR, outputs))
+        [send] = self.peer.send(Outputs(self.rank, COORDINATOR, outputs))
         self._record("out", "coordinator", None, send.frames, message=outputs)
-        await self._coordinator_push.send_multipart(send.frames)
+        await self.io.sockets["coordinator_output"].send_multipart(send.frames)
 
     def release(self, request_ids: list[str] | None = None) -> None:
         """Let held requests finish (all when ``None``)."""
@@ -151,15 +143,6 @@ class ScriptedEngine:
         self._wake.set()
 
     # -- handshake -------------------------------------------------------------------
-    def _socket(self, kind: int) -> zmq.asyncio.Socket:
-        sock = self.ctx.socket(kind)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.SNDHWM, 0)
-        sock.setsockopt(zmq.RCVHWM, 0)
-        if kind == zmq.DEALER:
-            sock.setsockopt(zmq.IDENTITY, self._identity)
-        return sock
-
     async def _main(self, handshake_timeout: float) -> None:
         try:
             await self._do_handshake(handshake_timeout)
@@ -170,153 +153,105 @@ class ScriptedEngine:
         await self._serve()
 
     async def _do_handshake(self, timeout: float) -> None:
-        script = self.script
-        machine = self.machine
-        hs = self._handshake = self._socket(zmq.DEALER)
-        hs.connect(self.handshake_address)
-        fault = script.handshake_fault
-        if fault is not None and fault not in HANDSHAKE_FAULTS:
-            raise ValueError(f"unknown handshake fault {fault!r} (known: {', '.join(HANDSHAKE_FAULTS)})")
-        if fault in ("ready-first", "unknown-status"):
-            await self._send_bad_handshake(fault)
-        [hello] = machine.send(EngineHello(self.rank, Hello(local=script.hello_local,
-                                                             headless=script.hello_headless)))
-        self._record("out", "handshake", None, hello.frames)
-        await hs.send_multipart(hello.frames)
+        """The engine skeleton's handshake; the script's handshake fault replaces one step."""
+        if self.script.handshake_fault is not None and self.script.handshake_fault not in HANDSHAKE_FAULTS:
+            raise ValueError(f"unknown handshake fault {self.script.handshake_fault!r} "
+                             f"(known: {', '.join(HANDSHAKE_FAULTS)})")
         try:
-            frames = await asyncio.wait_for(hs.recv_multipart(), timeout)
-        except asyncio.TimeoutError:
-            raise EngineHandshakeFailed(
-                f"engine {self.rank}: no INIT within {timeout:.0f} s of HELLO at {self.handshake_address}"
-            ) from None
-        before = len(machine.violations)
-        try:
-            inits = [e for e in machine.receive("handshake", frames) if getattr(e, "init", None) is not None]
+            await self.io.handshake(self.handshake_address, timeout, on_event=self._on_handshake_event)
+        except HandshakeTimeout as exc:
+            if exc.stage == Stage.INIT.value:
+                raise EngineHandshakeFailed(f"engine {self.rank}: no INIT within {timeout:.0f} s of HELLO at "
+                                            f"{self.handshake_address}") from None
+            raise EngineHandshakeFailed(f"engine {self.rank}: the coordinator never published READY") from None
         except ProtocolError as exc:
-            self._record("in", "handshake", None, frames, error=exc)
             raise EngineHandshakeFailed(f"engine {self.rank}: INIT does not decode: {exc}") from exc
-        if not inits:   # recorded, not raised: the INIT could not be read
-            err = machine.violations[before].error if len(machine.violations) > before else None
-            self._record("in", "handshake", None, frames, error=err)
-            raise EngineHandshakeFailed(f"engine {self.rank}: INIT does not decode: {err}")
-        self.init = inits[0].init
-        self._record("in", "handshake", None, frames, message=self.init)
-        if fault == "hello-twice":
-            await self._send_bad_handshake(fault)
-        addresses = self.init.addresses
-        for address in addresses.inputs:
-            sock = self._socket(zmq.DEALER)
-            sock.connect(address)
-            self._inputs.append(sock)
-        for address in addresses.outputs:
-            sock = self._socket(zmq.PUSH)
-            sock.connect(address)
-            self._outputs.append(sock)
-        payload = script.ready_payload
-        if payload is None:
-            payload = default_ready_payload(self.rank, self.engine_count)
-        # the script's map, exactly as written (extra or missing keys on purpose): around the machine
-        ready_frames = encode_payload(payload)
-        for index, sock in enumerate(self._inputs):
-            send = machine.send_raw(input_socket(index), ready_frames)
-            self._record("out", "input", index, send.frames)
-            await sock.send_multipart(send.frames)
-        if addresses.coordinator_input is not None:
-            await self._coordinator_gate(addresses.coordinator_input, addresses.coordinator_output, timeout)
-        if script.send_ready:
-            [ready] = machine.send(EngineReady(self.rank, Ready(local=script.hello_local,
-                                                                 headless=script.hello_headless)))
-            self._record("out", "handshake", None, ready.frames)
-            await hs.send_multipart(ready.frames)
+        self.init = self.peer.init
         self.registered.set()
 
-    async def _send_bad_handshake(self, fault: str) -> None:
-        """Put one handshake-order error on the handshake socket (``ECP-HS-7``). The machine is not
-        told: its view stays the correct handshake the frontend sees around it."""
+    def _payload(self, init: EngineHandshakeMetadata) -> bytes:
+        # the script's map, exactly as written (extra or missing keys on purpose): around the machine
+        payload = self.script.ready_payload
+        [frame] = encode_payload(default_ready_payload(self.rank, self.engine_count) if payload is None else payload)
+        return frame  # a ready payload carries no tensor: one frame
+
+    def _deviate(self, step: Step, index: int | None) -> Deviation | None:
+        """The script's handshake fault as a deviation from one step (``ECP-HS-7``): the frame it
+        adds is hidden from the machine, whose view stays the correct handshake the frontend sees
+        around it."""
+        fault = self.script.handshake_fault
         script = self.script
-        if fault == "ready-first":
-            frame = encode_handshake(Ready(local=script.hello_local, headless=script.hello_headless))
-        elif fault == "hello-twice":
+        if step is Step.HELLO and fault in ("ready-first", "unknown-status"):
+            if fault == "ready-first":
+                frame = encode_handshake(Ready(local=script.hello_local, headless=script.hello_headless))
+            else:
+                frame = msgspec.msgpack.encode({"status": "HOWDY", "local": script.hello_local,
+                                                "headless": script.hello_headless})
+            return Deviation(before=(Send("handshake", [frame]),))
+        if step is Step.REGISTRATION and index == 0 and fault == "hello-twice":
             frame = encode_handshake(Hello(local=script.hello_local, headless=script.hello_headless))
-        else:
-            frame = msgspec.msgpack.encode({"status": "HOWDY", "local": script.hello_local,
-                                            "headless": script.hello_headless})
-        self._record("out", "handshake", None, [frame])
-        assert self._handshake is not None
-        await self._handshake.send_multipart([frame])
+            return Deviation(before=(Send("handshake", [frame]),))
+        return None
 
-    async def _coordinator_gate(self, coordinator_input: str, coordinator_output: str | None,
-                                timeout: float) -> None:
-        """``ECP-HS-6``: subscribe to the coordinator and wait for its ``READY`` before READY.
+    def _on_handshake_event(self, event: Any) -> None:
+        if isinstance(event, StartWave):  # a wave the coordinator published before its READY
+            self.start_waves.append((event.wave.wave, event.wave.exclude_engine_index))
 
-        (vLLM's frontend starts a DP coordinator for DP > 1 with internal load
-        balancing.) The engine only listens there; it sends no stats.
-        """
-        xsub = self._socket(zmq.XSUB)
-        xsub.setsockopt(zmq.IDENTITY, self._identity)
-        xsub.connect(coordinator_input)
-        self._extra.append(xsub)
-        self._coordinator_sub = xsub
-        if coordinator_output is not None:
-            push = self._socket(zmq.PUSH)
-            push.connect(coordinator_output)
-            self._extra.append(push)
-            self._coordinator_push = push
-        [subscribe] = self.machine.send(CoordinatorSubscribe(self.rank))
-        self._record("out", "coordinator", None, subscribe.frames)
-        await xsub.send_multipart(subscribe.frames)
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise EngineHandshakeFailed(f"engine {self.rank}: the coordinator never published READY")
-            try:
-                frames = await asyncio.wait_for(xsub.recv_multipart(), remaining)
-            except asyncio.TimeoutError:
-                continue
-            self._record("in", "coordinator", None, frames)
-            try:
-                events = self.machine.receive("coordinator_input", frames)
-            except ProtocolError:
-                continue  # recorded above; the gate is still closed
-            if any(isinstance(e, CoordinatorReady) for e in events):
-                return
+    def _observe(self, direction: str, socket: str, frames: list, outcome: Any) -> None:
+        """Every message the handshake loop moves, into the recorder."""
+        kind, index = parse_socket(socket)
+        channel = "coordinator" if kind.startswith("coordinator") else kind
+        message = error = None
+        if isinstance(outcome, ProtocolError):
+            error = outcome
+        elif outcome:
+            event = outcome[0]
+            message = getattr(event, "init", None) or getattr(event, "wave", None)
+        self._record(direction, channel, index, frames, message=message, error=error)
 
     # -- serving ---------------------------------------------------------------------
     async def _serve(self) -> None:
-        tasks = [asyncio.ensure_future(self._receive(i, s)) for i, s in enumerate(self._inputs)]
+        sockets = self.io.sockets
+        tasks = [asyncio.ensure_future(self._receive(input_socket(i), sockets[input_socket(i)]))
+                 for i in range(self.peer.clients)]
         tasks.append(asyncio.ensure_future(self._generate()))
-        if self._coordinator_sub is not None:
-            tasks.append(asyncio.ensure_future(self._listen_coordinator(self._coordinator_sub)))
+        if "coordinator_input" in sockets:
+            tasks.append(asyncio.ensure_future(self._listen_coordinator(sockets["coordinator_input"])))
         self._tasks.extend(tasks)
         await asyncio.gather(*tasks)
+
+    def _take(self, socket: str, frames: list[bytes]) -> tuple[Any, ProtocolError | None]:
+        """What the machine made of one message: its event's message, or the error it recorded."""
+        before = len(self.machine.violations)
+        events = self.machine.receive(socket, frames)
+        if events:
+            event = events[0]
+            for name in ("request", "request_ids", "call", "wave"):
+                if hasattr(event, name):
+                    value = getattr(event, name)
+                    return (list(value) if name == "request_ids" else value), None
+            return None, None
+        recorded = self.machine.violations[before:]
+        return None, (recorded[0].error if recorded else None)
 
     async def _listen_coordinator(self, sock: zmq.asyncio.Socket) -> None:
         """What the coordinator publishes after the gate: START_DP_WAVE (``ECP-DP-5``)."""
         while True:
             frames = await sock.recv_multipart()
-            try:
-                events = self.machine.receive("coordinator_input", frames)
-            except ProtocolError as exc:
-                self._record("in", "coordinator", None, frames, error=exc)
-                continue
-            self._record("in", "coordinator", None, frames, message=events[0] if events else None)
-            for event in events:
-                if isinstance(event, StartWave):
-                    self.start_waves.append((event.wave.wave, event.wave.exclude_engine_index))
+            wave, error = self._take("coordinator_input", frames)
+            self._record("in", "coordinator", None, frames, message=wave, error=error)
+            if isinstance(wave, StartDPWave):
+                self.start_waves.append((wave.wave, wave.exclude_engine_index))
 
-    async def _receive(self, index: int, sock: zmq.asyncio.Socket) -> None:
+    async def _receive(self, socket: str, sock: zmq.asyncio.Socket) -> None:
+        index = parse_socket(socket)[1]
         while True:
             frames = await sock.recv_multipart()
-            # the machine judges every message against the whole protocol (recording mode)
-            self.machine.receive(input_socket(index), frames)
-            try:
-                message = decode_input(frames)
-            except ProtocolError as exc:
-                self._record("in", "input", index, frames, error=exc)
-                continue
-            self._record("in", "input", index, frames, message=message)
-            if self.dead:
+            # the machine judges every message against the whole protocol (recording mode) and
+            # hands over what it decoded
+            message, error = self._take(socket, frames)
+            self._record("in", "input", index, frames, message=message, error=error)
+            if error is not None or self.dead:
                 continue  # a dead engine only listens, so cases can see what still arrives
             await self._handle(message)
 
@@ -357,14 +292,15 @@ class ScriptedEngine:
                 finished_requests=finished))
 
     async def _send(self, client_index: int, outputs: EngineCoreOutputs) -> None:
-        if not 0 <= client_index < len(self._outputs):
+        if not 0 <= client_index < self.peer.clients:
             # ECP-ROB-4: unroutable outputs are dropped; the record shows the bad index.
             self._record("out", "output", client_index, [], error=None)
             return
         frames = self._output_form().frames(outputs)
-        self.machine.send_raw(output_socket(client_index), frames)
+        socket = output_socket(client_index)
+        self.machine.send_raw(socket, frames)
         self._record("out", "output", client_index, frames, message=outputs)
-        await self._outputs[client_index].send_multipart(frames)
+        await self.io.sockets[socket].send_multipart(frames)
 
     def _output_form(self) -> OutputForm:
         """The writer of the current script's output form (a case may reprogram the engine)."""

@@ -20,7 +20,6 @@ import importlib
 import logging
 import random
 import threading
-import time
 from typing import Any
 
 import msgspec

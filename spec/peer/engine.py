@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Callable, Sequence, Union
 
 from ..codec import encode_handshake
-from ..errors import HandshakeError, LocalProtocolError, RemoteProtocolError
+from ..errors import HandshakeError, LocalProtocolError
 from ..handshake import XSUB_SUBSCRIBE, EngineCoreReadyResponse, EngineHandshakeMetadata, Hello, Ready, engine_identity
 from ..machine import (
     COORDINATOR, CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineDead, EngineHello, EngineReady,
@@ -172,8 +172,9 @@ class EnginePeer:
 
     def _register(self, payload: Payload) -> None:
         for client in range(self.machine.view.clients or 0):
-            if isinstance(payload, bytes):  # a malformed payload on purpose: around the rules
-                self._actions.append(self.machine.send_raw(input_socket(client), [payload]))
+            if isinstance(payload, bytes):  # a payload as written (extra or missing keys on purpose)
+                self._step(Step.REGISTRATION, client, Registration(self.rank, client, None),
+                           Deviation(raw=(payload,)))
             else:
                 self._step(Step.REGISTRATION, client, Registration(self.rank, client, payload))
 
@@ -183,10 +184,15 @@ class EnginePeer:
             self._step(Step.READY, None, EngineReady(self.rank, self.ready_message))
             self.ready_sent = True
 
-    def _step(self, step: Step, index: int | None, event: Event) -> bool:
-        """Queue one step's message through the machine, or the test peer's deviation from it;
-        whether a message of the step goes out."""
+    def _step(self, step: Step, index: int | None, event: Event, default: Deviation | None = None) -> bool:
+        """Queue one step's message through the machine, or the test peer's deviation from it
+        (``default``: the deviation when the test peer names none); whether a message of the step
+        goes out."""
         deviation = self._deviate(step, index) if self._deviate is not None else None
+        if deviation is None:
+            deviation = default
+        elif default is not None and deviation.raw is None and deviation.repeat == 1 and not deviation.force:
+            deviation = Deviation(raw=default.raw, before=deviation.before)
         if deviation is None:
             self._actions += self.machine.send(event)
             return True

@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping, Union
 import zmq
 import zmq.asyncio
 
-from ..errors import HandshakeTimeout, RemoteProtocolError
+from ..errors import HandshakeTimeout, ProtocolError, RemoteProtocolError
 from ..machine import Event, Send, parse_socket
 from .engine import EnginePeer
 from .steps import Action, Connect, Stage
@@ -32,8 +32,9 @@ DEFAULT_LINGER_MS: Mapping[str, int] = {"handshake": 1000, "input": 0, "output":
 #: how often a blocking wait looks at its stop condition
 POLL_MS = 50
 
-#: ``(direction, socket, frames)`` for every message the loop moves: ``"out"`` or ``"in"``
-FrameObserver = Callable[[str, str, list], None]
+#: ``(direction, socket, frames, outcome)`` for every message the loop moves: ``"out"``, or ``"in"`` with
+#: what the skeleton made of it (its events, or the protocol error it raised)
+FrameObserver = Callable[[str, str, list, Union[list, ProtocolError, None]], None]
 #: what the caller does with an event the handshake produced (a START_DP_WAVE before the gate)
 EventHandler = Callable[[Event], Union[None, Awaitable[None]]]
 #: what the caller does with a message that broke the protocol while the engine waits for the
@@ -82,18 +83,20 @@ class _Sockets:
         return HandshakeTimeout(stage.value, [self.peer.rank], budget)
 
     def _receive(self, socket: str, frames: list, on_bad_message: BadMessageHandler | None) -> list[Event]:
-        self._seen("in", socket, frames)
         try:
-            return self.peer.receive(socket, frames)
+            events = self.peer.receive(socket, frames)
         except RemoteProtocolError as exc:
+            self._seen("in", socket, frames, exc)
             if on_bad_message is None or self.peer.waiting is None or self.peer.waiting.stage is Stage.INIT:
                 raise
             on_bad_message(exc, socket)
             return []
+        self._seen("in", socket, frames, events)
+        return events
 
-    def _seen(self, direction: str, socket: str, frames: list) -> None:
+    def _seen(self, direction: str, socket: str, frames: list, outcome: list | ProtocolError | None = None) -> None:
         if self.observe is not None:
-            self.observe(direction, socket, frames)
+            self.observe(direction, socket, frames, outcome)
 
     def close(self, linger: int | None = None) -> None:
         """Close every socket (``linger`` ms overrides each socket's own)."""
