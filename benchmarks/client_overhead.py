@@ -31,28 +31,20 @@ def _engine_main(handshake_address: str, mode: str, n: int, steps: int, tokens: 
         EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest, FinishReason,
         Hello, Ready, decode_input, encode_outputs,
     )
-    from ecp.spec.machine import EngineConnection, EngineHello, EngineReady, Registration
+    from ecp.spec.peer import EnginePeer
+    from ecp.spec.peer.zmq_io import EngineSockets
 
     ctx = zmq.Context()
-    hs = ctx.socket(zmq.DEALER)
-    hs.setsockopt(zmq.IDENTITY, b"\x00\x00")
-    hs.connect(handshake_address)
-    machine = EngineConnection(0)  # the engine side of the handshake
-    hs.send_multipart(machine.send(EngineHello(0, Hello(local=True, headless=False)))[0].frames)
-    init = machine.receive("handshake", hs.recv_multipart())[0].init
-    dealer = ctx.socket(zmq.DEALER)
-    dealer.setsockopt(zmq.IDENTITY, b"\x00\x00")
-    dealer.setsockopt(zmq.RCVHWM, 0)
-    dealer.connect(init.addresses.inputs[0])
-    push = ctx.socket(zmq.PUSH)
-    push.setsockopt(zmq.SNDHWM, 0)
-    push.connect(init.addresses.outputs[0])
-    dealer.send_multipart(machine.send(Registration(0, 0, EngineCoreReadyResponse(
-        max_model_len=1 << 20, num_gpu_blocks=1, block_size=16, dp_stats_address=None, dtype="float32",
-        vllm_version="0.33.0", world_size=1, data_parallel_size=1, tensor_parallel_size=1,
-        pipeline_parallel_size=1, decode_context_parallel_size=1, data_parallel_rank=0, max_num_seqs=n,
-        max_num_batched_tokens=n, instance_id="bench", supports_lora=False, max_loras=0)))[0].frames)
-    hs.send_multipart(machine.send(EngineReady(0, Ready(local=True, headless=False)))[0].frames)
+    peer = EnginePeer(0, hello=Hello(local=True, headless=False), ready=Ready(local=True, headless=False),
+                      payload=EngineCoreReadyResponse(
+                          max_model_len=1 << 20, num_gpu_blocks=1, block_size=16, dp_stats_address=None,
+                          dtype="float32", vllm_version="0.33.0", world_size=1, data_parallel_size=1,
+                          tensor_parallel_size=1, pipeline_parallel_size=1, decode_context_parallel_size=1,
+                          data_parallel_rank=0, max_num_seqs=n, max_num_batched_tokens=n, instance_id="bench",
+                          supports_lora=False, max_loras=0))
+    io = EngineSockets(ctx, peer)
+    io.handshake(handshake_address, 60.0)
+    dealer, push = io.sockets["input[0]"], io.sockets["output[0]"]
 
     ids = []
     while len(ids) < n:
@@ -83,8 +75,7 @@ def _engine_main(handshake_address: str, mode: str, n: int, steps: int, tokens: 
                 messages += 1
             conn.send((time.monotonic(), seen, messages))
     conn.recv()  # done
-    for s in (hs, dealer, push):
-        s.close(linger=0)
+    io.close(0)
     ctx.term()
 
 

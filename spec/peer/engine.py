@@ -107,9 +107,12 @@ class EnginePeer:
     def start_bootstrapped(self, inputs: Sequence[str], outputs: Sequence[str]) -> list[Action]:
         """No handshake socket (a frontend started with ``--engine-start-index``): connect to the
         given addresses and register on each input (``ECP-HS-3``)."""
+        if callable(self._payload):
+            raise LocalProtocolError("a bootstrapped engine has no INIT to build its ready payload from: give "
+                                     "the payload itself", clause="ECP-HS-3")
         self.machine = EngineConnection(self.rank, mode=self.machine.mode, bootstrapped=True, clients=len(inputs))
         self._connect_clients(inputs, outputs)
-        self._register(None)
+        self._register(self._payload)
         self.serving = True
         return self.actions()
 

@@ -18,11 +18,10 @@ import zmq.asyncio
 
 from ecp.spec import (
     EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, FinishReason, Hello, Ready,
-    UtilityOutput, UtilityRequest, UtilityResult, decode_input, encode_outputs, engine_identity,
+    UtilityOutput, UtilityRequest, UtilityResult, decode_input, encode_outputs,
 )
-from ecp.spec.machine import (
-    CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineHello, EngineReady, Registration,
-)
+from ecp.spec.peer import WITHHOLD, Deviation, EnginePeer, Step
+from ecp.spec.peer.zmq_io import AsyncEngineSockets
 
 RECV_TIMEOUT_S = 10.0
 
@@ -56,88 +55,70 @@ class Received:
         return self.frames[0]
 
 
+#: the handshake steps in order: ``handshake(until=STEP)`` withholds that step and every later one
+STEP_ORDER = (Step.HELLO, Step.REGISTRATION, Step.SUBSCRIBE, Step.READY)
+
+
 class ScriptedEngine:
+    """One engine of rank ``rank`` on the engine skeleton; a ``bytes`` ready payload goes out as written."""
+
     def __init__(self, rank: int = 0, *, ready: EngineCoreReadyResponse | None | bytes = None,
                  local: bool = True, headless: bool = False) -> None:
         self.rank = rank
-        self.identity = engine_identity(rank)
         self.ready = ready_response(rank) if ready is None else ready
         self.local = local
         self.headless = headless
         self.ctx = zmq.asyncio.Context()
-        self.handshake_sock: zmq.asyncio.Socket | None = None
-        self.dealer: zmq.asyncio.Socket | None = None
-        self.push: zmq.asyncio.Socket | None = None
-        self.init = None
         self.received: list[Received] = []
-        #: the engine side of the protocol; a ``bytes`` ready payload goes around it (send_raw)
-        self.machine = EngineConnection(rank)
+        self._until: Step | None = None
+        self.peer = EnginePeer(rank, hello=Hello(local=local, headless=headless),
+                               ready=Ready(local=local, headless=headless), payload=self.ready,
+                               deviate=self._withhold)
+        self.io = AsyncEngineSockets(self.ctx, self.peer, linger_ms={"handshake": 0, "output": 0,
+                                                                     "coordinator_output": 0})
+
+    def _withhold(self, step: Step, index: int | None) -> Deviation | None:
+        if self._until is not None and STEP_ORDER.index(step) >= STEP_ORDER.index(self._until):
+            return WITHHOLD
+        return None
 
     # ------------------------------------------------------------------ handshake
     async def send_hello(self, handshake_address: str) -> None:
-        sock = self.ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.IDENTITY, self.identity)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(handshake_address)
-        self.handshake_sock = sock
-        [hello] = self.machine.send(EngineHello(self.rank, Hello(local=self.local, headless=self.headless)))
-        await sock.send_multipart(hello.frames)
+        """Only say HELLO (an engine the frontend must refuse never gets further)."""
+        await self.io.send_actions(self.peer.start(handshake_address))
 
-    async def hello(self, handshake_address: str) -> None:
-        """Send HELLO and wait for INIT."""
-        await self.send_hello(handshake_address)
-        assert self.handshake_sock is not None
-        frames = await asyncio.wait_for(self.handshake_sock.recv_multipart(), RECV_TIMEOUT_S)
-        [init] = self.machine.receive("handshake", frames)
-        self.init = init.init
-
-    def connect_io(self, input_address: str, output_address: str) -> None:
-        self.dealer = self.ctx.socket(zmq.DEALER)
-        self.dealer.setsockopt(zmq.IDENTITY, self.identity)
-        self.dealer.setsockopt(zmq.LINGER, 0)
-        self.dealer.connect(input_address)
-        self.push = self.ctx.socket(zmq.PUSH)
-        self.push.setsockopt(zmq.LINGER, 0)
-        self.push.connect(output_address)
-
-    async def register(self) -> None:
-        assert self.dealer is not None
-        if isinstance(self.ready, bytes):
-            send = self.machine.send_raw("input[0]", [self.ready])
-        else:
-            [send] = self.machine.send(Registration(self.rank, 0, self.ready))
-        await self.dealer.send_multipart(send.frames)
-
-    async def join_coordinator(self, timeout: float = RECV_TIMEOUT_S) -> None:
-        """Subscribe to INIT's coordinator and wait for its READY (``ECP-HS-6``)."""
-        a = self.init.addresses
-        self.xsub = self.ctx.socket(zmq.XSUB)
-        self.xsub.setsockopt(zmq.LINGER, 0)
-        self.xsub.connect(a.coordinator_input)
-        [subscribe] = self.machine.send(CoordinatorSubscribe(self.rank))
-        await self.xsub.send_multipart(subscribe.frames)
-        gate = False
-        while not gate:
-            frames = await asyncio.wait_for(self.xsub.recv_multipart(), timeout)
-            gate = any(isinstance(e, CoordinatorReady) for e in self.machine.receive("coordinator_input", frames))
+    async def handshake(self, handshake_address: str, until: Step | None = None) -> None:
+        """The engine side of the handshake; ``until``: withhold that step and every later one."""
+        self._until = until
+        await self.io.handshake(handshake_address, RECV_TIMEOUT_S)
 
     async def send_ready(self) -> None:
-        assert self.handshake_sock is not None
-        [ready] = self.machine.send(EngineReady(self.rank, Ready(local=self.local, headless=self.headless)))
-        await self.handshake_sock.send_multipart(ready.frames)
-
-    async def handshake(self, handshake_address: str) -> None:
-        """The whole engine side of the handshake."""
-        await self.hello(handshake_address)
-        a = self.init.addresses
-        self.connect_io(a.inputs[0], a.outputs[0])
-        await self.register()
-        await self.send_ready()
+        """READY now (``handshake(until=Step.READY)`` withheld it)."""
+        self._until = None
+        await self.io.send(self.peer.say_ready())
 
     async def bootstrap(self, input_address: str, output_address: str) -> None:
-        self.machine = EngineConnection(self.rank, bootstrapped=True, clients=1)
-        self.connect_io(input_address, output_address)
-        await self.register()
+        await self.io.handshake(None, RECV_TIMEOUT_S, bootstrap=([input_address], [output_address]))
+
+    @property
+    def init(self) -> Any:
+        return self.peer.init
+
+    @property
+    def dealer(self) -> zmq.asyncio.Socket | None:
+        return self.io.sockets.get("input[0]")
+
+    @property
+    def push(self) -> zmq.asyncio.Socket | None:
+        return self.io.sockets.get("output[0]")
+
+    @property
+    def xsub(self) -> zmq.asyncio.Socket | None:
+        return self.io.sockets.get("coordinator_input")
+
+    @property
+    def coord_push(self) -> zmq.asyncio.Socket | None:
+        return self.io.sockets.get("coordinator_output")
 
     # ------------------------------------------------------------------ traffic
     async def recv(self, timeout: float = RECV_TIMEOUT_S) -> Received:
@@ -191,9 +172,7 @@ class ScriptedEngine:
         return methods
 
     def close(self) -> None:
-        for sock in (self.handshake_sock, self.dealer, self.push):
-            if sock is not None:
-                sock.close(linger=0)
+        self.io.close(0)
         self.ctx.term()
 
 

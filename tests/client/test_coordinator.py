@@ -3,24 +3,16 @@
 import asyncio
 import time
 
-import zmq
-
 from ecp.spec import (
     EngineCoreOutputs, EngineCoreRequest, SamplingParams, decode_input, encode_outputs,
 )
+from ecp.spec.peer import Step
 from ecp_client_testkit import ScriptedEngine, run, stop
 
 
 async def gated_handshake(engine: ScriptedEngine, address: str, gate_seen: list):
-    await engine.hello(address)
-    a = engine.init.addresses
-    engine.connect_io(a.inputs[0], a.outputs[0])
-    await engine.register()
-    await engine.join_coordinator(10)
+    await engine.handshake(address, until=Step.READY)  # READY only after the coordinator's gate
     gate_seen.append(engine.rank)
-    engine.coord_push = engine.ctx.socket(zmq.PUSH)
-    engine.coord_push.setsockopt(zmq.LINGER, 0)
-    engine.coord_push.connect(a.coordinator_output)
     await engine.send_ready()
 
 
@@ -54,10 +46,6 @@ def test_gate_then_wave_rebroadcast_and_stamping():
             assert got.message.current_wave == 4
             await stream.aclose()
         finally:
-            for e in engines:
-                for sock in (getattr(e, "xsub", None), getattr(e, "coord_push", None)):
-                    if sock is not None:
-                        sock.close(linger=0)
             await stop(client, engines)
 
     run(main())
@@ -73,10 +61,7 @@ def test_missing_subscription_times_out_naming_the_gate():
         engine = ScriptedEngine(0)
         waiter = asyncio.ensure_future(client.wait_ready())
         try:
-            await engine.hello(client.handshake_address)
-            a = engine.init.addresses
-            engine.connect_io(a.inputs[0], a.outputs[0])
-            await engine.register()  # but never subscribes to the coordinator
+            await engine.handshake(client.handshake_address, until=Step.SUBSCRIBE)  # never subscribes
             try:
                 await asyncio.wait_for(waiter, 5)
             except HandshakeTimeout as exc:

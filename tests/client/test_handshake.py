@@ -10,6 +10,7 @@ from ecp.reference.client import (
     UnexpectedEngineIdentity,
 )
 from ecp.spec import EngineHandshakeMetadata, EngineZmqAddresses
+from ecp.spec.peer import Step
 from ecp_client_testkit import ScriptedEngine, ready_response, run, start_client, stop
 
 VLLM_INIT_DP1 = bytes.fromhex(  # INIT as vLLM 0.33's Python frontend sends it (DP=1; spec/PROTOCOL.md ECP-HS-2)
@@ -90,12 +91,10 @@ def test_each_stage_times_out_with_its_name(stage):
         waiter = asyncio.ensure_future(client.wait_ready())
         try:
             await engines[0].handshake(client.handshake_address)
-            if stage != "HELLO":
-                await engines[1].hello(client.handshake_address)
-            if stage == "READY":
-                a = engines[1].init.addresses
-                engines[1].connect_io(a.inputs[0], a.outputs[0])
-                await engines[1].register()
+            if stage == "READY":  # INIT answered, registered, READY withheld
+                await engines[1].handshake(client.handshake_address, until=Step.READY)
+            elif stage == "registration":  # INIT answered, nothing registered
+                await engines[1].handshake(client.handshake_address, until=Step.REGISTRATION)
             with pytest.raises(HandshakeTimeout) as info:
                 await asyncio.wait_for(waiter, 5)
             assert info.value.stage == stage and info.value.missing_ranks == [1]
