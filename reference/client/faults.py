@@ -350,7 +350,7 @@ class _BentHandshake:
             except (ProtocolError, IndexError):
                 hello = False
             # the stranger is answered as if it were configured; the machine never hears of it
-            return [[bytes(frames[0]), encode_handshake(self.owner._init)]] if hello else []
+            return [[bytes(frames[0]), encode_handshake(self.owner.init)]] if hello else []
         if REGISTRATION_AS_READY in self.names and self._ready_already(frames):
             return []   # the registration stood for it
         try:

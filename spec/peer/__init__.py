@@ -10,6 +10,7 @@ skeleton over pyzmq for every engine of this repository.
 """
 
 from .engine import EnginePeer, Payload, PayloadSource
+from .frontend import STAGES, FrontendPeer, HandshakeResult, Progress
 from .steps import FORCE, TWICE, WITHHOLD, Action, Connect, Deviation, SocketKind, Stage, Step, Wait
 
 __all__ = [name for name in dir() if not name.startswith("_")]
