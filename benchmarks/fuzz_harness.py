@@ -51,6 +51,8 @@ from ecp.conformance.frontend.scripted_engines import ScriptedEngine  # noqa: E4
 from ecp.conformance.frontend.recorder import Recorder  # noqa: E402
 from ecp.conformance.outcomes import Violation  # noqa: E402
 from ecp.conformance.transcript import Transcript  # noqa: E402
+from ecp.spec.peer import FrontendPeer  # noqa: E402
+from ecp.spec.peer.zmq_io import AsyncFrontendSockets  # noqa: E402
 from ecp.spec import (  # noqa: E402
     EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, EngineHandshakeMetadata, EngineZmqAddresses,
     FinishReason, Hello, SamplingParams, decode_outputs, encode_add, encode_handshake, encode_outputs, engine_identity,
@@ -88,8 +90,6 @@ def fuzz_engine_role(frames: int, seed: int, *, good_every: int = 20, bound_s: f
     with tempfile.TemporaryDirectory(prefix="ecp-fuzz-") as tmp:
         h = HarnessFrontend(ctx, Addresses(f"ipc://{tmp}/hs", [f"ipc://{tmp}/in0"], [f"ipc://{tmp}/out0"], None),
                             engine_count=1, start_index=0, transcript=Transcript(max_entries=0))
-        init = encode_handshake(EngineHandshakeMetadata(
-            addresses=EngineZmqAddresses(inputs=h.addresses.inputs, outputs=h.addresses.outputs), parallel_config={}))
         push = ctx.socket(zmq.PUSH)
         push.setsockopt(zmq.LINGER, 0)
         push.connect(h.addresses.outputs[0])
@@ -130,7 +130,7 @@ def fuzz_engine_role(frames: int, seed: int, *, good_every: int = 20, bound_s: f
                 tally[f"strategy:{fz.strategy}"] += 1
                 tally["frames_sent"] += 1
                 if on_handshake:
-                    _engine_role_handshake(h, dealer, init, fz, bound_s, tally, examples)
+                    _engine_role_handshake(h, dealer, fz, bound_s, tally, examples)
                     continue
                 push.send_multipart(fz.frames)
                 end = time.monotonic() + bound_s
@@ -163,7 +163,7 @@ def fuzz_engine_role(frames: int, seed: int, *, good_every: int = 20, bound_s: f
     return _figures("harness-engine-role", seed, tally, examples, rss, started, bound_s)
 
 
-def _engine_role_handshake(h: HarnessFrontend, dealer: zmq.Socket, init: bytes, fz: Any, bound_s: float,
+def _engine_role_handshake(h: HarnessFrontend, dealer: zmq.Socket, fz: Any, bound_s: float,
                            tally: collections.Counter, examples: list[str]) -> None:
     """One malformed HELLO (or, after a good HELLO, a malformed READY) through the handshake handler.
 
@@ -171,6 +171,7 @@ def _engine_role_handshake(h: HarnessFrontend, dealer: zmq.Socket, init: bytes, 
     100,000 messages this drives the same receive and handler steps it runs, one message at a
     time, with the per-engine records reset in between (one engine identity is reused)."""
     h.records.clear()
+    h._make_peer()  # a fresh handshake for the reused identity
     as_ready = tally["frames_sent"] % 20 == 1
     messages = [[encode_handshake_hello()], fz.frames] if as_ready else [fz.frames]
     for frames in messages:
@@ -184,7 +185,7 @@ def _engine_role_handshake(h: HarnessFrontend, dealer: zmq.Socket, init: bytes, 
             return
         try:
             for frames_in in got:
-                h._on_handshake(frames_in, init)
+                h._on_handshake(frames_in)
         except Exception as exc:  # noqa: BLE001 - a harness bug
             tally["crashes"] += 1
             _note(examples, f"handshake {fz.strategy}: {type(exc).__name__}: {exc}")
@@ -229,11 +230,11 @@ def fuzz_frontend_role(frames: int, seed: int, *, good_every: int = 20, bound_s:
             engine = ScriptedEngine(ctx, 0, 1, f"ipc://{tmp}/hs", recorder=recorder)
             engine.start(bound_s)
             try:
-                identity, _hello = await asyncio.wait_for(router.recv_multipart(), bound_s)
-                await router.send_multipart([identity, encode_handshake(EngineHandshakeMetadata(
+                peer = FrontendPeer([0], EngineHandshakeMetadata(
                     addresses=EngineZmqAddresses(inputs=[f"ipc://{tmp}/in0"], outputs=[f"ipc://{tmp}/out0"]),
-                    parallel_config={}))])
-                await asyncio.wait_for(inp.recv_multipart(), bound_s)  # the ready payload
+                    parallel_config={}))
+                await AsyncFrontendSockets(peer, {"handshake": router, "input[0]": inp}).handshake(bound_s)
+                identity = engine_identity(0)
                 await engine.wait_registered(bound_s)
                 terminals: collections.Counter[str] = collections.Counter()
                 goods = 0

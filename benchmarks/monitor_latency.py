@@ -43,28 +43,22 @@ def _engine_main(handshake_address: str) -> None:
 
     from ecp.spec import (
         EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest, FinishReason, Hello, Ready,
-        decode_init, decode_input, encode_handshake, encode_outputs,
+        decode_input, encode_outputs,
     )
+    from ecp.spec.peer import EnginePeer
+    from ecp.spec.peer.zmq_io import EngineSockets
 
     ctx = zmq.Context()
-    hs = ctx.socket(zmq.DEALER)
-    hs.setsockopt(zmq.IDENTITY, b"\x00\x00")
-    hs.connect(handshake_address)
-    hs.send(encode_handshake(Hello(local=False, headless=True)))
-    init = decode_init(hs.recv())
-    dealer = ctx.socket(zmq.DEALER)
-    dealer.setsockopt(zmq.IDENTITY, b"\x00\x00")
-    dealer.setsockopt(zmq.RCVHWM, 0)
-    dealer.connect(init.addresses.inputs[0])
-    push = ctx.socket(zmq.PUSH)
-    push.setsockopt(zmq.SNDHWM, 0)
-    push.connect(init.addresses.outputs[0])
-    dealer.send(encode_handshake(EngineCoreReadyResponse(
-        max_model_len=4096, num_gpu_blocks=1024, block_size=16, dp_stats_address=None, dtype="float32",
-        vllm_version="0.33.0", world_size=1, data_parallel_size=1, tensor_parallel_size=1,
-        pipeline_parallel_size=1, decode_context_parallel_size=1, data_parallel_rank=0, max_num_seqs=1024,
-        max_num_batched_tokens=8192, instance_id="bench", supports_lora=False, max_loras=0)))
-    hs.send(encode_handshake(Ready(local=False, headless=True)))
+    peer = EnginePeer(0, hello=Hello(local=False, headless=True), ready=Ready(local=False, headless=True),
+                      payload=EngineCoreReadyResponse(
+                          max_model_len=4096, num_gpu_blocks=1024, block_size=16, dp_stats_address=None,
+                          dtype="float32", vllm_version="0.33.0", world_size=1, data_parallel_size=1,
+                          tensor_parallel_size=1, pipeline_parallel_size=1, decode_context_parallel_size=1,
+                          data_parallel_rank=0, max_num_seqs=1024, max_num_batched_tokens=8192, instance_id="bench",
+                          supports_lora=False, max_loras=0))
+    io = EngineSockets(ctx, peer)
+    io.handshake(handshake_address, 60.0)
+    dealer, push = io.sockets["input[0]"], io.sockets["output[0]"]
     while True:
         msg = decode_input(dealer.recv_multipart())
         if msg == [STOP]:  # an ABORT of the stop id
@@ -73,6 +67,7 @@ def _engine_main(handshake_address: str) -> None:
             out = EngineCoreOutputs(engine_index=0, outputs=[EngineCoreOutput(
                 msg.request_id, [7], finish_reason=FinishReason.LENGTH)], timestamp=time.time())
             push.send_multipart(encode_outputs(out))
+    io.close()
     ctx.destroy(linger=1000)
 
 
@@ -94,19 +89,13 @@ class Frontend:
         self.out, self.out_address = sock(zmq.PULL, "out")
 
     def handshake(self, timeout_s: float = 30.0) -> None:
-        from ecp.spec import EngineHandshakeMetadata, EngineZmqAddresses, encode_handshake
+        from ecp.spec import EngineHandshakeMetadata, EngineZmqAddresses, engine_identity
+        from ecp.spec.peer import FrontendPeer
+        from ecp.spec.peer.zmq_io import FrontendSockets
 
-        for sock, what in ((self.hs, "HELLO"),):
-            if not sock.poll(int(timeout_s * 1000)):
-                raise RuntimeError(f"no {what}")
-        identity, _ = self.hs.recv_multipart()
-        self.identity = identity
-        self.hs.send_multipart([identity, encode_handshake(EngineHandshakeMetadata(
-            EngineZmqAddresses([self.in_address], [self.out_address]), {}))])
-        for sock, what in ((self.inp, "ready payload"), (self.hs, "READY")):
-            if not sock.poll(int(timeout_s * 1000)):
-                raise RuntimeError(f"no {what}")
-            sock.recv_multipart()
+        peer = FrontendPeer([0], EngineHandshakeMetadata(EngineZmqAddresses([self.in_address], [self.out_address]), {}))
+        FrontendSockets(peer, {"handshake": self.hs, "input[0]": self.inp}).handshake(timeout_s)
+        self.identity = engine_identity(0)
 
     def run(self, n: int, window: int, rng: random.Random, tag: str) -> tuple[list[float], float]:
         """``n`` requests, ``window`` in flight; returns (round trips in s, elapsed s)."""

@@ -25,13 +25,13 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from ecp.spec import (
-    COORDINATOR_READY, ENGINE_DEAD, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest,
+    ENGINE_DEAD, DecodeError, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest,
     EngineHandshakeMetadata, EngineZmqAddresses, Hello, ProtocolError, Ready, SamplingParams,
-    UtilityOutput, decode_any, decode_handshake, decode_init, decode_input, decode_outputs, decode_ready_response,
-    encode_abort, encode_add, encode_handshake, encode_utility, engine_identity,
+    UtilityOutput, decode_input, decode_outputs, decode_ready_response, encode_abort, encode_add, encode_utility, engine_identity,
 )
 from ecp.spec.enums import RequestOutputKind
-from ecp.spec.machine import FrontendConnection, Violation as MachineViolation
+from ecp.spec.machine import CoordinatorSubscribe, EngineDead, Outputs, Registration, Violation as MachineViolation
+from ecp.spec.peer import FrontendPeer
 
 from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Violation
 from ..transcript import Transcript
@@ -57,6 +57,8 @@ class Addresses:
 
 
 _MONITOR_IDS = itertools.count(1)
+#: where an outputs message carries its utility reply (a decode error there is ``ECP-UTIL-2``'s)
+_UTILITY_OUTPUT_PATH = f"$[{EngineCoreOutputs.__struct_fields__.index('utility_output')}]"
 
 #: fail fast on a rank that never starts: once the first rank of a launch said HELLO, every other
 #: rank must say HELLO within max(SIBLING_MIN_S, SIBLING_FACTOR x the time the first one took)
@@ -110,7 +112,6 @@ class Reply:
     client: int
     engine_index: int
     utility: UtilityOutput
-    raw_result: Any
     t: float
 
 
@@ -164,9 +165,7 @@ class HarnessFrontend:
         self.poller = zmq.Poller()
         for s in self._sockets:
             self.poller.register(s, zmq.POLLIN)
-        #: the protocol machine of the frontend role, in recording mode: it follows every frame both ways
-        #: and records each rule the engine breaks, whatever the case is looking at
-        self.machine = FrontendConnection(range(start_index, start_index + engine_count), mode="record")
+        self._make_peer()
         # An engine that stops reading its input (vLLM 0.33 ends its input thread on a bad message)
         # closes its DEALER connection: the ROUTER's monitor sees it, so waits end at once with that
         # evidence instead of running out their timeout.
@@ -198,6 +197,20 @@ class HarnessFrontend:
         self._call_ids = itertools.count(0x5EC0_0001)
         self.sent_call_ids: set[int] = set()
         self.max_model_len: int | None = None
+
+    def _make_peer(self) -> None:
+        """The frontend skeleton in recording mode: it answers every HELLO (even a malformed one, or one
+        from an unexpected identity) with INIT and opens the coordinator gate; its machine follows every
+        frame both ways and records each rule the engine breaks, whatever the case looks at."""
+        coord_in, coord_out = self.addresses.coordinator or (None, None)
+        self.peer = FrontendPeer(
+            range(self.start_index, self.start_index + self.engine_count),
+            EngineHandshakeMetadata(
+                addresses=EngineZmqAddresses(inputs=self.addresses.inputs, outputs=self.addresses.outputs,
+                                             coordinator_input=coord_in, coordinator_output=coord_out),
+                parallel_config={}),
+            clients=len(self.inputs), mode="record", answer_any_hello=True)
+        self.machine = self.peer.machine
 
     # ------------------------------------------------------------------ sockets
     def _bind(self, kind: int, address: str) -> zmq.Socket:
@@ -307,17 +320,14 @@ class HarnessFrontend:
         Raises :class:`CaseTimeout` if not every expected engine registered on
         every input within ``timeout``; everything else is recorded.
         """
-        coord_in, coord_out = self.addresses.coordinator or (None, None)
-        init = encode_handshake(EngineHandshakeMetadata(
-            addresses=EngineZmqAddresses(inputs=self.addresses.inputs, outputs=self.addresses.outputs,
-                                         coordinator_input=coord_in, coordinator_output=coord_out),
-            parallel_config={}))
+        if not self.peer.progress:  # nothing heard yet: the engines to expect may have been set since
+            self._make_peer()
         started = time.monotonic()
         end = started + timeout
         settled_at: float | None = None  # when READY (or every registration) was complete
         grace = max(0.5, 3 * self.quiet_window_s)
         siblings_due: float | None = None  # by when every rank must have said HELLO (fail fast)
-        while not self._handshake_complete():
+        while not self.peer.complete(self.engine_count):
             if cancel is not None and cancel.is_set():
                 raise CaseTimeout("handshake cancelled: the launch is no longer needed")
             now = time.monotonic()
@@ -332,14 +342,16 @@ class HarnessFrontend:
                     f"the first HELLO took) after it; identities seen: "
                     f"{[r.identity.hex() for r in self.records.values()]})")
             # READY everywhere but a registration missing, or the reverse: record it after a grace
-            if settled_at is None and (self._all_ready() or self._all_registered()):
+            progress = self.peer.progress.values()
+            if settled_at is None and (sum(p.ready is not None for p in progress) >= self.engine_count or
+                                       sum(self.peer.all_registered(p) for p in progress) >= self.engine_count):
                 settled_at = now
             if (settled_at is not None and now - settled_at > grace) or now >= end:
                 break
             self._maybe_open_gate()
             for sock, frames in self._poll_once(min(end, now + 0.05)):
                 if sock is self.handshake:
-                    self._on_handshake(frames, init)
+                    self._on_handshake(frames)
                 elif sock in self.inputs:
                     self._on_registration(self.inputs.index(sock), frames)
                 elif sock is self.coord_pub or sock is self.coord_pull:
@@ -360,89 +372,103 @@ class HarnessFrontend:
     def _on_coordinator(self, sock: zmq.Socket, frames: list[bytes]) -> None:
         if sock is self.coord_pub:
             self.transcript.record("recv", "coordinator_input", frames)
-            self.machine.receive("coordinator_input", frames)
-            if frames and frames[0][:1] == b"\x01":
-                self.coord_subscriptions += 1
+            if any(isinstance(e, CoordinatorSubscribe) for e in self.peer.receive("coordinator_input", frames)):
+                self.coord_subscriptions = self.peer.subscriptions
                 self.handshake_events.append(("SUB", self.coord_subscriptions))
-                if self.coord_subscriptions >= self.engine_count and self._gate_due is None:
+                if self.peer.gate_due and self._gate_due is None:
                     # a short delay exposes engines that send READY before the gate opened
                     self._gate_due = time.monotonic() + self.gate_delay_s
             return
-        self.transcript.record("recv", "coordinator_output", frames, lambda: decode_outputs(frames))
-        self.machine.receive("coordinator_output", frames)
-        try:
-            msg = decode_outputs(frames)
-        except ProtocolError as exc:
-            raise Violation(f"undecodable message to the coordinator: {exc}", clause=exc.clause) from None
-        if msg is not ENGINE_DEAD:
-            self.coordinator_messages.append(msg)
+        before = len(self.machine.violations)
+        events = self.machine.receive("coordinator_output", frames)
+        self.transcript.record("recv", "coordinator_output", frames, self._decoded(events, before))
+        if not events:
+            error = self._recorded_error(before)
+            raise Violation(f"undecodable message to the coordinator: {error}",
+                            clause=getattr(error, "clause", "ECP-FRAME-2")) from None
+        for event in events:
+            if isinstance(event, Outputs):
+                self.coordinator_messages.append(event.outputs)
 
     def _maybe_open_gate(self) -> None:
         if self._gate_due is not None and self.gate_published_at is None and time.monotonic() >= self._gate_due:
-            self.coord_pub.send(COORDINATOR_READY)
-            self.machine.send_raw("coordinator_input", [COORDINATOR_READY])
+            for send in self.peer.open_gate():
+                self.coord_pub.send_multipart(send.frames)
+                self.transcript.record("sent", send.socket, send.frames)
             self.gate_published_at = time.monotonic()
-            self.transcript.record("sent", "coordinator_input", [COORDINATOR_READY])
+
+    def _recorded_error(self, before: int) -> ProtocolError | None:
+        """The first rule the machine recorded since ``before`` (why a message gave no event)."""
+        recorded = self.machine.violations[before:]
+        return recorded[0].error if recorded else None
+
+    def _decoded(self, events: list, before: int | None = None) -> Callable[[], Any]:
+        """What the transcript shows for a message the machine read: its payload, or the error."""
+        def shown() -> Any:
+            for event in events:
+                for name in ("outputs", "hello", "ready", "response", "init"):
+                    if hasattr(event, name):
+                        return getattr(event, name)
+                return event
+            error = self._recorded_error(before) if before is not None else None
+            if error is not None:
+                raise error
+            return None
+        return shown
 
     def _record(self, identity: bytes) -> EngineRecord:
         if identity not in self.records:
             self.records[identity] = EngineRecord(identity)
         return self.records[identity]
 
-    def _machine_receive(self, socket: str, frames: list[bytes]) -> list[MachineViolation]:
-        """Follow ``frames`` with the machine (recording mode); return the rules they broke."""
+    def _on_handshake(self, frames: list[bytes]) -> None:
         before = len(self.machine.violations)
-        self.machine.receive(socket, frames)
-        return self.machine.violations[before:]
-
-    def _on_handshake(self, frames: list[bytes], init: bytes) -> None:
-        self.transcript.record("recv", "handshake", frames,
-                               lambda: decode_any(frames[1]) if len(frames) > 1 else "(no payload)")
-        broken = self._machine_receive("handshake", frames)
+        known = self.peer.progress.get(frames[0])
+        first = known is None
+        hellos, readies = (0, 0) if known is None else (known.hellos, known.readies)
+        events = self.peer.receive("handshake", frames)
+        broken = self.machine.violations[before:]
+        self.transcript.record("recv", "handshake", frames, self._decoded(events, before) if len(frames) > 1
+                               else (lambda: "(no payload)"))
+        for send in self.peer.actions():  # INIT goes out even after a bad HELLO: the other cases can still run
+            self.handshake.send_multipart(send.frames)
+            self.transcript.record("sent", "handshake", send.frames, lambda init=self.peer.init: init)
         identity = frames[0]
         rec = self._record(identity)
+        progress = self.peer.progress[identity]
+        rec.init_sent = progress.init_sent
         # the rules live in the machine: keep what it found against this engine's handshake
         rec.anomalies += [str(v.error) for v in broken if v.clause == "ECP-HS-7"]
         if len(frames) < 2:
             return
         payload = frames[1]
-        try:
-            msg: Hello | Ready | None = decode_handshake(payload)
-            error = None
-        except ProtocolError as exc:
-            msg, error = None, str(exc)
-        if rec.hello_raw is None:
+        if first:
             rec.hello_raw = payload
-            if isinstance(msg, Ready):
-                rec.hello_error = "the first handshake message is READY, not HELLO"
-            elif error:
-                rec.hello_error = error
-            else:
-                rec.hello = msg
+            rec.hello = progress.hello
+            if progress.hello is None:
+                rec.hello_error = "the first handshake message is READY, not HELLO" if progress.readies > readies \
+                    else str(broken[0].error) if broken else "the first handshake message is not a HELLO"
             self.handshake_events.append(("HELLO", identity))
-            # INIT goes out even after a bad HELLO: the other cases can still run
-            self.handshake.send_multipart([identity, init])
-            self.machine.send_raw("handshake", [identity, init])  # sent even where the rules forbid it
-            rec.init_sent = True
-            self.transcript.record("sent", "handshake", [identity, init], lambda: decode_init(init))
             return
-        if isinstance(msg, Hello):  # a duplicate HELLO (the machine recorded it)
-            return
+        if progress.hellos > hellos:
+            return  # a duplicate HELLO (the machine recorded it)
         rec.ready_raw.append(payload)
         if len(rec.ready_raw) > 1:  # a duplicate READY (the machine recorded it)
             return
         rec.registered_at_ready = set(rec.registrations)
         self.handshake_events.append(("READY", identity))
-        rec.ready_at = time.monotonic()
-        if error:
-            rec.ready_error = error
-        else:
-            rec.ready = msg
+        rec.ready_at = progress.ready_at or time.monotonic()
+        if progress.readies > readies:
+            rec.ready = progress.ready
+        else:  # not readable as READY: what the machine recorded against it
+            rec.ready_error = str(broken[0].error) if broken else "the message is not a READY"
 
     def _on_registration(self, client: int, frames: list[bytes]) -> None:
-        self.transcript.record("recv", f"input[{client}]", frames,
-                               lambda: decode_ready_response(frames[1]) if len(frames) > 1 else "(no payload)")
-        broken = self._machine_receive(f"input[{client}]", frames)
+        before = len(self.machine.violations)
+        events = self.peer.receive(f"input[{client}]", frames)
+        broken = self.machine.violations[before:]
+        self.transcript.record("recv", f"input[{client}]", frames, self._decoded(events, before) if len(frames) > 1
+                               else (lambda: "(no payload)"))
         rec = self._record(frames[0])
         rec.registrations.setdefault(client, []).append(frames[1:])
         if len(rec.registrations[client]) > 1:  # a second registration (the machine recorded it)
@@ -452,25 +478,17 @@ class HarnessFrontend:
         if len(frames) != 2:
             rec.ready_payloads[client] = f"registration has {len(frames) - 1} payload frame(s), expected 1"
             return
-        try:
-            rec.ready_payloads[client] = decode_ready_response(frames[1])
-        except ProtocolError as exc:
-            rec.ready_payloads[client] = str(exc)
-
-    def _all_ready(self) -> bool:
-        ready = [r for r in self.records.values() if r.ready_raw]
-        return len(ready) >= self.engine_count
-
-    def _all_registered(self) -> bool:
-        n_inputs = len(self.inputs)
-        done = [r for r in self.records.values() if all(c in r.registrations for c in range(n_inputs))]
-        return len(done) >= self.engine_count
-
-    def _handshake_complete(self) -> bool:
-        n_inputs = len(self.inputs)
-        done = [r for r in self.records.values()
-                if r.ready_raw and all(c in r.registrations for c in range(n_inputs))]
-        return len(done) >= self.engine_count
+        registration = next((e for e in events if isinstance(e, Registration)), None)
+        error = next((v.error for v in broken if isinstance(v.error, DecodeError)), None)
+        if error is not None:
+            rec.ready_payloads[client] = str(error)
+        elif registration is not None:
+            rec.ready_payloads[client] = registration.response
+        else:  # an identity the machine cannot attribute (recorded): read the payload here
+            try:
+                rec.ready_payloads[client] = decode_ready_response(frames[1])
+            except ProtocolError as exc:
+                rec.ready_payloads[client] = str(exc)
 
     def _build_route(self) -> None:
         n_inputs = len(self.inputs)
@@ -559,44 +577,41 @@ class HarnessFrontend:
             end = min(end, self.deadline)
         for sock, frames in self._poll_once(end):
             if sock is self.handshake:
-                self.transcript.record("recv", "handshake", frames)
-                self.machine.receive("handshake", frames)
+                before = len(self.machine.violations)
+                self.transcript.record("recv", "handshake", frames,
+                                       self._decoded(self.machine.receive("handshake", frames), before))
                 self.late_handshake.append(frames)
             elif sock is self.coord_pub or sock is self.coord_pull:
                 self._on_coordinator(sock, frames)
             elif sock in self.inputs:
-                self.transcript.record("recv", self._channel(sock), frames)
-                self.machine.receive(self._channel(sock), frames)
+                before = len(self.machine.violations)
+                self.transcript.record("recv", self._channel(sock), frames,
+                                       self._decoded(self.machine.receive(self._channel(sock), frames), before))
                 self.late_inputs.append((self.inputs.index(sock), frames))
             else:
                 self._on_output(self.outputs.index(sock), frames)
 
     def _on_output(self, client: int, frames: list[bytes]) -> None:
-        decoded: list[Any] = []
-
-        def decode() -> Any:
-            decoded.append(decode_outputs(frames))
-            return decoded[0]
-
-        self.transcript.record("recv", f"output[{client}]", frames, decode)
+        socket = f"output[{client}]"
+        before = len(self.machine.violations)
+        events = self.machine.receive(socket, frames)  # decoded and judged once, by the machine
+        self.transcript.record("recv", socket, frames, self._decoded(events, before))
         self.raw_outputs.append((client, frames))
-        self.machine.receive(f"output[{client}]", frames)
-        if not decoded:
-            try:
-                decode()
-            except ProtocolError as exc:
-                # $[4] is utility_output: a malformed reply breaks the utility clauses, not framing
-                clause = "ECP-UTIL-2" if (exc.field_path or "").startswith("$[4]") else exc.clause
-                raise Violation(f"undecodable output message on output[{client}]: {exc}",
-                                clause=clause) from None
-        msg = decoded[0]
+        if not events:
+            exc = self._recorded_error(before)
+            # a malformed utility reply breaks the utility clauses, not framing
+            clause = "ECP-UTIL-2" if (getattr(exc, "field_path", None) or "").startswith(_UTILITY_OUTPUT_PATH) \
+                else getattr(exc, "clause", "ECP-FRAME-2")
+            raise Violation(f"undecodable output message on {socket}: {exc}", clause=clause) from None
+        [event] = events
         self._last_output_at = time.monotonic()
-        if msg is ENGINE_DEAD:
+        if isinstance(event, EngineDead):
             self.engine_dead = True
             if not self.raise_on_engine_dead:
-                self.messages.append((client, msg))
+                self.messages.append((client, ENGINE_DEAD))
                 return
-            raise FailedClosed(f"the engine sent ENGINE_CORE_DEAD on output[{client}]")
+            raise FailedClosed(f"the engine sent ENGINE_CORE_DEAD on {socket}")
+        msg = event.outputs
         now = time.monotonic()
         self.messages.append((client, msg))
         if msg.is_dp_control:
@@ -605,13 +620,8 @@ class HarnessFrontend:
             self.by_request.setdefault(out.request_id, []).append(
                 Seen(client, msg.engine_index, out, msg.finished_requests, now))
         if msg.utility_output is not None:
-            raw = None
-            try:
-                raw = decode_any(frames[0])[4][2]
-            except (ProtocolError, IndexError, TypeError, KeyError):
-                pass
             self.replies.setdefault(msg.utility_output.call_id, []).append(
-                Reply(client, msg.engine_index, msg.utility_output, raw, now))
+                Reply(client, msg.engine_index, msg.utility_output, now))
 
     def wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
         """Pump until ``predicate()`` holds; raise :class:`CaseTimeout` naming ``what`` if it never does."""

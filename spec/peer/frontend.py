@@ -52,6 +52,9 @@ class Progress:
     ready_at: float | None = None
     #: the inputs registered when READY arrived
     registered_at_ready: frozenset[int] | None = None
+    #: handshake messages read as HELLO, as READY (more than one of either broke ``ECP-HS-7``)
+    hellos: int = 0
+    readies: int = 0
 
     @property
     def rank(self) -> int | None:
@@ -167,6 +170,8 @@ class FrontendPeer:
             if not events and self.answer_any_hello:
                 # the machine could not attribute or read it (recorded): read here what it stands for
                 message = self._read(frames)
+            progress.hellos += isinstance(message, Hello)
+            progress.readies += isinstance(message, Ready)
             if first:  # the first message stands for HELLO, whatever it is
                 progress.spoke_at = now
                 progress.hello = message if isinstance(message, Hello) else None

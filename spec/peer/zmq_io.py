@@ -1,4 +1,4 @@
-"""The skeletons over pyzmq: one blocking and one asyncio loop that every peer here shares.
+"""The skeletons over pyzmq: the blocking and asyncio handshake loops every peer here shares.
 
 The one place of :mod:`ecp.spec` that touches sockets (importing :mod:`ecp.spec`
 does not import it). :class:`EngineSockets` and :class:`AsyncEngineSockets` open the
@@ -6,7 +6,9 @@ sockets an :class:`~.engine.EnginePeer` asks for (the protocol's socket types an
 identities; high-water marks off, as vLLM sets them), put its frames on them and
 feed back what arrives until the handshake is over; then the caller serves on
 :attr:`~EngineSockets.sockets` with its own loop (its own decisions: what to answer,
-when to step). Every handshake stage is bounded (``ECP-HS-8``):
+when to step). :class:`FrontendSockets` and :class:`AsyncFrontendSockets` do the
+same for a :class:`~.frontend.FrontendPeer` over the sockets a frontend bound.
+Every handshake stage is bounded (``ECP-HS-8``):
 :class:`~ecp.spec.errors.HandshakeTimeout` names the stage that ran out.
 """
 
@@ -21,6 +23,7 @@ import zmq.asyncio
 from ..errors import HandshakeTimeout, ProtocolError, RemoteProtocolError
 from ..machine import Event, Send, parse_socket
 from .engine import EnginePeer
+from .frontend import FrontendPeer, HandshakeResult
 from .steps import Action, Connect, Stage
 
 _KINDS = {"DEALER": zmq.DEALER, "ROUTER": zmq.ROUTER, "PUSH": zmq.PUSH, "PULL": zmq.PULL,
@@ -218,4 +221,83 @@ class AsyncEngineSockets(_Sockets):
         """Put each :class:`~ecp.spec.machine.Send` on its socket."""
         for send in sends:
             self._seen("out", send.socket, send.frames)
+            await self.sockets[send.socket].send_multipart(send.frames)
+
+
+class FrontendSockets:
+    """A :class:`~.frontend.FrontendPeer` over sockets the frontend bound (blocking pyzmq).
+
+    ``sockets`` maps protocol names to them: ``handshake`` (ROUTER), ``input[i]`` (ROUTER) and,
+    with a coordinator, ``coordinator_input`` (XPUB, ``XPUB_VERBOSE``). The gate opens as soon as
+    every engine subscribed.
+    """
+
+    def __init__(self, peer: FrontendPeer, sockets: Mapping[str, zmq.Socket],
+                 observe: FrameObserver | None = None) -> None:
+        self.peer = peer
+        self.sockets = sockets
+        self.observe = observe
+
+    def handshake(self, timeout_s: float) -> HandshakeResult:
+        """Run the frontend's side until every engine is READY and registered."""
+        peer = self.peer
+        names = [n for n in self.sockets if n == "handshake" or n.startswith("input[") or n == "coordinator_input"]
+        poller = zmq.Poller()
+        for name in names:
+            poller.register(self.sockets[name], zmq.POLLIN)
+        by_socket = {self.sockets[n]: n for n in names}
+        deadline = time.monotonic() + timeout_s
+        while not peer.done:
+            if peer.gate_due:
+                self._send(peer.open_gate())
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise HandshakeTimeout(peer.stage.value, peer.missing(peer.stage), timeout_s)
+            for sock, _ in poller.poll(int(left * 1000) + 1):
+                frames = sock.recv_multipart()
+                events = peer.receive(by_socket[sock], frames)
+                if self.observe is not None:
+                    self.observe("in", by_socket[sock], frames, events)
+                self._send(peer.actions())
+        return peer.result()
+
+    def _send(self, sends: Iterable[Send]) -> None:
+        for send in sends:
+            if self.observe is not None:
+                self.observe("out", send.socket, send.frames, None)
+            self.sockets[send.socket].send_multipart(send.frames)
+
+
+class AsyncFrontendSockets(FrontendSockets):
+    """:class:`FrontendSockets` over ``zmq.asyncio`` sockets."""
+
+    async def handshake(self, timeout_s: float) -> HandshakeResult:  # type: ignore[override]
+        import asyncio
+
+        peer = self.peer
+        names = [n for n in self.sockets if n == "handshake" or n.startswith("input[") or n == "coordinator_input"]
+        poller = zmq.asyncio.Poller()
+        for name in names:
+            poller.register(self.sockets[name], zmq.POLLIN)
+        by_socket = {self.sockets[n]: n for n in names}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not peer.done:
+            if peer.gate_due:
+                await self._asend(peer.open_gate())
+            left = deadline - loop.time()
+            if left <= 0:
+                raise HandshakeTimeout(peer.stage.value, peer.missing(peer.stage), timeout_s)
+            for sock, _ in await poller.poll(int(left * 1000) + 1):
+                frames = await sock.recv_multipart()
+                events = peer.receive(by_socket[sock], frames)
+                if self.observe is not None:
+                    self.observe("in", by_socket[sock], frames, events)
+                await self._asend(peer.actions())
+        return peer.result()
+
+    async def _asend(self, sends: Iterable[Send]) -> None:
+        for send in sends:
+            if self.observe is not None:
+                self.observe("out", send.socket, send.frames, None)
             await self.sockets[send.socket].send_multipart(send.frames)

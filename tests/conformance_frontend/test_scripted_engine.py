@@ -17,10 +17,10 @@ from ecp.conformance.frontend.scripted_engines import ScriptedEngine
 from ecp.conformance.frontend.script import EngineScript, UtilityFailure
 from ecp.spec import (
     ENGINE_DEAD, EngineCoreRequest, EngineHandshakeMetadata, EngineZmqAddresses, FinishReason, Hello, Ready,
-    SamplingParams, decode_handshake, decode_outputs, encode_abort, encode_add,
-    encode_handshake, encode_utility, engine_identity,
+    SamplingParams, decode_outputs, encode_abort, encode_add,
+    encode_utility, engine_identity,
 )
-from ecp.spec.machine import FrontendConnection, Init
+from ecp.spec.peer import FrontendPeer
 
 T = 5.0  # bound of every wait
 
@@ -48,19 +48,20 @@ class RawFrontend:
         return f"tcp://127.0.0.1:{self.port}"
 
     async def handshake(self) -> tuple[bytes, Hello, object, Ready]:
-        """The frontend side of the handshake, through the frontend protocol machine (strict: a
-        step out of order or a malformed message fails the test)."""
+        """The frontend side of the handshake, through the frontend skeleton (strict: a step out of
+        order or a malformed message fails the test)."""
         frames = await asyncio.wait_for(self.hs.recv_multipart(), T)
         rank = int.from_bytes(frames[0], "little")
-        machine = self.machine = FrontendConnection([rank])
-        [hello] = machine.receive("handshake", frames)
         init = EngineHandshakeMetadata(EngineZmqAddresses([f"tcp://127.0.0.1:{self.inp_port}"],
                                                           [f"tcp://127.0.0.1:{self.out_port}"]), {})
-        for send in machine.send(Init(rank, init)):
+        peer = FrontendPeer([rank], init)
+        self.machine = peer.machine
+        [hello] = peer.receive("handshake", frames)
+        for send in peer.actions():  # INIT
             await self.hs.send_multipart(send.frames)
-        [registration] = machine.receive("input[0]", await asyncio.wait_for(self.inp.recv_multipart(), T))
-        [ready] = machine.receive("handshake", await asyncio.wait_for(self.hs.recv_multipart(), T))
-        assert machine.handshake_done
+        [registration] = peer.receive("input[0]", await asyncio.wait_for(self.inp.recv_multipart(), T))
+        [ready] = peer.receive("handshake", await asyncio.wait_for(self.hs.recv_multipart(), T))
+        assert peer.done
         return frames[0], hello.hello, registration.response, ready.ready
 
     async def outputs(self):
@@ -179,18 +180,23 @@ def test_coordinator_gate_holds_ready_until_the_coordinator_publishes_ready():
         engine = ScriptedEngine(ctx, 0, 1, fe.address, EngineScript())
         engine.start(T)
         try:
-            ident, frame = await asyncio.wait_for(fe.hs.recv_multipart(), T)
-            init = EngineHandshakeMetadata(EngineZmqAddresses(
+            peer = FrontendPeer([0], EngineHandshakeMetadata(EngineZmqAddresses(
                 [f"tcp://127.0.0.1:{fe.inp_port}"], [f"tcp://127.0.0.1:{fe.out_port}"],
-                f"tcp://127.0.0.1:{xpub_port}", f"tcp://127.0.0.1:{pull_port}"), {})
-            await fe.hs.send_multipart([ident, encode_handshake(init)])
-            await asyncio.wait_for(fe.inp.recv_multipart(), T)            # ready payload
+                f"tcp://127.0.0.1:{xpub_port}", f"tcp://127.0.0.1:{pull_port}"), {}))
+            peer.receive("handshake", await asyncio.wait_for(fe.hs.recv_multipart(), T))
+            for send in peer.actions():                                    # INIT
+                await fe.hs.send_multipart(send.frames)
+            peer.receive("input[0]", await asyncio.wait_for(fe.inp.recv_multipart(), T))   # ready payload
             subscription = await asyncio.wait_for(xpub.recv(), T)          # engine subscribed
+            peer.receive("coordinator_input", [subscription])
             early = await fe.hs.poll(0)                                    # READY must still be held
-            await xpub.send(b"READY")
-            _, ready = await asyncio.wait_for(fe.hs.recv_multipart(), T)
+            assert peer.gate_due
+            for send in peer.open_gate():
+                await xpub.send_multipart(send.frames)
+            [ready] = peer.receive("handshake", await asyncio.wait_for(fe.hs.recv_multipart(), T))
             await engine.wait_registered(T)
-            return subscription, early, decode_handshake(ready)
+            assert peer.done and not peer.machine.violations
+            return subscription, early, ready.ready
         finally:
             await engine.stop()
             fe.close()

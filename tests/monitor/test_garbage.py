@@ -4,6 +4,7 @@ bad one is a finding, and the monitor itself never fails (no monitor error, no l
 from __future__ import annotations
 
 import random
+import threading
 import time
 
 import msgspec
@@ -12,10 +13,9 @@ import zmq
 from ecp.conformance.monitor.machines import MachineValidator
 from ecp.conformance.monitor.relay import Relay, RelayThread
 from ecp.conformance.monitor.session import Session
-from ecp.spec import (
-    EngineCoreReadyResponse, EngineHandshakeMetadata, EngineZmqAddresses, Hello, Ready, decode_init,
-    encode_handshake,
-)
+from ecp.spec import EngineCoreReadyResponse, EngineHandshakeMetadata, EngineZmqAddresses, Hello, Ready
+from ecp.spec.peer import EnginePeer, FrontendPeer
+from ecp.spec.peer.zmq_io import EngineSockets, FrontendSockets
 
 N = 300
 
@@ -60,30 +60,25 @@ def test_seeded_garbage_both_ways_is_relayed_unchanged_and_reported(tmp_path):
         s.bind(f"ipc://{tmp_path}/fe-{name}")
     relay = RelayThread(Relay(f"ipc://{tmp_path}/mon-hs", f"ipc://{tmp_path}/fe-hs", session))
     ident = b"\x00\x00"
-    hs, inp, out = _socket(ctx, zmq.DEALER, ident), _socket(ctx, zmq.DEALER, ident), _socket(ctx, zmq.PUSH)
+    engine = EnginePeer(0, hello=Hello(local=False, headless=True), ready=Ready(local=False, headless=True),
+                        payload=EngineCoreReadyResponse(
+                            max_model_len=64, num_gpu_blocks=8, block_size=16, dp_stats_address=None,
+                            dtype="float32", vllm_version="0.33.0", world_size=1, data_parallel_size=1,
+                            tensor_parallel_size=1, pipeline_parallel_size=1, decode_context_parallel_size=1,
+                            data_parallel_rank=0, max_num_seqs=8, max_num_batched_tokens=64, instance_id="g",
+                            supports_lora=False, max_loras=0))
+    io = EngineSockets(ctx, engine, linger_ms={"output": 0})
+    frontend = FrontendPeer([0], EngineHandshakeMetadata(
+        EngineZmqAddresses([f"ipc://{tmp_path}/fe-in"], [f"ipc://{tmp_path}/fe-out"]), {}))
     try:
-        # a conforming handshake through the monitor
-        hs.connect(relay.address)
-        hs.send(encode_handshake(Hello(local=False, headless=True)))
-        assert fe_hs.poll(5000)
-        fe_hs.recv_multipart()
-        fe_hs.send_multipart([ident, encode_handshake(EngineHandshakeMetadata(
-            EngineZmqAddresses([f"ipc://{tmp_path}/fe-in"], [f"ipc://{tmp_path}/fe-out"]), {}))])
-        assert hs.poll(5000)
-        init = decode_init(hs.recv())
-        assert init.addresses.inputs[0] != f"ipc://{tmp_path}/fe-in"  # rewritten to the relay
-        inp.connect(init.addresses.inputs[0])
-        out.connect(init.addresses.outputs[0])
-        inp.send(encode_handshake(EngineCoreReadyResponse(
-            max_model_len=64, num_gpu_blocks=8, block_size=16, dp_stats_address=None, dtype="float32",
-            vllm_version="0.33.0", world_size=1, data_parallel_size=1, tensor_parallel_size=1,
-            pipeline_parallel_size=1, decode_context_parallel_size=1, data_parallel_rank=0, max_num_seqs=8,
-            max_num_batched_tokens=64, instance_id="g", supports_lora=False, max_loras=0)))
-        assert fe_in.poll(5000)
-        fe_in.recv_multipart()
-        hs.send(encode_handshake(Ready(local=False, headless=True)))
-        assert fe_hs.poll(5000)
-        fe_hs.recv_multipart()
+        # a conforming handshake through the monitor: the engine's side on a thread, the frontend's here
+        joined = threading.Thread(target=io.handshake, args=(relay.address, 10.0))
+        joined.start()
+        FrontendSockets(frontend, {"handshake": fe_hs, "input[0]": fe_in}).handshake(10.0)
+        joined.join(10)
+        assert engine.serving and engine.ready_sent
+        assert engine.init.addresses.inputs[0] != f"ipc://{tmp_path}/fe-in"  # rewritten to the relay
+        inp, out = io.sockets["input[0]"], io.sockets["output[0]"]
         # garbage both ways
         to_engine = [_garbage(rng) for _ in range(N)]
         to_frontend = [_garbage(rng) for _ in range(N)]
@@ -98,7 +93,8 @@ def test_seeded_garbage_both_ways_is_relayed_unchanged_and_reported(tmp_path):
             time.sleep(0.02)
     finally:
         relay.close()
-        for s in (hs, inp, out, fe_hs, fe_in, fe_out):
+        io.close(0)
+        for s in (fe_hs, fe_in, fe_out):
             s.close()
         ctx.term()
     session.close()
