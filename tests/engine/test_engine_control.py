@@ -119,3 +119,34 @@ def test_misc_utilities(rig):
     # the engine kept serving through every failure
     fe.add(0, make_request("after", max_tokens=2))
     fe.wait_finished(["after"])
+
+
+def test_every_spec_method_is_served_or_listed_with_a_reason():
+    from ecp.reference.engine.utilities import EXTENSIONS, NOT_SERVED, UTILITIES
+    from ecp.spec.utility_methods import UTILITY_METHODS
+
+    served = set(UTILITIES) & set(UTILITY_METHODS)
+    assert served | set(NOT_SERVED) == set(UTILITY_METHODS) and not served & set(NOT_SERVED)
+    assert set(UTILITIES) - served == set(EXTENSIONS) and not set(EXTENSIONS) & set(UTILITY_METHODS)
+    assert all(reason.strip() for reason in NOT_SERVED.values())
+
+
+def test_calls_are_bound_against_the_spec_table(rig):
+    fe, _ = rig.start(1)
+    # left-out arguments take the table's defaults: sleep() is sleep(1, "abort"), wake_up() wakes every tag
+    assert fe.value(0, "sleep") is None and fe.value(0, "is_sleeping") is True
+    assert fe.value(0, "wake_up") is True and fe.value(0, "is_sleeping") is False
+    assert fe.value(0, "collective_rpc", ["echo"]) == [[[], {}]]
+    too_many = fe.call(0, "reset_prefix_cache", [False, False, True])
+    assert too_many.result is None and too_many.failure_message == (
+        "Call to reset_prefix_cache method failed: "
+        "reset_prefix_cache() takes at most 2 positional arguments but 3 were given")
+    missing = fe.call(0, "set_weight_version")
+    assert missing.failure_message == ("Call to set_weight_version method failed: "
+                                       "set_weight_version() missing required positional argument: 'weight_version'")
+    assert fe.value(0, "get_weight_version") == "default"  # nothing ran
+    # a method of the table the engine does not serve is answered as vLLM answers an unknown one
+    assert fe.call(0, "handle_fault_tolerance", [{}]).failure_message == (
+        "Call to handle_fault_tolerance method failed: "
+        "'EngineCoreProc' object has no attribute 'handle_fault_tolerance'")
+    assert fe.value(0, "get_engine_state")["num_running"] == 0  # an extension, bound with no arguments
