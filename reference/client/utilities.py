@@ -98,6 +98,9 @@ class UtilityCalls:
     async def reset_encoder_cache(self) -> None:
         await self.call_utility("reset_encoder_cache")
 
+    async def release_kv_cache_memory(self) -> None:
+        await self.call_utility("release_kv_cache_memory")
+
     async def is_scheduler_paused(self) -> bool:
         return await self.call_utility("is_scheduler_paused")
 

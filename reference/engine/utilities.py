@@ -271,6 +271,16 @@ def pin_lora(core: EngineCore, lora_id: int) -> bool:
     core.pinned_loras.add(lora_id)
     return True
 
+def release_kv_cache_memory(core: EngineCore) -> None:
+    """Drop the KV cache, keeping the weights, as vLLM 0.33: only after a completed pause and while
+    fully awake; the engine then sleeps with the tag ``kv_cache`` until ``wake_up``."""
+    if core.pause is PauseState.UNPAUSED or not _idle(core):
+        raise UtilityFailure("release_kv_cache_memory() requires a completed pause first")
+    if core.sleeping_tags:
+        raise UtilityFailure("release_kv_cache_memory() requires all executor memory to be resident")
+    core.scheduler.pool.reset()  # best effort: connector leases keep their blocks
+    core.sleeping_tags.add("kv_cache")
+
 def execute_dummy_batch(core: EngineCore) -> None:
     return None
 
@@ -319,6 +329,7 @@ UTILITIES: dict[str, Callable[..., Any]] = {
     "remove_lora": remove_lora,
     "list_loras": list_loras,
     "pin_lora": pin_lora,
+    "release_kv_cache_memory": release_kv_cache_memory,
     "execute_dummy_batch": execute_dummy_batch,
     "get_kv_connector_stats": get_kv_connector_stats,
     "get_engine_state": get_engine_state,
@@ -330,7 +341,6 @@ _ELASTIC_EP = "elastic expert parallelism is not implemented (one engine per ran
 #: method (``ECP-UTIL-3``)
 NOT_SERVED: dict[str, str] = {
     "compute_weight_checksums": "the executor interface exposes no weights (the synthetic executor has none)",
-    "release_kv_cache_memory": "not implemented yet",
     "save_sharded_state": "the executor interface exposes no model state (the synthetic executor has none)",
     "reinitialize_distributed": _ELASTIC_EP,
     "commit_prepared_elastic_ep": _ELASTIC_EP,
