@@ -94,6 +94,13 @@ class InvalidMessageError(LocalProtocolError, ValueError):
     so that msgspec does that.)"""
 
 
+class UtilityArgumentError(LocalProtocolError, TypeError):
+    """A UTILITY call's arguments do not fit its method (more than it takes, or one without a
+    default left out), found by :meth:`ecp.spec.utility_methods.UtilityMethod.bind`. An engine
+    answers the call with a failure message (``ECP-UTIL-3``) and keeps serving; ``message`` is
+    the error text that message carries."""
+
+
 class RemoteProtocolError(ProtocolError):
     """The peer violated the protocol; the offending message is rejected."""
 

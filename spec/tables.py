@@ -9,6 +9,7 @@ never drift from the code. ``ecp schema`` refreshes them; ``ecp schema
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,19 @@ def render_table(name: str) -> str:
     return head + "\n\n" + "\n".join(rows) + "\n"
 
 
+def _wire_literal(value: Any) -> str:
+    """A default value as the msgpack value a caller would send (``nil``, ``true``, ``[]``, ``"abort"``)."""
+    if value is None:
+        return "nil"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_wire_literal(v) for v in value) + "]"
+    if isinstance(value, str):
+        return json.dumps(value)
+    return repr(value)
+
+
 def render_utility_methods() -> str:
     """The method table of section 8, from :data:`ecp.spec.utility_methods.UTILITY_METHODS`."""
     from .utility_methods import UTILITY_METHODS
@@ -108,7 +122,8 @@ def render_utility_methods() -> str:
         if m.params is None:
             args = "(not documented)"
         else:
-            args = "`[" + ", ".join(f"{p.name}{'' if p.required else '?'}: {p.type}" if p.name else p.type
+            args = "`[" + ", ".join((f"{p.name}: {p.type}" if p.name else p.type)
+                                    + ("" if p.required else f" = {_wire_literal(p.default)}")
                                     for p in m.params) + "]`"
         rule = f"{m.aggregation} ({m.aggregation_clause})"
         mark = " †" if m.origin else ""

@@ -25,7 +25,9 @@ from ecp.spec import (
 )
 
 #: What an engine answers to utility calls unless a case says otherwise
-#: (the values a healthy, awake vLLM 0.33 engine returns; spec/PROTOCOL.md §8).
+#: (the values a healthy, awake vLLM 0.33 engine returns; spec/PROTOCOL.md §8). Every key is a
+#: method of the spec's table and every value has its result type
+#: (``tests/conformance_frontend/test_helpers.py``).
 DEFAULT_UTILITY_ANSWERS: dict[str, Any] = {
     "get_supported_tasks": ["generate"],
     "reset_mm_cache": None,

@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ecp.spec import UtilityOutput
-from ecp.spec.layout.types import Member, WireType
-from ecp.spec.layout.types import parse as parse_type
+from ecp.spec.layout.types import value_matches
 from ecp.spec.utility_methods import UTILITY_METHODS
 
 from .errors import InconsistentUtilityResults, UtilityCallFailed, UtilityResultDecode
@@ -66,39 +65,6 @@ UTILITY_RULES: Mapping[str, MethodRule] = {
 
 #: methods in neither table: sent to every engine, ``{rank: value}`` returned (``ECP-UTIL-11``)
 DEFAULT_RULE = MethodRule(Rule.RAW, "ECP-UTIL-11")
-
-
-def _matches(t: WireType, value: Any) -> bool:
-    return any(_member_matches(m, value) for m in t.members)
-
-
-def _member_matches(m: Member, value: Any) -> bool:
-    kind = m.kind
-    if kind in ("any", "struct", "tensor"):  # structs and tensors are not re-validated here
-        return True
-    if kind == "nil":
-        return value is None
-    if kind == "bool":
-        return isinstance(value, bool)
-    if kind in ("int", "enum"):
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "float":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind == "str":
-        return isinstance(value, str)
-    if kind == "bytes":
-        return isinstance(value, (bytes, bytearray))
-    if kind == "array":
-        return isinstance(value, (list, tuple)) and all(_matches(m.args[0], v) for v in value)
-    if kind == "map":
-        return isinstance(value, dict) and all(
-            _matches(m.args[0], k) and _matches(m.args[1], v) for k, v in value.items())
-    return False
-
-
-def value_matches(type_text: str, value: Any) -> bool:
-    """Whether a decoded msgpack value has the wire type ``type_text`` (layout type grammar)."""
-    return _matches(parse_type(type_text), value)
 
 
 class UtilityAggregation:

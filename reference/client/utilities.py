@@ -1,5 +1,7 @@
 """The client's UTILITY calls (``ECP-UTIL-*``): one call per engine, the replies awaited by call id
-and aggregated, and the typed wrappers, one line per wire method.
+and aggregated, and the typed wrappers, one line per wire method: each takes the parameters of the
+spec's method table (:data:`ecp.spec.utility_methods.UTILITY_METHODS`: names, order, defaults) and
+sends them all (``tests/client/test_utility.py`` checks every wrapper against the table).
 
 A mixin of :class:`~ecp.reference.client.client.EngineCoreClient`: it sends through the client's
 protocol machine (which owns the rules: pending call ids, reserved ids, the result envelope) and
@@ -87,14 +89,17 @@ class UtilityCalls:
     async def wake_up(self, tags: Sequence[str] | None = None) -> bool:
         return await self.call_utility("wake_up", None if tags is None else list(tags))
 
-    async def reset_prefix_cache(self, reset_running_requests: bool = False, reset_external: bool = False) -> bool:
-        return await self.call_utility("reset_prefix_cache", reset_running_requests, reset_external)
+    async def reset_prefix_cache(self, reset_running_requests: bool = False, reset_connector: bool = False) -> bool:
+        return await self.call_utility("reset_prefix_cache", reset_running_requests, reset_connector)
 
     async def reset_mm_cache(self) -> None:
         await self.call_utility("reset_mm_cache")
 
     async def reset_encoder_cache(self) -> None:
         await self.call_utility("reset_encoder_cache")
+
+    async def release_kv_cache_memory(self) -> None:
+        await self.call_utility("release_kv_cache_memory")
 
     async def is_scheduler_paused(self) -> bool:
         return await self.call_utility("is_scheduler_paused")
@@ -111,10 +116,12 @@ class UtilityCalls:
     async def get_weight_version(self) -> str:
         return await self.call_utility("get_weight_version")
 
-    async def profile(self, is_start: bool = True, prefix: str | None = None, delay_iterations: int | None = None,
-                      max_iterations: int | None = None, profiler_kwargs: dict[str, Any] | None = None) -> None:
+    async def profile(self, is_start: bool = True, profile_prefix: str | None = None,
+                      delay_iterations: int | None = None, max_iterations: int | None = None,
+                      profiler_kwargs: dict[str, Any] | None = None) -> None:
         # all 5 arguments, as vLLM 0.33 sends them (an engine older than 0.33 takes only the first 2)
-        await self.call_utility("profile", is_start, prefix, delay_iterations, max_iterations, profiler_kwargs)
+        await self.call_utility("profile", is_start, profile_prefix, delay_iterations, max_iterations,
+                                profiler_kwargs)
 
     async def collective_rpc(self, method: str, timeout: float | None = None, args: Sequence[Any] = (),
                              kwargs: dict[str, Any] | None = None) -> list[Any]:

@@ -1,10 +1,17 @@
-"""The reference engine's UTILITY methods, as one table (``ECP-UTIL-*``), and the
-calls waiting on them.
+"""The reference engine's UTILITY methods (``ECP-UTIL-*``) and the calls waiting on them.
 
-:data:`UTILITIES` maps each wire name to a function of the core and the call's
-arguments. A function returns the result, raises :class:`UtilityFailure` (or
-any exception) to answer with ``failure_message``, or returns :class:`Wait` to
-answer later, once the engine is idle (sleep and pause with mode ``wait``).
+:data:`UTILITIES` maps each wire name the engine serves to a function of the
+core and the call's arguments *by name*: the spec's method table
+(:data:`ecp.spec.utility_methods.UTILITY_METHODS`, plus this engine's
+:data:`EXTENSIONS`) gives each method its parameters, defaults and arity, and
+:class:`PendingUtilities` binds every call against it before the function runs
+(so a function declares the table's parameter names, in order, without
+defaults; checked at import). Every method of the spec's table is either served
+or listed in :data:`NOT_SERVED` with the reason (``tests/engine/test_engine_control.py``).
+
+A function returns the result, raises :class:`UtilityFailure` (or any exception)
+to answer with ``failure_message``, or returns :class:`Wait` to answer later,
+once the engine is idle (sleep and pause with mode ``wait``).
 :class:`PendingUtilities` runs the calls and owes the replies; the core's
 outbox carries them.
 """
@@ -19,6 +26,10 @@ from typing import TYPE_CHECKING, Any, Callable
 import msgspec
 
 from ecp.spec import EngineCoreOutputs, LoRARequest, UtilityOutput, UtilityRequest, UtilityResult
+from ecp.spec.errors import UtilityArgumentError
+from ecp.spec.utility_methods import (
+    UTILITY_METHODS, UtilityMethod, failure_message, no_such_method,
+)
 
 if TYPE_CHECKING:
     from .core import EngineCore
@@ -66,16 +77,18 @@ class PendingUtilities:
     def handle(self, call: UtilityRequest, client: int) -> None:
         """Run ``call``; its reply (or a deferred reply) goes to ``client``."""
         name = call.method_name
-        method = UTILITIES.get(name)
-        if method is None:
-            self._reply(call, client, failure=(
-                f"Call to {name} method failed: 'EngineCoreProc' object has no attribute '{name}'"))
+        function = UTILITIES.get(name)
+        if function is None:
+            self._reply(call, client, failure=failure_message(name, no_such_method(name)))
             return
         try:
-            result = method(self.core, *call.args)
+            result = function(self.core, **_METHODS[name].bind(call.args))
+        except UtilityArgumentError as exc:
+            self._reply(call, client, failure=failure_message(name, exc.message))
+            return
         except Exception as exc:  # any failure is reported to the caller, never fatal
             log.info("Invocation of %s method failed: %s", name, exc)
-            self._reply(call, client, failure=f"Call to {name} method failed: {exc}")
+            self._reply(call, client, failure=failure_message(name, exc))
             return
         if isinstance(result, Wait):
             self._deferred.append(_Deferred(call, client, result))
@@ -93,7 +106,7 @@ class PendingUtilities:
                 try:
                     value = d.wait.complete()
                 except Exception as exc:
-                    self._reply(d.call, d.client_index, failure=f"Call to {d.call.method_name} method failed: {exc}")
+                    self._reply(d.call, d.client_index, failure=failure_message(d.call.method_name, exc))
                 else:
                     self._reply(d.call, d.client_index, value=value)
             else:
@@ -128,7 +141,7 @@ def _enter_pause(core: EngineCore, mode: str) -> None:
 def is_sleeping(core: EngineCore) -> bool:
     return bool(core.sleeping_tags)
 
-def sleep(core: EngineCore, level: int = 1, mode: str = "abort") -> Any:
+def sleep(core: EngineCore, level: int, mode: str) -> Any:
     if not isinstance(level, int) or level not in (0, 1, 2):
         raise UtilityFailure(f"sleep level must be 0, 1 or 2, got {level!r}")
     _enter_pause(core, mode)
@@ -143,7 +156,7 @@ def sleep(core: EngineCore, level: int = 1, mode: str = "abort") -> Any:
     complete()
     return None
 
-def wake_up(core: EngineCore, tags: list[str] | None = None) -> bool:
+def wake_up(core: EngineCore, tags: list[str] | None) -> bool:
     was_sleeping = bool(core.sleeping_tags)
     if tags is None:
         core.sleeping_tags.clear()
@@ -160,7 +173,7 @@ def wake_up(core: EngineCore, tags: list[str] | None = None) -> bool:
         core.pause = PauseState.UNPAUSED
     return awake
 
-def reset_prefix_cache(core: EngineCore, reset_running_requests: bool = False, reset_connector: bool = False) -> bool:
+def reset_prefix_cache(core: EngineCore, reset_running_requests: bool, reset_connector: bool) -> bool:
     if reset_running_requests:
         core.scheduler.preempt_all_running()
     if reset_connector and core.connector is not None:
@@ -176,13 +189,12 @@ def reset_mm_cache(core: EngineCore) -> None:
 def reset_encoder_cache(core: EngineCore) -> None:
     return None
 
-def profile(core: EngineCore, is_start: bool = True, profile_prefix: str | None = None,
-            delay_iterations: int | None = None, max_iterations: int | None = None,
-            profiler_kwargs: dict | None = None) -> None:
+def profile(core: EngineCore, is_start: bool, profile_prefix: str | None, delay_iterations: int | None,
+            max_iterations: int | None, profiler_kwargs: dict | None) -> None:
     # vLLM 0.33 frontends send all 5 arguments; older ones the first 2
     core.profiling = bool(is_start)
 
-def pause_generation(core: EngineCore, mode: str = "abort", clear_cache: bool = True) -> Any:
+def pause_generation(core: EngineCore, mode: str, clear_cache: bool) -> Any:
     _enter_pause(core, mode)
 
     def complete() -> None:
@@ -203,13 +215,13 @@ def is_scheduler_paused(core: EngineCore) -> bool:
 def get_weight_version(core: EngineCore) -> str:
     return core.weight_version
 
-def set_weight_version(core: EngineCore, version: str) -> None:
-    if not isinstance(version, str):
-        raise UtilityFailure(f"weight version must be a string, got {version!r}")
-    core.weight_version = version
+def set_weight_version(core: EngineCore, weight_version: str) -> None:
+    if not isinstance(weight_version, str):
+        raise UtilityFailure(f"weight version must be a string, got {weight_version!r}")
+    core.weight_version = weight_version
 
-def collective_rpc(core: EngineCore, method: str, timeout: float | None = None, args: list | None = None,
-                   kwargs: dict | None = None) -> list[Any]:
+def collective_rpc(core: EngineCore, method: str, timeout: float | None, args: list | tuple | None,
+                   kwargs: dict | None) -> list[Any]:
     """One result per worker (this engine has one worker)."""
     args = list(args or ())
     kwargs = dict(kwargs or {})
@@ -259,6 +271,16 @@ def pin_lora(core: EngineCore, lora_id: int) -> bool:
     core.pinned_loras.add(lora_id)
     return True
 
+def release_kv_cache_memory(core: EngineCore) -> None:
+    """Drop the KV cache, keeping the weights, as vLLM 0.33: only after a completed pause and while
+    fully awake; the engine then sleeps with the tag ``kv_cache`` until ``wake_up``."""
+    if core.pause is PauseState.UNPAUSED or not _idle(core):
+        raise UtilityFailure("release_kv_cache_memory() requires a completed pause first")
+    if core.sleeping_tags:
+        raise UtilityFailure("release_kv_cache_memory() requires all executor memory to be resident")
+    core.scheduler.pool.reset()  # best effort: connector leases keep their blocks
+    core.sleeping_tags.add("kv_cache")
+
 def execute_dummy_batch(core: EngineCore) -> None:
     return None
 
@@ -280,7 +302,13 @@ def get_engine_state(core: EngineCore) -> dict[str, Any]:
     }
 
 
-#: wire name -> function(core, *args)
+#: this engine's methods outside the spec's table (ecp extensions; a vLLM engine fails them)
+EXTENSIONS: dict[str, UtilityMethod] = {
+    name: UtilityMethod(name, (), result, origin="ecp reference engine")
+    for name, result in (("get_kv_connector_stats", "map[str, any] | nil"), ("get_engine_state", "map[str, any]"))
+}
+
+#: wire name -> function(core, **arguments by name); the signatures are those of the spec's table
 UTILITIES: dict[str, Callable[..., Any]] = {
     "is_sleeping": is_sleeping,
     "sleep": sleep,
@@ -301,7 +329,27 @@ UTILITIES: dict[str, Callable[..., Any]] = {
     "remove_lora": remove_lora,
     "list_loras": list_loras,
     "pin_lora": pin_lora,
+    "release_kv_cache_memory": release_kv_cache_memory,
     "execute_dummy_batch": execute_dummy_batch,
     "get_kv_connector_stats": get_kv_connector_stats,
     "get_engine_state": get_engine_state,
 }
+
+_ELASTIC_EP = "elastic expert parallelism is not implemented (one engine per rank, fixed at start)"
+
+#: the spec's methods this engine does not serve, and why; a call to one is answered as an unknown
+#: method (``ECP-UTIL-3``)
+NOT_SERVED: dict[str, str] = {
+    "compute_weight_checksums": "the executor interface exposes no weights (the synthetic executor has none)",
+    "save_sharded_state": "the executor interface exposes no model state (the synthetic executor has none)",
+    "reinitialize_distributed": _ELASTIC_EP,
+    "commit_prepared_elastic_ep": _ELASTIC_EP,
+    "handle_fault_tolerance": "there is no fault-tolerance sentinel",
+    "get_kv_connector_handshake_entries": "not a method of the vLLM 0.33 engine core, which fails it too",
+    "add_remote_kv_handshake": "not a method of the vLLM 0.33 engine core, which fails it too",
+}
+
+#: the signature each served name is bound against
+_METHODS: dict[str, UtilityMethod] = {name: UTILITY_METHODS.get(name) or EXTENSIONS[name] for name in UTILITIES}
+for _name, _function in UTILITIES.items():  # a function that disagrees with the table fails here, at import
+    _METHODS[_name].check_signature(_function, skip=1, own_defaults=False)

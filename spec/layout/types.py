@@ -14,12 +14,14 @@ is an integer restricted to the values of enum ``X`` in the same layout;
 
 :func:`accepts` answers "does a receiver expecting ``wanted`` decode every
 value of ``given``", with msgspec's rules: an int is accepted where a float
-is expected (``ECP-FRAME-5``), ``any`` accepts everything.
+is expected (``ECP-FRAME-5``), ``any`` accepts everything. :func:`value_matches`
+answers it for one decoded value.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 SCALARS = frozenset({"nil", "bool", "int", "float", "str", "bytes", "any", "tensor"})
 
@@ -152,3 +154,37 @@ def relation(old: WireType, new: WireType) -> str:
     if old_takes_new:
         return "narrowed"
     return "changed"
+
+
+def _value_member(m: Member, value: Any) -> bool:
+    kind = m.kind
+    if kind in ("any", "struct", "tensor"):  # structs and tensors are not re-validated here
+        return True
+    if kind == "nil":
+        return value is None
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind in ("int", "enum"):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "bytes":
+        return isinstance(value, (bytes, bytearray))
+    if kind == "array":
+        return isinstance(value, (list, tuple)) and all(_value_of(m.args[0], v) for v in value)
+    if kind == "map":
+        return isinstance(value, dict) and all(
+            _value_of(m.args[0], k) and _value_of(m.args[1], v) for k, v in value.items())
+    return False
+
+
+def _value_of(t: WireType, value: Any) -> bool:
+    return any(_value_member(m, value) for m in t.members)
+
+
+def value_matches(type_text: str, value: Any) -> bool:
+    """Whether a decoded msgpack value has the wire type ``type_text`` (structs and tensors
+    are taken as they come: their own decoders check them)."""
+    return _value_of(parse(type_text), value)

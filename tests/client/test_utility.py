@@ -140,3 +140,38 @@ def test_bug_knobs(bug):
             await stop(client, engines)
 
     run(main())
+
+
+def test_typed_wrappers_take_and_send_the_spec_tables_arguments():
+    """Each typed wrapper has its method's parameters (names, order, defaults: the spec's method
+    table) and sends every argument, in order; with only the required ones given, the defaults."""
+    import inspect
+
+    from ecp.reference.client import EngineCoreClient
+    from ecp.reference.client import utilities as module
+    from ecp.spec.utility_methods import UTILITY_METHODS
+
+    wrappers = {name for cls in vars(module).values() if inspect.isclass(cls) and cls.__module__ == module.__name__
+                for name, fn in vars(cls).items()
+                if inspect.iscoroutinefunction(fn) and not name.startswith("_") and name != "call_utility"}
+    assert len(wrappers) >= 14 and wrappers <= set(UTILITY_METHODS), wrappers - set(UTILITY_METHODS)
+    sent: list[tuple[str, list]] = []
+
+    async def call_utility(method, *args):
+        sent.append((method, [list(a) if isinstance(a, tuple) else a for a in args]))
+        return {0: ["generate"]} if method == "get_supported_tasks" else None
+
+    client = object.__new__(EngineCoreClient)  # nothing but the wrappers runs: no sockets
+    client.call_utility = call_utility
+    for name in sorted(wrappers):
+        method = UTILITY_METHODS[name]
+        method.check_signature(getattr(EngineCoreClient, name), skip=1)
+        # a distinct value per argument (a list where the argument is an array, which wrappers copy)
+        given = [[p.name] if p.type.startswith("array") else f"{p.name}-value" for p in method.params]
+        required = given[:sum(p.required for p in method.params)]
+        defaults = [list(p.default) if isinstance(p.default, tuple) else p.default
+                    for p in method.params if not p.required]
+        sent.clear()
+        asyncio.run(getattr(client, name)(*given))
+        asyncio.run(getattr(client, name)(*required))
+        assert sent == [(name, given), (name, required + defaults)], name

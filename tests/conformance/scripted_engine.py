@@ -26,6 +26,8 @@ from ecp.spec import (
     Hello, ProtocolError, Ready, RequestError, SamplingParams, StartDPWave, UtilityOutput, UtilityRequest, UtilityResult,
     decode_any, recover_add_frames, decode_input, encode_engine_dead, encode_outputs, engine_identity,
 )
+from ecp.spec.errors import UtilityArgumentError
+from ecp.spec.utility_methods import UTILITY_METHODS, failure_message, no_such_method
 from ecp.spec.machine import input_socket, output_socket
 from ecp.spec.peer import FORCE, TWICE, WITHHOLD, Deviation, EnginePeer, Step
 from ecp.spec.peer.zmq_io import EngineSockets
@@ -58,6 +60,12 @@ BUGS = {
     # SIGTERM: exit at once, leaving in-flight requests without a terminal output
     "sigterm-drops-requests",
 }
+#: the utility methods the scripted engine answers (of the spec's table); any other is unknown to it
+UTILITIES = frozenset({
+    "is_sleeping", "sleep", "wake_up", "reset_prefix_cache", "pause_generation", "pause_scheduler",
+    "resume_scheduler", "is_scheduler_paused", "reset_mm_cache", "reset_encoder_cache", "get_supported_tasks",
+})
+assert UTILITIES <= set(UTILITY_METHODS), UTILITIES - set(UTILITY_METHODS)
 #: the SamplingParams keys the scripted engine knows (``strict-sampling-keys`` refuses any other)
 SAMPLING_KEYS = {f.encode_name for f in msgspec.inspect.type_info(SamplingParams).fields}
 
@@ -281,7 +289,7 @@ class Rank:
                 self.error(rid, 0, "unknown", "no such request")
 
     def on_utility(self, call) -> None:
-        method, args, cid = call.method_name, call.args, call.call_id
+        method, cid = call.method_name, call.call_id
         if "wrong-call-id" in self.bugs:
             cid = (cid + 1) % 2**64
 
@@ -291,13 +299,23 @@ class Rank:
         def fail(message: str) -> None:
             self.emit(call.client_index, utility=UtilityOutput(cid, message, None))
 
+        if method not in UTILITIES:
+            if "unknown-method-nil" in self.bugs:
+                ok(None)
+            else:
+                fail(failure_message(method, no_such_method(method, "ScriptedEngine")))
+            return
+        try:  # the arguments by name, with the spec table's defaults
+            args = UTILITY_METHODS[method].bind(call.args)
+        except UtilityArgumentError as exc:
+            fail(failure_message(method, exc.message))
+            return
         if method == "is_sleeping":
             inverted = "is-sleeping-inverted" in self.bugs or (
                 "inconsistent-is-sleeping" in self.bugs and self.rank % 2 == 1)
             ok(not self.sleeping if inverted else self.sleeping)
         elif method == "sleep":
-            mode = args[1] if len(args) > 1 else "abort"
-            if mode == "abort":
+            if args["mode"] == "abort":
                 for rid, r in list(self.running.items()):
                     del self.running[rid]
                     self.finished.add(rid)
@@ -311,7 +329,7 @@ class Rank:
             ok(True)
         elif method == "reset_prefix_cache":
             if "reset-prefix-cache-fails" in self.bugs:
-                fail("Call to reset_prefix_cache method failed: injected fault")
+                fail(failure_message(method, "injected fault"))
             else:
                 ok(True)
         elif method in ("pause_generation", "pause_scheduler"):
@@ -330,10 +348,6 @@ class Rank:
             ok(None)
         elif method == "get_supported_tasks":
             ok("generate" if "bad-supported-tasks" in self.bugs else ["generate"])
-        elif "unknown-method-nil" in self.bugs:
-            ok(None)
-        else:
-            fail(f"Call to {method} method failed: 'ScriptedEngine' object has no attribute '{method}'")
 
     # ---------------------------------------------------------------- steps
     def step(self) -> None:

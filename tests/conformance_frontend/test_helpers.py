@@ -1,5 +1,6 @@
 """The frontend role's small pieces: command template helpers, the coalescing bound,
-the catalogue, and the SSE client against a scripted HTTP server."""
+the catalogue, the scripted engines' utility answers, and the SSE client against a scripted
+HTTP server."""
 
 from __future__ import annotations
 
@@ -64,6 +65,17 @@ def chunked(*pieces: bytes, end: bool = True) -> bytes:
     body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces)
     return (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
             + body + (b"0\r\n\r\n" if end else b""))
+
+
+def test_default_utility_answers_are_spec_methods_with_their_result_types():
+    from ecp.conformance.frontend.script import DEFAULT_UTILITY_ANSWERS, EngineScript
+    from ecp.spec.layout.types import value_matches
+    from ecp.spec.utility_methods import UTILITY_METHODS
+
+    assert set(DEFAULT_UTILITY_ANSWERS) <= set(UTILITY_METHODS), set(DEFAULT_UTILITY_ANSWERS) - set(UTILITY_METHODS)
+    for method, value in DEFAULT_UTILITY_ANSWERS.items():
+        assert value_matches(UTILITY_METHODS[method].result, value), (method, value)
+        assert EngineScript().answer(method, []) == (None, value)
 
 
 def test_sse_stream_reads_chunked_events_split_across_chunks():

@@ -119,3 +119,62 @@ def test_misc_utilities(rig):
     # the engine kept serving through every failure
     fe.add(0, make_request("after", max_tokens=2))
     fe.wait_finished(["after"])
+
+
+def test_every_spec_method_is_served_or_listed_with_a_reason():
+    from ecp.reference.engine.utilities import EXTENSIONS, NOT_SERVED, UTILITIES
+    from ecp.spec.utility_methods import UTILITY_METHODS
+
+    served = set(UTILITIES) & set(UTILITY_METHODS)
+    assert served | set(NOT_SERVED) == set(UTILITY_METHODS) and not served & set(NOT_SERVED)
+    assert set(UTILITIES) - served == set(EXTENSIONS) and not set(EXTENSIONS) & set(UTILITY_METHODS)
+    assert all(reason.strip() for reason in NOT_SERVED.values())
+
+
+def test_calls_are_bound_against_the_spec_table(rig):
+    fe, _ = rig.start(1)
+    # left-out arguments take the table's defaults: sleep() is sleep(1, "abort"), wake_up() wakes every tag
+    assert fe.value(0, "sleep") is None and fe.value(0, "is_sleeping") is True
+    assert fe.value(0, "wake_up") is True and fe.value(0, "is_sleeping") is False
+    assert fe.value(0, "collective_rpc", ["echo"]) == [[[], {}]]
+    too_many = fe.call(0, "reset_prefix_cache", [False, False, True])
+    assert too_many.result is None and too_many.failure_message == (
+        "Call to reset_prefix_cache method failed: "
+        "reset_prefix_cache() takes at most 2 positional arguments but 3 were given")
+    missing = fe.call(0, "set_weight_version")
+    assert missing.failure_message == ("Call to set_weight_version method failed: "
+                                       "set_weight_version() missing required positional argument: 'weight_version'")
+    assert fe.value(0, "get_weight_version") == "default"  # nothing ran
+    # a method of the table the engine does not serve is answered as vLLM answers an unknown one
+    assert fe.call(0, "handle_fault_tolerance", [{}]).failure_message == (
+        "Call to handle_fault_tolerance method failed: "
+        "'EngineCoreProc' object has no attribute 'handle_fault_tolerance'")
+    assert fe.value(0, "get_engine_state")["num_running"] == 0  # an extension, bound with no arguments
+
+
+def test_release_kv_cache_memory_after_a_completed_pause(rig):
+    fe, _ = rig.start(1, step_time_ms=2)
+    fe.add(0, make_request("c1", list(range(100, 164)), max_tokens=2))
+    fe.wait_finished(["c1"])
+    assert fe.value(0, "get_engine_state")["num_cached_blocks"] > 0
+    not_paused = fe.call(0, "release_kv_cache_memory")
+    assert not_paused.failure_message == ("Call to release_kv_cache_memory method failed: "
+                                          "release_kv_cache_memory() requires a completed pause first")
+    fe.add(0, make_request("kept", max_tokens=300))
+    fe.pump(lambda: fe.tokens("kept"))
+    assert fe.value(0, "pause_generation", ["keep", False]) is None
+    assert fe.call(0, "release_kv_cache_memory").failure_message == not_paused.failure_message  # still in flight
+    assert fe.value(0, "resume_scheduler") is None and fe.value(0, "pause_generation", ["abort", False]) is None
+    assert fe.finished("kept").finish_reason == FinishReason.ABORT
+    assert fe.value(0, "release_kv_cache_memory") is None
+    state = fe.value(0, "get_engine_state")
+    assert state["num_cached_blocks"] == 0 and state["sleeping_tags"] == ["kv_cache"]
+    assert fe.value(0, "is_sleeping") is True and fe.value(0, "is_scheduler_paused") is True
+    assert fe.call(0, "release_kv_cache_memory").failure_message.endswith(
+        "requires all executor memory to be resident")
+    fe.add(0, make_request("asleep", max_tokens=2))
+    assert fe.wait_finished(["asleep"])["asleep"].error.code == "engine_paused"
+    assert fe.value(0, "wake_up", [["kv_cache"]]) is True
+    assert fe.value(0, "is_sleeping") is False and fe.value(0, "is_scheduler_paused") is False
+    fe.add(0, make_request("awake", max_tokens=2))
+    assert fe.wait_finished(["awake"])["awake"].finish_reason == FinishReason.LENGTH
