@@ -5,19 +5,21 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..codec import (
-    ENGINE_DEAD, decode_handshake, decode_init, decode_input, decode_outputs, encode_engine_dead, encode_handshake, encode_outputs,
+    ENGINE_DEAD, decode_handshake, decode_init, decode_input, decode_outputs, decode_ready_response, encode_engine_dead,
+    encode_handshake, encode_outputs,
 )
 from ..control import StartDPWave, UtilityRequest
 from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
-from ..handshake import COORDINATOR_READY, XSUB_SUBSCRIBE, EngineHandshakeMetadata, Ready
+from ..handshake import COORDINATOR_READY, XSUB_SUBSCRIBE, EngineHandshakeMetadata
 from ..recover import recover_add_frames
 from ..request import EngineCoreRequest
+from . import qualify
 from .connection import IN_FLIGHT_STATES, EngineView, Mode, _Checker, _Connection
 from .events import (
     COORDINATOR, Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineDead, EngineHello, EngineReady, Event,
     Init, Outputs, Registration, Send, StartWave, UtilityCall, input_socket, output_socket, parse_socket,
 )
-from .table import HANDSHAKE, LIVENESS, Row
+from .table import HANDSHAKE, HandshakeEvent, HandshakeState, RequestEvent, Row
 
 
 class EngineConnection(_Connection):
@@ -35,13 +37,13 @@ class EngineConnection(_Connection):
         self.view = EngineView(rank)
         self.init: EngineHandshakeMetadata | None = None
         self.bootstrapped = bootstrapped
-        if bootstrapped:
-            self.view.handshake, self.view.clients = "REGISTERING", clients
+        if bootstrapped:  # INIT was given on the command line: the handshake starts at registration
+            self.view.handshake, self.view.clients = HandshakeState.REGISTERING, clients
 
     @property
     def ready(self) -> bool:
         """The handshake is over: READY went out (bootstrapped: every input registered)."""
-        return self.view.handshake == "READY" or (self.bootstrapped and self.view.all_registered)
+        return self.view.handshake is HandshakeState.READY or (self.bootstrapped and self.view.all_registered)
 
     # ------------------------------------------------------------------ receive
     def receive(self, socket: str, frames: Sequence[bytes]) -> list[Event]:
@@ -62,7 +64,7 @@ class EngineConnection(_Connection):
                     if row.next is not None:
                         view.handshake = row.next
                         view.gate_passed = True
-                chk.step(HANDSHAKE, view.handshake, "CoordinatorReady", "the coordinator's READY", gate)
+                chk.step(HANDSHAKE, view.handshake, HandshakeEvent.COORDINATOR_READY, "the coordinator's READY", gate)
                 chk.finish(socket, frames, self.rank)
                 return [CoordinatorReady(self.rank)]
             try:
@@ -91,7 +93,7 @@ class EngineConnection(_Connection):
                 chk = _Checker(self, local=False, lenient=True)
                 self._on_add(chk, view, recovered.request_id,
                              client if recovered.client_index is None else recovered.client_index,
-                             "Add(undecodable)", None)
+                             RequestEvent.ADD_UNDECODABLE, None)
                 chk.finish(socket, frames, self.rank)
             self._remote(exc, socket, frames, self.rank)
             return []
@@ -99,7 +101,7 @@ class EngineConnection(_Connection):
         if isinstance(msg, EngineCoreRequest):
             req = msg
             duplicate = view.request_state(req.request_id) in IN_FLIGHT_STATES
-            self._on_add(chk, view, req.request_id, req.client_index, self._add_key(view, req), req.current_wave)
+            self._on_add(chk, view, req.request_id, req.client_index, qualify.add(view, req), req.current_wave)
             event: Event = Add(self.rank, req, client, duplicate)
         elif isinstance(msg, list):  # ABORT: the request ids
             self._on_abort(chk, view, msg)
@@ -127,13 +129,9 @@ class EngineConnection(_Connection):
             return []
         chk = _Checker(self, local=False)
 
-        def take(row: Row) -> None:
-            if row.next is not None:
-                view.handshake = row.next
+        def take() -> None:
             self.init = init
-            view.clients = len(init.addresses.inputs)
-            view.coordinator = init.addresses.coordinator_input is not None
-        chk.step(HANDSHAKE, view.handshake, "Init", "INIT", take)
+        self._on_init(chk, view, init, "INIT", take)
         chk.finish(socket, frames, self.rank)
         return [Init(self.rank, init)]
 
@@ -155,37 +153,44 @@ class EngineConnection(_Connection):
         """Send ``frames`` exactly as given, around the rules (a test peer misbehaving on purpose:
         a ready payload with extra keys, a second registration, READY too early).
 
-        Nothing is checked; what the frames say still moves the machine as far as it can be read.
+        Nothing is raised; what the frames say, as far as it can be read, still goes through the
+        tables (a lenient step: an illegal row moves the machine only where it names ``followed``,
+        e.g. a READY sent too early leaves it READY).
         """
         frames = [bytes(f) for f in frames]
         view = self.view
         kind, client = parse_socket(socket)
+        chk = _Checker(self, local=True, lenient=True)
         if kind == "handshake" and len(frames) == 1:
             try:
                 msg = decode_handshake(frames[0])
             except ProtocolError:
-                msg = None
-            if view.handshake == "START" and not isinstance(msg, Ready):
-                # a malformed first message stands for HELLO: the frontend may still answer with INIT
-                view.hello, view.handshake = msg, "HELLO"
-            elif isinstance(msg, Ready):
-                view.ready, view.handshake = msg, "READY"
-        elif kind == "input" and view.handshake in ("REGISTERING", "READY") and client not in view.registered:
-            view.registered.add(client)
-        elif kind == "coordinator_input" and frames == [XSUB_SUBSCRIBE] and view.handshake == "REGISTERING":
-            view.handshake = "SUBSCRIBED"
+                msg = None  # stands for HELLO where one is due: the frontend may still answer with INIT
+            self._on_handshake_message(chk, view, msg, "")
+        elif kind == "input" and client is not None:
+            try:
+                response = decode_ready_response(frames[0]) if len(frames) == 1 else None
+            except ProtocolError:
+                response = None
+            self._on_registration(chk, view, client, response, f"registration on input[{client}]")
+        elif kind == "coordinator_input" and frames == [XSUB_SUBSCRIBE]:
+            chk.step(HANDSHAKE, view.handshake, qualify.subscribe(view), "the coordinator subscription",
+                     self._subscribed)
         elif kind in ("output", "coordinator_output"):
             try:
                 msg = decode_outputs(frames)
             except ProtocolError:
                 msg = None
             if msg is ENGINE_DEAD:
-                view.liveness = "DEAD"
+                self._on_engine_dead(chk, view, "ENGINE_CORE_DEAD")
             elif msg is not None:
-                chk = _Checker(self, local=True, lenient=True)
                 self._check_outputs(chk, view, COORDINATOR if client is None else client, msg)
-                chk.finish(socket, frames, self.rank)
+        chk.finish(socket, frames, self.rank)
         return Send(socket, frames)
+
+    def _subscribed(self, row: Row) -> None:
+        if row.next is not None:
+            self.view.handshake = row.next
 
     # ------------------------------------------------------------------ send
     def send(self, event: Event) -> list[Send]:
@@ -198,59 +203,29 @@ class EngineConnection(_Connection):
         if type(event) is Outputs:  # the hot path first
             return self._send_outputs(chk, event)
         if isinstance(event, EngineHello):
-            def hello(row: Row) -> None:
-                view.hello = event.hello
-                view.handshake = row.next or view.handshake
-            chk.step(HANDSHAKE, view.handshake, "EngineHello", "HELLO", hello)
+            self._on_hello(chk, view, event.hello, "HELLO")
             out = [Send("handshake", [encode_handshake(event.hello)])]
         elif isinstance(event, Registration):
             c = event.client
             if view.clients is not None and not 0 <= c < view.clients:
                 raise LocalProtocolError(f"INIT named {view.clients} input(s), there is no input[{c}]",
                                          clause="ECP-SOCK-3", expected=f"0..{view.clients - 1}", got=c)
-            key = ("Registration" if view.handshake in ("START", "HELLO") else
-                   "Registration(registered input)" if c in view.registered else "Registration(new input)")
-
-            def register(row: Row) -> None:
-                view.registered.add(c)
-                view.responses[c] = event.response
-                view.handshake = row.next or view.handshake
-            chk.step(HANDSHAKE, view.handshake, key, f"registration on input[{c}]", register)
+            self._on_registration(chk, view, c, event.response, f"registration on input[{c}]")
             payload = b"" if event.response is None else encode_handshake(event.response)
             out = [Send(input_socket(c), [payload])]
         elif isinstance(event, CoordinatorSubscribe):
             if not view.coordinator:
                 raise LocalProtocolError("INIT names no coordinator to subscribe to", clause="ECP-HS-6")
-            key = "CoordinatorSubscribe"
-            if view.handshake == "REGISTERING":
-                key += "(all registered)" if view.all_registered else "(inputs missing)"
-
-            def sub(row: Row) -> None:
-                view.handshake = row.next or view.handshake
-            chk.step(HANDSHAKE, view.handshake, key, "the coordinator subscription", sub)
+            chk.step(HANDSHAKE, view.handshake, qualify.subscribe(view), "the coordinator subscription",
+                     self._subscribed)
             out = [Send("coordinator_input", [XSUB_SUBSCRIBE])]
         elif isinstance(event, EngineReady):
-            if view.handshake == "REGISTERING":
-                key = ("EngineReady(inputs missing)" if not view.all_registered else
-                       "EngineReady(gate closed)" if view.coordinator else "EngineReady(registered, gate passed)")
-            elif view.handshake == "SUBSCRIBED":
-                key = "EngineReady(gate closed)"
-            elif view.handshake == "GATED":
-                key = "EngineReady(registered, gate passed)"
-            else:
-                key = "EngineReady"
-
-            def ready(row: Row) -> None:
-                view.ready = event.ready
-                view.handshake = row.next or view.handshake
-            chk.step(HANDSHAKE, view.handshake, key, "READY", ready)
+            self._on_ready(chk, view, event.ready, "READY")
             out = [Send("handshake", [encode_handshake(event.ready)])]
         elif isinstance(event, Outputs):
             return self._send_outputs(chk, event)
         elif isinstance(event, EngineDead):
-            def dead(row: Row) -> None:
-                view.liveness = row.next or view.liveness
-            chk.step(LIVENESS, view.liveness, "EngineDead", "ENGINE_CORE_DEAD", dead)
+            self._on_engine_dead(chk, view, "ENGINE_CORE_DEAD")
             clients = range(view.clients or 0) if event.client is None else [event.client]
             out = [Send(output_socket(c), encode_engine_dead()) for c in clients]
         else:

@@ -12,15 +12,16 @@ from ..codec import (
 from ..control import StartDPWave, UtilityRequest
 from ..limits import DEFAULT_LIMITS, DecodeLimits
 from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
-from ..handshake import COORDINATOR_READY, XSUB_SUBSCRIBE, EngineHandshakeMetadata, Hello, rank_of_identity
+from ..handshake import COORDINATOR_READY, XSUB_SUBSCRIBE, Hello, rank_of_identity
 from ..recover import recover_add_frames
 from ..request import EngineCoreRequest
+from . import qualify
 from .connection import ABORT_ROWS, EngineView, Mode, _Checker, _Connection
 from .events import (
     COORDINATOR, Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineDead, EngineHello, EngineReady, Event,
     Init, Outputs, Registration, Send, StartWave, UtilityCall, input_socket, parse_socket,
 )
-from .table import HANDSHAKE, LIVENESS, Row
+from .table import HandshakeState, RequestEvent
 
 
 class FrontendConnection(_Connection):
@@ -49,9 +50,9 @@ class FrontendConnection(_Connection):
         self.gate_open = False
         #: ``ENGINE_CORE_DEAD`` seen on a PULL shared by several engines (not attributable)
         self.dead_seen = False
-        if bootstrapped:
+        if bootstrapped:  # the engines were given INIT's addresses: the handshake starts at registration
             for v in self.engines.values():
-                v.handshake, v.clients = "REGISTERING", clients
+                v.handshake, v.clients = HandshakeState.REGISTERING, clients
 
     # ------------------------------------------------------------------ views
     def engine(self, rank: int) -> EngineView:
@@ -63,7 +64,7 @@ class FrontendConnection(_Connection):
 
     @property
     def handshake_done(self) -> bool:
-        return all(v.handshake == "READY" or (self.bootstrapped and v.all_registered)
+        return all(v.handshake is HandshakeState.READY or (self.bootstrapped and v.all_registered)
                    for v in self.engines.values())
 
     def missing(self, stage: str) -> list[int]:
@@ -71,11 +72,11 @@ class FrontendConnection(_Connection):
         out = []
         for v in self.engines.values():
             if stage == "HELLO":
-                done = self.bootstrapped or v.handshake != "START"
+                done = self.bootstrapped or v.handshake is not HandshakeState.START
             elif stage == "registration":
                 done = v.all_registered
             elif stage == "READY":
-                done = self.bootstrapped or v.handshake == "READY"
+                done = self.bootstrapped or v.handshake is HandshakeState.READY
             else:
                 raise ValueError(stage)
             if not done:
@@ -138,41 +139,21 @@ class FrontendConnection(_Connection):
             msg = decode_handshake(frames[1])
         except RemoteProtocolError as exc:
             self._remote(exc, socket, frames, rank)
-            if view.handshake == "START":  # recording: a malformed first message stands for HELLO
-                view.handshake = "HELLO"
+            # recording: the message is followed as far as it can be read (it stands for HELLO where one is due)
+            chk = _Checker(self, local=False, lenient=True)
+            self._on_handshake_message(chk, view, None, f" from rank {rank}")
+            chk.finish(socket, frames, rank)
             return []
         chk = _Checker(self, local=False)
-        if isinstance(msg, Hello):
-            def hello(row: Row) -> None:
-                view.hello = msg
-                view.handshake = row.next or view.handshake
-            chk.step(HANDSHAKE, view.handshake, "EngineHello", f"HELLO from rank {rank}", hello)
-            chk.finish(socket, frames, rank)
-            return [EngineHello(rank, msg)]
-
-        def ready(row: Row) -> None:
-            view.ready = msg
-            view.handshake = row.next or view.handshake
-        chk.step(HANDSHAKE, view.handshake, self._ready_key(view), f"READY from rank {rank}", ready)
+        self._on_handshake_message(chk, view, msg, f" from rank {rank}")
         chk.finish(socket, frames, rank)
-        return [EngineReady(rank, msg)]
-
-    def _ready_key(self, view: EngineView) -> str:
-        if view.handshake != "REGISTERING":
-            return "EngineReady"
-        if view.coordinator and not self.gate_open:
-            return "EngineReady(gate closed)"
-        if not view.all_registered:
-            return "EngineReady(inputs unseen)"
-        return "EngineReady(registered, gate passed)"
+        return [EngineHello(rank, msg) if isinstance(msg, Hello) else EngineReady(rank, msg)]
 
     def _recv_registration(self, client: int, socket: str, frames: Sequence[bytes]) -> list[Event]:
         rank = self._rank_of(bytes(frames[0]), socket, frames) if frames else None
         if rank is None:
             return []
         view = self.engines[rank]
-        key = ("Registration" if view.handshake in ("START", "HELLO") else
-               "Registration(registered input)" if client in view.registered else "Registration(new input)")
         if len(frames) != 2:
             self._remote(HandshakeError(
                 f"a registration is one frame after the identity, got {len(frames) - 1}", clause="ECP-HS-3",
@@ -185,14 +166,8 @@ class FrontendConnection(_Connection):
             response = None
             if self.mode == "strict":
                 return []
-
-        def register(row: Row) -> None:
-            view.registered.add(client)
-            view.responses[client] = response
-            if row.next is not None:
-                view.handshake = row.next
         chk = _Checker(self, local=False)
-        chk.step(HANDSHAKE, view.handshake, key, f"registration of rank {rank} on input[{client}]", register)
+        self._on_registration(chk, view, client, response, f"registration of rank {rank} on input[{client}]")
         chk.finish(socket, frames, rank)
         return [Registration(rank, client, response)]
 
@@ -206,10 +181,7 @@ class FrontendConnection(_Connection):
             if len(self.engines) == 1:
                 view = next(iter(self.engines.values()))
                 chk = _Checker(self, local=False)
-
-                def dead(row: Row) -> None:
-                    view.liveness = row.next or view.liveness
-                chk.step(LIVENESS, view.liveness, "EngineDead", f"ENGINE_CORE_DEAD on {socket}", dead)
+                self._on_engine_dead(chk, view, f"ENGINE_CORE_DEAD on {socket}")
                 chk.finish(socket, frames, view.rank)
                 return [EngineDead(view.rank, client)]
             self.dead_seen = True
@@ -242,10 +214,7 @@ class FrontendConnection(_Connection):
         chk = _Checker(self, local=True)
         if isinstance(event, Init):
             frames = [view.identity, encode_handshake(event.init)]
-
-            def init(row: Row) -> None:
-                self._take_init(view, event.init, row.next)
-            chk.step(HANDSHAKE, view.handshake, "Init", f"INIT to rank {view.rank}", init)
+            self._on_init(chk, view, event.init, f"INIT to rank {view.rank}")
             chk.finish("handshake", frames, view.rank)
             return [Send("handshake", frames)]
         if isinstance(event, Add):
@@ -254,8 +223,7 @@ class FrontendConnection(_Connection):
             frames = [view.identity, *encode_add(event.request)]
             # outputs go to outputs[client_index] whatever input carried the ADD (ECP-SOCK-4)
             self._on_add(chk, view, event.request.request_id, event.request.client_index,
-                         self._add_key(view, event.request),
-                         event.request.current_wave)
+                         qualify.add(view, event.request), event.request.current_wave)
         elif isinstance(event, Abort):
             client = event.client
             self._check_input(chk, view, client, "ABORT")
@@ -280,12 +248,6 @@ class FrontendConnection(_Connection):
         chk.finish(input_socket(client), frames, view.rank)
         return [Send(input_socket(client), frames)]
 
-    def _take_init(self, view: EngineView, init: EngineHandshakeMetadata, next_state: str | None) -> None:
-        if next_state is not None:
-            view.handshake = next_state
-        view.clients = len(init.addresses.inputs)
-        view.coordinator = init.addresses.coordinator_input is not None
-
     def _send_gate(self, local: bool) -> list[Send]:
         waiting = [v for v in self.engines.values() if v.coordinator]
         if local and self.subscriptions < len(waiting):
@@ -293,7 +255,7 @@ class FrontendConnection(_Connection):
                 f"the coordinator gate opens once every engine subscribed ({self.subscriptions} of "
                 f"{len(waiting)})", clause="ECP-HS-6", expected=len(waiting), got=self.subscriptions)
         self.gate_open = True
-        for v in waiting:
+        for v in self.engines.values():  # published to every engine, whether it waits for it or not
             v.gate_passed = True
         return [Send("coordinator_input", [COORDINATOR_READY])]
 
@@ -331,7 +293,8 @@ class FrontendConnection(_Connection):
                 init = decode_init(frames[-1])
             except ProtocolError:
                 return Send(socket, frames)
-            self._take_init(view, init, "REGISTERING" if view.handshake in ("START", "HELLO") else None)
+            self._on_init(chk, view, init, f"INIT to rank {view.rank}")
+            chk.finish(socket, frames, view.rank)
             return Send(socket, frames)
         try:
             msg = decode_input(frames[1:])
@@ -340,11 +303,11 @@ class FrontendConnection(_Connection):
             if recovered is not None:
                 self._on_add(chk, view, recovered.request_id,
                              client if recovered.client_index is None else recovered.client_index,
-                             "Add(undecodable)", None)
+                             RequestEvent.ADD_UNDECODABLE, None)
             chk.finish(socket, frames, view.rank)
             return Send(socket, frames)
         if isinstance(msg, EngineCoreRequest):
-            self._on_add(chk, view, msg.request_id, msg.client_index, self._add_key(view, msg), msg.current_wave)
+            self._on_add(chk, view, msg.request_id, msg.client_index, qualify.add(view, msg), msg.current_wave)
         elif isinstance(msg, list):  # ABORT: the request ids
             self._on_abort(chk, view, msg)
         elif isinstance(msg, UtilityRequest):

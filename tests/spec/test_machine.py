@@ -368,3 +368,45 @@ def test_a_batch_of_tokens_is_judged_whole_and_a_terminal_inside_it_still_counts
         p.engines[0].send(Outputs(0, 0, mixed))
     p.output(0, out(0, "a", FinishReason.STOP))
     assert view.running[0] == {"b"} and view.request_state("a") == "FINISHED"
+
+
+# ------------------------------------------------------------------ send_raw follows the rows
+def test_raw_handshake_frames_move_an_engine_machine_only_as_its_rows_say():
+    from ecp.spec import encode_handshake
+    from ecp.spec.handshake import XSUB_SUBSCRIBE
+    p = Pair(clients=2, coordinator=True)
+    eng = p.engines[0]
+    eng.send_raw("input[0]", [b""])                         # a registration before HELLO: illegal, no move
+    assert (eng.view.handshake, eng.view.registered) == ("START", set())
+    eng.send_raw("handshake", [b"\xc1"])                    # unreadable: stands for HELLO
+    assert eng.view.handshake == "HELLO" and eng.view.hello is None
+    eng.receive("handshake", [encode_handshake(p.init())])  # so INIT is legal
+    eng.send_raw("input[0]", [b""])                         # a legal registration
+    eng.send_raw("input[0]", [b""])                         # a duplicate: illegal, changes nothing
+    assert eng.view.registered == {0} and eng.view.handshake == "REGISTERING"
+    eng.send_raw("coordinator_input", [XSUB_SUBSCRIBE])    # inputs missing: illegal, followed to SUBSCRIBED
+    assert eng.view.handshake == "SUBSCRIBED"
+    eng.send_raw("handshake", [encode_handshake(Ready(local=True, headless=False))])  # gate closed: followed
+    assert eng.ready and eng.view.ready == Ready(local=True, headless=False)
+    [reg] = eng.send(Registration(0, 1, ready_response(0)))  # READY × a new input is legal
+    assert reg.socket == "input[1]" and eng.view.registered == {0, 1}
+    eng.send_raw("output[0]", [b"ENGINE_CORE_DEAD"])
+    assert eng.view.liveness == "DEAD" and eng.violations == []
+
+
+def test_a_recording_frontend_follows_a_raw_init_after_a_first_message_that_was_not_hello():
+    from ecp.spec import encode_handshake
+    p = Pair(frontend_mode="record")
+    [ready] = p.engines[0].send_raw("handshake", [encode_handshake(Ready(local=True, headless=False))]),
+    p.fe.receive("handshake", [b"\x00\x00", *ready.frames])  # READY first: recorded, the view stays in START
+    assert [v.clause for v in p.fe.violations] == ["ECP-HS-7"] and p.fe.engine(0).handshake == "START"
+    init = p.init()
+    p.fe.send_raw("handshake", [b"\x00\x00", encode_handshake(init)])  # illegal, followed to REGISTERING
+    assert p.fe.engine(0).handshake == "REGISTERING" and p.fe.engine(0).clients == 1
+    p.fe.receive("input[0]", [b"\x00\x00", b""])             # so the registration is judged as legal
+    assert p.fe.engine(0).registered == {0} and len(p.fe.violations) == 1
+    q = Pair(frontend_mode="record")
+    q.fe.receive("handshake", [b"\x00\x00", b"\xc1"])        # unreadable first message: recorded, stands for HELLO
+    assert q.fe.engine(0).handshake == "HELLO"
+    q.fe.send(Init(0, q.init()))                             # INIT is then legal
+    assert q.fe.engine(0).handshake == "REGISTERING"
