@@ -147,7 +147,7 @@ async def engine_stop(liveness_s: float = 1.0, streams: int = 20) -> dict[str, A
             ends, tasks = await _open(client, [(f"h{i}", None) for i in range(streams)])
             os.kill(pid, signal.SIGSTOP)
             _, pending = await asyncio.wait(tasks, timeout=4 * liveness_s + 5)
-            last_output = client._last_output_from[0]
+            last_output = client._dispatch.last_output_from[0]
             error = client.error
         finally:
             os.kill(pid, signal.SIGCONT)
