@@ -44,7 +44,7 @@ import httpx
 from ecp.reference.client import ClientConfig, EngineCoreClient, EngineDisconnected, EngineUnresponsive
 from ecp.reference.engine import launch
 from ecp.reference.frontend.app import ServeApp
-from ecp.reference.frontend.server import start_http
+from ecp.reference.frontend.http_server import start_http
 from ecp.reference.frontend.serving import Frontend, FrontendConfig
 from ecp.reference.tokenizer import ByteTokenizer
 from ecp.spec import EngineCoreRequest, SamplingParams
