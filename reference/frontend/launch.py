@@ -23,6 +23,8 @@ import subprocess
 import sys
 from typing import Any, Sequence
 
+from .engine_client import EngineClient
+
 
 def freeze_startup_heap() -> None:
     """Take what startup allocated (modules, types, tables, the client's handshake state) out
@@ -135,14 +137,14 @@ def embedded_engine_args(args: argparse.Namespace, tokenizer: Any) -> list[str]:
     return extra
 
 
-def build_app(args: argparse.Namespace, client: Any, tokenizer: Any, peers: Any = None) -> tuple[Any, bool]:
+def build_app(args: argparse.Namespace, client: EngineClient, tokenizer: Any, peers: Any = None) -> tuple[Any, bool]:
     """The Starlette app over a ready ``client``; returns it and whether dev mode is on."""
     from .app import ServeApp
     from .faults import FrontendFaults
     from .serving import Frontend, FrontendConfig
 
     # ECP-HS-9: the smallest max_model_len of the engines (the fault layer may swap it for the largest)
-    reported = [r.max_model_len for r in getattr(client, "ready_responses", {}).values() if r is not None]
+    reported = [r.max_model_len for r in client.ready_responses.values() if r is not None]
     max_model_len = FrontendFaults(args.bug).max_model_len(client.max_model_len, reported)
     fcfg = FrontendConfig(model_name=args.model, max_model_len=max_model_len,
                           kv_connector=args.kv_connector, bugs=frozenset(args.bug),
