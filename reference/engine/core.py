@@ -31,6 +31,7 @@ from ecp.spec import (
     EngineCoreEvent, EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason, LoRARequest,
     PrefillStats, RequestError, SchedulerStats, UtilityRequest,
 )
+from ecp.spec.machine import COORDINATOR
 
 from .config import EngineConfig
 from .kv_connector import ReferenceKVConnector
@@ -43,8 +44,6 @@ __all__ = ["COORDINATOR", "EngineCore", "Outbound", "PauseState", "SLEEP_TAGS", 
 
 log = logging.getLogger("ecp.engine")
 
-#: ``Outbound.client_index`` of messages for the DP coordinator.
-COORDINATOR = -1
 DEFAULT_NUM_GPU_BLOCKS = 8192
 PAUSED_MESSAGE = "Generation is paused. Please retry after it resumes."
 
