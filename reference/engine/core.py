@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from ecp.spec import (
     EngineCoreEvent, EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason, LoRARequest,
-    PrefillStats, RequestError, SchedulerStats, UtilityRequest,
+    PrefillStats, RequestError, UtilityRequest,
 )
 from ecp.spec.machine import COORDINATOR
 
@@ -127,10 +127,6 @@ class EngineCore:
     @property
     def current_wave(self) -> int:
         return self.waves.current
-
-    def make_stats(self) -> SchedulerStats:
-        """This engine's ``scheduler_stats`` now."""
-        return self.stats.snapshot(self)
 
     def _valid_client(self, client_index: int) -> bool:
         return 0 <= client_index < self.num_clients
