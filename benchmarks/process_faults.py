@@ -44,7 +44,7 @@ import httpx
 from ecp.reference.client import ClientConfig, EngineCoreClient, EngineDisconnected, EngineUnresponsive
 from ecp.reference.engine import launch
 from ecp.reference.frontend.app import ServeApp
-from ecp.reference.frontend.server import start_http
+from ecp.reference.frontend.http_server import start_http
 from ecp.reference.frontend.serving import Frontend, FrontendConfig
 from ecp.reference.tokenizer import ByteTokenizer
 from ecp.spec import EngineCoreRequest, SamplingParams
@@ -147,7 +147,7 @@ async def engine_stop(liveness_s: float = 1.0, streams: int = 20) -> dict[str, A
             ends, tasks = await _open(client, [(f"h{i}", None) for i in range(streams)])
             os.kill(pid, signal.SIGSTOP)
             _, pending = await asyncio.wait(tasks, timeout=4 * liveness_s + 5)
-            last_output = client._last_output_from[0]
+            last_output = client._dispatch.last_output_from[0]
             error = client.error
         finally:
             os.kill(pid, signal.SIGCONT)

@@ -9,7 +9,9 @@ sans-IO pieces under a thin socket layer:
 * :mod:`.abort_coalescer` — ``AbortCoalescer`` (one ABORT per engine per drain);
 * :mod:`.aggregation` — ``UtilityAggregation``, THE per-method result table;
 * :mod:`.health` — sticky first error; :mod:`.errors` — typed errors;
-* :mod:`.client` — ``EngineCoreClient``; :mod:`.stream` — ``RequestStream``.
+* :mod:`.client` — ``EngineCoreClient``, which owns :mod:`.lifecycle` (ADD, ABORT),
+  :mod:`.dispatch` (the output loop) and :mod:`.utilities` (UTILITY calls);
+  :mod:`.stream` — ``RequestStream``; :mod:`.stats` — ``ClientStats``.
 
 Public API (stable; see ``docs/client.md``)::
 
@@ -29,7 +31,7 @@ Public API (stable; see ``docs/client.md``)::
 
 from .abort_coalescer import MAX_DRAIN, AbortCause, AbortCoalescer
 from .aggregation import UTILITY_RULES, MethodRule, Rule, UtilityAggregation
-from .client import ClientStats, EngineCoreClient
+from .client import EngineCoreClient
 from .config import ClientConfig
 from .errors import (
     ClientClosed, ClientError, DuplicateRequestId, EngineDeadError, EngineDisconnected, EngineUnresponsive,
@@ -41,6 +43,7 @@ from .handshake import HandshakeOwner, HandshakeResult
 from .health import Health
 from .registry import RequestRegistry
 from .router import Router
+from .stats import ClientStats
 from .stream import RequestStream
 
 __all__ = [name for name in dir() if not name.startswith("_")]

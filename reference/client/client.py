@@ -7,26 +7,29 @@ Background tasks: the output loop (decode, dispatch, health), the auto-abort
 worker (coalesced ABORTs), the peer monitor (engine disappearance) and the
 coordinator loop. Every await in the public API is bounded or ends when the
 client fails or shuts down.
+
+The client owns three parts, each built here with exactly what it uses:
+:class:`~.lifecycle.RequestLifecycle` (ADD, ABORT, the auto-abort worker),
+:class:`~.dispatch.OutputDispatch` (the output loop) and
+:class:`~.utilities.UtilityCalls` (UTILITY calls in flight). The public API
+checks the client's state and delegates to them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
 import shutil
 import tempfile
-import uuid
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import zmq
 import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
 from ecp.spec import (
-    EngineCoreReadyResponse, EngineHandshakeMetadata, EngineZmqAddresses, UtilityOutput, UtilityRequest,
+    EngineCoreReadyResponse, EngineCoreRequest, EngineHandshakeMetadata, EngineZmqAddresses, UtilityRequest,
     engine_identity,
 )
 from ecp.spec.machine import Event, FrontendConnection, UtilityCall
@@ -43,37 +46,16 @@ from .health import Health
 from .lifecycle import RequestLifecycle
 from .registry import RequestRegistry
 from .router import Router
-from .stream import StreamSink
-from .utilities import UtilityCalls
+from .stats import ClientStats
+from .stream import RequestStream, StreamSink
+from .utilities import UtilityCalls, UtilityMethods
 
 log = logging.getLogger("ecp.reference.client")
 
 _SHUTDOWN_WAIT_S = 2.0
 
 
-@dataclass
-class ClientStats:
-    """Counters for operators and benchmarks (read-only for callers)."""
-
-    requests_added: int = 0
-    outputs_dispatched: int = 0
-    outputs_dropped: int = 0
-    output_messages: int = 0
-    #: ids sent in ABORT messages (explicit and auto), and the number of ABORT messages
-    aborts_sent: int = 0
-    abort_messages: int = 0
-    abort_send_errors: int = 0
-    utility_calls: int = 0
-    unknown_utility_replies: int = 0
-    rejection_notifications: int = 0
-    unexpected_input_messages: int = 0
-    liveness_probes: int = 0
-    #: rules an engine broke, as the client's protocol machine recorded them (each logged with its clause)
-    protocol_violations: int = 0
-    in_flight: dict[int, int] = field(default_factory=dict)
-
-
-class EngineCoreClient(RequestLifecycle, OutputDispatch, UtilityCalls):
+class EngineCoreClient(UtilityMethods):
     """The frontend side of the engine-core protocol for one client index.
 
     Use ``client = await EngineCoreClient.start(config)``, or, to launch
@@ -103,32 +85,32 @@ class EngineCoreClient(RequestLifecycle, OutputDispatch, UtilityCalls):
         self._monitor: zmq.asyncio.Socket | None = None
         self._coordinator: Coordinator | None = None
         self._tasks: list[asyncio.Task[Any]] = []
-        self._registry: RequestRegistry[StreamSink] = RequestRegistry(self._ranks)
-        # the --bug faults bend these seams (reference/client/faults.py); none without them
-        faults = self._faults = ClientFaults(self.config.bugs)
-        self._router = faults.router(Router(self._ranks))
-        self._coalescer = faults.coalescer(AbortCoalescer())
-        self._abort_wakeup = asyncio.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        #: listened-to streams with something new, and whether a flush of them is scheduled
-        self._listeners_due: dict[StreamSink, None] = {}
-        self._listener_flush_scheduled = False
-        self._aggregation = faults.aggregation(UtilityAggregation())
-        if faults:
-            self._on_output_frames = faults.output_handler(self._on_output_frames)  # type: ignore[method-assign]
-            self._send = faults.sender(self._send)  # type: ignore[method-assign]
-        self._pending_utility: dict[int, tuple[int, asyncio.Future[UtilityOutput]]] = {}
-        self._call_ids = itertools.count((uuid.uuid1().int >> 64) & 0x7FFF_FFFF_FFFF_FFFF)
         self._handshake: HandshakeResult | None = None
         #: the frontend protocol machine: it ran the handshake, then every ADD, ABORT and UTILITY
         #: goes out through it and every output message is judged by it
         self._machine: FrontendConnection | None = None
-        self._last_output_at = 0.0
-        self._last_output_from: dict[int, float] = {}  # engine rank -> loop time of its last output
         self._stats = ClientStats()
+        self._registry: RequestRegistry[StreamSink] = RequestRegistry(self._ranks)
         self.handshake_address: str | None = None
         self.input_address: str | None = None
         self.output_address: str | None = None
+        # the --bug faults bend these seams (reference/client/faults.py); none without them
+        faults = self._faults = ClientFaults(self.config.bugs)
+        if faults:
+            self._send = faults.sender(self._send)  # type: ignore[method-assign]
+        router = faults.router(Router(self._ranks))
+        self._aggregation = faults.aggregation(UtilityAggregation())
+        self._utilities = UtilityCalls(client_index=self.config.client_index,
+                                       timeout_s=self.config.utility_timeout_s, send=self._send, stats=self._stats)
+        dispatch = self._dispatch = OutputDispatch(registry=self._registry, router=router, stats=self._stats,
+                                                   machine=self._serving_machine, fail=self._fail,
+                                                   on_utility_reply=self._utilities.on_reply)
+        if faults:
+            dispatch.on_frames = faults.output_handler(dispatch.on_frames, self)  # type: ignore[method-assign]
+        self._requests = RequestLifecycle(client_index=self.config.client_index, registry=self._registry,
+                                          router=router, coalescer=faults.coalescer(AbortCoalescer()),
+                                          stats=self._stats, send=self._send, machine=self._serving_machine,
+                                          listener_due=self._dispatch.listener_due)
 
     # ================================================================== startup
     @classmethod
@@ -168,7 +150,6 @@ class EngineCoreClient(RequestLifecycle, OutputDispatch, UtilityCalls):
         ``input_address``/``output_address``) is where engines connect."""
         if self._bound:
             return
-        self._loop = asyncio.get_running_loop()
         self._ctx = zmq.asyncio.Context()
         try:
             cfg = self.config
@@ -336,7 +317,61 @@ class EngineCoreClient(RequestLifecycle, OutputDispatch, UtilityCalls):
         if not self._ready:
             raise ClientClosed("the client has not completed its handshake (call wait_ready())")
 
+    # ================================================================== requests and utility calls
+    async def add(self, request: EngineCoreRequest) -> RequestStream:
+        """Send ADD and return the request's stream.
+
+        Raises :class:`DuplicateRequestId` (nothing sent) for an id already in
+        flight, :class:`InvalidDataParallelRank` for a pinned rank that is not
+        connected, or the client's sticky error. ``client_index`` and
+        ``current_wave`` are stamped here (``ECP-REQ-6``, ``ECP-DP-5``).
+        """
+        self._check_ready()
+        return await self._requests.add(request, self.current_wave)
+
+    async def abort(self, request_ids: Iterable[str]) -> list[str]:
+        """Abort requests explicitly (``ECP-ABORT-8``).
+
+        Each id still in flight is finalised locally first (its stream gets
+        an ABORT terminal output), then one ABORT per owning engine is sent;
+        unknown or finished ids are never sent. Returns the aborted ids.
+        """
+        self._check_ready()
+        return await self._requests.abort(request_ids)
+
+    async def abort_all(self) -> list[str]:
+        """Abort every in-flight request."""
+        return await self.abort(self._registry.ids())
+
+    async def notify_kv_transfer_request_rejected(self, request_id: str, kv_transfer_params: dict[str, Any],
+                                                  data_parallel_rank: int | None = None) -> int:
+        """Send vLLM's rejection notice (``ECP-REJECT-2``): an ``abort_immediately``
+        ADD with prompt ``[0]``, ``max_tokens`` 1 and the request's
+        ``kv_transfer_params``, to the pinned or least-loaded engine, without
+        registering a stream. Returns the engine rank it went to."""
+        self._check_ready()
+        return await self._requests.notify_rejected(request_id, kv_transfer_params, data_parallel_rank,
+                                                    self.current_wave)
+
+    async def call_utility(self, method: str, *args: Any) -> Any:
+        """Call ``method(*args)`` on every engine and aggregate (see :mod:`.aggregation`).
+
+        Waits for every engine (``ECP-UTIL-7``), bounded by
+        ``utility_timeout_s``. Raises :class:`UtilityCallFailed`,
+        :class:`UtilityResultDecode`, :class:`InconsistentUtilityResults`,
+        :class:`UtilityTimeout` or the client's sticky error.
+        """
+        self._check_ready()
+        replies = await self._utilities.call(method, args, self._aggregation.targets(method, self._ranks))
+        self._check_open()
+        return self._aggregation.aggregate(method, replies)
+
     # ================================================================== sending
+    def _serving_machine(self) -> FrontendConnection:
+        """The protocol machine that ran the handshake (the parts ask for it once the client is ready)."""
+        assert self._machine is not None
+        return self._machine
+
     async def _send(self, event: Event) -> None:
         """Send ``event`` through the machine (:class:`~ecp.spec.LocalProtocolError` naming the
         clause if the rules forbid it now: nothing is sent); raises :class:`EngineDisconnected`
@@ -371,6 +406,24 @@ class EngineCoreClient(RequestLifecycle, OutputDispatch, UtilityCalls):
                 raise EngineDisconnected(f"engine {rank} is not connected (send failed: {exc})") from None
             raise
 
+    # ================================================================== background loops
+    async def _output_loop(self) -> None:
+        assert self._output is not None
+        await self._dispatch.run(self._output)
+
+    async def _abort_worker(self) -> None:
+        await self._requests.run_abort_worker()
+
+    async def _input_loop(self) -> None:
+        # Engines send nothing on their input DEALER after the registration; read and drop
+        # whatever comes (e.g. a restarted engine registering again) so it cannot pile up unseen.
+        assert self._input is not None
+        while True:
+            frames = await self._input.recv_multipart()
+            self._stats.unexpected_input_messages += 1
+            log.warning("dropping an unexpected %d-frame message from engine identity %s on the input "
+                        "socket after the handshake", len(frames) - 1, frames[0].hex())
+
     # ================================================================== liveness
     async def _monitor_loop(self) -> None:
         assert self._monitor is not None
@@ -389,19 +442,18 @@ class EngineCoreClient(RequestLifecycle, OutputDispatch, UtilityCalls):
         loop = asyncio.get_running_loop()
         quiet = timeout / 2
         started = loop.time()
+        last_output_from = self._dispatch.last_output_from
         while True:
             await asyncio.sleep(timeout / 4)
             now = loop.time()
             suspects = [rank for rank, n in self._registry.counts().items()
-                        if n and now - max(self._last_output_from.get(rank, started), started) >= quiet]
+                        if n and now - max(last_output_from.get(rank, started), started) >= quiet]
             if suspects:
                 await asyncio.gather(*(self._probe(rank, timeout) for rank in suspects))
 
     async def _probe(self, rank: int, timeout: float) -> None:
         loop = asyncio.get_running_loop()
-        call_id = self._next_call_id()
-        fut: asyncio.Future[UtilityOutput] = loop.create_future()
-        self._pending_utility[call_id] = (rank, fut)
+        call_id, fut = self._utilities.expect(rank)
         sent_at = loop.time()
         self._stats.liveness_probes += 1
         try:
@@ -409,12 +461,12 @@ class EngineCoreClient(RequestLifecycle, OutputDispatch, UtilityCalls):
                                          0))
             await asyncio.wait_for(fut, timeout)
         except asyncio.TimeoutError:
-            if self._last_output_from.get(rank, 0.0) < sent_at:  # not even an output since the probe
+            if self._dispatch.last_output_from.get(rank, 0.0) < sent_at:  # not even an output since the probe
                 self._fail(EngineUnresponsive(rank, timeout))
         except Exception:  # noqa: BLE001 - a lost engine or a failed client is reported elsewhere
             pass
         finally:
-            self._pending_utility.pop(call_id, None)
+            self._utilities.forget(call_id)
 
     async def _on_peer_lost(self, detail: str) -> None:
         # "No output and a dead peer": let outputs the engine sent before it died
@@ -424,7 +476,7 @@ class EngineCoreClient(RequestLifecycle, OutputDispatch, UtilityCalls):
         give_up = loop.time() + 5 * grace
         while loop.time() < give_up:
             await asyncio.sleep(grace)
-            if loop.time() - self._last_output_at >= grace:
+            if loop.time() - self._dispatch.last_output_at >= grace:
                 break
         self._fail(EngineDisconnected(detail))
 
@@ -438,11 +490,8 @@ class EngineCoreClient(RequestLifecycle, OutputDispatch, UtilityCalls):
     def _end_everything(self, error: BaseException) -> None:
         for entry in self._registry.take_all():
             entry.sink.end(error)
-        for _, fut in list(self._pending_utility.values()):
-            if not fut.done():
-                fut.set_exception(error)
-        self._pending_utility.clear()
-        self._coalescer.drain(lambda _id, _token: None, max_items=len(self._coalescer))
+        self._utilities.fail_all(error)
+        self._requests.clear()
 
     async def shutdown(self) -> None:
         """End every stream and waiter with :class:`ClientClosed`, stop the

@@ -1,22 +1,28 @@
 """The client's receiving side: the output loop, each output message read and judged by the
 client's protocol machine, then routed to its stream or utility waiter (``ECP-OUT-*``).
 
-A mixin of :class:`~ecp.reference.client.client.EngineCoreClient`. What the client does about a
-rule an engine broke is its policy here: an unreadable message, ``ENGINE_CORE_DEAD`` or DP control
-on its socket fails the client closed (``ECP-ROB-3``, ``ECP-OUT-6``); late outputs and replies to
-unknown call ids are dropped (``ECP-OUT-9``, ``ECP-UTIL-10``).
+What the client does about a rule an engine broke is its policy here: an unreadable message,
+``ENGINE_CORE_DEAD`` or DP control on its socket fails the client closed (``ECP-ROB-3``,
+``ECP-OUT-6``); late outputs and replies to unknown call ids are dropped (``ECP-OUT-9``,
+``ECP-UTIL-10``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 
 import zmq
+import zmq.asyncio
 
-from ecp.spec.machine import EngineDead, Outputs, Violation
+from ecp.spec import UtilityOutput
+from ecp.spec.machine import EngineDead, FrontendConnection, Outputs, Violation
 
 from .errors import EngineDeadError, RequestStreamClosed, UnexpectedDPControl
+from .registry import RequestRegistry
+from .router import Router
+from .stats import ClientStats
 from .stream import StreamSink
 
 log = logging.getLogger("ecp.reference.client")
@@ -26,11 +32,32 @@ OUTPUT_SLICE_S = 0.002
 
 
 class OutputDispatch:
-    """``_output_loop``, ``_on_output_frames`` and the input loop after the handshake."""
+    """Reads the client's output socket (:meth:`run`) and hands each output to its stream, each
+    utility reply to ``on_utility_reply``, each engine's ``scheduler_stats`` to ``router``.
 
-    async def _output_loop(self) -> None:
-        assert self._output is not None
-        sock = self._output
+    ``machine`` returns the client's protocol machine (the one that ran the handshake: it judges
+    every message); ``fail`` fails the client closed. :attr:`last_output_at` and
+    :attr:`last_output_from` (per engine rank) are the loop times of the last output message, the
+    client's evidence of life. Streams in push mode are notified through :meth:`listener_due`.
+    """
+
+    def __init__(self, *, registry: RequestRegistry[StreamSink], router: Router, stats: ClientStats,
+                 machine: Callable[[], FrontendConnection], fail: Callable[[BaseException], None],
+                 on_utility_reply: Callable[[int, UtilityOutput], None]) -> None:
+        self._registry = registry
+        self._router = router
+        self._stats = stats
+        self._machine = machine
+        self._fail = fail
+        self._on_utility_output = on_utility_reply
+        self.last_output_at = 0.0
+        self.last_output_from: dict[int, float] = {}  # engine rank -> loop time of its last output
+        #: listened-to streams with something new, and whether a flush of them is scheduled
+        self._listeners_due: dict[StreamSink, None] = {}
+        self._listener_flush_scheduled = False
+
+    async def run(self, sock: zmq.asyncio.Socket) -> None:
+        """Read ``sock`` (the output PULL) until cancelled."""
         # The same zmq socket without asyncio's futures: frames already queued are taken with
         # a plain non-blocking read, which costs a fraction of an awaited one (a future, event
         # registration and flag arithmetic per frame); only an empty socket is awaited.
@@ -40,14 +67,14 @@ class OutputDispatch:
         while True:
             frames = await sock.recv_multipart()
             while True:
-                self._last_output_at = loop.time()
-                self._on_output_frames(frames)
+                self.last_output_at = loop.time()
+                self.on_frames(frames)
                 # A backlog would otherwise be drained in one go while the streams it woke and
                 # new requests wait (every token of a request then reaches its client in one
                 # write). Yield after OUTPUT_SLICE_S of back-to-back frames: streams flush and
                 # requests are admitted at least that often, and a deep backlog is still taken a
                 # few steps at a time, which each stream then writes as one delta.
-                if self._last_output_at - yielded_at >= OUTPUT_SLICE_S:
+                if self.last_output_at - yielded_at >= OUTPUT_SLICE_S:
                     self._flush_listeners()
                     await asyncio.sleep(0)
                     yielded_at = loop.time()
@@ -59,7 +86,7 @@ class OutputDispatch:
 
     # Push-mode streams (RequestStream.listen): their listeners run once per slice of frames,
     # with everything that slice brought, instead of one task wake-up per output.
-    def _listener_due(self, sink: StreamSink) -> None:
+    def listener_due(self, sink: StreamSink) -> None:
         self._listeners_due[sink] = None
         if not self._listener_flush_scheduled:  # outside the output loop (an abort, a failure)
             self._listener_flush_scheduled = True
@@ -79,10 +106,10 @@ class OutputDispatch:
                 except Exception:  # the consumer's bug: it must not stop the output loop
                     log.exception("a stream listener of %s failed", sink.request_id)
 
-    def _on_output_frames(self, frames: list[bytes]) -> None:
+    def on_frames(self, frames: list[bytes]) -> None:
+        """Judge one output message and route what it carries."""
         self._stats.output_messages += 1
-        machine = self._machine
-        assert machine is not None
+        machine = self._machine()
         events = machine.receive("output[0]", frames)
         if machine.violations:
             violations, machine.violations = machine.violations, []
@@ -99,7 +126,7 @@ class OutputDispatch:
             return
         assert isinstance(event, Outputs)
         msg = event.outputs
-        self._last_output_from[msg.engine_index] = self._last_output_at
+        self.last_output_from[msg.engine_index] = self.last_output_at
         if msg.is_dp_control:
             self._fail(UnexpectedDPControl(msg.engine_index))
             return
@@ -136,13 +163,3 @@ class OutputDispatch:
         self._stats.protocol_violations += 1
         err = violation.error
         log.debug("[%s] engine %s broke a rule on %s: %s", err.clause, violation.rank, violation.socket, err)
-
-    async def _input_loop(self) -> None:
-        # Engines send nothing on their input DEALER after the registration; read and drop
-        # whatever comes (e.g. a restarted engine registering again) so it cannot pile up unseen.
-        assert self._input is not None
-        while True:
-            frames = await self._input.recv_multipart()
-            self._stats.unexpected_input_messages += 1
-            log.warning("dropping an unexpected %d-frame message from engine identity %s on the input "
-                        "socket after the handshake", len(frames) - 1, frames[0].hex())

@@ -201,11 +201,12 @@ class ClientFaults:
         bent = self.names & _SENDER
         return _SendFaults(bent, send) if bent else send
 
-    def output_handler(self, handler: Callable[[list[bytes]], None]) -> Callable[[list[bytes]], None]:
-        """The handler of every output message the client uses instead of ``handler``."""
+    def output_handler(self, handler: Callable[[list[bytes]], None], client: Any) -> Callable[[list[bytes]], None]:
+        """The handler of every output message ``client`` (an ``EngineCoreClient``) uses instead of
+        ``handler``."""
         bent = self.names & _OUTPUT
         if bent:
-            handler = _MessageFaults(bent, handler)
+            handler = _MessageFaults(bent, handler, client)
         if IGNORE_ENGINE_DEAD not in self.names:
             return handler
 
@@ -221,15 +222,15 @@ class ClientFaults:
 class _MessageFaults:
     """Decodes each output message once more and bends it before the client's own handler.
 
-    ``handler`` is the client's bound ``_on_output_frames``: the faults read the client's
-    request registry and pending utility calls through it, and fail it the way a client
-    that got the rule wrong would (through its own ``_fail``).
+    ``handler`` is the client's own handler of output messages; the faults read ``client``'s
+    request registry and pending utility calls, and fail it the way a client that got the
+    rule wrong would (through its own ``_fail``).
     """
 
-    def __init__(self, names: frozenset[str], handler: Callable[[list[bytes]], None]) -> None:
+    def __init__(self, names: frozenset[str], handler: Callable[[list[bytes]], None], client: Any) -> None:
         self.names = names
         self.handler = handler
-        self.client: Any = getattr(handler, "__self__", None)
+        self.client = client
 
     def _refuse(self, why: str, clause: str, fault: str) -> None:
         self.client._fail(RemoteProtocolError(f"{why} (fault {fault})", clause=clause))
@@ -252,7 +253,7 @@ class _MessageFaults:
                         TIMESTAMPS_COMPARED}:
             return frames
         raw = self._raw(frames)
-        if not isinstance(raw, list) or self.client is None:
+        if not isinstance(raw, list):
             return frames
         outputs = raw[1] if len(raw) > 1 and isinstance(raw[1], list) else []
         if STRICT_OUTPUT_ARRAYS in names:
@@ -293,7 +294,7 @@ class _MessageFaults:
             self.handler(frames)
             return
         client = self.client
-        if UNKNOWN_OUTPUT_FATAL in self.names and client is not None:
+        if UNKNOWN_OUTPUT_FATAL in self.names:
             unknown = [o.request_id for o in msg.outputs if client._registry.get(o.request_id) is None]
             if unknown:
                 client._fail(RemoteProtocolError(f"an output for request {unknown[0]!r}, which this client "
@@ -301,14 +302,14 @@ class _MessageFaults:
                                                  clause="ECP-OUT-9", request_id=unknown[0]))
                 return
         reply = msg.utility_output
-        if RESERVED_CALL_ID_FATAL in self.names and client is not None and reply is not None \
+        if RESERVED_CALL_ID_FATAL in self.names and reply is not None \
                 and reply.call_id < 0:
             client._fail(RemoteProtocolError(f"a utility reply with call id {reply.call_id}, which this "
                                              f"client never issued (fault {RESERVED_CALL_ID_FATAL})",
                                              clause="ECP-UTIL-12"))
             return
-        if UNKNOWN_CALL_ID_FATAL in self.names and client is not None and reply is not None \
-                and reply.call_id >= 0 and reply.call_id not in client._pending_utility:
+        if UNKNOWN_CALL_ID_FATAL in self.names and reply is not None \
+                and reply.call_id >= 0 and reply.call_id not in client._utilities.pending:
             self._refuse(f"a utility reply with call id {reply.call_id}, which this client never issued",
                          "ECP-UTIL-10", UNKNOWN_CALL_ID_FATAL)
             return

@@ -1,9 +1,9 @@
 """The client's request lifecycle (``ECP-REQ-*``, ``ECP-ABORT-*``): ADD with its stream, explicit
 and automatic ABORT (coalesced per engine), the rejection notice (``ECP-REJECT-2``).
 
-A mixin of :class:`~ecp.reference.client.client.EngineCoreClient`. The rules (an id in flight at an
-engine cannot be added again, an ABORT names only ids the engine may still answer) live in the
-client's protocol machine; this module keeps the streams the callers read.
+The rules (an id in flight at an engine cannot be added again, an ABORT names only ids the engine
+may still answer) live in the client's protocol machine; this module keeps the streams the callers
+read.
 """
 
 from __future__ import annotations
@@ -11,17 +11,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 import msgspec
 
 from ecp.spec import EngineCoreOutput, EngineCoreRequest, FinishReason, LocalProtocolError, SamplingParams
-from ecp.spec.machine import Abort, Add
+from ecp.spec.machine import Abort, Add, Event, FrontendConnection
 
-from .abort_coalescer import MAX_DRAIN, AbortCause
+from .abort_coalescer import MAX_DRAIN, AbortCause, AbortCoalescer
 from .errors import DuplicateRequestId
-from .registry import InFlight, group_by_engine
-from .stream import RequestStream, StreamSink
+from .registry import InFlight, RequestRegistry, group_by_engine
+from .router import Router
+from .stats import ClientStats
+from .stream import NotifyCallback, RequestStream, StreamSink
 
 log = logging.getLogger("ecp.reference.client")
 
@@ -31,22 +33,39 @@ def _abort_output(request_id: str) -> EngineCoreOutput:
 
 
 class RequestLifecycle:
-    """``add``, ``abort``, ``abort_all``, ``notify_kv_transfer_request_rejected`` and the abort worker."""
+    """ADD with its stream, explicit ABORT, the rejection notice, and the auto-abort queue with its
+    worker (:meth:`run_abort_worker`).
 
-    async def add(self, request: EngineCoreRequest) -> RequestStream:
-        """Send ADD and return the request's stream.
+    Given at construction what it touches: the client's ``client_index``, its request ``registry``
+    (shared with the output dispatch, which ends the streams), ``router``, auto-abort ``coalescer``
+    and ``stats``; ``send`` puts an event on the wire through the client's protocol machine, which
+    ``machine`` returns; ``listener_due`` notifies a stream in push mode. The client checks that it
+    is ready before each call and must :meth:`clear` the queue when it fails or closes.
+    """
 
-        Raises :class:`DuplicateRequestId` (nothing sent) for an id already in
-        flight, :class:`InvalidDataParallelRank` for a pinned rank that is not
-        connected, or the client's sticky error. ``client_index`` and
-        ``current_wave`` are stamped here (``ECP-REQ-6``, ``ECP-DP-5``).
-        """
-        self._check_ready()
+    def __init__(self, *, client_index: int, registry: RequestRegistry[StreamSink], router: Router,
+                 coalescer: AbortCoalescer, stats: ClientStats, send: Callable[[Event], Awaitable[None]],
+                 machine: Callable[[], FrontendConnection], listener_due: NotifyCallback) -> None:
+        self._client_index = client_index
+        self._registry = registry
+        self._router = router
+        self._coalescer = coalescer
+        self._stats = stats
+        self._send = send
+        self._machine = machine
+        self._listener_due = listener_due
+        self._abort_wakeup = asyncio.Event()
+        #: the loop the client runs on (a stream may be dropped from a finaliser, in any thread)
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def add(self, request: EngineCoreRequest, current_wave: int) -> RequestStream:
+        """Send ADD, stamped with this client's index and ``current_wave``, and return its stream."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
         if request.request_id in self._registry:  # ECP-REQ-8: before routing, encoding or sending
             raise DuplicateRequestId(request.request_id)
         rank = self._router.choose(self._registry.counts(), request.data_parallel_rank)
-        stamped = msgspec.structs.replace(request, client_index=self.config.client_index,
-                                          current_wave=self.current_wave)
+        stamped = msgspec.structs.replace(request, client_index=self._client_index, current_wave=current_wave)
         sink = StreamSink(request.request_id, rank, self._listener_due)
         self._registry.add(request.request_id, rank, sink)
         try:
@@ -64,9 +83,10 @@ class RequestLifecycle:
         return RequestStream(sink, self._on_stream_dropped)
 
     def _on_stream_dropped(self, sink: StreamSink, cause: AbortCause) -> None:
-        # Called from RequestStream (possibly from a finaliser): only queue work.
+        # Called from RequestStream (possibly from a finaliser): only queue work. A client that
+        # failed or closed has taken every entry out of the registry: nothing is queued then.
         entry = self._registry.get(sink.request_id)
-        if self._closed or entry is None or entry.sink is not sink:
+        if entry is None or entry.sink is not sink:
             return
         self._coalescer.push(sink.request_id, cause, sink)
         loop = self._loop
@@ -80,7 +100,12 @@ class RequestLifecycle:
         self._registry.take(request_id)
         return entry.engine_rank
 
-    async def _abort_worker(self) -> None:
+    def clear(self) -> None:
+        """Forget every queued auto-abort (the client failed or closed: nothing goes out any more)."""
+        self._coalescer.drain(lambda _id, _token: None, max_items=len(self._coalescer))
+
+    async def run_abort_worker(self) -> None:
+        """Send the queued auto-aborts, coalesced per engine, until cancelled."""
         while True:
             await self._abort_wakeup.wait()
             self._abort_wakeup.clear()
@@ -106,11 +131,11 @@ class RequestLifecycle:
                 return
 
     async def _send_aborts(self, grouped: dict[int, list[str]]) -> None:
+        machine = self._machine()
         for rank, ids in grouped.items():
-            assert self._machine is not None
             # only ids the engine may still answer (ECP-ABORT-6): a terminal output that crossed
             # the drop on the wire has already ended the request
-            ids = self._machine.abortable(rank, ids)
+            ids = machine.abortable(rank, ids)
             if not ids:
                 continue
             try:
@@ -123,13 +148,8 @@ class RequestLifecycle:
             self._stats.aborts_sent += len(ids)
 
     async def abort(self, request_ids: Iterable[str]) -> list[str]:
-        """Abort requests explicitly (``ECP-ABORT-8``).
-
-        Each id still in flight is finalised locally first (its stream gets
-        an ABORT terminal output), then one ABORT per owning engine is sent;
-        unknown or finished ids are never sent. Returns the aborted ids.
-        """
-        self._check_ready()
+        """Finalise each id still in flight locally, then send one ABORT per owning engine; returns
+        those ids."""
         entries: list[InFlight[StreamSink]] = []
         for request_id in dict.fromkeys(request_ids):
             entry = self._registry.take(request_id)
@@ -142,17 +162,9 @@ class RequestLifecycle:
         await self._send_aborts(group_by_engine(entries))
         return [e.request_id for e in entries]
 
-    async def abort_all(self) -> list[str]:
-        """Abort every in-flight request."""
-        return await self.abort(self._registry.ids())
-
-    async def notify_kv_transfer_request_rejected(self, request_id: str, kv_transfer_params: dict[str, Any],
-                                                  data_parallel_rank: int | None = None) -> int:
-        """Send vLLM's rejection notice (``ECP-REJECT-2``): an ``abort_immediately``
-        ADD with prompt ``[0]``, ``max_tokens`` 1 and the request's
-        ``kv_transfer_params``, to the pinned or least-loaded engine, without
-        registering a stream. Returns the engine rank it went to."""
-        self._check_ready()
+    async def notify_rejected(self, request_id: str, kv_transfer_params: dict[str, Any],
+                              data_parallel_rank: int | None, current_wave: int) -> int:
+        """Send the rejection notice for ``request_id``; returns the engine rank it went to."""
         rank = self._router.choose(self._registry.counts(), data_parallel_rank)
         notice = EngineCoreRequest(
             request_id=request_id,
@@ -166,8 +178,8 @@ class RequestLifecycle:
             lora_request=None,
             cache_salt=None,
             data_parallel_rank=data_parallel_rank,
-            client_index=self.config.client_index,
-            current_wave=self.current_wave,
+            client_index=self._client_index,
+            current_wave=current_wave,
             abort_immediately=True,
         )
         await self._send(Add(rank, notice, 0))

@@ -1,59 +1,80 @@
-"""The client's UTILITY calls (``ECP-UTIL-*``): one call per engine, the replies awaited by call id
-and aggregated, and the typed wrappers, one line per wire method: each takes the parameters of the
-spec's method table (:data:`ecp.spec.utility_methods.UTILITY_METHODS`: names, order, defaults) and
-sends them all (``tests/client/test_utility.py`` checks every wrapper against the table).
+"""The client's UTILITY calls (``ECP-UTIL-*``): the calls in flight, each engine's reply awaited by
+call id (:class:`UtilityCalls`), and the typed wrappers, one line per wire method
+(:class:`UtilityMethods`): each takes the parameters of the spec's method table
+(:data:`ecp.spec.utility_methods.UTILITY_METHODS`: names, order, defaults) and sends them all
+(``tests/client/test_utility.py`` checks every wrapper against the table).
 
-A mixin of :class:`~ecp.reference.client.client.EngineCoreClient`: it sends through the client's
-protocol machine (which owns the rules: pending call ids, reserved ids, the result envelope) and
-keeps only the futures the callers wait on.
+:class:`UtilityCalls` sends through the client's protocol machine (which owns the rules: pending call
+ids, reserved ids, the result envelope) and keeps only the futures the callers wait on; which engines
+a call goes to and how their answers combine is :mod:`.aggregation`'s, applied by the client.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
+import itertools
 import logging
-from typing import Any, Sequence
+import uuid
+from typing import Any, Awaitable, Callable, Sequence
 
 from ecp.spec import ProtocolError, UtilityOutput, UtilityRequest
-from ecp.spec.machine import UtilityCall
+from ecp.spec.machine import Event, UtilityCall
 
 from .errors import EngineDisconnected, UtilityTimeout
+from .stats import ClientStats
 
 log = logging.getLogger("ecp.reference.client")
 
 
 class UtilityCalls:
-    """``call_utility`` and the typed wrappers; the client owns the state they use
-    (``_pending_utility``: call id → (rank, future), ``_call_ids``, ``_aggregation``)."""
+    """The client's UTILITY calls in flight: call id → (engine rank, the future its reply completes).
+
+    ``send`` puts an event on the wire through the client's protocol machine. The receiver must hand
+    every utility reply to :meth:`on_reply` and, when the client fails or closes, end every waiter
+    with :meth:`fail_all`.
+    """
+
+    def __init__(self, *, client_index: int, timeout_s: float, send: Callable[[Event], Awaitable[None]],
+                 stats: ClientStats) -> None:
+        self._client_index = client_index
+        self._timeout_s = timeout_s
+        self._send = send
+        self._stats = stats
+        #: call id -> (the engine it went to, the future its reply completes)
+        self.pending: dict[int, tuple[int, asyncio.Future[UtilityOutput]]] = {}
+        self._call_ids = itertools.count((uuid.uuid1().int >> 64) & 0x7FFF_FFFF_FFFF_FFFF)
 
     def _next_call_id(self) -> int:
         while True:
             call_id = next(self._call_ids) & 0xFFFF_FFFF_FFFF_FFFF
-            if call_id not in self._pending_utility:
+            if call_id not in self.pending:
                 return call_id
 
-    async def call_utility(self, method: str, *args: Any) -> Any:
-        """Call ``method(*args)`` on every engine and aggregate (see :mod:`.aggregation`).
+    def expect(self, rank: int) -> tuple[int, asyncio.Future[UtilityOutput]]:
+        """A fresh call id for a call to engine ``rank`` and the future its reply completes. The
+        caller must :meth:`forget` the call id once it stops waiting."""
+        call_id = self._next_call_id()
+        fut: asyncio.Future[UtilityOutput] = asyncio.get_running_loop().create_future()
+        self.pending[call_id] = (rank, fut)
+        return call_id, fut
 
-        Waits for every engine (``ECP-UTIL-7``), bounded by
-        ``utility_timeout_s``. Raises :class:`UtilityCallFailed`,
-        :class:`UtilityResultDecode`, :class:`InconsistentUtilityResults`,
-        :class:`UtilityTimeout` or the client's sticky error.
-        """
-        self._check_ready()
-        loop = asyncio.get_running_loop()
-        targets = self._aggregation.targets(method, self._ranks)
-        calls: dict[int, tuple[int, asyncio.Future[UtilityOutput]]] = {}
-        for rank in targets:
-            call_id = self._next_call_id()
-            fut: asyncio.Future[UtilityOutput] = loop.create_future()
-            self._pending_utility[call_id] = (rank, fut)
-            calls[rank] = (call_id, fut)
+    def forget(self, call_id: int) -> None:
+        """Stop waiting for ``call_id`` (a reply that still comes is then an unknown call id)."""
+        self.pending.pop(call_id, None)
+
+    async def call(self, method: str, args: Sequence[Any], targets: Sequence[int]) -> dict[int, UtilityOutput]:
+        """Send ``method(*args)`` to each engine in ``targets`` and wait for every reply
+        (``ECP-UTIL-7``), bounded by the client's ``utility_timeout_s``; returns the replies by rank.
+        An engine the call cannot reach answers with a failure message. Raises
+        :class:`UtilityTimeout` naming the engines that did not answer, or the error that ended
+        the waiters (:meth:`fail_all`)."""
+        calls = {rank: self.expect(rank) for rank in targets}
         self._stats.utility_calls += 1
         try:
             for rank, (call_id, fut) in calls.items():
                 try:
-                    await self._send(UtilityCall(rank, UtilityRequest(self.config.client_index, call_id, method,
+                    await self._send(UtilityCall(rank, UtilityRequest(self._client_index, call_id, method,
                                                                       list(args)), 0))
                 except EngineDisconnected as exc:  # that engine's failure; still wait for the others
                     if not fut.done():
@@ -64,21 +85,50 @@ class UtilityCalls:
                     if not fut.done():
                         fut.set_result(UtilityOutput(call_id, f"could not send {method} to engine {rank}: {exc}"))
             futures = [fut for _, fut in calls.values()]
-            done, pending = await asyncio.wait(futures, timeout=self.config.utility_timeout_s)
+            done, pending = await asyncio.wait(futures, timeout=self._timeout_s)
             errors = [fut.exception() for fut in done]  # retrieve every one: none is left unobserved
             for error in errors:
                 if error is not None:
                     raise error.with_traceback(None)
             if pending:
                 missing = [rank for rank, (_, fut) in calls.items() if fut in pending]
-                raise UtilityTimeout(method, missing, self.config.utility_timeout_s)
+                raise UtilityTimeout(method, missing, self._timeout_s)
         finally:
             for call_id, fut in calls.values():
-                self._pending_utility.pop(call_id, None)
+                self.pending.pop(call_id, None)
                 if not fut.done():
                     fut.cancel()
-        self._check_open()
-        return self._aggregation.aggregate(method, {rank: fut.result() for rank, (_, fut) in calls.items()})
+        return {rank: fut.result() for rank, (_, fut) in calls.items()}
+
+    def on_reply(self, engine_index: int, reply: UtilityOutput) -> None:
+        """Complete the waiter of ``reply.call_id``; a reply nobody waits for is dropped (``ECP-UTIL-10``)."""
+        pending = self.pending.pop(reply.call_id, None)
+        if pending is None:  # ECP-UTIL-10
+            self._stats.unknown_utility_replies += 1
+            log.warning("dropping utility reply with unknown call id %s from engine %d", reply.call_id,
+                        engine_index)
+            return
+        rank, fut = pending
+        if rank != engine_index:
+            log.warning("utility reply for engine %d arrived from engine %d", rank, engine_index)
+        if not fut.done():
+            fut.set_result(reply)
+
+    def fail_all(self, error: BaseException) -> None:
+        """End every waiter with ``error`` (the client failed or closed)."""
+        for _, fut in list(self.pending.values()):
+            if not fut.done():
+                fut.set_exception(error)
+        self.pending.clear()
+
+
+class UtilityMethods(abc.ABC):
+    """The typed wrappers, one line per wire method, over :meth:`call_utility`: the one method a
+    class that has them must provide."""
+
+    @abc.abstractmethod
+    async def call_utility(self, method: str, *args: Any) -> Any:
+        """Call ``method(*args)`` on the engines and return the aggregated result."""
 
     async def is_sleeping(self) -> bool:
         return await self.call_utility("is_sleeping")
@@ -133,16 +183,3 @@ class UtilityCalls:
         lists = list(per_engine.values())
         common = set(lists[0]).intersection(*lists[1:]) if lists else set()
         return tuple(t for t in lists[0] if t in common) if lists else ()
-
-    def _on_utility_output(self, engine_index: int, reply: UtilityOutput) -> None:
-        pending = self._pending_utility.pop(reply.call_id, None)
-        if pending is None:  # ECP-UTIL-10
-            self._stats.unknown_utility_replies += 1
-            log.warning("dropping utility reply with unknown call id %s from engine %d", reply.call_id,
-                        engine_index)
-            return
-        rank, fut = pending
-        if rank != engine_index:
-            log.warning("utility reply for engine %d arrived from engine %d", rank, engine_index)
-        if not fut.done():
-            fut.set_result(reply)

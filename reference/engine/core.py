@@ -29,8 +29,9 @@ from typing import Any, Callable
 
 from ecp.spec import (
     EngineCoreEvent, EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason, LoRARequest,
-    PrefillStats, RequestError, SchedulerStats, UtilityRequest,
+    PrefillStats, RequestError, UtilityRequest,
 )
+from ecp.spec.machine import COORDINATOR
 
 from .config import EngineConfig
 from .kv_connector import ReferenceKVConnector
@@ -43,8 +44,6 @@ __all__ = ["COORDINATOR", "EngineCore", "Outbound", "PauseState", "SLEEP_TAGS", 
 
 log = logging.getLogger("ecp.engine")
 
-#: ``Outbound.client_index`` of messages for the DP coordinator.
-COORDINATOR = -1
 DEFAULT_NUM_GPU_BLOCKS = 8192
 PAUSED_MESSAGE = "Generation is paused. Please retry after it resumes."
 
@@ -128,10 +127,6 @@ class EngineCore:
     @property
     def current_wave(self) -> int:
         return self.waves.current
-
-    def make_stats(self) -> SchedulerStats:
-        """This engine's ``scheduler_stats`` now."""
-        return self.stats.snapshot(self)
 
     def _valid_client(self, client_index: int) -> bool:
         return 0 <= client_index < self.num_clients

@@ -86,10 +86,6 @@ class EngineRequest:
     def hash_extra(self) -> Any:
         return (self.cache_salt, self.lora_name) if (self.cache_salt or self.lora_name) else None
 
-    @property
-    def is_finished(self) -> bool:
-        return self.status is Status.FINISHED
-
 
 @dataclass
 class SchedulerOutput:

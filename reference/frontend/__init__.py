@@ -9,6 +9,9 @@ Layers, one concept per module:
 * :mod:`.registry` -- in-flight index for the abort APIs (base/response/external/internal ids);
 * :mod:`.metrics` -- Prometheus metrics;
 * :mod:`.serving` -- :class:`Frontend`: runs choices through the engine-core client;
-* :mod:`.app` -- the Starlette routes; :mod:`.server` -- uvicorn, engine processes, ``serve()``;
+* :mod:`.engine_client` -- what the frontend uses of the engine-core client (a ``Protocol``);
+* :mod:`.app` -- the Starlette routes; :mod:`.http_server` -- uvicorn on a bound socket;
+* :mod:`.launch` -- arguments, engine processes and the app, shared by :mod:`.server` (``serve()``)
+  and :mod:`.api_servers` (``--api-server-count N``);
 * :mod:`.bench` -- ``ecp bench serve``.
 """

@@ -77,7 +77,7 @@ async def _handshake(args: argparse.Namespace, handshake_sock: Any, inputs: list
     from ecp.reference.client.handshake import STAGE_HELLO, STAGE_READY
     from ecp.spec import EngineHandshakeMetadata, EngineZmqAddresses
 
-    from .server import client_config
+    from .launch import client_config
 
     cfg = client_config(args)
     init = EngineHandshakeMetadata(addresses=EngineZmqAddresses(inputs=inputs, outputs=outputs), parallel_config={})
@@ -117,10 +117,8 @@ async def serve_api_servers(args: argparse.Namespace) -> int:
     import zmq.asyncio
 
     from ..tokenizer import load_tokenizer
-    from .server import (
-        embedded_engine_args, external_engines, handshake_host, listen_socket, spawn_engines,
-        stop_event, stop_process,
-    )
+    from .http_server import listen_socket
+    from .launch import embedded_engine_args, external_engines, handshake_host, spawn_engines, stop_event, stop_process
 
     n, dp = args.api_server_count, args.data_parallel_size
     stop = stop_event()
@@ -221,7 +219,8 @@ async def api_server(spec: dict[str, Any]) -> int:
 
     from ..tokenizer import load_tokenizer
     from .peers import PeerLink
-    from .server import _until_stopped, build_app, client_config, freeze_startup_heap, start_http, stop_event
+    from .http_server import start_http
+    from .launch import build_app, client_config, freeze_startup_heap, stop_event, until_stopped
 
     args = argparse.Namespace(**spec["args"])
     index = spec["index"]
@@ -232,10 +231,10 @@ async def api_server(spec: dict[str, Any]) -> int:
     link: PeerLink | None = None
     try:
         print(json.dumps({"input": client.input_address, "output": client.output_address}), flush=True)
-        if not await _until_stopped(stop, client.wait_ready()):
+        if not await until_stopped(stop, client.wait_ready()):
             return 0
         # the ready payloads came (registration); READY goes to the launcher, which says so
-        if not await _until_stopped(stop, _launcher_opens()):
+        if not await until_stopped(stop, _launcher_opens()):
             return 0
         link = PeerLink(index, spec["peers"], None)
         app, _ = build_app(args, client, tokenizer, peers=link)
@@ -245,7 +244,7 @@ async def api_server(spec: dict[str, Any]) -> int:
         sock.setblocking(False)
         http = await start_http(app, log_level=args.log_level, http=args.http, sock=sock)
         freeze_startup_heap()
-        await _until_stopped(stop, asyncio.shield(http.task))
+        await until_stopped(stop, asyncio.shield(http.task))
         await http.stop()
         return 0
     finally:

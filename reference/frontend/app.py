@@ -110,9 +110,9 @@ class ServeApp:
             "root": cfg.model_name, "parent": None, "max_model_len": cfg.max_model_len}]})
 
     async def health(self, request: Request) -> Response:
-        if getattr(self.client, "healthy", True):
+        if self.client.healthy:
             return Response(status_code=200)
-        err = getattr(self.client, "error", None)
+        err = self.client.error
         return json_response(OpenAIError(503, f"engine core is unhealthy: {err}", "service_unavailable").body(),
                              503)
 

@@ -78,7 +78,8 @@ def _serve(args: argparse.Namespace) -> int:
     import logging
     import sys
 
-    from .server import resolve_http, serve
+    from .http_server import resolve_http
+    from .server import serve
 
     if "list" in args.bug:
         from .faults import SERVE_FAULTS

@@ -119,7 +119,7 @@ class Generate:
             return exc
         if isinstance(exc, EngineRequestFailed):
             return engine_failure_to_openai(exc.code, exc.message, exc.retryable)
-        return client_error_to_openai(exc, bool(getattr(self.client, "healthy", True)))
+        return client_error_to_openai(exc, self.client.healthy)
 
     async def _respond(self, scope: dict[str, Any], raw: bytes, send: Send, typ: type) -> None:
         kind = "chat" if typ is ChatCompletionRequest else "completion"

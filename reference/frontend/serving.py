@@ -27,6 +27,7 @@ from ecp.spec import EngineCoreOutput, EngineCoreRequest, FinishReason
 from ..tokenizer import Tokenizer
 from . import ids as idconv
 from .choice import Choice, ChoiceDelta, EngineRequestFailed
+from .engine_client import EngineClient, OutputStream
 from .metrics import FrontendMetrics
 from .protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, bad_request, max_tokens_of, to_sampling
 from .registry import InFlightIndex
@@ -85,7 +86,7 @@ def _prompt_token_lists(prompt: Any, tok: Tokenizer) -> list[list[int]]:
 
 
 class Frontend:
-    def __init__(self, client: Any, tokenizer: Tokenizer, config: FrontendConfig,
+    def __init__(self, client: EngineClient, tokenizer: Tokenizer, config: FrontendConfig,
                  metrics: FrontendMetrics | None = None) -> None:
         self.client = client
         self.tokenizer = tokenizer
@@ -164,7 +165,7 @@ class Frontend:
             raise
         return runs[0] if len(runs) == 1 else DeltaStream(runs)
 
-    def _close(self, stream: Any, cause: str) -> None:
+    def _close(self, stream: OutputStream, cause: str) -> None:
         """Auto-abort a stream without awaiting: this runs in ``finally`` blocks of
         cancelled tasks, where an await would be cancelled again."""
         task = asyncio.get_running_loop().create_task(stream.aclose(cause=cause))
@@ -214,7 +215,7 @@ class ChoiceRun:
 
     __slots__ = ("frontend", "choice", "stream", "error", "failed", "closed")
 
-    def __init__(self, frontend: Frontend, choice: Choice, stream: Any) -> None:
+    def __init__(self, frontend: Frontend, choice: Choice, stream: OutputStream) -> None:
         self.frontend = frontend
         self.choice = choice
         self.stream = stream

@@ -161,7 +161,7 @@ def test_a_crashed_background_loop_fails_closed():
             def broken(frames):
                 raise RuntimeError("dispatcher bug")
 
-            client._on_output_frames = broken
+            client._dispatch.on_frames = broken
             consumer = asyncio.ensure_future(consume(s))
             await engine.send_outputs(token_output("a", [1]))
             outs, exc, _ = await asyncio.wait_for(consumer, 5)

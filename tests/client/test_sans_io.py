@@ -147,8 +147,8 @@ def test_client_faults_bend_their_seam_only():
 
     seen: list[list[bytes]] = []
     handler = seen.append
-    assert ClientFaults().output_handler(handler) is handler
-    deaf = ClientFaults({"ignore-engine-dead"}).output_handler(handler)
+    assert ClientFaults().output_handler(handler, None) is handler
+    deaf = ClientFaults({"ignore-engine-dead"}).output_handler(handler, None)
     deaf([ENGINE_CORE_DEAD])
     deaf([b"\x93"])
     assert seen == [[b"\x93"]]

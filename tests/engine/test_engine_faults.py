@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from ecp.reference.engine import BUGS
-from ecp.reference.engine.core import COORDINATOR, Outbound
+from ecp.reference.engine.core import Outbound
 from ecp.reference.engine.faults import FAULTS, FaultLayer, InjectedCrash
 from ecp.spec import (
     DecodeError, EngineCoreOutput, EngineCoreOutputs, FinishReason, UtilityOutput, UtilityRequest, UtilityResult,
 )
 from ecp.spec.clauses import CLAUSES
-from ecp.spec.machine import Abort, UtilityCall
+from ecp.spec.machine import COORDINATOR, Abort, UtilityCall
 
 REFERENCE = Path(__file__).resolve().parents[2] / "reference"
 

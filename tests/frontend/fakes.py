@@ -1,7 +1,8 @@
 """An in-memory stand-in for the engine-core client, for HTTP-layer tests.
 
-It implements the part of ``EngineCoreClient``'s API the frontend uses
-(``add`` → stream, ``abort``, typed utility wrappers, the rejection notice,
+It implements what the frontend uses of an engine-core client
+(``ecp.reference.frontend.engine_client.EngineClient``: ``add`` → stream, ``abort``,
+``call_utility`` and the typed utility wrappers, the rejection notice,
 ``healthy``/``error``) and records every call, so tests can assert what the
 frontend asked of the client. Engines are simulated: each request produces
 ``max_tokens`` tokens spelling ``text`` (byte tokenizer ids); with
@@ -121,9 +122,14 @@ class FakeClient:
         self.utility_calls: list[tuple] = []
         self.sleeping: dict[int, bool] = {r: False for r in engine_ranks}
         self.reset_results: dict[int, bool] = {r: True for r in engine_ranks}
+        self.paused = False
         self.reject_next: RequestError | None = None
         self._release = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
+
+    @property
+    def ready_responses(self) -> dict[int, None]:
+        return {r: None for r in self.engine_ranks}  # empty ready payloads
 
     # -- requests ---------------------------------------------------------
     async def add(self, request: EngineCoreRequest) -> FakeStream:
@@ -205,6 +211,26 @@ class FakeClient:
     async def reset_prefix_cache(self, reset_running: bool, reset_external: bool) -> bool:
         self.utility_calls.append(("reset_prefix_cache", reset_running, reset_external))
         return all(self.reset_results.values())
+
+    async def call_utility(self, method: str, *args: Any) -> None:
+        self.utility_calls.append((method, *args))
+
+    async def pause_generation(self, mode: str, clear_cache: bool) -> None:
+        self.utility_calls.append(("pause_generation", mode, clear_cache))
+        self.paused = True
+
+    async def resume_scheduler(self) -> None:
+        self.utility_calls.append(("resume_scheduler",))
+        self.paused = False
+
+    async def is_scheduler_paused(self) -> bool:
+        self.utility_calls.append(("is_scheduler_paused",))
+        return self.paused
+
+    async def collective_rpc(self, method: str, timeout: float | None, args: list[Any],
+                             kwargs: dict[str, Any] | None) -> list[Any]:
+        self.utility_calls.append(("collective_rpc", method, timeout, args, kwargs))
+        return [{"engine": r, "method": method, "args": args} for r in self.engine_ranks]
 
     async def notify_kv_transfer_request_rejected(self, request_id: str, params: dict,
                                                   data_parallel_rank: int | None = None) -> None:

@@ -10,7 +10,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 import httpx
 
 from ecp.reference.frontend.app import ServeApp
-from ecp.reference.frontend.server import start_http
+from ecp.reference.frontend.http_server import start_http
 from ecp.reference.frontend.serving import Frontend, FrontendConfig
 from ecp.reference.tokenizer import ByteTokenizer
 
@@ -90,7 +90,7 @@ async def deployment(engine_count: int = 2, *, per_rank: dict[int, dict[str, Any
 
     from ecp.reference.client import ClientConfig, EngineCoreClient
     from ecp.reference.engine import launch
-    from ecp.reference.frontend.server import client_bugs
+    from ecp.reference.frontend.launch import client_bugs
 
     engine_options = {"max_model_len": 2048, "num_gpu_blocks": 2048, "handshake_timeout_s": 20.0,
                       "log_level": "WARNING", "kv_connector": kv_connector, **engine_options}

@@ -268,6 +268,29 @@ def test_dev_routes_sleep_wake_consensus_and_reset():
     run(body)
 
 
+def test_dev_routes_pause_resume_caches_and_collective_rpc_reach_the_client():
+    async def body():
+        client = FakeClient()
+        async with served(client, dev_mode=True) as (h, _):
+            paused = (await h.post("/pause", params={"mode": "keep", "clear_cache": "false"})).json()
+            is_paused = (await h.get("/is_paused")).json()
+            resumed = (await h.post("/resume")).json()
+            after = (await h.get("/is_paused")).json()
+            mm = (await h.post("/reset_mm_cache")).json()
+            enc = (await h.post("/reset_encoder_cache")).json()
+            rpc = (await h.post("/collective_rpc", json={"method": "echo", "args": [1], "timeout": 2.5})).json()
+        assert (paused, is_paused, resumed, after) == (
+            {"status": "paused"}, {"is_paused": True}, {"status": "resumed"}, {"is_paused": False})
+        assert mm == {"success": True} and enc == {"success": True}
+        assert rpc == {"results": [{"engine": 0, "method": "echo", "args": [1]},
+                                   {"engine": 1, "method": "echo", "args": [1]}]}
+        assert client.utility_calls == [
+            ("pause_generation", "keep", False), ("is_scheduler_paused",), ("resume_scheduler",),
+            ("is_scheduler_paused",), ("reset_mm_cache",), ("reset_encoder_cache",),
+            ("collective_rpc", "echo", 2.5, [1], None)]
+    run(body)
+
+
 def test_rejection_notice_gating():
     kv = {"do_remote_prefill": True, "remote_engine_id": "p0", "remote_request_id": "x"}
 

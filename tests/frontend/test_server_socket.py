@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from ecp.reference.frontend.server import resolve_http, start_http
+from ecp.reference.frontend.http_server import resolve_http, start_http
 
 from .harness import run
 

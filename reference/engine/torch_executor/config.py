@@ -57,10 +57,6 @@ class ModelConfig:
     def is_random(self) -> bool:
         return self.random_seed is not None
 
-    def kv_bytes_per_token(self, itemsize: int) -> int:
-        """KV cache bytes one token occupies across all layers (K and V)."""
-        return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * itemsize
-
 
 PRESETS: dict[str, ModelConfig] = {
     # a couple of layers, tiny dims: the CPU test model. Qwen2-style bias and tied

@@ -1,0 +1,162 @@
+"""What ``ecp serve`` and its API server processes (:mod:`.api_servers`) start from.
+
+* :func:`check_args`, :func:`client_config`, :func:`embedded_engine_args`: ``ecp serve``'s
+  arguments read into a usage error, the engine-core client's configuration and the embedded
+  engines' flags;
+* :func:`spawn_engines`, :func:`stop_process`: the embedded default, N reference engines as
+  subprocesses (``python -m ecp.reference.engine --local …``) pointed at the client's handshake
+  address;
+* :func:`build_app`: the Starlette app over a ready client;
+* :func:`stop_event`, :func:`until_stopped`: SIGINT/SIGTERM end every stage of startup and serving;
+  :func:`freeze_startup_heap` once serving starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from typing import Any, Sequence
+
+from .engine_client import EngineClient
+
+
+def freeze_startup_heap() -> None:
+    """Take what startup allocated (modules, types, tables, the client's handshake state) out
+    of the cyclic garbage collector's sight, as vLLM does once its engine core is up: a full
+    collection under load then scans what serving allocates, not the whole process (a pause
+    that otherwise reaches tens of milliseconds and shows as inter-token latency)."""
+    gc.collect()
+    gc.freeze()
+
+
+def engine_command(handshake_address: str, engine_count: int, engine_start_index: int = 0,
+                   extra: Sequence[str] = ()) -> list[str]:
+    return [sys.executable, "-m", "ecp.reference.engine", "--handshake-address", handshake_address,
+            "--engine-count", str(engine_count), "--engine-start-index", str(engine_start_index), *extra]
+
+
+def spawn_engines(handshake_address: str, engine_count: int, extra: Sequence[str] = ()) -> subprocess.Popen:
+    """The embedded default: one supervisor process for N local reference engines."""
+    return subprocess.Popen(engine_command(handshake_address, engine_count, 0, extra),
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
+
+
+def client_bugs(bugs: Sequence[str]) -> frozenset[str]:
+    """The client's faults among ``bugs`` (``ecp serve --bug``)."""
+    from ..client.faults import FAULTS
+
+    return frozenset(b for b in bugs if b in FAULTS)
+
+
+async def until_stopped(stop: asyncio.Event, work: Any) -> bool:
+    """Run ``work`` until it ends (True) or ``stop`` is set (False, work cancelled)."""
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return False
+
+
+def check_args(args: argparse.Namespace) -> str | None:
+    """Why ``ecp serve``'s arguments cannot work (a usage error), or ``None``."""
+    from .faults import check_serve_faults
+
+    try:
+        check_serve_faults(args.bug)
+    except ValueError as exc:
+        return f"--bug: {exc}"
+    dp = args.data_parallel_size
+    if args.data_parallel_size_local not in (None, 0, dp):
+        return ("--data-parallel-size-local must be 0 (external engines) or equal to "
+                "--data-parallel-size (embedded engines); hybrid deployments are not supported")
+    if args.data_parallel_size_local == 0 and args.data_parallel_rpc_port is None:
+        return "--data-parallel-size-local 0 needs --data-parallel-rpc-port (or --handshake-port)"
+    if getattr(args, "api_server_count", 1) < 1:
+        return "--api-server-count must be at least 1"
+    return None
+
+
+def external_engines(args: argparse.Namespace) -> bool:
+    return args.data_parallel_size_local == 0
+
+
+def handshake_host(args: argparse.Namespace) -> str:
+    return args.data_parallel_address or "127.0.0.1"
+
+
+def client_config(args: argparse.Namespace, **overrides: Any) -> Any:
+    """The client configuration ``ecp serve``'s arguments ask for (``overrides`` on top)."""
+    from ecp.reference.client import ClientConfig
+
+    common: dict[str, Any] = dict(
+        engine_count=args.data_parallel_size, handshake_timeout_s=args.handshake_timeout,
+        kv_connector=args.kv_connector, liveness_timeout_s=args.engine_liveness_timeout,
+        bugs=client_bugs(args.bug))
+    if external_engines(args):
+        host = handshake_host(args)
+        common.update(engine_start_index=args.data_parallel_start_rank, transport="tcp", host=host,
+                      handshake_address=f"tcp://{host}:{args.data_parallel_rpc_port}")
+    else:
+        common.update(transport="ipc")
+    common.update(overrides)
+    return ClientConfig(**common)
+
+
+def embedded_engine_args(args: argparse.Namespace, tokenizer: Any) -> list[str]:
+    """Flags for the embedded engines (co-located: HELLO local=true, headless=false)."""
+    extra = ["--local", "--max-model-len", str(args.max_model_len)]
+    if args.tokenizer is not None:  # synthetic token ids stay inside the tokenizer's vocabulary
+        extra += ["--vocab-size", str(tokenizer.vocab_size)]
+    extra += shlex.split(args.engine_args or "")
+    if args.kv_connector == "reference":  # the one connector the reference engine has
+        extra += ["--kv-connector", args.kv_connector]
+    return extra
+
+
+def build_app(args: argparse.Namespace, client: EngineClient, tokenizer: Any, peers: Any = None) -> tuple[Any, bool]:
+    """The Starlette app over a ready ``client``; returns it and whether dev mode is on."""
+    from .app import ServeApp
+    from .faults import FrontendFaults
+    from .serving import Frontend, FrontendConfig
+
+    # ECP-HS-9: the smallest max_model_len of the engines (the fault layer may swap it for the largest)
+    reported = [r.max_model_len for r in client.ready_responses.values() if r is not None]
+    max_model_len = FrontendFaults(args.bug).max_model_len(client.max_model_len, reported)
+    fcfg = FrontendConfig(model_name=args.model, max_model_len=max_model_len,
+                          kv_connector=args.kv_connector, bugs=frozenset(args.bug),
+                          dev_mode=args.dev_mode or os.environ.get("VLLM_SERVER_DEV_MODE", "0") not in ("", "0"))
+    frontend = Frontend(client, tokenizer, fcfg)
+    return ServeApp(frontend, peers=peers).build(), fcfg.dev_mode
+
+
+def stop_event() -> asyncio.Event:
+    """Set by SIGINT/SIGTERM: ``ecp serve`` then ends the server and the engines, at any stage."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
