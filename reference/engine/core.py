@@ -40,7 +40,7 @@ from .stats import EngineStats
 from .utilities import SLEEP_TAGS, UTILITIES, PauseState, PendingUtilities, UtilityFailure
 from .waves import Waves
 
-__all__ = ["COORDINATOR", "EngineCore", "Outbound", "PauseState", "SLEEP_TAGS", "UTILITIES", "UtilityFailure"]
+__all__ = ["EngineCore", "Outbound", "PauseState", "SLEEP_TAGS", "UTILITIES", "UtilityFailure"]
 
 log = logging.getLogger("ecp.engine")
 

@@ -29,12 +29,12 @@ from ecp.spec import (
     VLLM_VERSION, EngineCoreOutputs, EngineCoreReadyResponse, EngineHandshakeMetadata, HandshakeTimeout, Hello,
     Ready, RemoteProtocolError, decode_any, encode_outputs, encode_payload,
 )
-from ecp.spec.machine import Abort, Add, Event, Outputs, StartWave, UtilityCall, input_socket, output_socket
+from ecp.spec.machine import COORDINATOR, Abort, Add, Event, Outputs, StartWave, UtilityCall, input_socket, output_socket
 from ecp.spec.peer import EnginePeer
 from ecp.spec.peer.zmq_io import EngineSockets
 
 from .config import EngineConfig
-from .core import COORDINATOR, EngineCore
+from .core import EngineCore
 from .faults import FaultLayer, InjectedCrash
 from .kv_connector import ReferenceKVConnector
 from .log_limit import RepeatLimiter
