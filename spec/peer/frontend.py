@@ -130,9 +130,11 @@ class FrontendPeer:
 
     @property
     def gate_due(self) -> bool:
-        """Every engine INIT sent to a coordinator subscribed, and the gate is not open yet."""
-        coordinated = [v for v in self.machine.engines.values() if v.coordinator]
-        return bool(coordinated) and not self.gate_opened and self.subscriptions >= len(coordinated)
+        """INIT names a coordinator, every configured engine subscribed to it, and the gate is not
+        open yet (``ECP-HS-6``). The coordinator's ``READY`` reaches only engines already
+        subscribed, so it waits for all of them, not just those that said HELLO so far."""
+        return (self.init is not None and self.init.addresses.coordinator_input is not None
+                and not self.gate_opened and self.subscriptions >= len(self.ranks))
 
     def complete(self, count: int) -> list[Progress]:
         """The identities (configured or not) READY and registered on every input, if ``count`` of

@@ -58,6 +58,9 @@ def test_two_engines_and_a_coordinator_handshake_with_no_socket():
     fe = FrontendPeer([0, 1], init(clients=2, coordinator=True))
     engines = [engine(0), engine(1, payload=lambda got: payload(1, max_model_len=128))]
     for eng in engines:
+        # the gate waits for every configured engine, not only those that said HELLO so far: the
+        # coordinator's READY reaches only subscribers
+        assert not fe.gate_due
         answers = deliver(fe, eng, eng.start("ipc://hs"))
         assert eng.waiting == Wait("handshake", Stage.INIT)
         to_engine(eng, answers)
