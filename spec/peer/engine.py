@@ -106,7 +106,10 @@ class EnginePeer:
 
     def start_bootstrapped(self, inputs: Sequence[str], outputs: Sequence[str]) -> list[Action]:
         """No handshake socket (a frontend started with ``--engine-start-index``): connect to the
-        given addresses and register on each input (``ECP-HS-3``)."""
+        given addresses and register on each input (``ECP-HS-3``). :attr:`machine` is made anew, in
+        bootstrapped mode: read it after this call."""
+        if self.machine.view.handshake != "START" or self._waiting is not None:
+            raise LocalProtocolError("the handshake has already started", clause="ECP-HS-7")
         if callable(self._payload):
             raise LocalProtocolError("a bootstrapped engine has no INIT to build its ready payload from: give "
                                      "the payload itself", clause="ECP-HS-3")
@@ -119,7 +122,7 @@ class EnginePeer:
     def receive(self, socket: str, frames: Sequence[bytes]) -> list[Event]:
         """Feed what ``socket`` received; get the events (see :meth:`EngineConnection.receive`).
 
-        During the handshake INIT queues the next steps (:meth:`actions`); a INIT that cannot
+        During the handshake INIT queues the next steps (:meth:`actions`); an INIT that cannot
         be read raises :class:`~ecp.spec.HandshakeError` in either mode (no step can follow).
         While serving, a message that breaks the protocol raises (strict mode: the caller drops
         it and keeps serving, ``ECP-ROB-1``; an undecodable ADD's error carries the id to
