@@ -6,11 +6,17 @@ File format, one entry per line::
     ENG-ABORT-3   our engine caps ABORT at 256 ids (issue #12)
     ENG-ROB-*     input thread dies on bad frames; fix scheduled for 2.1
 
-A case id or an ``fnmatch`` glob, whitespace, then a mandatory reason. Rules
-applied to a run's results:
+    ENG-ROB-8 [PASS|FAIL]  racy in this peer: its server kills the engine while it still answers
+
+A case id or an ``fnmatch`` glob, optionally the outcomes the entry accepts in brackets (a peer
+whose behaviour is racy: either outcome is expected, as WPT's metadata lists ``[PASS, FAIL]``),
+whitespace, then a mandatory reason. Rules applied to a run's results:
 
 * a listed case that fails (FAIL/TIMEOUT/CRASH) becomes XFAIL and does not fail the run;
 * a listed case that passes becomes XPASS: the list is stale and the run fails;
+* with accepted outcomes, an outcome among them keeps the run green (a failure becomes XFAIL, a
+  PASS stays PASS) and the report says which occurred; an outcome outside them counts as usual
+  (a failure fails the run, a PASS is XPASS);
 * a pattern that matches no case of the catalogue fails the run.
 """
 
@@ -25,7 +31,9 @@ from typing import Iterable
 
 from .outcomes import CaseResult, Outcome
 
-_LINE_RE = re.compile(r"^(?P<pattern>\S+)\s+(?P<reason>\S.*)$")
+_LINE_RE = re.compile(r"^(?P<pattern>\S+)(?:\s+\[(?P<outcomes>[A-Z|, ]+)\])?\s+(?P<reason>\S.*)$")
+#: the outcomes an entry may accept (what a peer can do; UNSUPPORTED and ERROR are never expected)
+ACCEPTABLE = (Outcome.PASS, Outcome.FAIL, Outcome.TIMEOUT, Outcome.CRASH)
 
 
 class ExpectedFailuresError(Exception):
@@ -37,9 +45,20 @@ class Entry:
     pattern: str
     reason: str
     line: int
+    #: the outcomes a racy entry accepts (``None``: a plain entry, the case is expected to fail)
+    outcomes: frozenset[Outcome] | None = None
 
     def matches(self, case_id: str) -> bool:
         return fnmatch.fnmatchcase(case_id, self.pattern)
+
+    @property
+    def outcomes_text(self) -> str:
+        return "" if self.outcomes is None else "|".join(o.value for o in ACCEPTABLE if o in self.outcomes)
+
+    def line_text(self) -> str:
+        """The entry as a line of the file."""
+        accepted = f" [{self.outcomes_text}]" if self.outcomes is not None else ""
+        return f"{self.pattern}{accepted}  {self.reason}"
 
 
 def parse(text: str, source: str = "<expected-failures>") -> list[Entry]:
@@ -49,9 +68,22 @@ def parse(text: str, source: str = "<expected-failures>") -> list[Entry]:
         if not line or line.startswith("#"):
             continue
         m = _LINE_RE.match(line)
-        if not m:
-            raise ExpectedFailuresError(f"{source}:{n}: {line!r} has no reason; write '<id-or-glob> <reason>'")
-        entries.append(Entry(m.group("pattern"), m.group("reason").strip(), n))
+        if not m or m.group("reason").startswith("["):
+            raise ExpectedFailuresError(f"{source}:{n}: {line!r} has no reason; write '<id-or-glob> <reason>' "
+                                        "or '<id-or-glob> [PASS|FAIL] <reason>'")
+        outcomes = None
+        if m.group("outcomes") is not None:
+            names = [w for w in re.split(r"[|, ]+", m.group("outcomes")) if w]
+            known = {o.value: o for o in ACCEPTABLE}
+            unknown = [w for w in names if w not in known]
+            if unknown or not names:
+                raise ExpectedFailuresError(f"{source}:{n}: accepted outcomes {unknown or names} are not among "
+                                            f"{'|'.join(known)}")
+            outcomes = frozenset(known[w] for w in names)
+            if not any(o.is_failure for o in outcomes):
+                raise ExpectedFailuresError(f"{source}:{n}: [{m.group('outcomes')}] accepts no failure: a case "
+                                            "that must pass needs no entry")
+        entries.append(Entry(m.group("pattern"), m.group("reason").strip(), n, outcomes))
     return entries
 
 
@@ -71,6 +103,9 @@ def apply(results: list[CaseResult], entries: list[Entry], catalogue_ids: Iterab
         entry = next((e for e in entries if e.matches(r.id)), None)
         if entry is None:
             continue
+        if entry.outcomes is not None:
+            _apply_accepted(r, entry)
+            continue
         r.expected_failure_reason = entry.reason
         if r.outcome.is_failure:
             r.outcome = Outcome.XFAIL
@@ -78,6 +113,24 @@ def apply(results: list[CaseResult], entries: list[Entry], catalogue_ids: Iterab
             r.outcome = Outcome.XPASS
             r.message = f"listed as expected to fail ({entry.reason}) but passed: remove it from the list"
     return problems
+
+
+def _apply_accepted(r: CaseResult, entry: Entry) -> None:
+    """A racy entry: an outcome it accepts keeps the run green and is reported as it occurred."""
+    accepted = entry.outcomes_text
+    if r.outcome not in entry.outcomes:  # type: ignore[operator]
+        if r.outcome is Outcome.PASS:
+            r.outcome = Outcome.XPASS
+            r.message = f"passed, but the expected-failures entry accepts only [{accepted}] ({entry.reason})"
+        elif r.outcome.is_failure:
+            r.message = f"{r.message}\n{r.outcome.value} is not among the accepted outcomes [{accepted}]".lstrip()
+        return
+    r.expected_failure_reason = f"[{accepted}] {entry.reason}"
+    if r.outcome.is_failure:
+        r.message = f"{r.outcome.value} (accepted: [{accepted}]): {r.message}"
+        r.outcome = Outcome.XFAIL
+    else:
+        r.message = f"PASS (accepted: [{accepted}]): {entry.reason}"
 
 
 def rewrite(path: str | Path, results: list[CaseResult], old: list[Entry],
@@ -95,7 +148,7 @@ def rewrite(path: str | Path, results: list[CaseResult], old: list[Entry],
     kept = [e for e in old if ids is not None and any(e.matches(i) and i not in ran for i in ids)]
     lines = ["# ecp conformance expected failures: <case id or glob> <reason>",
              f"# rewritten {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by --update-expected-failures"]
-    lines += [f"{e.pattern}  {e.reason}" for e in kept]
+    lines += [e.line_text() for e in kept]
     count = len(kept)
     for r in results:
         if not (r.outcome.is_failure or r.outcome is Outcome.XFAIL):
@@ -105,7 +158,8 @@ def rewrite(path: str | Path, results: list[CaseResult], old: list[Entry],
         entry = next((e for e in old if e.matches(r.id)), None)
         reason = entry.reason if entry else f"{r.outcome.value if r.outcome is not Outcome.XFAIL else 'FAIL'}" \
             f" [{r.clause}] {r.message.splitlines()[0][:120] if r.message else r.requirement}"
-        lines.append(f"{r.id}  {reason}")
+        accepted = f" [{entry.outcomes_text}]" if entry is not None and entry.outcomes is not None else ""
+        lines.append(f"{r.id}{accepted}  {reason}")
         count += 1
     Path(path).write_text("\n".join(lines) + "\n")
     return count

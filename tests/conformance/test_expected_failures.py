@@ -55,3 +55,45 @@ def test_rewrite_after_a_partial_run_keeps_entries_for_cases_not_run(tmp_path):
     assert ("ENG-ROB-*", "input thread dies") in entries  # still covers ENG-ROB-2, which did not run
     assert ("ENG-REJECT-1", "runs abort_immediately") in entries
     assert not any(p in ("ENG-NOPE-1", "ENG-ROB-1") for p, _ in entries)
+
+
+def test_a_racy_entry_accepts_its_outcomes_and_reports_which_occurred():
+    entries = xf.parse("ENG-ROB-8 [PASS|FAIL]  the peer's server kills the engine while it answers\n")
+    assert entries[0].outcomes == {Outcome.PASS, Outcome.FAIL} and entries[0].reason.startswith("the peer's")
+    failed, passed, crashed = (result("ENG-ROB-8", o) for o in (Outcome.FAIL, Outcome.PASS, Outcome.CRASH))
+    for r in (failed, passed, crashed):
+        assert xf.apply([r], entries, ["ENG-ROB-8"]) == []
+    assert failed.outcome is Outcome.XFAIL and not failed.counts_as_failure
+    assert failed.message.startswith("FAIL (accepted: [PASS|FAIL])")
+    assert passed.outcome is Outcome.PASS and not passed.counts_as_failure and "accepted" in passed.message
+    assert passed.expected_failure_reason.startswith("[PASS|FAIL]")
+    # an outcome the entry does not accept counts as usual
+    assert crashed.outcome is Outcome.CRASH and crashed.counts_as_failure
+    assert "not among the accepted outcomes [PASS|FAIL]" in crashed.message
+    only_fail = result("ENG-ROB-8", Outcome.PASS)
+    xf.apply([only_fail], xf.parse("ENG-ROB-8 [FAIL|TIMEOUT] racy\n"), ["ENG-ROB-8"])
+    assert only_fail.outcome is Outcome.XPASS and only_fail.counts_as_failure
+    # a plain entry still fails the run on an unexpected pass
+    plain = result("ENG-ROB-8", Outcome.PASS)
+    xf.apply([plain], xf.parse("ENG-ROB-8 always fails\n"), ["ENG-ROB-8"])
+    assert plain.outcome is Outcome.XPASS
+
+
+@pytest.mark.parametrize("line, words", [
+    ("ENG-ROB-8 [PASS|MAYBE] racy", "not among"),
+    ("ENG-ROB-8 [PASS] racy", "accepts no failure"),
+    ("ENG-ROB-8 [PASS|FAIL]", "has no reason"),
+])
+def test_accepted_outcomes_are_checked(line, words):
+    with pytest.raises(xf.ExpectedFailuresError, match=words):
+        xf.parse(line + "\n")
+
+
+def test_rewrite_keeps_accepted_outcomes(tmp_path):
+    path = tmp_path / "xf.txt"
+    old = xf.parse("ENG-ROB-8 [PASS|FAIL] racy\n")
+    r = result("ENG-ROB-8", Outcome.FAIL)
+    xf.apply([r], old, ["ENG-ROB-8"])
+    assert xf.rewrite(path, [r], old) == 1
+    [entry] = xf.load(path)
+    assert entry.outcomes == {Outcome.PASS, Outcome.FAIL} and entry.reason == "racy"

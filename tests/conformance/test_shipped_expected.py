@@ -23,13 +23,15 @@ def test_each_entry_matches_cases_and_names_its_decision(name):
     for e in entries:
         matched = [c for c in cases if e.matches(c.id)]
         assert matched, f"{name}:{e.line}: {e.pattern} matches no case"
-        assert e.reason.startswith(("(b) ", "(c) ")), f"{name}:{e.line}: the reason must start with its decision"
-        if e.reason.startswith("(b) "):
+        assert e.reason.startswith(("(b) ", "(c) ", "(r) ")), f"{name}:{e.line}: the reason must start with its decision"
+        # a racy entry accepts its outcomes explicitly, and only a racy one does
+        assert (e.outcomes is not None) == e.reason.startswith("(r) "), f"{name}:{e.line}: (r) goes with [outcomes]"
+        if e.reason.startswith(("(b) ", "(r) ")):
             # a recorded vLLM deviation points at vLLM's source (vllm-rs ships no source: its measured behaviour)
             assert "vllm/" in e.reason or "measured" in e.reason, f"{name}:{e.line}: no evidence named"
         # no entry excuses an interop-level MUST case without saying which vLLM behaviour it is
         for c in matched:
-            if c.level == "MUST" and c.conformance_level == "interop" and e.reason.startswith("(b) "):
+            if c.level == "MUST" and c.conformance_level == "interop" and e.reason.startswith(("(b) ", "(r) ")):
                 assert clauses.get(c.clause).id in e.reason, f"{name}:{e.line}: {c.id} needs its clause named"
 
 
