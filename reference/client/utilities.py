@@ -30,8 +30,9 @@ class UtilityCalls:
             if call_id not in self._pending_utility:
                 return call_id
 
-    async def call_utility(self, method: str, *args: Any) -> Any:
-        """Call ``method(*args)`` on every engine and aggregate (see :mod:`.aggregation`).
+    async def call_utility(self, method: str, *args: Any, each: bool = False) -> Any:
+        """Call ``method(*args)`` on every engine and aggregate (see :mod:`.aggregation`);
+        with ``each``, ``(result, {rank: value})``.
 
         Waits for every engine (``ECP-UTIL-7``), bounded by
         ``utility_timeout_s``. Raises :class:`UtilityCallFailed`,
@@ -76,7 +77,8 @@ class UtilityCalls:
                 if not fut.done():
                     fut.cancel()
         self._check_open()
-        return self._aggregation.aggregate(method, {rank: fut.result() for rank, (_, fut) in calls.items()})
+        return self._aggregation.aggregate(method, {rank: fut.result() for rank, (_, fut) in calls.items()},
+                                           each=each)
 
     async def is_sleeping(self) -> bool:
         return await self.call_utility("is_sleeping")

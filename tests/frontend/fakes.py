@@ -202,9 +202,10 @@ class FakeClient:
             self.sleeping[r] = False
         return True
 
-    async def reset_prefix_cache(self, reset_running: bool, reset_external: bool) -> bool:
-        self.utility_calls.append(("reset_prefix_cache", reset_running, reset_external))
-        return all(self.reset_results.values())
+    async def call_utility(self, method: str, *args: Any, each: bool = False) -> Any:
+        assert method == "reset_prefix_cache" and each, "the fake answers reset_prefix_cache per engine only"
+        self.utility_calls.append((method, *args))
+        return all(self.reset_results.values()), dict(self.reset_results)
 
     async def notify_kv_transfer_request_rejected(self, request_id: str, params: dict,
                                                   data_parallel_rank: int | None = None) -> None:
