@@ -165,3 +165,21 @@ def test_concurrent_aborts_of_one_id_each_list_it_exactly_once(form):
             await d.wait_engines_idle()
 
     run(body, timeout=90)
+
+
+def test_a_value_the_wire_cannot_carry_is_400_not_500():
+    """An integer past 64 bits (in ``seed`` or inside ``kv_transfer_params``) cannot be encoded
+    in the ADD: the client refuses it before sending (ECP-FRAME-3) and the answer is a 400."""
+
+    async def body():
+        async with deployment(1) as d:
+            seed = await d.http.post("/v1/completions", json={"prompt": "x", "max_tokens": 2, "seed": 10**30})
+            kv = await d.http.post("/v1/completions", json={"prompt": "x", "max_tokens": 2,
+                                                             "kv_transfer_params": {"x": -10**30}})
+            ok = await d.http.post("/v1/completions", json={"prompt": "x", "max_tokens": 2})
+            assert len(d.frontend.index) == 0
+        for resp in (seed, kv):
+            assert _is_openai_error(resp, 400), resp.text
+        assert ok.status_code == 200
+
+    run(body)
