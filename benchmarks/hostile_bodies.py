@@ -75,6 +75,8 @@ def value_for(t: msgspec.inspect.Type, rnd: random.Random, name: str = "", hosti
             return rnd.choice([[rnd.randint(0, 300) for _ in range(size)],
                                [[rnd.randint(0, 300) for _ in range(rnd.randint(1, 8))] for _ in range(size)],
                                [text(rnd) for _ in range(size)]])
+        if isinstance(t.item_type, (mi.StructType, mi.ListType, mi.DictType)):
+            size = min(size, 3)  # (300 messages of 300 parts each would only cost this generator)
         return [value_for(t.item_type, rnd, hostile=hostile) for _ in range(size)]
     if isinstance(t, mi.DictType):
         return {text(rnd)[:20]: value_for(t.value_type, rnd, hostile=hostile) for _ in range(rnd.randint(0, 4))}

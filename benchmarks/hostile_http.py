@@ -211,14 +211,20 @@ class Tally:
         return None
 
     def _judge_stream(self, label: str, body: bytes) -> None:
-        events = [line[6:] for line in body.decode("utf-8", "replace").splitlines() if line.startswith("data: ")]
+        # SSE lines end with LF only; the text may hold U+2028 and the like, so no splitlines()
+        events = [line[6:].rstrip("\r") for line in body.decode("utf-8", "replace").split("\n")
+                  if line.startswith("data: ")]
         if events.count("[DONE]") != 1 or events[-1] != "[DONE]":
             self.violation(f"{label}: stream without exactly one final [DONE]")
             return
         finishes: dict[int, int] = {}
         errored = False
         for e in events[:-1]:
-            obj = json.loads(e)
+            try:
+                obj = json.loads(e)
+            except ValueError:
+                self.violation(f"{label}: an SSE event that is not JSON: {e[:200]!r}")
+                return
             if "error" in obj:
                 errored = True
                 continue
@@ -326,7 +332,7 @@ async def bursts(host: str, port: int, count: int, streams: int, seed: int, dead
         finally:
             writer.close()
         tally.judge("burst stream", status, headers, raw)
-        reasons = [c["finish_reason"] for line in raw.decode().splitlines() if line.startswith("data: {")
+        reasons = [c["finish_reason"] for line in raw.decode().split("\n") if line.startswith("data: {")
                    for c in json.loads(line[6:]).get("choices", []) if c.get("finish_reason")]
         return {"base": base, "status": status, "reasons": reasons}
 

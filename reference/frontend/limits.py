@@ -73,11 +73,29 @@ async def read_body(receive: Receive, limit: int, content_length: str | None) ->
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
+    # a timer that cancels this task, not wait_for: no task per request on the hot path
     timeout_s = BODY_TIMEOUT_S  # read at each call, so that a test may shorten it
+    task = asyncio.current_task()
+    assert task is not None
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(timeout_s, expire)
     try:
-        return await asyncio.wait_for(read(), timeout_s)
-    except asyncio.TimeoutError:
+        return await read()
+    except asyncio.CancelledError:
+        if not expired:
+            raise
+        uncancel = getattr(task, "uncancel", None)  # Python >= 3.11 counts cancellations
+        if uncancel is not None:
+            uncancel()
         raise BodyRefused(408, f"request body not received within {timeout_s:g} s", "invalid_request_error") from None
+    finally:
+        timer.cancel()
 
 
 def replay(body: bytes, receive: Receive) -> Receive:

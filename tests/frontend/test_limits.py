@@ -45,21 +45,30 @@ def test_bodies_over_the_limit_get_413_and_the_connection_closes():
                                             (limits.MAX_BODY_BYTES + 1)))
             assert head.startswith(b"HTTP/1.1 413") and b'"code":413' in head and closed
 
-            # a chunked body (no length) is cut off once it passes the control routes' limit
-            async def chunks():
-                yield b'{"req_ids": ["'
-                for _ in range(limits.MAX_CONTROL_BODY_BYTES // 65536 + 1):
-                    yield b"a" * 65536
-                yield b'"]}'
-
-            big = await h.post("/v1/abort_requests", content=chunks())
-            assert _is_openai_error(big, 413) and big.headers["connection"] == "close"
             # the server keeps serving
             ok = await h.post("/v1/completions", json={"prompt": "x", "max_tokens": 2})
             assert ok.status_code == 200
         assert len(client.added) == 1
 
     run(body)
+
+
+def test_a_body_without_a_length_is_read_no_further_than_the_limit():
+    """A chunked body: read until it passes the limit, then 413 (the rest is never read)."""
+    messages = [{"type": "http.request", "body": b"x" * 1000, "more_body": True} for _ in range(10)]
+    taken = []
+
+    async def receive():
+        taken.append(messages[len(taken)])
+        return taken[-1]
+
+    async def body():
+        with pytest.raises(limits.BodyRefused) as info:
+            await limits.read_body(receive, 2500, None)
+        return info.value
+
+    err = run(body)
+    assert err.status == 413 and len(taken) == 3 and err.body()["error"]["code"] == 413
 
 
 def test_a_body_that_does_not_arrive_in_time_gets_408(monkeypatch):
