@@ -94,8 +94,9 @@ class UtilityAggregation:
             raise UtilityResultDecode(method, rank, rule.result, value)
         return value
 
-    def aggregate(self, method: str, replies: Mapping[int, UtilityOutput]) -> Any:
-        """Combine every engine's reply (``{rank: UtilityOutput}``) into one result."""
+    def aggregate(self, method: str, replies: Mapping[int, UtilityOutput], *, each: bool = False) -> Any:
+        """Combine every engine's reply (``{rank: UtilityOutput}``) into one result; with
+        ``each``, ``(result, {rank: value})``, so that a caller can say which engine answered what."""
         ranks = sorted(replies)
         failures = {r: replies[r].failure_message for r in ranks
                     if replies[r].failure_message is not None}
@@ -112,7 +113,8 @@ class UtilityAggregation:
             raise UtilityCallFailed(method, failures, values)  # type: ignore[arg-type]
         if decode_error is not None:
             raise decode_error
-        return self.combine(method, values)
+        result = self.combine(method, values)
+        return (result, dict(sorted(values.items()))) if each else result
 
     def combine(self, method: str, values: Mapping[int, Any]) -> Any:
         """Apply the method's rule to already type-checked values."""

@@ -353,8 +353,9 @@ class EngineCoreClient(UtilityMethods):
         return await self._requests.notify_rejected(request_id, kv_transfer_params, data_parallel_rank,
                                                     self.current_wave)
 
-    async def call_utility(self, method: str, *args: Any) -> Any:
-        """Call ``method(*args)`` on every engine and aggregate (see :mod:`.aggregation`).
+    async def call_utility(self, method: str, *args: Any, each: bool = False) -> Any:
+        """Call ``method(*args)`` on every engine and aggregate (see :mod:`.aggregation`); with
+        ``each``, ``(result, {rank: value})``, so that a caller can say which engine answered what.
 
         Waits for every engine (``ECP-UTIL-7``), bounded by
         ``utility_timeout_s``. Raises :class:`UtilityCallFailed`,
@@ -364,7 +365,7 @@ class EngineCoreClient(UtilityMethods):
         self._check_ready()
         replies = await self._utilities.call(method, args, self._aggregation.targets(method, self._ranks))
         self._check_open()
-        return self._aggregation.aggregate(method, replies)
+        return self._aggregation.aggregate(method, replies, each=each)
 
     # ================================================================== sending
     def _serving_machine(self) -> FrontendConnection:

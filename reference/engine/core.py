@@ -176,7 +176,7 @@ class EngineCore:
             self.emit(COORDINATOR, EngineCoreOutputs(engine_index=self.engine_index, timestamp=self.clock(),
                                                      start_wave=notice))
         if self.connector is not None:
-            self.connector.forget(rid)
+            self.connector.forget(rid, None if abort_now else params)
         self.scheduler.add(er)
         if abort_now:
             self._end(er, aborted=True)

@@ -12,7 +12,10 @@ It implements the one hook the protocol makes observable, ``request_finished``:
 * **consumer** (decode engine): a request whose params say
   ``do_remote_prefill`` is finished or aborted, including by
   ``abort_immediately`` → the connector queues a ``free`` notice for the
-  producer named by ``remote_host``/``remote_port``.
+  producer named by ``remote_host``/``remote_port``, once per producer transfer
+  (address, ``remote_request_id``, ``remote_engine_id``) even when two requests
+  name it (refused while paused, then announced by the frontend's rejection
+  notice); admitting a new request that names it makes it a new transfer.
 
 Side-channel message (msgpack map, one frame, PUSH → PULL):
 ``{"type": "free", "request_id": str, "engine_id": str}``. The address is
@@ -83,6 +86,10 @@ class ReferenceKVConnector:
     #: ids already notified, so a request that ends twice (abort racing a finish) notifies once;
     #: a bounded window (oldest forgotten first) so a long-running consumer does not grow forever
     _notified: dict[str, None] = field(default_factory=dict)
+    #: notices already sent, by (address, request id, engine id): a producer's transfer is freed
+    #: once even when two requests name it (a request refused while paused, then the frontend's
+    #: rejection notice for it); the same bounded window
+    _sent: dict[tuple[str, str, str], None] = field(default_factory=dict)
     notified_memory: int = 65536
 
     @property
@@ -126,22 +133,47 @@ class ReferenceKVConnector:
             }
         return False, None
 
-    def _notify_producer(self, request_id: str, params: dict[str, Any]) -> None:
+    def _notice(self, request_id: str, params: dict[str, Any]) -> Notice | None:
+        """The ``free`` notice a consumer request with these params owes its producer."""
         host = params.get("remote_host")
-        if not isinstance(host, str) or request_id in self._notified:
-            return
-        self._notified[request_id] = None
-        if len(self._notified) > self.notified_memory:
-            del self._notified[next(iter(self._notified))]
+        if not isinstance(host, str):
+            return None
         rid = params.get("remote_request_id") or request_id
-        self.outbox.append(Notice(side_channel_address(host, params.get("remote_port")), {
+        return Notice(side_channel_address(host, params.get("remote_port")), {
             "type": "free", "request_id": str(rid), "engine_id": str(params.get("remote_engine_id", "")),
-        }))
+        })
+
+    @staticmethod
+    def _key(notice: Notice) -> tuple[str, str, str]:
+        return notice.address, notice.payload["request_id"], notice.payload["engine_id"]
+
+    def _remember(self, memory: dict, key: Any) -> None:
+        memory[key] = None
+        if len(memory) > self.notified_memory:
+            del memory[next(iter(memory))]
+
+    def _notify_producer(self, request_id: str, params: dict[str, Any]) -> None:
+        notice = self._notice(request_id, params)
+        if notice is None or request_id in self._notified:
+            return
+        self._remember(self._notified, request_id)
+        key = self._key(notice)
+        if key in self._sent:
+            return
+        self._remember(self._sent, key)
+        self.outbox.append(notice)
         self.stats.notices_sent += 1
 
-    def forget(self, request_id: str) -> None:
-        """Drop per-request memory once a request id may be reused."""
+    def forget(self, request_id: str, params: dict[str, Any] | None = None) -> None:
+        """Drop per-request memory once a request id may be reused. ``params``: those of a
+        newly admitted request, whose producer transfer is then a new one and notified again
+        when it ends (a rejection notice, ``abort_immediately``, passes none: it names a
+        transfer that may already have been freed)."""
         self._notified.pop(request_id, None)
+        if params and self.is_consumer and params.get("do_remote_prefill"):
+            notice = self._notice(request_id, params)
+            if notice is not None:
+                self._sent.pop(self._key(notice), None)
 
     # -- producer side ------------------------------------------------------
     def on_notice(self, payload: Any) -> bool:

@@ -22,7 +22,6 @@ import random
 import threading
 from typing import Any
 
-import msgspec
 import zmq
 
 from ecp.spec import (
@@ -37,6 +36,7 @@ from .config import EngineConfig
 from .core import EngineCore
 from .faults import FaultLayer, InjectedCrash
 from .kv_connector import ReferenceKVConnector
+from .kv_notices import NoticeSockets
 from .log_limit import RepeatLimiter
 
 log = logging.getLogger("ecp.engine")
@@ -109,7 +109,8 @@ class EngineServer:
         self._coord_sub: zmq.Socket | None = None
         self._coord_push: zmq.Socket | None = None
         self._side_pull: zmq.Socket | None = None
-        self._side_push: dict[str, zmq.Socket] = {}
+        #: the consumer's sockets to KV producers (addresses a request names): bounded, LRU
+        self._side_push: NoticeSockets | None = None
 
     # ------------------------------------------------------------------ entry
     def run(self) -> int:
@@ -365,24 +366,10 @@ class EngineServer:
             sock.send_multipart(frames, copy=len(frames[0]) < 65536)
         connector = core.connector
         if connector is not None and connector.outbox:
+            if self._side_push is None:
+                self._side_push = NoticeSockets(self._ctx)
             for notice in connector.outbox:
-                push = self._side_push.get(notice.address)
-                if push is None:
-                    push = self._ctx.socket(zmq.PUSH)
-                    push.setsockopt(zmq.LINGER, 1000)
-                    try:
-                        push.connect(notice.address)
-                    except zmq.ZMQError as exc:
-                        # the address came from a request's kv_transfer_params: bad input, never fatal
-                        push.close(0)
-                        log.warning("[ECP-ROB-1] KV side-channel notice for %s not sent: bad producer "
-                                    "address %r (%s)", notice.payload.get("request_id"), notice.address, exc)
-                        continue
-                    self._side_push[notice.address] = push
-                try:
-                    push.send(msgspec.msgpack.encode(notice.payload), zmq.NOBLOCK)
-                except zmq.ZMQError as exc:
-                    log.warning("KV side-channel notice to %s not sent: %s", notice.address, exc)
+                self._side_push.send(notice)
             connector.outbox.clear()
 
     def _send_dead(self) -> None:
@@ -400,7 +387,9 @@ class EngineServer:
     def _close(self) -> None:
         if self.io is not None:
             self.io.close()
-        for s in (self._side_pull, *self._side_push.values()):
+        if self._side_push is not None:
+            self._side_push.close()
+        for s in (self._side_pull,):
             if s is not None:
                 s.close()
         if self._ctx is not None:

@@ -25,6 +25,7 @@ from ecp.spec import VLLM_VERSION
 
 from .faults import FrontendFaults
 from .generate import GENERATE_ROUTES, Generate, ServeASGI
+from .limits import abort_ids
 from .protocol import OpenAIError, bad_request, decode_json_object
 from .serving import Frontend
 
@@ -153,10 +154,7 @@ class ServeApp:
     async def abort_requests_vllm(self, request: Request) -> Response:
         """vLLM: ``{"request_ids": [...]}``; missing or empty = every request."""
         try:
-            obj = decode_json_object(await request.body(), empty_ok=True)
-            ids = obj.get("request_ids")
-            if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
-                raise bad_request("request_ids must be a list of strings", "request_ids")
+            ids = abort_ids(decode_json_object(await request.body(), empty_ok=True), "request_ids")
         except OpenAIError as err:
             return error_response(err)
         try:
@@ -170,14 +168,12 @@ class ServeApp:
         """FastDeploy: ``{"req_ids": [...]}`` and/or ``{"abort_all": true}``."""
         try:
             obj = decode_json_object(await request.body(), empty_ok=True)
+            ids = abort_ids(obj, "req_ids")
+            abort_all = obj.get("abort_all") is True
+            if not abort_all and not ids:
+                raise bad_request("must provide abort_all=true or req_ids", "req_ids")
         except OpenAIError as err:
             return error_response(err)
-        ids = obj.get("req_ids")
-        abort_all = obj.get("abort_all") is True
-        if ids is not None and not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
-            return error_response(bad_request("req_ids must be a list of strings", "req_ids"))
-        if not abort_all and not ids:
-            return json_response({"error": "must provide abort_all=true or req_ids"}, 400)
         try:
             results, not_found = await self._abort(None if abort_all else ids)
         except Exception as exc:  # the client is closed or dead: its streams already ended
@@ -242,8 +238,11 @@ class ServeApp:
             q = request.query_params
             running = _parse_bool(q.get("reset_running_requests"), "reset_running_requests")
             external = _parse_bool(q.get("reset_external"), "reset_external")
-            ok = await self._utility(lambda: self.client.reset_prefix_cache(running, external))
-            return json_response({"success": bool(ok)})
+            # with each engine's answer, so that a failure names its engine
+            ok, per_engine = await self._utility(lambda: self.client.call_utility(
+                "reset_prefix_cache", running, external, each=True))
+            return json_response({"success": bool(ok),
+                                  "engines": {str(rank): bool(v) for rank, v in per_engine.items()}})
         return await self._dev(request, h)
 
     async def reset_mm_cache(self, request: Request) -> Response:
@@ -289,6 +288,13 @@ class ServeApp:
             args = obj.get("args") or []
             kwargs = obj.get("kwargs")
             timeout = obj.get("timeout")
+            if not isinstance(args, list):
+                raise bad_request("args must be a list", "args")
+            if kwargs is not None and not isinstance(kwargs, dict):
+                raise bad_request("kwargs must be an object", "kwargs")
+            if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
+                                        or not 0 < timeout <= 3600):
+                raise bad_request("timeout must be a number of seconds in (0, 3600]", "timeout")
             results = await self._utility(
                 lambda: self.client.collective_rpc(method, timeout, list(args), kwargs))
             return json_response({"results": _jsonable(results)})

@@ -65,16 +65,14 @@ class EngineClient(Protocol):
                                                   data_parallel_rank: int | None = None) -> Any:
         """Announce a rejected request to an engine (``ECP-REJECT-2``)."""
 
-    async def call_utility(self, method: str, *args: Any) -> Any:
-        """Call a utility method on every engine and aggregate."""
+    async def call_utility(self, method: str, *args: Any, each: bool = False) -> Any:
+        """Call a utility method on every engine and aggregate; with ``each``, ``(result, {rank: value})``."""
 
     async def is_sleeping(self) -> bool: ...
 
     async def sleep(self, level: int, mode: str) -> None: ...
 
     async def wake_up(self, tags: Sequence[str] | None) -> bool: ...
-
-    async def reset_prefix_cache(self, reset_running_requests: bool, reset_external: bool) -> bool: ...
 
     async def pause_generation(self, mode: str, clear_cache: bool) -> None: ...
 

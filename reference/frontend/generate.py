@@ -25,6 +25,7 @@ from . import ids as idconv
 from .choice import EngineRequestFailed
 from .chunks import SSE_DONE, SseChunks, sse
 from .faults import FrontendFaults
+from .limits import CLOSE, MAX_BODY_BYTES, MAX_CONTROL_BODY_BYTES, BodyRefused, read_body, replay
 from .protocol import (
     ChatCompletionRequest, CompletionRequest, OpenAIError, client_error_to_openai, convert_body,
     decode_json_object, engine_failure_to_openai, parse_rank,
@@ -47,23 +48,12 @@ _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8")]
 NOTIFY_TIMEOUT_S = 10.0
 
 
-async def send_json(send: Send, status: int, obj: Any) -> None:
+async def send_json(send: Send, status: int, obj: Any, headers: list[tuple[bytes, bytes]] = ()) -> None:
     body = _json.encode(obj)
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json")]})
+                "headers": [(b"content-length", str(len(body)).encode()), (b"content-type", b"application/json"),
+                            *headers]})
     await send({"type": "http.response.body", "body": body})
-
-
-async def read_body(receive: Receive) -> bytes | None:
-    """The request body, or ``None`` when the client left before sending all of it."""
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 def header(scope: dict[str, Any], name: bytes) -> str | None:
@@ -84,10 +74,9 @@ class Generate:
         # (the fault layer may bend that too)
         self.notify_rejections = faults.notify_rejections(frontend.config.kv_connector is not None)
 
-    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send, typ: type) -> None:
-        raw = await read_body(receive)
-        if raw is None:
-            return
+    async def __call__(self, scope: dict[str, Any], raw: bytes, receive: Receive, send: Send, typ: type) -> None:
+        """Answer one generate request whose body ``raw`` was read (:class:`ServeASGI`);
+        ``receive`` then only says when the client leaves."""
         task = asyncio.current_task()
         assert task is not None
         state = {"responding": True, "dropped": False}
@@ -361,9 +350,20 @@ class ServeASGI:
         return self.app.state
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            typ = GENERATE_ROUTES.get(scope["path"])
-            if typ is not None:
-                await self.generate(scope, receive, send, typ)
-                return
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        typ = GENERATE_ROUTES.get(scope["path"]) if scope["method"] == "POST" else None
+        # every body is read here, bounded in size and time (limits.py), before any route sees it
+        try:
+            raw = await read_body(receive, MAX_BODY_BYTES if typ is not None else MAX_CONTROL_BODY_BYTES,
+                                  header(scope, b"content-length"))
+        except OpenAIError as err:
+            await send_json(send, err.status, err.body(), CLOSE if isinstance(err, BodyRefused) else ())
+            return
+        if raw is None:  # the client left before its body was complete
+            return
+        if typ is not None:
+            await self.generate(scope, raw, receive, send, typ)
+        else:
+            await self.app(scope, replay(raw, receive), send)

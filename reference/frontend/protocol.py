@@ -44,6 +44,8 @@ def client_error_to_openai(exc: BaseException, healthy: bool) -> OpenAIError:
         return OpenAIError(400, str(exc), "invalid_request_error", "X-data-parallel-rank")
     if clause == "ECP-REQ-8":
         return OpenAIError(400, str(exc), "invalid_request_error", "request_id")
+    if clause == "ECP-FRAME-3":  # the request built from the body has a value the wire cannot carry
+        return OpenAIError(400, f"the request cannot be sent to the engine: {exc}", "invalid_request_error")
     if not healthy:
         return OpenAIError(503, f"engine core is unavailable: {exc}", "service_unavailable")
     return OpenAIError(500, str(exc), "server_error")
@@ -124,6 +126,8 @@ def decode_json_object(raw: bytes, *, empty_ok: bool = False) -> dict[str, Any]:
         obj = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
         raise bad_request(f"body is not valid JSON: {exc}") from None
+    except RecursionError:  # nesting deeper than the decoder's stack: refused like any bad body
+        raise bad_request("body is nested too deeply") from None
     if not isinstance(obj, dict):
         raise bad_request("body must be a JSON object")
     return obj
@@ -135,6 +139,8 @@ def convert_body(obj: dict[str, Any], typ: type) -> Any:
         return msgspec.convert(obj, typ)
     except msgspec.ValidationError as exc:
         raise bad_request(f"invalid request: {exc}") from None
+    except RecursionError:
+        raise bad_request("invalid request: nested too deeply") from None
 
 
 def max_tokens_of(req: CompletionRequest | ChatCompletionRequest) -> int | None:

@@ -45,16 +45,21 @@ class InFlightIndex:
         and the ids that matched nothing."""
         found: dict[str, Choice] = {}
         not_found: list[str] = []
-        for i in ids:
-            matched = self._by_key.get(i)
+        for i, matched in self.resolve_each(ids):
             if not matched:
                 not_found.append(i)
-                continue
-            for internal in sorted(matched):
-                c = self._by_internal.get(internal)
-                if c is not None:
-                    found.setdefault(internal, c)
+            for c in matched:
+                found.setdefault(c.internal_id, c)
         return list(found.values()), not_found
+
+    def resolve_each(self, ids: Iterable[str]) -> list[tuple[str, list[Choice]]]:
+        """Each of ``ids`` with the choices it matches now (``[]``: none), in order."""
+        out = []
+        for i in ids:
+            matched = self._by_key.get(i) or ()
+            out.append((i, [self._by_internal[internal] for internal in sorted(matched)
+                            if internal in self._by_internal]))
+        return out
 
     def all(self) -> list[Choice]:
         return list(self._by_internal.values())

@@ -28,6 +28,7 @@ from ..tokenizer import Tokenizer
 from . import ids as idconv
 from .choice import Choice, ChoiceDelta, EngineRequestFailed
 from .engine_client import EngineClient, OutputStream
+from .limits import check_choices
 from .metrics import FrontendMetrics
 from .protocol import ChatCompletionRequest, CompletionRequest, OpenAIError, bad_request, max_tokens_of, to_sampling
 from .registry import InFlightIndex
@@ -105,6 +106,7 @@ class Frontend:
         if body.n < 1:
             # checked here, not per choice: with n=0 no choice would ever be validated
             raise bad_request(f"n must be at least 1, got {body.n}", "n")
+        check_choices(1, body.n)  # before a prompt list is tokenised
         base = base_id
         resp_id = idconv.response_id(kind, base)
         if kind == "chat":
@@ -112,6 +114,7 @@ class Frontend:
             prompts = [self.tokenizer.encode(text)]
         else:
             prompts = _prompt_token_lists(body.prompt, self.tokenizer)
+        check_choices(len(prompts), body.n)
         requested = max_tokens_of(body)
         max_len = self.config.max_model_len
         choices: list[Choice] = []
@@ -176,23 +179,37 @@ class Frontend:
     async def abort(self, request_ids: Sequence[str] | None) -> tuple[list[dict[str, Any]], list[str]]:
         """Abort the named requests (``None`` = all in flight).
 
-        Returns the partial result of every request that was still running and
-        the ids that matched nothing (reported, not errors). Safe against
-        requests finishing concurrently: the match, the partial results and the
-        ``abort_requested`` marks happen without an await in between, and the
-        client skips ids that are no longer in flight.
+        Returns the partial result of every request this call aborted and the named ids
+        that matched no request this call aborted (unknown, finished, or already being
+        aborted by another call): every named id is in exactly one of the two, whatever
+        runs concurrently, and every aborted request is reported by exactly one call.
+        Each id counts once. The match, the partial results and the ``abort_requested``
+        marks happen without an await in between, and the client skips ids that are no
+        longer in flight, so requests finishing concurrently never make it raise.
         """
         if request_ids is None:
-            choices, not_found = self.index.all(), []
+            taken = [c for c in self.index.all() if not c.finished and not c.abort_requested]
+            not_found: list[str] = []
         else:
-            choices, not_found = self.index.resolve(request_ids)
-        choices = [c for c in choices if not c.finished and not c.abort_requested]
-        for c in choices:
+            by_internal: dict[str, Choice] = {}
+            not_found = []
+            for rid, matched in self.index.resolve_each(dict.fromkeys(request_ids)):
+                mine = False
+                for c in matched:
+                    if c.internal_id in by_internal:
+                        mine = True  # two named forms of one request: it is aborted once
+                    elif not c.finished and not c.abort_requested:
+                        by_internal[c.internal_id] = c
+                        mine = True
+                if not mine:
+                    not_found.append(rid)
+            taken = list(by_internal.values())
+        for c in taken:
             c.abort_requested = True
-        partials = [c.partial_result() for c in choices]
-        if choices:
-            await self.client.abort([c.internal_id for c in choices])
-            for _ in choices:
+        partials = [c.partial_result() for c in taken]
+        if taken:
+            await self.client.abort([c.internal_id for c in taken])
+            for _ in taken:
                 self.metrics.aborted(CAUSE_ABORT_API)
         return partials, not_found
 

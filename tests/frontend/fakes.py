@@ -208,12 +208,12 @@ class FakeClient:
             self.sleeping[r] = False
         return True
 
-    async def reset_prefix_cache(self, reset_running: bool, reset_external: bool) -> bool:
-        self.utility_calls.append(("reset_prefix_cache", reset_running, reset_external))
-        return all(self.reset_results.values())
-
-    async def call_utility(self, method: str, *args: Any) -> None:
+    async def call_utility(self, method: str, *args: Any, each: bool = False) -> Any:
         self.utility_calls.append((method, *args))
+        if method == "reset_prefix_cache":
+            assert each, "the fake answers reset_prefix_cache per engine only"
+            return all(self.reset_results.values()), dict(self.reset_results)
+        return None
 
     async def pause_generation(self, mode: str, clear_cache: bool) -> None:
         self.utility_calls.append(("pause_generation", mode, clear_cache))

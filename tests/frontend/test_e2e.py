@@ -148,7 +148,7 @@ def test_dev_endpoints_across_two_engines():
                       (await h.post("/resume")).json(), (await h.get("/is_paused")).json()]
             rpc = await h.post("/collective_rpc", json={"method": "no_such_method"})
         assert slept == {"is_sleeping": True} and woke["status"] == "awake" and awake == {"is_sleeping": False}
-        assert reset == {"success": True}
+        assert reset == {"success": True, "engines": {"0": True, "1": True}}
         assert paused == [{"status": "paused"}, {"is_paused": True}, {"status": "resumed"}, {"is_paused": False}]
         assert rpc.status_code in (200, 500)  # answered either way, never a crash
 
@@ -158,7 +158,7 @@ def test_dev_endpoints_across_two_engines():
             failed = (await d.http.post("/reset_prefix_cache")).json()
         assert disagree.status_code == 500
         assert disagree.json()["error"]["values"] == {"0": False, "1": True}
-        assert failed == {"success": False}
+        assert failed == {"success": False, "engines": {"0": True, "1": False}}  # the failing engine named
     run(body, timeout=60)
 
 

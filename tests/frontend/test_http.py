@@ -156,7 +156,9 @@ def test_abort_apis_by_every_id_form_and_for_all_with_partial_results():
         assert r_ext["results"][0]["external_id"] == "cmpl-r3-0"
         assert r_all["results"][0]["response_id"] == "cmpl-r4"
         assert again == {"aborted": [], "results": [], "not_found": []}
-        assert bad.status_code == 400 and bad.json() == {"error": "must provide abort_all=true or req_ids"}
+        assert bad.status_code == 400 and bad.json() == {"error": {
+            "message": "must provide abort_all=true or req_ids", "type": "invalid_request_error",
+            "param": "req_ids", "code": 400}}
         assert r_inference["aborted"] == 0 and r_inference["not_found"] == ["nope"]
         for events in results.values():
             assert events[-1] == "[DONE]"
@@ -261,7 +263,8 @@ def test_dev_routes_sleep_wake_consensus_and_reset():
         assert w.json() == {"status": "awake", "tags": ["weights", "kv_cache"]}
         assert disagree.status_code == 500
         assert disagree.json()["error"]["values"] == {"0": False, "1": True}
-        assert ok == {"success": True} and failed == {"success": False}
+        assert ok == {"success": True, "engines": {"0": True, "1": True}}
+        assert failed == {"success": False, "engines": {"0": True, "1": False}}  # the failing engine named
         assert ("sleep", 2, "wait") in client.utility_calls
         assert ("wake_up", ["weights", "kv_cache"]) in client.utility_calls
         assert ("reset_prefix_cache", True, False) in client.utility_calls
