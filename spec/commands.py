@@ -64,6 +64,7 @@ def _summary(args: argparse.Namespace) -> int:
     from .outputs import EngineCoreOutput, EngineCoreOutputs, UtilityOutput
     from .request import EngineCoreRequest
     from .sampling import SamplingParams
+    from .tables import wire_shape
 
     print("engine-core protocol, pinned to vLLM 0.33.0 (ZeroMQ + msgpack)\n")
     print("input frames (frontend ROUTER -> engine DEALER): [identity(2), type(1), payload, *aux]")
@@ -72,11 +73,8 @@ def _summary(args: argparse.Namespace) -> int:
     print("output frames (engine PUSH -> frontend PULL): [payload, *aux] or ENGINE_CORE_DEAD\n")
     for typ in (Hello, Ready, EngineHandshakeMetadata, EngineCoreReadyResponse, EngineCoreRequest,
                 SamplingParams, EngineCoreOutputs, EngineCoreOutput, UtilityOutput):
-        info = msgspec.inspect.type_info(typ)
-        tag = 1 if getattr(info, "tag_field", None) else 0  # HELLO/READY: the `status` key is the tag
-        required = sum(1 for f in info.fields if f.required) + tag
-        enc = "array" if info.array_like else "map"
-        print(f"  {typ.__name__:<26} {enc:<5} {len(info.fields) + tag:>2} fields, {required:>2} required")
+        enc = "array" if msgspec.inspect.type_info(typ).array_like else "map"
+        print(f"  {typ.__name__:<26} {enc:<5} {wire_shape(typ)}")  # the words of spec/PROTOCOL.md
     print()
     by_area: dict[str, int] = {}
     for c in clauses.CLAUSES.values():

@@ -85,6 +85,19 @@ def _default(f: mi.Field) -> str:
     return f"`{msgspec.json.encode(value).decode()}`"
 
 
+def wire_shape(typ: Any) -> str:
+    """How many keys (or elements) a struct has on the wire and how many are required, the tag
+    included: what ``spec/PROTOCOL.md`` and ``ecp summary`` both say."""
+    info = mi.type_info(typ)
+    tag = 0 if info.tag_field is None else 1
+    total, required = len(info.fields) + tag, sum(f.required for f in info.fields) + tag
+    unit = "elements" if info.array_like else "keys"
+    shape = f"{total} {unit}" + (f", {required} required" if required else "")
+    if tag:
+        shape += f" (the tag `{info.tag_field}` and {len(info.fields)} fields)"
+    return shape
+
+
 def render_table(name: str) -> str:
     info = mi.type_info(STRUCTS[name])
     layout = "array" if info.array_like else "map"
@@ -93,9 +106,7 @@ def render_table(name: str) -> str:
         rows.append(f"| – | `{info.tag_field}` | str `\"{info.tag}\"` | **required** (tag) |")
     for i, f in enumerate(info.fields):
         rows.append(f"| {i} | `{f.encode_name}` | {type_name(f.type)} | {_default(f)} |")
-    head = (f"`{name}`: msgpack **{layout}** of {len(info.fields)} fields"
-            + (f", {sum(f.required for f in info.fields)} required" if any(f.required for f in info.fields)
-               else "") + ".")
+    head = f"`{name}`: msgpack **{layout}** of {wire_shape(STRUCTS[name])}."
     return head + "\n\n" + "\n".join(rows) + "\n"
 
 

@@ -94,3 +94,21 @@ def test_protocol_field_tables_are_generated_from_the_code():
     assert refresh_protocol(TEXT) == TEXT, "run `ecp schema` to refresh the PROTOCOL.md field tables"
     assert "| 19 | `abort_immediately` | bool | false |" in TEXT
     assert TEXT.count("<!-- fields:") == TEXT.count("<!-- /fields -->") >= 20
+
+
+def test_protocol_md_and_ecp_summary_say_the_same_wire_shape():
+    """`Hello` is a map of 3 keys (the tag and 2 fields): the text and the summary say it alike."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ecp.spec.handshake import Hello
+    from ecp.spec.tables import wire_shape
+
+    text = (Path(__file__).resolve().parents[2] / "spec" / "PROTOCOL.md").read_text()
+    shape = wire_shape(Hello)
+    assert shape.startswith("3 keys, 3 required")
+    assert f"`Hello`: msgpack **map** of {shape}." in text
+    summary = subprocess.run([sys.executable, "-m", "ecp.spec.cli", "summary"], capture_output=True, text=True,
+                             timeout=60).stdout
+    assert f"Hello                      map   {shape}" in summary

@@ -124,8 +124,8 @@ def test_cli_directions_are_the_decoders_directions():
 def test_summary_counts_the_handshake_tag_and_names_an_existing_protocol_file(capsys):
     rc, out, _ = _run(capsys, "summary")
     assert rc == 0
-    assert re.search(r"^  Hello\s+map\s+3 fields,\s+3 required$", out, re.M)  # status, local, headless
-    assert re.search(r"^  EngineCoreRequest\s+array 22 fields,\s+9 required$", out, re.M)
+    assert re.search(r"^  Hello\s+map\s+3 keys, 3 required \(the tag `status` and 2 fields\)$", out, re.M)
+    assert re.search(r"^  EngineCoreRequest\s+array 22 elements, 9 required$", out, re.M)
     path = re.search(r"^full text: (\S+);", out, re.M).group(1)
     assert Path(path).is_file() and Path(path).name == "PROTOCOL.md"
 
