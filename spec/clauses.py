@@ -150,8 +150,8 @@ _CLAUSES: tuple[Clause, ...] = (
        default-valued keys omitted; receivers treat an absent key as its default and ignore unknown
        keys; presence of a key does not imply a non-default value."""),
     _c("ECP-FRAME-7", "MUST", "Tensors", """A tensor or ndarray is ``[dtype, shape, data]`` where ``data`` is
-       msgpack ext type 3 holding the C-contiguous little-endian bytes, or a non-negative int indexing the
-       multipart message (0 = payload, 1 = first aux frame)."""),
+       msgpack ext type 3 holding the C-contiguous little-endian bytes, or a positive int indexing the
+       multipart message (1 = first aux frame; 0, the payload itself, is refused)."""),
     _c("ECP-FRAME-8", "SHOULD", "Aux-frame threshold", """Senders place tensor buffers of 256 bytes or more in
        aux frames and smaller ones inline."""),
     _c("ECP-FRAME-9", "MUST", "Decode limits", """Receivers enforce limits on frame size, collection length

@@ -2,8 +2,8 @@
 
 A tensor is the 3-element array ``[dtype, shape, data]``. ``data`` is either
 msgpack ext type 3 whose body is the C-contiguous little-endian bytes (small
-buffers), or a non-negative int that indexes the multipart message (0 is the
-payload frame, 1 the first aux frame). :class:`Tensor` is the typed value; the
+buffers), or a positive int that indexes the multipart message (1 is the first
+aux frame; 0 would be the payload frame itself and is refused). :class:`Tensor` is the typed value; the
 codec (:mod:`ecp.spec.codec`) decides inline vs aux frame on encode and
 resolves indexes on decode, so users only ever see bytes.
 """
