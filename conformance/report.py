@@ -117,9 +117,25 @@ def write_console(s: RunSummary, out: TextIO) -> None:
         out.write(f"PROBLEM {p}\n")
     out.write(f"\n{summary_line(s.coverage)} ({s.role} role; the matrix: --markdown, --html, --json or "
               f"ecp conformance list --matrix)\n")
-    parts = [f"{n} {k}" for k, n in s.counts.items() if n]
-    out.write(f"{s.role} role against {s.target}: {', '.join(parts) or 'no cases'} "
+    out.write(f"{s.role} role against {s.target}: {tally(s) or 'no cases'} "
               f"in {s.duration_s:.1f}s at level {s.conformance_level} -> exit {s.exit_code}\n")
+
+
+def tally(s: RunSummary) -> str:
+    """The outcomes of a run in one phrase; a failure that does not count (a clause above the run's
+    level, or a SHOULD/MAY outside strict mode) is tallied apart, as its status line says it."""
+    parts = []
+    for outcome, n in s.counts.items():
+        if not n:
+            continue
+        if not Outcome(outcome).is_failure:
+            parts.append(f"{n} {outcome}")
+            continue
+        apart = Counter(_status(r, s) for r in s.results if r.outcome.value == outcome and not r.counts_as_failure)
+        if n - sum(apart.values()):
+            parts.append(f"{n - sum(apart.values())} {outcome}")
+        parts += [f"{k} {status}" for status, k in sorted(apart.items())]
+    return ", ".join(parts)
 
 
 def write_json(s: RunSummary, path: Path) -> None:

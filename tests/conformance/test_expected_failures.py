@@ -97,3 +97,15 @@ def test_rewrite_keeps_accepted_outcomes(tmp_path):
     assert xf.rewrite(path, [r], old) == 1
     [entry] = xf.load(path)
     assert entry.outcomes == {Outcome.PASS, Outcome.FAIL} and entry.reason == "racy"
+
+
+def test_the_tally_counts_a_failure_that_is_not_required_apart():
+    from ecp.conformance.report import RunSummary, tally
+
+    required, hardened = result("ENG-ABORT-3", Outcome.FAIL), result("ENG-ROB-1", Outcome.FAIL)
+    hardened.conformance_level, hardened.blocking = "hardened", False
+    s = RunSummary("engine", "x", [result("ENG-HS-1", Outcome.PASS), required, hardened],
+                   conformance_level="interop")
+    assert tally(s) == "1 PASS, 1 FAIL, 1 FAIL (not required at level interop)"
+    required.outcome = Outcome.PASS
+    assert tally(s) == "2 PASS, 1 FAIL (not required at level interop)" and s.exit_code == 0
