@@ -35,7 +35,9 @@ def _notice(address: str, rid: str) -> Notice:
     return Notice(address, {"type": "free", "request_id": rid, "engine_id": "p"})
 
 
-def test_notice_sockets_keep_at_most_cap_and_close_the_least_recently_used():
+def _lru_scenario() -> dict:
+    """Twelve producers through a cap of 4, one kept busy; what happened, and the process's
+    descriptor growth (run in a fresh process: other tests' sockets do not count)."""
     with tempfile.TemporaryDirectory(prefix="ecp-kvn-") as tmp:
         ctx = zmq.Context()
         pull = ctx.socket(zmq.PULL)
@@ -43,24 +45,38 @@ def test_notice_sockets_keep_at_most_cap_and_close_the_least_recently_used():
         socks = NoticeSockets(ctx, cap=4)
         try:
             fds_before = open_fds()
-            assert socks.send(_notice(f"ipc://{tmp}/p0", "r0"))
+            sent = [socks.send(_notice(f"ipc://{tmp}/p0", "r0"))]
+            sizes = []
             for i in range(1, 12):
-                assert socks.send(_notice(f"ipc://{tmp}/p{i}", f"r{i}"))
-                assert socks.send(_notice(f"ipc://{tmp}/p0", f"again{i}"))  # p0 stays the most recent
-                assert len(socks) <= 4
-            assert (socks.opened, socks.evicted, len(socks)) == (12, 8, 4)
+                sent.append(socks.send(_notice(f"ipc://{tmp}/p{i}", f"r{i}")))
+                sent.append(socks.send(_notice(f"ipc://{tmp}/p0", f"again{i}")))  # p0 stays the most recent
+                sizes.append(len(socks))
+            counts = (socks.opened, socks.evicted, len(socks))
             # p0 was never evicted: all 12 of its notices arrived on one connection
-            got = [msgspec.msgpack.decode(pull.recv()) for _ in range(12) if pull.poll(5000)]
-            assert [g["request_id"] for g in got] == ["r0", *(f"again{i}" for i in range(1, 12))]
+            got = [msgspec.msgpack.decode(pull.recv())["request_id"] for _ in range(12) if pull.poll(5000)]
             # an address no socket can connect to is a logged failure, not an exception
-            assert not socks.send(_notice("tcp://no-such-host-name.invalid:notaport", "bad"))
-            assert socks.failed == 1 and len(socks) == 4
-            assert open_fds() - fds_before <= 2 * 4 + 2  # about two descriptors per kept socket
+            bad = socks.send(_notice("tcp://no-such-host-name.invalid:notaport", "bad"))
+            after_bad = (socks.failed, len(socks))
+            fd_growth = open_fds() - fds_before
         finally:
             socks.close()
             pull.close(0)
             ctx.term()
-        assert len(socks) == 0
+        return {"sent": sent, "sizes": sizes, "counts": counts, "got": got, "bad": bad, "after_bad": after_bad,
+                "fd_growth": fd_growth, "closed_len": len(socks)}
+
+
+def test_notice_sockets_keep_at_most_cap_and_close_the_least_recently_used():
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        r = pool.apply_async(_lru_scenario).get(60)
+    assert all(r["sent"]) and max(r["sizes"]) <= 4
+    assert r["counts"] == (12, 8, 4)
+    assert r["got"] == ["r0", *(f"again{i}" for i in range(1, 12))]
+    assert r["bad"] is False and r["after_bad"] == (1, 4)
+    assert r["fd_growth"] <= 2 * 4 + 2  # about two descriptors per kept socket
+    assert r["closed_len"] == 0
 
 
 def test_notice_sockets_refuse_a_cap_below_one():
