@@ -286,7 +286,8 @@ _CLAUSES: tuple[Clause, ...] = (
        or wrongly typed payload, or a declared length beyond the limits never kills the receiver: it
        rejects that message, reports it with its clause, and keeps serving."""),
     _c("ECP-ROB-2", "SHOULD", "Answer what can be answered", """When the request id of an invalid ADD is
-       recoverable, the engine answers it with an ERROR output."""),
+       recoverable (a well-formed outer array whose element 0 is a string), the engine answers it with an
+       ERROR output; when only the leading id of a cut-short payload is readable, it MAY."""),
     _c("ECP-ROB-3", "MUST", "Fail closed", """A frontend that receives ``ENGINE_CORE_DEAD``, an undecodable
        output, or a DP control message on its output path, or whose engine disappears, becomes unhealthy;
        the first error is sticky and reaches every active stream, waiter and later call."""),

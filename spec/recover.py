@@ -1,11 +1,18 @@
 """What can still be read from an ADD that failed to decode (``ECP-ROB-2``).
 
-An engine that rejects an undecodable ADD should answer it with an ERROR
-output when the request id is recoverable. :func:`recover_add` reads only the
-outer array of the payload (each element kept as undecoded
-:class:`msgspec.Raw` bytes), then decodes element 0 as the request id and
-element 11 as ``client_index``; a bad element elsewhere (a pickle ext, a wrong
-type) does not hide them, and nothing else is decoded.
+Two degrees, as ``spec/PROTOCOL.md`` defines them:
+
+* **recoverable** -- the payload's outer array is well formed (every element a
+  complete msgpack value, whatever its type) and element 0 is a string of at
+  most :data:`MAX_RECOVERED_ID` bytes. An engine SHOULD answer such an ADD
+  with an ERROR output. :func:`recover_add` reads only the outer array (each
+  element kept as undecoded :class:`msgspec.Raw` bytes), then element 0 as the
+  request id and element 11 as ``client_index``; a bad element elsewhere (a
+  pickle ext, a wrong type) does not hide them, and nothing else is decoded.
+* **readable id** -- the payload is cut short (or broken) after an array header
+  and a complete string element 0: the id is readable, nothing else is. An
+  engine MAY answer it with ERROR (on the socket it came in on) or drop it;
+  both conform. :attr:`RecoveredAdd.complete` is false.
 """
 
 from __future__ import annotations
@@ -35,20 +42,28 @@ class RecoveredAdd:
     request_id: str
     #: ``None`` when field 11 is missing or not an int: answer on the socket it came in on
     client_index: int | None
+    #: the outer array was well formed (recoverable: an ERROR answer SHOULD follow); false: only
+    #: the id could be read (an ERROR answer MAY follow)
+    complete: bool = True
 
 
 def recover_add(payload: bytes | bytearray | memoryview,
                 limits: DecodeLimits = DEFAULT_LIMITS) -> RecoveredAdd | None:
     """Recover the request id (and ``client_index``) of an ADD payload that failed to decode.
 
-    Returns ``None`` when the payload is not an array whose first element is a
-    string (then nothing can be answered). Never raises.
+    Returns ``None`` when no id can be read (then nothing can be answered); a
+    :class:`RecoveredAdd` with ``complete`` false when only the leading id can.
+    Never raises.
     """
     try:
         check_frame(payload, limits)
-        elements = _OUTER.decode(payload)
-    except (ProtocolError, msgspec.DecodeError, RecursionError, ValueError):
+    except ProtocolError:
         return None
+    try:
+        elements = _OUTER.decode(payload)
+    except (msgspec.DecodeError, RecursionError, ValueError):
+        rid = _leading_id(bytes(payload))
+        return None if rid is None else RecoveredAdd(rid, None, complete=False)
     if not elements:
         return None
     try:
@@ -64,6 +79,41 @@ def recover_add(payload: bytes | bytearray | memoryview,
         except (msgspec.DecodeError, ValueError):
             client = None
     return RecoveredAdd(rid, client)
+
+
+def _leading_id(payload: bytes) -> str | None:
+    """The request id at the head of a payload whose array cannot be read whole: an array header
+    (``9x``, ``dc``, ``dd``) followed by a complete string (``ax``/``bx``, ``d9``, ``da``, ``db``)."""
+    if not payload:
+        return None
+    head = payload[0]
+    if 0x90 <= head <= 0x9F:
+        at, count = 1, head & 0x0F
+    elif head == 0xDC and len(payload) >= 3:
+        at, count = 3, int.from_bytes(payload[1:3], "big")
+    elif head == 0xDD and len(payload) >= 5:
+        at, count = 5, int.from_bytes(payload[1:5], "big")
+    else:
+        return None
+    if count == 0 or at >= len(payload):
+        return None
+    tag = payload[at]
+    if 0xA0 <= tag <= 0xBF:
+        start, size = at + 1, tag & 0x1F
+    elif tag in (0xD9, 0xDA, 0xDB):
+        width = {0xD9: 1, 0xDA: 2, 0xDB: 4}[tag]
+        start = at + 1 + width
+        if start > len(payload):
+            return None
+        size = int.from_bytes(payload[at + 1:start], "big")
+    else:
+        return None
+    if size > MAX_RECOVERED_ID or start + size > len(payload):
+        return None
+    try:
+        return payload[start:start + size].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def recover_add_frames(frames: Sequence[bytes | bytearray | memoryview],

@@ -281,6 +281,7 @@ _Q, _QE = RequestStatus, RequestEvent
 _IN_FLIGHT = (_Q.ADDED, _Q.RUNNING)
 _DUPLICATE = (*_IN_FLIGHT, _Q.PAUSED_ADD)
 _REUSABLE = (_Q.NONE, _Q.FINISHED, _Q.ABORTED, _Q.REJECTED, _Q.INVALID)
+_REUSABLE_VALID = tuple(state for state in _REUSABLE if state is not _Q.INVALID)
 REQUEST: Table[RequestStatus, RequestEvent] = Table(
     area="request", title="Request lifecycle", scope="per request id, at the engine that owns it",
     states=RequestStatus, events=RequestEvent, initial=_Q.NONE,
@@ -294,8 +295,11 @@ REQUEST: Table[RequestStatus, RequestEvent] = Table(
            "a rejection notice: admitted and aborted at once, passes a pause (ECP-REJECT-5)"),
         _r(_REUSABLE, _QE.ADD_WHILE_REJECTING, F, _Q.PAUSED_ADD, "legal", "ECP-REQ-7",
            "sent after a pause_generation (mode abort or wait) was answered"),
-        _r(_REUSABLE, _QE.ADD_UNDECODABLE, F, _Q.INVALID, "tolerated", "ECP-ROB-1",
+        _r(_REUSABLE_VALID, _QE.ADD_UNDECODABLE, F, _Q.INVALID, "tolerated", "ECP-ROB-1",
            "only raw frames; the id was recovered from the payload"),
+        _r(_Q.INVALID, _QE.ADD_UNDECODABLE, F, None, "tolerated", "ECP-ROB-2",
+           "another undecodable ADD of an id not answered yet: the engine may answer each, so one more "
+           "ERROR output is owed"),
         _r(_DUPLICATE, _QE.ADD, F, None, "tolerated", "ECP-REQ-8",
            "duplicate id in flight: the engine owes one ERROR output (ECP-REQ-2), the running request "
            "is unaffected"),

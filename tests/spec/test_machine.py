@@ -410,3 +410,43 @@ def test_a_recording_frontend_follows_a_raw_init_after_a_first_message_that_was_
     assert q.fe.engine(0).handshake == "HELLO"
     q.fe.send(Init(0, q.init()))                             # INIT is then legal
     assert q.fe.engine(0).handshake == "REGISTERING"
+
+
+def test_a_cut_short_add_whose_leading_id_is_readable_may_be_answered():
+    """ECP-ROB-2: the id of a truncated ADD is readable, not recoverable; an ERROR answer is legal
+    at both machines, and so is no answer."""
+    full = msgspec.msgpack.encode(["cut-1", [1, 2, 3], None, {"max_tokens": 4}] + [0] * 10)
+    got = recover_add(full[: len(full) // 2])
+    assert (got.request_id, got.client_index, got.complete) == ("cut-1", None, False)
+    assert recover_add(full).complete
+    for bad in (b"\x9e\xa5cut", b"\x9e\xc0", b"\xdc\x00", b"\x90"):
+        assert recover_add(bad) is None
+    p = Pair(frontend_mode="record")
+    p.handshake()
+    frames = [b"\x00", full[: len(full) // 2]]
+    p.fe.send_raw("input[0]", [b"\x00\x00", *frames])
+    with pytest.raises(RemoteProtocolError) as info:
+        p.engines[0].receive("input[0]", frames)
+    assert info.value.request_id == "cut-1"
+    answer = p.engines[0].send(Outputs(0, 0, out(0, "cut-1", FinishReason.ERROR, error=True)))
+    p.deliver_to_frontend(0, answer)
+    assert not p.fe.violations
+
+
+def test_two_undecodable_adds_of_one_id_may_each_be_answered():
+    """ECP-ROB-2: an engine that answers every undecodable ADD sends two ERRORs for two of them
+    (they can arrive before the first answer); one answer conforms as well."""
+    for answers in (2, 1):
+        p = Pair(frontend_mode="record")
+        p.handshake()
+        frames = [b"\x00", msgspec.msgpack.encode(["twice", [1], None, {"temperature": "hot"}] + [0] * 10)]
+        for _ in range(2):
+            p.fe.send_raw("input[0]", [b"\x00\x00", *frames])
+            with pytest.raises(RemoteProtocolError):
+                p.engines[0].receive("input[0]", frames)
+        for _ in range(answers):
+            p.deliver_to_frontend(0, p.engines[0].send(Outputs(0, 0, out(0, "twice", FinishReason.ERROR, error=True))))
+        assert not p.fe.violations
+        with pytest.raises(LocalProtocolError):  # a third answer is one too many
+            for _ in range(3 - answers):
+                p.engines[0].send(Outputs(0, 0, out(0, "twice", FinishReason.ERROR, error=True)))
