@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, TypeVar
 
 import zmq
 import zmq.asyncio
@@ -159,6 +159,7 @@ class FrontendUnderTest:
         # reported with the request it left unanswered
         self.driver = HttpDriver(self.base_url, timeout=cfg.case_timeout_s * REQUEST_SHARE)
         self.driver.on_connection_lost = self._connection_lost
+        self.driver.log = transcript.http
         self.caps: Capabilities | None = None
         #: seconds from the last engine's READY to GET /health 200 (measured by start())
         self.healthy_after_s: float | None = None
@@ -185,10 +186,31 @@ class FrontendUnderTest:
                          "every scripted engine to finish its handshake with the frontend")
         if wait_healthy:
             registered = time.monotonic()
-            await self.wait_health(lambda s: s == 200, self.cfg.startup_timeout_s, "GET /health to answer 200")
-            self.healthy_after_s = time.monotonic() - registered
-            self.caps = await probe(self.driver, kv_connector=self.kv_connector)
+            self.driver.attributing = False   # the launch's own requests are the harness's, not the case's
+            try:
+                await self.wait_health(lambda s: s == 200, self.cfg.startup_timeout_s, "GET /health to answer 200")
+                self.healthy_after_s = time.monotonic() - registered
+                await self.probe()
+            finally:
+                self.driver.attributing = True
+
+    async def probe(self) -> Capabilities:
+        """Read what the frontend serves (once per launch): its model name above all, which every later
+        request names (``ECP-HTTP-4``). Its requests are the harness's, not the case's."""
+        if self.caps is None:
+            attributing, self.driver.attributing = self.driver.attributing, False
+            try:
+                self.caps = await probe(self.driver, kv_connector=self.kv_connector)
+            finally:
+                self.driver.attributing = attributing
             self.transcript.note(f"capabilities: {self.caps.describe()}")
+        return self.caps
+
+    async def serving(self, timeout: float) -> None:
+        """Wait until ``GET /health`` answers 200, then probe: for a launch started without waiting for
+        health, before its first request (which must name a model the frontend lists)."""
+        await self.wait_health(lambda s: s == 200, timeout, "GET /health to answer 200")
+        await self.probe()
 
     def stranger(self, rank: int, script: Any = None) -> ScriptedEngine:
         """A scripted engine with a rank outside the configured ones (``ECP-HS-11``), started: it says
@@ -500,6 +522,25 @@ class FrontendManager:
         self.touched = []
         shared = self._shared
         self._violation_marks = {id(e): len(e.violations) for e in shared.engines} if shared else {}
+        if shared is not None:
+            shared.driver.routes_used.clear()
+
+    def uncited_routes(self, cited: Iterable[str]) -> list[str]:
+        """The HTTP routes this case drove whose governing clause (``ecp.spec.http``) is not among
+        ``cited``, or that the route table does not list at all: a catalogue entry that does not say
+        which HTTP behaviour its case relies on (a harness error, found by the self-proof runs)."""
+        from ecp.spec.http import route
+
+        cited = set(cited)
+        out = []
+        for key in sorted({k for fut in self.touched for k in fut.driver.routes_used}):
+            method, path = key.split(" ", 1)
+            r = route(method, path)
+            if r is None:
+                out.append(f"{key} (not in the HTTP route table)")
+            elif r.clause not in cited:
+                out.append(f"{key} ({r.clause})")
+        return out
 
     def violations(self) -> list:
         """The rules the frontend broke during this case, as the engines' machines recorded them

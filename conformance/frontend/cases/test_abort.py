@@ -7,6 +7,7 @@ its coalescing case judge the same burst.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 
@@ -64,7 +65,8 @@ async def explicit_abort_by_id(m: FrontendManager) -> None:
             await fe.until(lambda: target_rid in target_engine.generation.aborted_ids, EXPECT_S,
                            "the ABORT of the request named in the abort call")
         except CaseTimeout:
-            raise Violation(f"POST {api.path} for {target.response_id!r} sent no ABORT for {target_rid!r} "
+            raise Violation(f"POST {api.path} {json.dumps(api.ids_body([target.response_id]))} answered HTTP "
+                            f"{reply.status_code} {reply.text[:100]!r} but sent no ABORT for {target_rid!r} "
                             f"to engine {target_engine.rank}") from None
         await _abort_stream_ends(target, "explicitly aborted stream")
         bystanders = [rid for e in fe.engines for rid in e.generation.aborted_ids if rid != target_rid]
@@ -97,17 +99,19 @@ async def explicit_abort_all(m: FrontendManager) -> None:
 
     try:
         reply = await abort_all(fe.driver, api)
-        expect(reply.ok, f"POST {api.path} (all) answered HTTP {reply.status_code}: {reply.text[:200]}")
+        sent = f"POST {api.path} {json.dumps(dict(api.all_body))} (abort-all, ECP-HTTP-7)"
+        expect(reply.ok, f"{sent} answered HTTP {reply.status_code}: {reply.text[:200]}")
+        sent += f" answered HTTP {reply.status_code} {reply.text[:100]!r}"
         try:
             await fe.until(lambda: aborting() and all(due()[e.rank] <= e.generation.aborted_ids for e in fe.engines),
                            EXPECT_S, "ABORTs for every open request of the client that received the call")
         except CaseTimeout:
             if not aborting():
-                raise Violation(f"abort-all sent no ABORT although {sum(map(len, running.values()))} requests "
-                                "were open") from None
+                raise Violation(f"{sent}, but the frontend sent no ABORT although "
+                                f"{sum(map(len, running.values()))} requests were open") from None
             left = {e.rank: sorted(due()[e.rank] - e.generation.aborted_ids) for e in fe.engines}
-            raise Violation(f"abort-all left requests of client(s) {sorted(aborting())} running at their "
-                            f"engines: {left}") from None
+            raise Violation(f"{sent}, but it left requests of client(s) {sorted(aborting())} running at "
+                            f"their engines: {left}") from None
         aborted = sum(len(ids) for ids in due().values())
         ends = await asyncio.gather(*(s.read_to_end(EXPECT_S) for s in streams))
         ended = [e for e in ends if not e.timed_out]
