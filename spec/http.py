@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 import msgspec
 
@@ -188,6 +188,21 @@ ERROR_BODY = ErrorBody
 def route(method: str, path: str) -> Route | None:
     """The route ``method path`` (query string ignored), or ``None`` for one the table does not list."""
     return BY_KEY.get(f"{method.upper()} {path.split('?', 1)[0]}")
+
+
+def uncited(used: Iterable[str], cited: Iterable[str]) -> list[str]:
+    """Of the routes ``used`` (``"METHOD /path"``), those whose clause is not among ``cited``, or that
+    the table does not list, each with why: what a conformance case relies on without citing it."""
+    cited = set(cited)
+    out = []
+    for key in sorted(set(used)):
+        method, _, path = key.partition(" ")
+        r = route(method, path)
+        if r is None:
+            out.append(f"{key} (not in the HTTP route table)")
+        elif r.clause not in cited:
+            out.append(f"{key} ({r.clause})")
+    return out
 
 
 def schema_types() -> dict[str, tuple[type, str]]:

@@ -529,18 +529,9 @@ class FrontendManager:
         """The HTTP routes this case drove whose governing clause (``ecp.spec.http``) is not among
         ``cited``, or that the route table does not list at all: a catalogue entry that does not say
         which HTTP behaviour its case relies on (a harness error, found by the self-proof runs)."""
-        from ecp.spec.http import route
+        from ecp.spec.http import uncited
 
-        cited = set(cited)
-        out = []
-        for key in sorted({k for fut in self.touched for k in fut.driver.routes_used}):
-            method, path = key.split(" ", 1)
-            r = route(method, path)
-            if r is None:
-                out.append(f"{key} (not in the HTTP route table)")
-            elif r.clause not in cited:
-                out.append(f"{key} ({r.clause})")
-        return out
+        return uncited((k for fut in self.touched for k in fut.driver.routes_used), cited)
 
     def violations(self) -> list:
         """The rules the frontend broke during this case, as the engines' machines recorded them
