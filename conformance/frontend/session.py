@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -392,6 +393,8 @@ class FrontendManager:
         self.loop = LoopThread()
         self.ctx = zmq.asyncio.Context()
         self._launches = 0
+        #: launches under way: the case's deadline waits for them (``_case_deadline``)
+        self._launching = 0
         self._shared: FrontendUnderTest | None = None
         #: the first shared launch failed (timeout, crash, cannot start) before any launch of this
         #: run ever came up: every later launch reports it at once instead of waiting again
@@ -416,7 +419,13 @@ class FrontendManager:
         """
         if self.deadline is None:
             self.deadline = time.monotonic() + self.cfg.case_timeout_s
-        return self.loop.run(body(self), lambda: self.deadline, "the case")
+        return self.loop.run(body(self), self._case_deadline, "the case")
+
+    def _case_deadline(self) -> float:
+        """The case's deadline; none while a launch is under way (a launch has its own bounds,
+        ``--startup-timeout`` per stage, and its time is added to the budget when it ends)."""
+        assert self.deadline is not None
+        return math.inf if self._launching else self.deadline
 
     def set_deadline(self, deadline: float | None) -> None:
         """Called by the plugin when a case body starts (its time budget)."""
@@ -433,6 +442,7 @@ class FrontendManager:
         if not self.cfg.attach and not self.cfg.command:
             raise LaunchError("no frontend command given after --")
         self._launches += 1
+        self._launching += 1
         started = time.monotonic()
         fut = FrontendUnderTest(self.cfg, self.ctx, self.transcript, self._launches,
                                 engine_count=engine_count or self.cfg.engine_count,
@@ -448,6 +458,7 @@ class FrontendManager:
             raise
         finally:
             # Startup time does not eat the case budget.
+            self._launching -= 1
             if self.deadline is not None:
                 self.deadline += time.monotonic() - started
         return fut
