@@ -35,6 +35,7 @@ from ecp.spec import (
     decode_handshake, decode_init, decode_ready_response, encode_handshake, encode_payload,
 )
 
+from ecp.spec.handshake import COORDINATOR_READY, XSUB_SUBSCRIBE
 from ecp.spec.machine import COORDINATOR, Outputs, Send, StartWave, input_socket, output_socket, parse_socket
 from ecp.spec.peer import Deviation, EnginePeer, Stage, Step
 from ecp.spec.peer.zmq_io import AsyncEngineSockets
@@ -317,10 +318,21 @@ class ScriptedEngine:
                                          [bytes(f) for f in frames], message, error))
 
 
+class _Named(str):
+    def __repr__(self) -> str:
+        return str(self)
+
+
+#: the coordinator gate's frames are raw bytes, not msgpack (``ECP-HS-6``)
+_GATE_FRAMES = {XSUB_SUBSCRIBE: _Named("subscription (01)"), COORDINATOR_READY: _Named("the coordinator's READY")}
+
+
 def _handshake_view(direction: str, channel: str, frame: bytes) -> Any:
     """What a handshake-time frame says, for the transcript: the engine's HELLO or READY and its
     ready payload (they are the engine's own, so they decode), the frontend's INIT when the machine
-    did not hand it over; ``None`` for what has no decoded form (a coordinator subscription)."""
+    did not hand it over, the coordinator gate's raw frames by name; ``None`` for anything else."""
+    if channel == "coordinator" and bytes(frame) in _GATE_FRAMES:
+        return _GATE_FRAMES[bytes(frame)]
     try:
         if channel == "handshake":
             return decode_handshake(frame) if direction == "out" else decode_init(frame)
