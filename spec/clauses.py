@@ -280,7 +280,8 @@ _CLAUSES: tuple[Clause, ...] = (
        and aborted at once: the connector's ``request_finished`` hook runs and no token is ever produced;
        no output is emitted for it."""),
     _c("ECP-REJECT-2", "MUST", "Rejection notice shape", """The rejection notice is an ADD with the serving-layer
-       request id (it contains the id the client gave: the body's ``request_id`` or ``X-Request-Id``), prompt ``[0]``, ``max_tokens`` 1, ``extra_args.kv_transfer_params`` equal to the
+       request id (it contains the id the client gave: the body's ``request_id`` or ``X-Request-Id``),
+       prompt ``[0]``, ``max_tokens`` 1, ``extra_args.kv_transfer_params`` equal to the
        request's params, the pinned rank, and ``abort_immediately`` true."""),
     _c("ECP-REJECT-3", "MUST", "Rejection notice gating", """A frontend sends the notice exactly when a KV
        connector is configured, the request carries a truthy ``do_remote_prefill``, and it was rejected
