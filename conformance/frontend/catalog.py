@@ -179,7 +179,8 @@ CASES: tuple[Case, ...] = (
        feature="dev_endpoints",
        also=("ECP-HTTP-10",)),
     _c("FE-UTIL-4", "ECP-UTIL-7", "MUST", "utility-reaches-every-engine",
-       "is_sleeping, sleep, wake_up and reset_prefix_cache each reach every engine.",
+       "is_sleeping, sleep, wake_up and reset_prefix_cache each reach every engine, and each route answers "
+       "200 with its body ({status: sleeping, level}, {status: awake, tags}, {is_sleeping}, {success: true}).",
        feature="dev_endpoints",
        also=("ECP-HTTP-9", "ECP-HTTP-10")),
     _c("FE-UTIL-5", "ECP-UTIL-12", "MUST", "reserved-call-ids-dropped",
