@@ -519,10 +519,14 @@ class FrontendManager:
     async def refusal_window(self) -> float:
         """How long a frontend that would serve needs to show it (GET /health 200) after its last
         engine's READY: three times the longest this run measured (the shared launch is started to
-        measure it if no launch did yet), and at least ``REFUSAL_MIN_S``."""
+        measure it if no launch did yet), and at least ``REFUSAL_MIN_S``. The case's budget grows by it."""
         if self.healthy_after_s is None and not self.cfg.attach:
             await self.shared()
-        return max(REFUSAL_MIN_S, 3 * (self.healthy_after_s or 0.0))
+        window = max(REFUSAL_MIN_S, 3 * (self.healthy_after_s or 0.0))
+        if self.deadline is not None:
+            # the window scales with the frontend's start-up, which never eats the case budget
+            self.deadline += window
+        return window
 
     def command_without_kv_connector(self) -> list[str]:
         return without_kv_connector(self.cfg.command)
