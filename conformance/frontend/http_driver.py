@@ -175,8 +175,9 @@ class AbortApi:
     """One shape of explicit-abort endpoint (vLLM 0.33.0: ``vllm/entrypoints/rl/online/api_router.py``,
     ``vllm/entrypoints/scale_out/token_in_token_out/api_router.py``).
 
-    ``ids_key`` carries the ids; abort-all is ``all_body`` (vLLM and vllm-rs:
-    an empty id list; FastDeploy: ``abort_all``).
+    ``ids_key`` carries the ids (external ids, ``ECP-HTTP-6``); abort-all is
+    ``all_body`` (``ECP-HTTP-7``: vLLM and vllm-rs: an empty id list, vLLM 0.33's
+    only form; FastDeploy: the explicit ``abort_all``).
     """
 
     path: str
