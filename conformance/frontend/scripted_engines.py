@@ -119,7 +119,9 @@ class ScriptedEngine:
         self.dead = True
         self.generation.abort_all_locally()
         for index in range(self.peer.clients):
-            await self.io.send([self.peer.send_raw(output_socket(index), encode_engine_dead())])
+            send = self.peer.send_raw(output_socket(index), encode_engine_dead())
+            self._record("out", "output", index, send.frames, message=_Named("ENGINE_CORE_DEAD"))
+            await self.io.send([send])
 
     @property
     def violations(self) -> list:
