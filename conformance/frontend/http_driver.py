@@ -195,8 +195,12 @@ ABORT_APIS = (
 )
 
 
-async def abort_by_ids(driver: HttpDriver, api: AbortApi, ids: list[str]) -> Reply:
-    return await driver.request("POST", api.path, json_body=api.ids_body(ids))
+async def abort_by_ids(driver: HttpDriver, api: AbortApi, ids: list[str], *,
+                       new_connection: bool = False) -> Reply:
+    """``new_connection``: on a connection of its own, closed after the answer (with several API server
+    processes on one port, each connection goes to whichever process accepts it)."""
+    return await driver.request("POST", api.path, json_body=api.ids_body(ids),
+                                headers={"Connection": "close"} if new_connection else None)
 
 
 async def abort_all(driver: HttpDriver, api: AbortApi) -> Reply:
