@@ -30,7 +30,7 @@ import zmq
 import zmq.asyncio
 
 from ecp.spec import (
-    EngineCoreOutputs, EngineCoreRequest, EngineHandshakeMetadata, Hello, ProtocolError, Ready,
+    ENGINE_CORE_DEAD, EngineCoreOutputs, EngineCoreRequest, EngineHandshakeMetadata, Hello, ProtocolError, Ready,
     HandshakeTimeout, StartDPWave, UtilityOutput, UtilityRequest, UtilityResult, encode_engine_dead,
     decode_handshake, decode_init, decode_ready_response, encode_handshake, encode_payload,
 )
@@ -119,9 +119,7 @@ class ScriptedEngine:
         self.dead = True
         self.generation.abort_all_locally()
         for index in range(self.peer.clients):
-            send = self.peer.send_raw(output_socket(index), encode_engine_dead())
-            self._record("out", "output", index, send.frames, message=_Named("ENGINE_CORE_DEAD"))
-            await self.io.send([send])
+            await self.io.send([self.peer.send_raw(output_socket(index), encode_engine_dead())])
 
     @property
     def violations(self) -> list:
@@ -332,9 +330,12 @@ _GATE_FRAMES = {XSUB_SUBSCRIBE: _Named("subscription (01)"), COORDINATOR_READY: 
 def _handshake_view(direction: str, channel: str, frame: bytes) -> Any:
     """What a handshake-time frame says, for the transcript: the engine's HELLO or READY and its
     ready payload (they are the engine's own, so they decode), the frontend's INIT when the machine
-    did not hand it over, the coordinator gate's raw frames by name; ``None`` for anything else."""
+    did not hand it over, the coordinator gate's raw frames and ENGINE_CORE_DEAD by name; ``None`` for
+    anything else."""
     if channel == "coordinator" and bytes(frame) in _GATE_FRAMES:
         return _GATE_FRAMES[bytes(frame)]
+    if channel == "output" and bytes(frame) == ENGINE_CORE_DEAD:
+        return _Named("ENGINE_CORE_DEAD")
     try:
         if channel == "handshake":
             return decode_handshake(frame) if direction == "out" else decode_init(frame)
