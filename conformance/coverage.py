@@ -106,7 +106,7 @@ REASONS: dict[str, Reason] = {
         _FE, "A MAY with both choices conforming: a frontend that bounds its utility waits and one that waits "
         "without a deadline both pass, so no frontend can fail it.",
         "What a bound must never do is answer early: FE-OUT-3 holds one engine's answer back and fails a frontend "
-        "that answers before it (ECP-UTIL-7); vLLM 0.33 (no bound) and ecp serve (300 s) both pass it."),
+        "that answers before it (ECP-UTIL-7), whether it bounds its waits (ecp serve: 300 s) or not (vLLM 0.33)."),
     "ECP-UTIL-11": Reason(
         _FE, "A MAY listing three conforming behaviours; none of them can be failed.",
         "ECP-UTIL-4, ECP-UTIL-5 and ECP-UTIL-7 (FE-UTIL-1..4) check the methods whose DP behaviour is fixed."),
