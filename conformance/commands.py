@@ -69,6 +69,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fe.set_defaults(func=_frontend)
 
 
+def http_routes(cases) -> list[dict]:
+    """Every route of ``ecp.spec.http.ROUTES`` with its clause and the cases citing that clause."""
+    from ecp.spec.http import ROUTES
+
+    return [{"route": r.key, "clause": r.clause, "required": r.required,
+             "cases": [c.id for c in cases if r.clause in c.clauses]} for r in ROUTES]
+
+
 def _list(args: argparse.Namespace) -> int:
     import json
 
@@ -89,6 +97,7 @@ def _list(args: argparse.Namespace) -> int:
     must_gaps, other_gaps = gaps(rows, "MUST"), gaps(rows, "SHOULD") + gaps(rows, "MAY")
     if args.json:
         print(json.dumps({"cases": [c.to_dict() for c in cases], "coverage": [r.to_dict() for r in rows],
+                          "http_routes": http_routes(cases) if "frontend" in roles else [],
                           "uncovered_must_clauses": [r.clause for r in must_gaps],
                           "uncovered_should_may_clauses": [r.clause for r in other_gaps]}, indent=1))
         return 0
@@ -103,9 +112,15 @@ def _list(args: argparse.Namespace) -> int:
     else:
         for c in cases:
             print(f"{c.id:<13} {c.clause:<14} {c.level:<6} {c.conformance_level:<8} {c.slug:<38} {c.requirement}")
-        cited = {c.clause for c in cases}
+            if c.also:
+                print(f"{'':<13} also {', '.join(c.also)}")
+        cited = {cl for c in cases for cl in c.clauses}
         print(f"\n{len(cases)} case(s) cite {len(cited)} clause(s) "
               f"({', '.join(roles)} role{'s' if len(roles) > 1 else ''}).")
+        if "frontend" in roles:
+            print("\nHTTP routes the frontend role drives (spec/PROTOCOL.md section 14), their clause and cases:")
+            for r in http_routes(cases):
+                print(f"  {r['route']:<28} {r['clause']:<12} {' '.join(r['cases']) or '-'}")
     print(summary_line(rows))
     for label, found in (("MUST", must_gaps), ("SHOULD/MAY", other_gaps)):
         print(f"{label} clauses without a case or reason: {len(found)}")

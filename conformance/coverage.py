@@ -102,6 +102,11 @@ REASONS: dict[str, Reason] = {
         "The one encoder of ecp.spec places them (tests/spec/test_codec.py: a 400-byte multimodal tensor goes "
         "to an aux frame, a 4-byte one inline); receivers of both forms: FE-OUT-6 (frontends) and ENG-OUT-10 "
         "for what engines send."),
+    "ECP-UTIL-13": Reason(
+        _FE, "A MAY with both choices conforming: a frontend that bounds its utility waits and one that waits "
+        "without a deadline both pass, so no frontend can fail it.",
+        "What a bound must never do is answer early: FE-OUT-3 holds one engine's answer back and fails a frontend "
+        "that answers before it (ECP-UTIL-7), whether it bounds its waits (ecp serve: 300 s) or not (vLLM 0.33)."),
     "ECP-UTIL-11": Reason(
         _FE, "A MAY listing three conforming behaviours; none of them can be failed.",
         "ECP-UTIL-4, ECP-UTIL-5 and ECP-UTIL-7 (FE-UTIL-1..4) check the methods whose DP behaviour is fixed."),
@@ -169,7 +174,8 @@ def clause_rows(cases: Iterable[Case], outcomes: Mapping[str, str] | None = None
     by_clause: dict[str, dict[str, list[str]]] = {}
     for c in cases:
         for r in c.roles:
-            by_clause.setdefault(c.clause, {}).setdefault(r, []).append(c.id)
+            for cited in c.clauses:
+                by_clause.setdefault(cited, {}).setdefault(r, []).append(c.id)
     rows = []
     for cl in spec_clauses._CLAUSES:
         if cl.withdrawn:

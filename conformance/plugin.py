@@ -230,6 +230,12 @@ def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Ite
             more = f" (and {len(must) - 3} more, listed under findings)" if len(must) > 3 else ""
             message = (f"the case's own check passed, but the {state.role} broke other rules: "
                        + "; ".join(shown) + more)
+    uncited = getattr(manager, "uncited_routes", None)
+    routes = uncited(case.clauses) if uncited is not None else []
+    if routes and outcome is not Outcome.UNSUPPORTED:
+        outcome = Outcome.ERROR
+        message = (f"harness error: {cid} drove HTTP routes whose clause its catalogue entry does not cite: "
+                   f"{', '.join(routes)}" + (f"\n(the case itself: {message})" if message else ""))
     failed = outcome not in (Outcome.PASS, Outcome.UNSUPPORTED)
     if failed and manager is not None and outcome is not Outcome.ERROR:
         # keep the engines that still serve; the probe's verdict is evidence for this case

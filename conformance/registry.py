@@ -61,6 +61,19 @@ class Case:
     tags: tuple[str, ...] = field(default=())
     #: set only where a case deliberately differs from its clause's conformance level
     level_override: str | None = None
+    #: further clauses the case checks besides ``clause``, and the ``ECP-HTTP-n`` clause of every
+    #: HTTP route it drives (a frontend-role case relies on no HTTP behaviour the text leaves open)
+    also: tuple[str, ...] = ()
+
+    @property
+    def http(self) -> tuple[str, ...]:
+        """The HTTP clauses among :attr:`clause` and :attr:`also`."""
+        return tuple(c for c in (self.clause, *self.also) if c.startswith("ECP-HTTP-"))
+
+    @property
+    def clauses(self) -> tuple[str, ...]:
+        """Every clause the case cites: its own first."""
+        return (self.clause, *self.also)
 
     @property
     def area(self) -> str:
@@ -77,16 +90,17 @@ class Case:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "clause": self.clause, "level": self.level,
                 "conformance_level": self.conformance_level, "roles": list(self.roles),
-                "requirement": self.requirement, "slug": self.slug, "feature": self.feature}
+                "requirement": self.requirement, "slug": self.slug, "feature": self.feature,
+                "also": list(self.also)}
 
 
 def case_factory(*roles: str) -> Callable[..., Case]:
-    """``_c(id, clause, level, slug, requirement, feature=None)`` for one role's catalogue: keeps the
-    catalogue tables one line per field, in the order a reader scans them."""
+    """``_c(id, clause, level, slug, requirement, feature=None, also=())`` for one role's catalogue:
+    keeps the catalogue tables one line per field, in the order a reader scans them."""
     def make(id: str, clause: str, level: str, slug: str, requirement: str, feature: str | None = None,
-             conformance_level: str | None = None) -> Case:
+             conformance_level: str | None = None, also: tuple[str, ...] = ()) -> Case:
         return Case(id=id, clause=clause, level=level, roles=roles, requirement=requirement,  # type: ignore[arg-type]
-                    slug=slug, feature=feature, level_override=conformance_level)
+                    slug=slug, feature=feature, level_override=conformance_level, also=tuple(also))
 
     return make
 
@@ -111,6 +125,11 @@ def validate_cases(cases: Iterable[Case], role: str | None = None) -> list[Case]
             problems.append(f"{c.id}: unknown spec clause {c.clause!r}")
         elif spec_clauses.CLAUSES[c.clause].withdrawn:
             problems.append(f"{c.id}: cites withdrawn clause {c.clause}")
+        for other in c.also:
+            if other not in spec_clauses.CLAUSES:
+                problems.append(f"{c.id}: unknown spec clause {other!r} in also")
+            elif other == c.clause or c.also.count(other) > 1:
+                problems.append(f"{c.id}: clause {other} cited twice")
         if c.level not in ("MUST", "SHOULD", "MAY"):
             problems.append(f"{c.id}: level must be MUST, SHOULD or MAY")
         if c.level_override is not None and c.level_override not in spec_clauses.CONFORMANCE_LEVELS:

@@ -1,10 +1,17 @@
-"""Per-case transcripts: every frame both ways, as hex and decoded.
+"""Per-case transcripts: every frame both ways, as hex and decoded, and every HTTP exchange.
 
 The harness records each multipart message it sends or receives together
 with the channel (``handshake``, ``input[0]``, ``output[1]`` …) and a decoded
-view produced by :mod:`ecp.spec` (or the decode error, with its clause). A
-failing case's transcript goes into the reports so an engine author can see
-exactly what was on the wire.
+view produced by :mod:`ecp.spec` (or the decode error, with its clause). In
+the frontend role it also records every HTTP request it sends the frontend
+and every answer (channel ``http``: method, path, status, the head of the
+body), in the same time order as the frames. A failing case's transcript
+goes into the reports so a peer's author can see exactly what happened.
+
+Arrows are from the harness's side: ``-->`` is what the harness sent (to the
+engine under test; in the frontend role, an HTTP request to the frontend or a
+frame one of its scripted engines sent it), ``<--`` what it received, ``###``
+a note of the harness.
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 MAX_HEX_BYTES = 512
+#: The channel of HTTP exchanges (no frames: one line each way).
+HTTP_CHANNEL = "http"
 MAX_DECODED_CHARS = 2000
 
 
@@ -39,7 +48,7 @@ class Entry:
     def render(self) -> str:
         arrow = {"sent": "-->", "recv": "<--", "note": "###"}[self.direction]
         head = f"{self.t:8.3f}s {arrow} {self.channel}"
-        if self.direction == "note":
+        if self.direction == "note" or self.channel == HTTP_CHANNEL:
             return f"{head} {self.decoded}"
         lines = [head]
         for i, h in enumerate(self.frames_hex):
@@ -74,6 +83,11 @@ class Transcript:
         self.entries.append(Entry(time.monotonic() - self._t0, direction, channel,
                                   [hex_preview(f) for f in frames], decoded))
 
+    def http(self, direction: str, text: str) -> None:
+        """One HTTP line: ``sent`` (a request to the frontend) or ``recv`` (its answer), bounded like
+        every entry."""
+        self.record(direction, HTTP_CHANNEL, (), lambda: _Raw(text))
+
     def note(self, text: str) -> None:
         self.entries.append(Entry(time.monotonic() - self._t0, "note", "", [], text))
 
@@ -99,6 +113,13 @@ class Transcript:
 
 def render(entries: Sequence[Entry]) -> str:
     return "\n".join(e.render() for e in entries)
+
+
+class _Raw(str):
+    """Text shown as it is (``record`` shows ``repr`` of decoded values)."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 def _short(text: str) -> str:

@@ -57,6 +57,7 @@ AREAS: dict[str, str] = {
     "ROB": "Robustness",
     "SEC": "Security",
     "COMPAT": "Compatibility",
+    "HTTP": "HTTP surface of a frontend",
 }
 
 
@@ -121,7 +122,8 @@ _CLAUSES: tuple[Clause, ...] = (
     _c("ECP-HS-8", "MUST", "Bounded handshake", """Every handshake stage is bounded by a timeout; a stage
        that times out fails with an error naming the stage."""),
     _c("ECP-HS-9", "MUST", "max_model_len is the minimum", """A frontend serving several engines uses the
-       minimum ``max_model_len`` over their ready payloads."""),
+       minimum ``max_model_len`` over their ready payloads: no ADD carries a prompt plus ``max_tokens`` above it
+       (``ECP-HTTP-8`` says how a frontend keeps to it)."""),
     _c("ECP-HS-10", "SHOULD", "Consistent engines", """A frontend rejects engines whose ready payloads
        disagree on LoRA capability (``supports_lora``, ``max_loras``)."""),
     _c("ECP-HS-11", "MUST", "Unexpected identity", """A frontend rejects a handshake or registration from an
@@ -196,8 +198,9 @@ _CLAUSES: tuple[Clause, ...] = (
     _c("ECP-OUT-7", "MAY", "Scheduler stats", """Engines may attach ``scheduler_stats``; frontends must serve
        engines that never send them."""),
     _c("ECP-OUT-8", "MUST", "ENGINE_CORE_DEAD", """An engine that fails fatally sends the raw 16-byte frame
-       ``ENGINE_CORE_DEAD`` on every output socket before exiting; a frontend that receives it marks the
-       engine dead and fails every request and waiter on it."""),
+       ``ENGINE_CORE_DEAD`` on every output socket before exiting; the frame names no engine, so a frontend
+       that receives it on an output socket fails every request and waiter of every engine whose outputs reach
+       that socket (with one output socket per client: all of them) and becomes unhealthy."""),
     _c("ECP-OUT-9", "MUST", "Outputs for unknown ids", """A frontend drops outputs for request ids it no longer
        tracks."""),
     # --------------------------------------------------------------- ABORT
@@ -220,6 +223,9 @@ _CLAUSES: tuple[Clause, ...] = (
     _c("ECP-ABORT-8", "MUST", "Explicit abort", """An explicit abort finalises each known stream locally with
        an ABORT result and then sends one ABORT per owning engine; a send failure to one engine does not
        stop the others."""),
+    _c("ECP-ABORT-10", "MUST", "Registered until aborted", """A frontend keeps a dropped in-flight request
+       registered (its internal id and owning engine) until the ABORT naming it was sent; outputs arriving
+       for it meanwhile are dropped (``ECP-OUT-9``), never delivered or allowed to unregister it silently."""),
     _c("ECP-ABORT-9", "MUST", "Engine-initiated aborts", """When the engine ends requests itself (sleep or pause
        with mode ``abort``, shutdown) it emits an ABORT terminal output for each and lists them in
        ``finished_requests``."""),
@@ -251,6 +257,9 @@ _CLAUSES: tuple[Clause, ...] = (
        to engine 0 only (Python external LB), to every engine returning engine 0's result (Python internal
        LB), or to every engine checking every result (vllm-rs); engines give the same answer whichever way
        they are asked."""),
+    _c("ECP-UTIL-13", "MAY", "Bounded utility waits", """A frontend may bound how long a utility call waits
+       for every engine (vLLM 0.33 waits without a deadline; the reference client 300 s); a call whose bound
+       passes fails with an error, and a frontend never completes it with the answers that did arrive."""),
     _c("ECP-UTIL-12", "MUST", "Reserved negative call ids", """Call ids -1 and -2 are reserved for
        engine-initiated notices (elastic EP, fault-tolerance status); a frontend never sends them, and a
        client that receives a reply with an id it did not issue drops it without failing."""),
@@ -258,7 +267,8 @@ _CLAUSES: tuple[Clause, ...] = (
     _c("ECP-DP-1", "MUST", "Distinct identities", """N engines of one deployment have N distinct identities
        ``start..start+N-1``."""),
     _c("ECP-DP-2", "MUST", "Pinned rank", """An ADD with ``data_parallel_rank`` set goes to that global rank;
-       a frontend rejects a rank that is not connected with an error listing the connected ranks."""),
+       a frontend rejects a rank that is not connected, before any ADD, with an error listing the connected ranks
+       (over HTTP: a 400 answer, ``ECP-HTTP-2``)."""),
     _c("ECP-DP-3", "SHOULD", "Load-aware routing", """Unpinned requests go to the least-loaded engine (in-flight
        count, refined by scheduler stats)."""),
     _c("ECP-DP-4", "MUST", "START_DP_WAVE tolerated", """An engine accepts START_DP_WAVE ``[wave,
@@ -270,7 +280,8 @@ _CLAUSES: tuple[Clause, ...] = (
        and aborted at once: the connector's ``request_finished`` hook runs and no token is ever produced;
        no output is emitted for it."""),
     _c("ECP-REJECT-2", "MUST", "Rejection notice shape", """The rejection notice is an ADD with the serving-layer
-       request id, prompt ``[0]``, ``max_tokens`` 1, ``extra_args.kv_transfer_params`` equal to the
+       request id (it contains the id the client gave: the body's ``request_id`` or ``X-Request-Id``),
+       prompt ``[0]``, ``max_tokens`` 1, ``extra_args.kv_transfer_params`` equal to the
        request's params, the pinned rank, and ``abort_immediately`` true."""),
     _c("ECP-REJECT-3", "MUST", "Rejection notice gating", """A frontend sends the notice exactly when a KV
        connector is configured, the request carries a truthy ``do_remote_prefill``, and it was rejected
@@ -313,6 +324,46 @@ _CLAUSES: tuple[Clause, ...] = (
        a conforming sender produces what both accept (full-length arrays, the result envelope, a terminal
        output for every admitted request, a non-empty ready payload) and a conforming receiver accepts
        what either sends."""),
+    # ---------------------------------------------------------------- HTTP
+    _c("ECP-HTTP-1", "MUST", "Generation routes", """``POST /v1/completions`` (and ``/v1/chat/completions``
+       where served) take OpenAI bodies naming a served model; ``stream: true`` answers server-sent events
+       (``data:`` chunks, then ``data: [DONE]``); ``X-data-parallel-rank: r`` pins the request to rank r
+       (``ECP-DP-2``); ``X-Request-Id`` names it (``ECP-HTTP-6``)."""),
+    _c("ECP-HTTP-2", "MUST", "Error statuses", """A request a frontend refuses or fails is answered with a 4xx
+       status (the client's mistake: a malformed body, an unknown model, a pinned rank not served, a prompt too
+       long) or a 5xx status (an engine failure, an unhealthy frontend), never a 2xx; a stream that fails after
+       its 200 head ends with an error event or ``finish_reason`` error, never a normal finish."""),
+    _c("ECP-HTTP-3", "SHOULD", "Error object", """The body of every error answer is the OpenAI error object
+       ``{"error": {"message": str, "type": str, "param": str | null, "code": int | str | null}}``."""),
+    _c("ECP-HTTP-4", "MUST", "Served model names", """``GET /v1/models`` lists the names a frontend serves
+       (``data[].id``) and the frontend serves a request naming the first of them; it may refuse any other name
+       with 404. A client, the conformance harness included, names a model that ``/v1/models`` listed, in every
+       launch."""),
+    _c("ECP-HTTP-5", "MUST", "Health", """``GET /health`` answers 200 only while the frontend serves (after
+       its handshake) and another status (vLLM: 503) once it is unhealthy (``ECP-ROB-3``)."""),
+    _c("ECP-HTTP-6", "MUST", "External request ids", """A response's ``id`` is ``cmpl-<base>`` or
+       ``chatcmpl-<base>``, ``<base>`` being ``X-Request-Id``, else the body's ``request_id``, else random. The
+       external id of a chat completion is its ``id``, of prompt i of a completion ``<id>-<i>``; the abort routes
+       take external ids (a frontend may also resolve other ids it knows unambiguously) and ignore ids that name
+       nothing."""),
+    _c("ECP-HTTP-7", "MUST", "Abort routes and abort-all", """``POST /abort_requests`` takes ``{"request_ids":
+       [ids]}``; an empty list or a body without ``request_ids`` aborts every request of the receiving process,
+       vLLM 0.33's convention, so a client never sends an empty list meaning none. ``POST /v1/abort_requests``
+       takes ``{"req_ids": [ids]}`` or the explicit ``{"abort_all": true}``; a body with neither is a 400. Both
+       answer 200 once the aborts were issued (``ECP-ABORT-8``)."""),
+    _c("ECP-HTTP-8", "MUST", "Context length", """A frontend refuses with a 400 a prompt that leaves no room
+       within ``max_model_len`` (the minimum, ``ECP-HS-9``); for a prompt that fits whose ``max_tokens`` does
+       not, it either lowers ``max_tokens`` to the room left (vLLM 0.33) or refuses the request with a 400
+       (ecp serve); it never sends the ADD unchanged."""),
+    _c("ECP-HTTP-9", "MUST", "Sleep routes", """``GET /is_sleeping`` answers ``{"is_sleeping": bool}``, the
+       engines' common answer (``ECP-UTIL-4``); ``POST /sleep?level=&mode=`` and ``POST /wake_up?tags=`` call
+       ``sleep``/``wake_up`` on every engine and answer 200 only after every engine answered."""),
+    _c("ECP-HTTP-10", "MUST", "Prefix-cache reset", """``POST /reset_prefix_cache`` calls
+       ``reset_prefix_cache`` on every engine and answers 200 ``{"success": b}``, b true exactly when every
+       engine answered true (``ECP-UTIL-5``); an answer without a boolean ``success`` is not an answer."""),
+    _c("ECP-HTTP-11", "MUST", "collective_rpc route", """``POST /collective_rpc`` with ``{"method", "args",
+       "kwargs", "timeout"}`` calls ``collective_rpc`` on every engine and answers 200 ``{"results": [...]}``,
+       the engines' lists concatenated in rank order (``ECP-UTIL-6``); a body without ``method`` is a 400."""),
 )
 
 CLAUSES: dict[str, Clause] = {c.id: c for c in _CLAUSES}

@@ -58,10 +58,25 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+def http_schema_for(name: str) -> dict[str, Any]:
+    """The JSON Schema document of one HTTP body (:func:`ecp.spec.http.schema_types`)."""
+    from .http import schema_types
+
+    typ, what = schema_types()[name]
+    doc: dict[str, Any] = {"$schema": DIALECT, "$id": f"https://ecp.invalid/schema/{name}.json",
+                           "title": f"ecp {name} (vLLM 0.33.0)", "description": f"HTTP: {what}"}
+    doc.update(msgspec.json.schema(typ))
+    return doc
+
+
 def render_schemas() -> dict[str, str]:
-    """File name -> exact file text, for every kind."""
-    return {f"{kind}.json": json.dumps(schema_for(kind), indent=1, sort_keys=False, default=_json_default) + "\n"
-            for kind in MESSAGE_TYPES}
+    """File name -> exact file text, for every message kind and every HTTP body."""
+    from .http import schema_types
+
+    out = {f"{kind}.json": json.dumps(schema_for(kind), indent=1, sort_keys=False, default=_json_default) + "\n"
+           for kind in MESSAGE_TYPES}
+    out.update({f"{name}.json": json.dumps(http_schema_for(name), indent=1) + "\n" for name in schema_types()})
+    return out
 
 
 def load_schema(kind: str, directory: Path = SCHEMA_DIR) -> dict[str, Any]:

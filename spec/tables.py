@@ -54,6 +54,7 @@ STRUCTS: dict[str, type] = {
 
 _BLOCK_RE = re.compile(r"(<!-- fields:(\w+) -->\n)(.*?)(<!-- /fields -->)", re.S)
 _METHODS_RE = re.compile(r"(<!-- utility-methods -->\n)(.*?)(<!-- /utility-methods -->)", re.S)
+_ROUTES_RE = re.compile(r"(<!-- http-routes -->\n)(.*?)(<!-- /http-routes -->)", re.S)
 _MACHINE_RE = re.compile(r"(<!-- machine:(\w+) -->\n)(.*?)(<!-- /machine -->)", re.S)
 
 
@@ -146,12 +147,14 @@ def render_utility_methods() -> str:
 
 
 def refresh_protocol(text: str) -> str:
-    """``text`` with every generated block (field tables, method table, machine tables)
-    brought up to date."""
+    """``text`` with every generated block (field tables, method table, machine tables, HTTP
+    routes) brought up to date."""
+    from .http import render_routes
     from .machine.table import render_table as render_machine
     def repl(m: re.Match) -> str:
         return m.group(1) + render_table(m.group(2)) + m.group(4)
 
     text = _BLOCK_RE.sub(repl, text)
     text = _METHODS_RE.sub(lambda m: m.group(1) + render_utility_methods() + m.group(3), text)
+    text = _ROUTES_RE.sub(lambda m: m.group(1) + render_routes() + m.group(3), text)
     return _MACHINE_RE.sub(lambda m: m.group(1) + render_machine(m.group(2)) + m.group(4), text)

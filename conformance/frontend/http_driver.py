@@ -9,6 +9,7 @@ which is what a departing client does) to trigger the frontend's auto-abort.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 from urllib.parse import urlsplit
@@ -16,7 +17,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..outcomes import CaseTimeout, Violation
-from .sse import SseStream
+from .sse import HttpLog, SseStream, body_head
 
 def _connection_violation(method: str, path: str, exc: BaseException) -> Violation:
     """What the frontend did, not a harness fault: it broke the connection without a status line,
@@ -26,6 +27,13 @@ def _connection_violation(method: str, path: str, exc: BaseException) -> Violati
     else:
         what = "closed the connection without an HTTP response"
     return Violation(f"{method} {path}: the frontend {what} ({type(exc).__name__}: {exc!s:.200})")
+
+
+def _json(body: Any) -> str:
+    try:
+        return json.dumps(body)
+    except (TypeError, ValueError):
+        return repr(body)
 
 
 @dataclass
@@ -55,6 +63,22 @@ class HttpDriver:
         #: awaited when a connection breaks without a response, before that is called a violation:
         #: raises ``PeerCrashed`` when the frontend's process is exiting (its sockets close first)
         self.on_connection_lost: Callable[[str], Awaitable[None]] | None = None
+        #: every HTTP exchange, one line each way, into the case's transcript
+        self.log: HttpLog | None = None
+        #: ``"METHOD /path"`` of every route a case drove (the launch and the capability probe excepted):
+        #: each must be governed by a clause the case cites (``ecp.spec.http``)
+        self.routes_used: set[str] = set()
+        #: off while the harness itself drives the frontend (launch, capability probe)
+        self.attributing = True
+        self._last_health: int | None | str = "unknown"
+
+    def _note(self, direction: str, text: str) -> None:
+        if self.log is not None:
+            self.log(direction, text)
+
+    def _use(self, method: str, path: str) -> None:
+        if self.attributing:
+            self.routes_used.add(f"{method.upper()} {path.split('?', 1)[0]}")
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -62,15 +86,23 @@ class HttpDriver:
     # -- plain requests ------------------------------------------------------------
     async def request(self, method: str, path: str, *, json_body: Any = None,
                       params: Any = None, headers: dict[str, str] | None = None) -> Reply:
+        self._use(method, path)
+        query = str(httpx.QueryParams(params)) if params else ""
+        target = f"{method} {path}" + (f"?{query}" if query else "")
+        shown = "".join(f" {k}: {v};" for k, v in (headers or {}).items())
+        self._note("sent", f"{target}{shown}" + ("" if json_body is None else f" {body_head(_json(json_body))}"))
         try:
             response = await self.client.request(method, path, json=json_body, params=params, headers=headers)
         except httpx.TimeoutException:
+            self._note("recv", f"{target}: no HTTP response within {self.timeout:g} s")
             raise CaseTimeout(f"{method} {path}: no HTTP response within {self.timeout:g}s") from None
         except (httpx.TransportError, OSError) as exc:
+            self._note("recv", f"{target}: no HTTP response ({type(exc).__name__}: {exc!s:.200})")
             if self.on_connection_lost is not None:
                 await self.on_connection_lost(f"{method} {path}: {type(exc).__name__}: {exc!s:.200}")
             raise _connection_violation(method, path, exc) from None
         text = response.text
+        self._note("recv", f"HTTP {response.status_code} {target}" + (f": {body_head(text)}" if text else ""))
         try:
             body = response.json() if text else None
         except ValueError:
@@ -78,11 +110,18 @@ class HttpDriver:
         return Reply(response.status_code, body, text)
 
     async def health(self) -> int | None:
-        """``GET /health`` status, or ``None`` when the server does not answer."""
+        """``GET /health`` status, or ``None`` when the server does not answer. The transcript
+        shows the polls whose answer changed (waits poll it every ``POLL_S``)."""
+        self._use("GET", "/health")
         try:
-            return (await self.client.get("/health", timeout=2.0)).status_code
+            status: int | None = (await self.client.get("/health", timeout=2.0)).status_code
         except (httpx.HTTPError, OSError):
-            return None
+            status = None
+        if status != self._last_health:
+            self._note("recv", "GET /health: " + (f"HTTP {status}" if status is not None else "no answer")
+                       + ("" if self._last_health == "unknown" else f" (was {self._last_health or 'no answer'})"))
+            self._last_health = status
+        return status
 
     async def models(self) -> list[str]:
         reply = await self.request("GET", "/v1/models")
@@ -117,7 +156,8 @@ class HttpDriver:
     async def open_stream(self, path: str, body: dict[str, Any],
                           headers: dict[str, str] | None = None) -> SseStream:
         """POST with ``stream: true`` and return once the response headers arrived."""
-        return await SseStream.open(self.host, self.port, path, body, headers, self.timeout)
+        self._use("POST", path)
+        return await SseStream.open(self.host, self.port, path, body, headers, self.timeout, self.log)
 
     async def stream_completion(self, prompt: str, max_tokens: int,
                                 headers: dict[str, str] | None = None, **extra: Any) -> SseStream:
@@ -135,8 +175,9 @@ class AbortApi:
     """One shape of explicit-abort endpoint (vLLM 0.33.0: ``vllm/entrypoints/rl/online/api_router.py``,
     ``vllm/entrypoints/scale_out/token_in_token_out/api_router.py``).
 
-    ``ids_key`` carries the ids; abort-all is ``all_body`` (vLLM and vllm-rs:
-    an empty id list; FastDeploy: ``abort_all``).
+    ``ids_key`` carries the ids (external ids, ``ECP-HTTP-6``); abort-all is
+    ``all_body`` (``ECP-HTTP-7``: vLLM and vllm-rs: an empty id list, vLLM 0.33's
+    only form; FastDeploy: the explicit ``abort_all``).
     """
 
     path: str
@@ -154,8 +195,12 @@ ABORT_APIS = (
 )
 
 
-async def abort_by_ids(driver: HttpDriver, api: AbortApi, ids: list[str]) -> Reply:
-    return await driver.request("POST", api.path, json_body=api.ids_body(ids))
+async def abort_by_ids(driver: HttpDriver, api: AbortApi, ids: list[str], *,
+                       new_connection: bool = False) -> Reply:
+    """``new_connection``: on a connection of its own, closed after the answer (with several API server
+    processes on one port, each connection goes to whichever process accepts it)."""
+    return await driver.request("POST", api.path, json_body=api.ids_body(ids),
+                                headers={"Connection": "close"} if new_connection else None)
 
 
 async def abort_all(driver: HttpDriver, api: AbortApi) -> Reply:

@@ -1,4 +1,5 @@
-"""What the frontend under test exposes, found once per session.
+"""What the frontend under test exposes, found once per launch (the routes and their
+forms: spec/PROTOCOL.md section 14, ``ecp.spec.http``).
 
 Cases that need something the frontend does not expose end UNSUPPORTED, not
 FAIL: the vLLM dev endpoints (``GET /is_sleeping`` answers 404 without dev

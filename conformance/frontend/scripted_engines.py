@@ -30,11 +30,12 @@ import zmq
 import zmq.asyncio
 
 from ecp.spec import (
-    EngineCoreOutputs, EngineCoreRequest, EngineHandshakeMetadata, Hello, ProtocolError, Ready,
+    ENGINE_CORE_DEAD, EngineCoreOutputs, EngineCoreRequest, EngineHandshakeMetadata, Hello, ProtocolError, Ready,
     HandshakeTimeout, StartDPWave, UtilityOutput, UtilityRequest, UtilityResult, encode_engine_dead,
-    encode_handshake, encode_payload,
+    decode_handshake, decode_init, decode_ready_response, encode_handshake, encode_payload,
 )
 
+from ecp.spec.handshake import COORDINATOR_READY, XSUB_SUBSCRIBE
 from ecp.spec.machine import COORDINATOR, Outputs, Send, StartWave, input_socket, output_socket, parse_socket
 from ecp.spec.peer import Deviation, EnginePeer, Stage, Step
 from ecp.spec.peer.zmq_io import AsyncEngineSockets
@@ -207,6 +208,8 @@ class ScriptedEngine:
         elif outcome:
             event = outcome[0]
             message = getattr(event, "init", None) or getattr(event, "wave", None)
+        if message is None and error is None and frames:
+            message = _handshake_view(direction, channel, frames[-1])
         self._record(direction, channel, index, frames, message=message, error=error)
 
     # -- serving ---------------------------------------------------------------------
@@ -313,6 +316,34 @@ class ScriptedEngine:
                 message: Any = None, error: ProtocolError | None = None) -> None:
         self.recorder.append(FrameRecord(time.monotonic(), self.rank, direction, channel, client_index,
                                          [bytes(f) for f in frames], message, error))
+
+
+class _Named(str):
+    def __repr__(self) -> str:
+        return str(self)
+
+
+#: the coordinator gate's frames are raw bytes, not msgpack (``ECP-HS-6``)
+_GATE_FRAMES = {XSUB_SUBSCRIBE: _Named("subscription (01)"), COORDINATOR_READY: _Named("the coordinator's READY")}
+
+
+def _handshake_view(direction: str, channel: str, frame: bytes) -> Any:
+    """What a handshake-time frame says, for the transcript: the engine's HELLO or READY and its
+    ready payload (they are the engine's own, so they decode), the frontend's INIT when the machine
+    did not hand it over, the coordinator gate's raw frames and ENGINE_CORE_DEAD by name; ``None`` for
+    anything else."""
+    if channel == "coordinator" and bytes(frame) in _GATE_FRAMES:
+        return _GATE_FRAMES[bytes(frame)]
+    if channel == "output" and bytes(frame) == ENGINE_CORE_DEAD:
+        return _Named("ENGINE_CORE_DEAD")
+    try:
+        if channel == "handshake":
+            return decode_handshake(frame) if direction == "out" else decode_init(frame)
+        if channel == "input" and direction == "out":
+            return decode_ready_response(frame)
+    except ProtocolError:
+        return None   # a fault the script injected on purpose: its bytes are in the record
+    return None
 
 
 def _notice(call_id: int, rank: int) -> object:

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, TypeVar
 
 import zmq
 import zmq.asyncio
@@ -159,6 +160,7 @@ class FrontendUnderTest:
         # reported with the request it left unanswered
         self.driver = HttpDriver(self.base_url, timeout=cfg.case_timeout_s * REQUEST_SHARE)
         self.driver.on_connection_lost = self._connection_lost
+        self.driver.log = transcript.http
         self.caps: Capabilities | None = None
         #: seconds from the last engine's READY to GET /health 200 (measured by start())
         self.healthy_after_s: float | None = None
@@ -185,10 +187,31 @@ class FrontendUnderTest:
                          "every scripted engine to finish its handshake with the frontend")
         if wait_healthy:
             registered = time.monotonic()
-            await self.wait_health(lambda s: s == 200, self.cfg.startup_timeout_s, "GET /health to answer 200")
-            self.healthy_after_s = time.monotonic() - registered
-            self.caps = await probe(self.driver, kv_connector=self.kv_connector)
+            self.driver.attributing = False   # the launch's own requests are the harness's, not the case's
+            try:
+                await self.wait_health(lambda s: s == 200, self.cfg.startup_timeout_s, "GET /health to answer 200")
+                self.healthy_after_s = time.monotonic() - registered
+                await self.probe()
+            finally:
+                self.driver.attributing = True
+
+    async def probe(self) -> Capabilities:
+        """Read what the frontend serves (once per launch): its model name above all, which every later
+        request names (``ECP-HTTP-4``). Its requests are the harness's, not the case's."""
+        if self.caps is None:
+            attributing, self.driver.attributing = self.driver.attributing, False
+            try:
+                self.caps = await probe(self.driver, kv_connector=self.kv_connector)
+            finally:
+                self.driver.attributing = attributing
             self.transcript.note(f"capabilities: {self.caps.describe()}")
+        return self.caps
+
+    async def serving(self, timeout: float) -> None:
+        """Wait until ``GET /health`` answers 200, then probe: for a launch started without waiting for
+        health, before its first request (which must name a model the frontend lists)."""
+        await self.wait_health(lambda s: s == 200, timeout, "GET /health to answer 200")
+        await self.probe()
 
     def stranger(self, rank: int, script: Any = None) -> ScriptedEngine:
         """A scripted engine with a rank outside the configured ones (``ECP-HS-11``), started: it says
@@ -370,6 +393,8 @@ class FrontendManager:
         self.loop = LoopThread()
         self.ctx = zmq.asyncio.Context()
         self._launches = 0
+        #: launches under way: the case's deadline waits for them (``_case_deadline``)
+        self._launching = 0
         self._shared: FrontendUnderTest | None = None
         #: the first shared launch failed (timeout, crash, cannot start) before any launch of this
         #: run ever came up: every later launch reports it at once instead of waiting again
@@ -394,7 +419,13 @@ class FrontendManager:
         """
         if self.deadline is None:
             self.deadline = time.monotonic() + self.cfg.case_timeout_s
-        return self.loop.run(body(self), lambda: self.deadline, "the case")
+        return self.loop.run(body(self), self._case_deadline, "the case")
+
+    def _case_deadline(self) -> float:
+        """The case's deadline; none while a launch is under way (a launch has its own bounds,
+        ``--startup-timeout`` per stage, and its time is added to the budget when it ends)."""
+        assert self.deadline is not None
+        return math.inf if self._launching else self.deadline
 
     def set_deadline(self, deadline: float | None) -> None:
         """Called by the plugin when a case body starts (its time budget)."""
@@ -411,6 +442,7 @@ class FrontendManager:
         if not self.cfg.attach and not self.cfg.command:
             raise LaunchError("no frontend command given after --")
         self._launches += 1
+        self._launching += 1
         started = time.monotonic()
         fut = FrontendUnderTest(self.cfg, self.ctx, self.transcript, self._launches,
                                 engine_count=engine_count or self.cfg.engine_count,
@@ -426,6 +458,7 @@ class FrontendManager:
             raise
         finally:
             # Startup time does not eat the case budget.
+            self._launching -= 1
             if self.deadline is not None:
                 self.deadline += time.monotonic() - started
         return fut
@@ -486,10 +519,14 @@ class FrontendManager:
     async def refusal_window(self) -> float:
         """How long a frontend that would serve needs to show it (GET /health 200) after its last
         engine's READY: three times the longest this run measured (the shared launch is started to
-        measure it if no launch did yet), and at least ``REFUSAL_MIN_S``."""
+        measure it if no launch did yet), and at least ``REFUSAL_MIN_S``. The case's budget grows by it."""
         if self.healthy_after_s is None and not self.cfg.attach:
             await self.shared()
-        return max(REFUSAL_MIN_S, 3 * (self.healthy_after_s or 0.0))
+        window = max(REFUSAL_MIN_S, 3 * (self.healthy_after_s or 0.0))
+        if self.deadline is not None:
+            # the window scales with the frontend's start-up, which never eats the case budget
+            self.deadline += window
+        return window
 
     def command_without_kv_connector(self) -> list[str]:
         return without_kv_connector(self.cfg.command)
@@ -500,6 +537,16 @@ class FrontendManager:
         self.touched = []
         shared = self._shared
         self._violation_marks = {id(e): len(e.violations) for e in shared.engines} if shared else {}
+        if shared is not None:
+            shared.driver.routes_used.clear()
+
+    def uncited_routes(self, cited: Iterable[str]) -> list[str]:
+        """The HTTP routes this case drove whose governing clause (``ecp.spec.http``) is not among
+        ``cited``, or that the route table does not list at all: a catalogue entry that does not say
+        which HTTP behaviour its case relies on (a harness error, found by the self-proof runs)."""
+        from ecp.spec.http import uncited
+
+        return uncited((k for fut in self.touched for k in fut.driver.routes_used), cited)
 
     def violations(self) -> list:
         """The rules the frontend broke during this case, as the engines' machines recorded them

@@ -17,7 +17,7 @@ import asyncio
 import json
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import h11
 
@@ -28,6 +28,17 @@ from ..outcomes import CaseTimeout, Violation
 
 DONE = DONE_BYTES.decode()
 READ_BYTES = 65536
+#: How much of a body a transcript line shows.
+BODY_HEAD = 200
+
+#: ``log(direction, text)``: one HTTP line into the case's transcript ("sent": to the frontend).
+HttpLog = Callable[[str, str], None]
+
+
+def body_head(text: str, limit: int = BODY_HEAD) -> str:
+    """The start of a body, on one line, for a transcript."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 class HttpProtocolError(Violation):
@@ -75,8 +86,10 @@ class SseStream:
     """One open streaming response; read events from it, or drop it."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: h11.Connection,
-                 status_code: int, headers: dict[str, str]) -> None:
+                 status_code: int, headers: dict[str, str], path: str = "", log: HttpLog | None = None) -> None:
         self._reader = reader
+        self.path = path
+        self._log = log
         self._writer = writer
         self._conn = conn
         self.status_code = status_code
@@ -91,8 +104,10 @@ class SseStream:
 
     @classmethod
     async def open(cls, host: str, port: int, path: str, body: dict[str, Any],
-                   headers: dict[str, str] | None = None, timeout: float = 10.0) -> "SseStream":
-        """POST ``body`` as JSON and return once the status line and headers arrived.
+                   headers: dict[str, str] | None = None, timeout: float = 10.0,
+                   log: HttpLog | None = None) -> "SseStream":
+        """POST ``body`` as JSON and return once the status line and headers arrived; ``log`` gets
+        the request, the answer's head and, later, how the stream ended (the case's transcript).
 
         Raises :class:`HttpProtocolError` (a FAIL) when the answer is not HTTP or the
         connection closes first, :class:`HttpTimeout` when no head arrives in ``timeout``.
@@ -105,6 +120,9 @@ class SseStream:
             raise HttpProtocolError(f"POST {path}: the frontend refused the connection ({exc})") from None
         conn = h11.Connection(h11.CLIENT)
         payload = json.dumps(body).encode()
+        if log is not None:
+            shown = "".join(f" {k}: {v};" for k, v in (headers or {}).items())
+            log("sent", f"POST {path}{shown} {body_head(payload.decode())}")
         fields = [("Host", f"{host}:{port}"), ("Content-Type", "application/json"),
                   ("Accept", "text/event-stream"), ("Content-Length", str(len(payload)))]
         fields += list((headers or {}).items())
@@ -124,7 +142,7 @@ class SseStream:
             writer.transport.abort()
             raise
         names = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in head.headers}
-        stream = cls(reader, writer, conn, head.status_code, names)
+        stream = cls(reader, writer, conn, head.status_code, names, path, log)
         if head.status_code != 200:
             try:
                 body_bytes = await asyncio.wait_for(stream._read_all(), timeout)
@@ -133,6 +151,9 @@ class SseStream:
                 raise HttpTimeout(f"POST {path}: HTTP {head.status_code} with no end of body "
                                   f"within {timeout:g} s") from None
             stream.text = body_bytes.decode("utf-8", "replace")
+        if log is not None:
+            log("recv", f"HTTP {head.status_code} POST {path}"
+                        + (" (event stream follows)" if head.status_code == 200 else f": {body_head(stream.text)}"))
         return stream
 
     @staticmethod
@@ -229,6 +250,12 @@ class SseStream:
         end.events = list(self.events)
         end.done = self.done
         self.drop()
+        if self._log is not None:
+            how = ("timed out" if end.timed_out else f"cut ({end.transport_error})" if end.transport_error
+                   else "[DONE]" if end.done else "body ended without [DONE]")
+            self._log("recv", f"POST {self.path} stream {self.response_id or '(no id)'} ended: {how}; "
+                              f"{len(end.events)} events, finish reasons {end.finish_reasons}"
+                              + (f", error {body_head(json.dumps(end.error_events[0]))}" if end.error_events else ""))
         return end
 
     def drop(self) -> None:
@@ -251,5 +278,11 @@ class SseStream:
 def drop_all(streams: list[SseStream]) -> None:
     """Drop every stream in one tight pass (one syscall each, no await), as a crowd
     of departing clients would: the frontend sees them leave in the same instant."""
-    for stream in streams:
+    live = [s for s in streams if not s.closed]
+    for stream in live:
         stream.drop()
+    logs = {id(s._log): s for s in live if s._log is not None}
+    for stream in logs.values():
+        ids = [s.response_id or "(no id)" for s in live if s._log is stream._log]
+        stream._log("sent", f"dropped {len(ids)} stream(s) (connections closed by the harness): "
+                            f"{body_head(' '.join(ids))}")

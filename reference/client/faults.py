@@ -16,15 +16,17 @@ seam, chosen when the client is built, so no branch of ``client.py``,
 - the auto-abort queue (``abort-one-per-request``: a coalescer that drains one
   id at a time, so every id gets its own ABORT message);
 - the utility aggregation table (``first-engine-is-sleeping``,
-  ``reset-prefix-cache-any``, ``collective-rpc-first-engine``, ``consensus-as-list``:
+  ``reset-prefix-cache-any``, ``reset-prefix-cache-never-true``, ``collective-rpc-first-engine``,
+  ``consensus-as-list``:
   which engines a call goes to, how replies combine);
 - the sender of input messages (the machine still follows the correct message;
   what goes on the wire is bent: ``one-frame-adds``, ``short-add-arrays``,
   ``sampling-params-array``, ``external-id-as-request-id``, ``abort-external-id``,
   ``abort-every-engine``, ``wave-counted-locally``, ``no-wave-as-minus-one``,
-  ``arrival-time-monotonic``, ``notice-for-remote-prefill``);
+  ``arrival-time-monotonic``, ``notice-for-remote-prefill``, ``notice-random-id``);
 - the handler of output frames (``ignore-engine-dead``: the sentinel is dropped
-  before the client sees it; ``error-output-as-stop``: an ERROR terminal output
+  before the client sees it; ``engine-dead-fails-first-engine``: it ends only the first
+  engine's requests; ``error-output-as-stop``: an ERROR terminal output
   is rewritten as a plain stop; ``unknown-output-fatal``,
   ``reserved-call-id-fatal``, ``unknown-call-id-fatal``: an output for an
   untracked id, or a utility reply with a reserved negative or an unknown call
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from typing import Any, Awaitable, Callable, Iterable, Mapping
 
 import msgspec
@@ -53,6 +56,7 @@ from ecp.spec import (
 from ecp.spec.machine import Abort, Add, Event
 
 from ..faults import Fault, table
+from .errors import EngineDeadError
 from .abort_coalescer import AbortCoalescer
 from .aggregation import Rule, UtilityAggregation
 from .router import Router
@@ -92,6 +96,9 @@ NO_WAVE_AS_MINUS_ONE = "no-wave-as-minus-one"
 ARRIVAL_TIME_MONOTONIC = "arrival-time-monotonic"
 NOTICE_FOR_REMOTE_PREFILL = "notice-for-remote-prefill"
 CONSENSUS_AS_LIST = "consensus-as-list"
+RESET_PREFIX_CACHE_NEVER_TRUE = "reset-prefix-cache-never-true"
+NOTICE_RANDOM_ID = "notice-random-id"
+ENGINE_DEAD_FAILS_FIRST_ENGINE = "engine-dead-fails-first-engine"
 
 FAULTS: dict[str, Fault] = table(
     Fault(ABORT_ONE_PER_REQUEST, "ECP-ABORT-5", "no coalescing: one ABORT message per auto-aborted id"),
@@ -151,6 +158,12 @@ FAULTS: dict[str, Fault] = table(
           "rejection notice"),
     Fault(CONSENSUS_AS_LIST, "ECP-UTIL-4",
           "consensus methods (is_sleeping ...) return every engine's answer as a list, not the common value"),
+    Fault(RESET_PREFIX_CACHE_NEVER_TRUE, "ECP-UTIL-5",
+          "reset_prefix_cache combines the engines' answers into nil, so success is never reported"),
+    Fault(NOTICE_RANDOM_ID, "ECP-REJECT-2", "a rejection notice carries a random request id, not the client's"),
+    Fault(ENGINE_DEAD_FAILS_FIRST_ENGINE, "ECP-OUT-8",
+          "ENGINE_CORE_DEAD makes the client unhealthy but ends only the requests of its first engine, as if "
+          "the frame named it"),
 )
 
 #: the faults of each seam
@@ -158,13 +171,13 @@ _HANDSHAKE = frozenset({LENIENT_HANDSHAKE, ANY_IDENTITY_ACCEPTED, LORA_MISMATCH_
                         FULL_READY_PAYLOAD_REQUIRED, UNKNOWN_READY_KEYS_REFUSED, REGISTRATION_AS_READY})
 _SENDER = frozenset({ONE_FRAME_ADDS, SHORT_ADD_ARRAYS, SAMPLING_PARAMS_ARRAY, EXTERNAL_ID_AS_REQUEST_ID,
                      ABORT_EXTERNAL_ID, ABORT_EVERY_ENGINE, WAVE_COUNTED_LOCALLY, NO_WAVE_AS_MINUS_ONE,
-                     ARRIVAL_TIME_MONOTONIC, NOTICE_FOR_REMOTE_PREFILL})
+                     ARRIVAL_TIME_MONOTONIC, NOTICE_FOR_REMOTE_PREFILL, NOTICE_RANDOM_ID})
 _ROUTER = frozenset({PINNED_RANK_IGNORED, ALL_TO_FIRST_ENGINE})
 _OUTPUT = frozenset({ERROR_OUTPUT_AS_STOP, UNKNOWN_OUTPUT_FATAL, RESERVED_CALL_ID_FATAL, UNKNOWN_CALL_ID_FATAL,
                      UNKNOWN_FINISH_REASON_AS_STOP, STRICT_OUTPUT_ARRAYS, INT_FOR_FLOAT_REFUSED,
                      TIMESTAMPS_COMPARED, AUX_FRAMES_DROPPED})
 _AGGREGATION = frozenset({FIRST_ENGINE_IS_SLEEPING, RESET_PREFIX_CACHE_ANY, COLLECTIVE_RPC_FIRST_ENGINE,
-                          CONSENSUS_AS_LIST})
+                          CONSENSUS_AS_LIST, RESET_PREFIX_CACHE_NEVER_TRUE})
 
 
 class ClientFaults:
@@ -207,6 +220,8 @@ class ClientFaults:
         bent = self.names & _OUTPUT
         if bent:
             handler = _MessageFaults(bent, handler, client)
+        if ENGINE_DEAD_FAILS_FIRST_ENGINE in self.names:
+            handler = _DeadFailsFirstEngine(handler, client)
         if IGNORE_ENGINE_DEAD not in self.names:
             return handler
 
@@ -217,6 +232,29 @@ class ClientFaults:
             handler(frames)
 
         return ignoring_engine_dead
+
+
+class _DeadFailsFirstEngine:
+    """ENGINE_CORE_DEAD read as if it named the client's first engine: the client turns unhealthy and
+    that engine's requests and the utility waiters end; the other engines' requests are left running."""
+
+    def __init__(self, handler: Callable[[list[bytes]], None], client: Any) -> None:
+        self.handler = handler
+        self.client = client
+
+    def __call__(self, frames: list[bytes]) -> None:
+        if not (len(frames) == 1 and bytes(frames[0]) == ENGINE_CORE_DEAD):
+            self.handler(frames)
+            return
+        client = self.client
+        error = EngineDeadError()
+        if not client._health.fail(error):
+            return
+        first = min(client.engine_ranks)
+        for entry in [e for e in client._registry if e.engine_rank == first]:
+            client._registry.take(entry.request_id)
+            entry.sink.end(error)
+        client._utilities.fail_all(error)
 
 
 class _MessageFaults:
@@ -465,6 +503,8 @@ class _SendFaults:
             request = msgspec.structs.replace(request, arrival_time=time.monotonic())
         if EXTERNAL_ID_AS_REQUEST_ID in names and request.external_req_id is not None:
             request = msgspec.structs.replace(request, request_id=request.external_req_id)
+        if NOTICE_RANDOM_ID in names and request.abort_immediately:
+            request = msgspec.structs.replace(request, request_id=uuid.uuid4().hex)
         frames = encode_add(request)
         if names & {SHORT_ADD_ARRAYS, SAMPLING_PARAMS_ARRAY}:
             raw = decode_any(frames[1])
@@ -503,6 +543,8 @@ class _BentAggregation(UtilityAggregation):
     def combine(self, method: str, values: Mapping[int, Any]) -> Any:
         if RESET_PREFIX_CACHE_ANY in self.faults and method == "reset_prefix_cache" and values:
             return any(values.values())
+        if RESET_PREFIX_CACHE_NEVER_TRUE in self.faults and method == "reset_prefix_cache":
+            return None
         if COLLECTIVE_RPC_FIRST_ENGINE in self.faults and method == "collective_rpc" and values:
             return values[min(values)]
         if CONSENSUS_AS_LIST in self.faults and self.rule(method).rule is Rule.CONSENSUS:

@@ -4,8 +4,8 @@ The frontend's own faults bend decisions taken once when the app is built:
 whether rejected requests that asked for a remote prefill are announced to the
 engine (``ECP-REJECT-3``: exactly when a KV connector is configured), and which
 ``max_model_len`` it serves (``ECP-HS-9``: the minimum over the engines); and
-one answer: what the HTTP client of an announced rejection gets (``ECP-REJECT-4``:
-its error).
+one answer: what the HTTP client of a refused generation request gets (``ECP-REJECT-4``:
+its error, ``ECP-HTTP-2``: a 4xx for its own mistake, ``ECP-HTTP-3``: the OpenAI error object).
 The client's faults (the rest of ``--bug``) are ``reference/client/faults.py``.
 """
 
@@ -20,6 +20,8 @@ NO_REJECTION_NOTIFICATION = "no-rejection-notification"
 NOTIFY_WITHOUT_CONNECTOR = "notify-without-connector"
 MAX_MODEL_LEN_MAXIMUM = "max-model-len-maximum"
 NOTICE_INSTEAD_OF_ERROR = "notice-instead-of-error"
+REFUSALS_AS_500 = "refusals-as-500"
+PLAIN_ERROR_BODIES = "plain-error-bodies"
 
 FAULTS: dict[str, Fault] = table(
     Fault(NO_REJECTION_NOTIFICATION, "ECP-REJECT-3", "never sends the rejection notice, even with a KV connector"),
@@ -28,6 +30,11 @@ FAULTS: dict[str, Fault] = table(
     Fault(NOTICE_INSTEAD_OF_ERROR, "ECP-REJECT-4",
           "a rejected request whose rejection was announced to the engine is answered 200 with no choices, "
           "its error lost"),
+    Fault(REFUSALS_AS_500, "ECP-HTTP-2",
+          "a generation request refused for the client's mistake (unknown model, pinned rank not served, prompt "
+          "too long) is answered 500, not 4xx"),
+    Fault(PLAIN_ERROR_BODIES, "ECP-HTTP-3",
+          "a refused generation request's error body is {\"detail\": message}, not the OpenAI error object"),
 )
 
 #: Every name ``ecp serve --bug`` accepts: the frontend's faults, then the client's.
@@ -54,10 +61,15 @@ class FrontendFaults:
         return correct
 
     def rejection_answer(self, status: int, body: dict[str, Any], announced: bool) -> tuple[int, dict[str, Any]]:
-        """The status and body the HTTP client of a rejected request gets, given the correct ones
-        (its error) and whether the rejection was announced to an engine."""
+        """The status and body the HTTP client of a refused generation request gets, given the correct
+        ones (its error) and whether the rejection was announced to an engine."""
         if announced and NOTICE_INSTEAD_OF_ERROR in self.names:
             return 200, {"object": "text_completion", "choices": []}
+        if REFUSALS_AS_500 in self.names and 400 <= status < 500:
+            status = 500
+        if PLAIN_ERROR_BODIES in self.names:
+            error = body.get("error")
+            body = {"detail": error.get("message") if isinstance(error, dict) else str(body)}
         return status, body
 
     def max_model_len(self, correct: int | None, reported: Iterable[int]) -> int | None:

@@ -20,7 +20,17 @@ sends it).
 With ``--coordinator`` the client runs its DP coordinator (INIT names it) and
 ``POST /v1/completions`` serves a non-streaming completion of a fixed 3-token
 prompt through ``client.add`` (FE-DP-1's wave protocol with a coordinator);
-``--bug NAME`` passes one of the client's faults.
+``--completions`` serves it without a coordinator; ``--bug NAME`` passes one of
+the client's faults.
+
+The HTTP surface a frontend author might choose differently (spec/PROTOCOL.md
+section 14): ``--model NAME`` serves the model under that name and refuses
+completions naming another with 404 (``ECP-HTTP-4``); ``--ignore-strangers``
+drops every handshake message from an identity outside the configured ranks
+instead of failing the handshake (``ECP-HS-11`` allows either);
+``--context-policy refuse|lower|unchecked`` is what a completion whose prompt plus
+``max_tokens`` exceeds the engines' minimum ``max_model_len`` gets (``ECP-HTTP-8``:
+a 400, ``max_tokens`` lowered to the room left, or, wrongly, the ADD unchanged).
 
 Every other route answers 404, so the cases that need them end UNSUPPORTED.
 """
@@ -38,6 +48,9 @@ from ecp.reference.client import ClientConfig, EngineCoreClient
 from ecp.spec import EngineCoreRequest, SamplingParams, UtilityRequest, encode_input
 
 BEHAVIOURS = ("close", "garbage", "crash", "hang")
+CONTEXT_POLICIES = ("refuse", "lower", "unchecked")
+#: the completion's prompt: token ids the scripted engines echo or ignore
+PROMPT = [1, 2, 3]
 #: the call id -1 is the engine's (EEP_NOTIFICATION_CALL_ID): a frontend must never send it
 RESERVED_CALL_ID = -1
 
@@ -57,12 +70,23 @@ async def main() -> int:
     parser.add_argument("--reserved-call-id", action="store_true")
     parser.add_argument("--coordinator", action="store_true")
     parser.add_argument("--bug", action="append", default=[])
+    parser.add_argument("--completions", action="store_true")
+    parser.add_argument("--model", default="scripted")
+    parser.add_argument("--ignore-strangers", action="store_true")
+    parser.add_argument("--context-policy", choices=CONTEXT_POLICIES, default="refuse")
     args = parser.parse_args()
 
     client = EngineCoreClient(ClientConfig(
         engine_count=args.engine_count, handshake_address=f"tcp://127.0.0.1:{args.handshake_port}",
         transport="tcp", host="127.0.0.1", handshake_timeout_s=30, coordinator=args.coordinator,
         bugs=frozenset(args.bug)))
+    if args.ignore_strangers:
+        bend = client._faults.handshake   # around the client on purpose: its own policy fails the handshake
+
+        def quiet_owner(owner: object) -> object:
+            return _IgnoreStrangers(bend(owner))
+
+        client._faults.handshake = quiet_owner
     await client.bind()
     await client.wait_ready()
     hung: list[asyncio.StreamWriter] = []   # kept open, never answered
@@ -91,11 +115,24 @@ async def main() -> int:
         writer.write(_response(200, "OK", {"is_sleeping": value}))
         return True
 
+    def error(status: int, reason: str, message: str, param: str | None) -> bytes:
+        return _response(status, reason, {"error": {"message": message, "type": reason.replace(" ", ""),
+                                                    "param": param, "code": status}})
+
     async def complete(body: bytes) -> bytes:
-        max_tokens = int(json.loads(body or b"{}").get("max_tokens") or 1)
+        obj = json.loads(body or b"{}")
+        if obj.get("model") not in (None, args.model):
+            return error(404, "Not Found", f"The model `{obj.get('model')}` does not exist.", "model")
+        max_tokens = int(obj.get("max_tokens") or 1)
+        room = (client.max_model_len or 0) - len(PROMPT)
+        if max_tokens > room and args.context_policy == "refuse":
+            return error(400, "Bad Request", f"{len(PROMPT)} prompt tokens + max_tokens {max_tokens} exceed "
+                                             f"max_model_len {client.max_model_len}", "max_tokens")
+        if max_tokens > room and args.context_policy == "lower":
+            max_tokens = room
         stream = await client.add(EngineCoreRequest(
-            f"cmpl-{uuid.uuid4().hex}", [1, 2, 3], None, SamplingParams(max_tokens=max_tokens), None, time.time(),
-            None, None, None))
+            f"cmpl-{uuid.uuid4().hex}", list(PROMPT), None, SamplingParams(max_tokens=max_tokens), None,
+            time.time(), None, None, None))
         finish = None
         async for out in stream:
             if out.finish_reason is not None:
@@ -115,11 +152,11 @@ async def main() -> int:
                 if path == "/health":
                     writer.write(_response(200, "OK", {}))
                 elif path == "/v1/models":
-                    writer.write(_response(200, "OK", {"object": "list", "data": [{"id": "scripted"}]}))
+                    writer.write(_response(200, "OK", {"object": "list", "data": [{"id": args.model}]}))
                 elif method == "GET" and path == "/is_sleeping":
                     if not await is_sleeping(writer):
                         return
-                elif method == "POST" and path == "/v1/completions" and args.coordinator:
+                elif method == "POST" and path == "/v1/completions" and (args.coordinator or args.completions):
                     writer.write(await complete(body))
                 else:
                     writer.write(_response(404, "Not Found", {"detail": "Not Found"}))
@@ -131,6 +168,23 @@ async def main() -> int:
     async with server:
         await server.serve_forever()
     return 0
+
+
+class _IgnoreStrangers:
+    """A handshake owner that drops, unanswered, every handshake message from an identity outside the
+    configured ranks: the stranger never gets INIT and the others' handshake goes on (``ECP-HS-11``)."""
+
+    def __init__(self, owner: object) -> None:
+        self.owner = owner
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.owner, name)
+
+    def on_handshake_frames(self, frames: list[bytes]) -> list[list[bytes]]:
+        identity = bytes(frames[0]) if frames else b""
+        if len(identity) != 2 or int.from_bytes(identity, "little") not in self.owner.ranks:
+            return []
+        return self.owner.on_handshake_frames(frames)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,30 @@ def test_kv_connector_options_are_found_and_removed():
     assert not has_kv_connector(["serve", "--dev-mode"])
 
 
+@pytest.mark.parametrize("argv, rest", [
+    (["serve", "--kv-connector", "reference", "--x"], ["serve", "--x"]),
+    (["serve", "--kv-connector=reference", "--x"], ["serve", "--x"]),
+    (["vllm", "--kv-transfer-config", '{"kv_connector": "NixlConnector"}', "--x"], ["vllm", "--x"]),
+    (["vllm", '--kv-transfer-config={"kv_connector": "NixlConnector"}', "--x"], ["vllm", "--x"]),
+])
+def test_the_two_kv_connector_options_in_both_forms(argv, rest):
+    """The exact options the harness knows (docs/conformance.md): each with one value, given as the next
+    argument or after '='."""
+    assert has_kv_connector(argv) and without_kv_connector(argv) == rest
+
+
+def test_other_spellings_are_not_a_kv_connector():
+    for argv in (["serve", "--kv-connector-extra", "x"], ["serve", "--kv_transfer_config", "{}"],
+                 ["serve", "--kv-config", "{}"]):
+        assert not has_kv_connector(argv) and without_kv_connector(argv) == argv
+
+
+def test_every_frontend_case_cites_the_http_clauses_it_relies_on():
+    """Every frontend-role case drives the frontend over HTTP: each cites at least one ECP-HTTP clause
+    (the run itself checks that the routes it drove are cited: a harness ERROR otherwise)."""
+    assert [c.id for c in CASES if not c.http] == []
+
+
 @pytest.mark.parametrize("k_total, k_engine, bound", [(3, 2, 2), (64, 32, 2), (2000, 1000, 3), (1, 1, 2),
                                                       (5000, 5000, 6)])
 def test_coalescing_bound(k_total, k_engine, bound):
@@ -185,3 +209,18 @@ def test_sse_stream_answered_with_garbage_is_a_violation():
                 await SseStream.open("127.0.0.1", port, "/v1/completions", {})
         assert isinstance(caught.value, Violation)
     asyncio.run(main())
+
+
+def test_http_lines_interleave_with_frames_in_the_transcript():
+    from ecp.conformance.transcript import Transcript, render
+
+    t = Transcript()
+    t.start_case("FE-ABORT-9")
+    t.http("sent", 'POST /abort_requests {"request_ids": []}')
+    t.record("recv", "engine0/input[0]", [b"\x01", b"\x91\xa1x"], lambda: ["x"])
+    t.http("recv", 'HTTP 200 POST /abort_requests: {"status":"aborted"}')
+    lines = render(t.case_entries()).splitlines()
+    assert lines[1].endswith('--> http POST /abort_requests {"request_ids": []}')
+    assert "<-- engine0/input[0]" in lines[2] and lines[5] == "    decoded: ['x']"
+    assert lines[6].endswith('<-- http HTTP 200 POST /abort_requests: {"status":"aborted"}')
+    assert [e.to_dict()["channel"] for e in t.case_entries()][1:] == ["http", "engine0/input[0]", "http"]

@@ -71,6 +71,11 @@ KNOB_CASES: dict[str, tuple[str, ...]] = {
     "registration-as-ready": ("FE-HS-4",),
     "notice-for-remote-prefill": ("FE-REJECT-2",),
     "consensus-as-list": ("FE-UTIL-2",),
+    "refusals-as-500": ("FE-REQ-3", "FE-HS-5", "FE-HTTP-1"),
+    "plain-error-bodies": ("FE-HTTP-1",),
+    "reset-prefix-cache-never-true": ("FE-UTIL-3", "FE-UTIL-4"),
+    "notice-random-id": ("FE-REJECT-1",),
+    "engine-dead-fails-first-engine": ("FE-ROB-1",),
 }
 
 #: cases no knob fails, and why (every other case is failed by at least one knob)

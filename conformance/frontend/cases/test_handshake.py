@@ -102,6 +102,12 @@ async def max_model_len_is_minimum(m: FrontendManager) -> None:
                              f"{too_long[0][1] if too_long else 0} tokens (prompt + max_tokens) to engine "
                              f"{too_long[0][0] if too_long else '?'} (HTTP {reply.status_code}): it did not "
                              f"use the minimum, {SMALL_MODEL_LEN}")
+        # ECP-HTTP-8: lowering max_tokens to the room left (vLLM 0.33) and refusing with a 400 (ecp serve)
+        # both keep to the minimum; nothing else does
+        expect(reply.ok or reply.status_code == 400,
+               f"engines reported max_model_len {lens}; a request whose prompt + max_tokens exceeds the minimum "
+               f"was answered HTTP {reply.status_code}, neither 200 (max_tokens lowered) nor 400 (refused): "
+               f"{reply.text[:200]}", "ECP-HTTP-8")
 
 
 async def no_ready_fails_clearly(m: FrontendManager) -> None:
@@ -169,7 +175,7 @@ async def unexpected_identity_rejected(m: FrontendManager) -> None:
             return
         await fe.engines[0].send_ready()
         try:
-            await fe.wait_health(lambda s: s == 200, window, "GET /health to answer 200")
+            await fe.serving(window)   # and the model it serves, which the request below names (ECP-HTTP-4)
         except (CaseTimeout, PeerCrashed):
             await expect_refused(fe, what, 0.0)   # it refused the whole deployment: that rejects it too
             return

@@ -82,10 +82,12 @@ async def engine_dead_fails_waiters(m: FrontendManager) -> None:
         fe.require_engines(2)
         victim = fe.engines[0]
         victim.script = EngineScript(silent_methods=frozenset({"is_sleeping"}))
+        # the launch's capability probe asked is_sleeping too: only a call after this one is the case's
+        asked = len(victim.recorder.utilities("is_sleeping"))
         pending = asyncio.ensure_future(fe.driver.request("GET", "/is_sleeping"))
         try:
-            await fe.until(lambda: pending.done() or victim.recorder.utilities("is_sleeping"), EXPECT_S,
-                           "GET /is_sleeping's utility call to reach engine 0")
+            await fe.until(lambda: pending.done() or len(victim.recorder.utilities("is_sleeping")) > asked,
+                           EXPECT_S, "GET /is_sleeping's utility call to reach engine 0")
             expect(not pending.done(), "GET /is_sleeping was answered before engine 0 answered its utility "
                                        "call", "ECP-UTIL-7")
             await victim.die()

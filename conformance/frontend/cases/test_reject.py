@@ -18,10 +18,12 @@ KV_PARAMS = {"do_remote_prefill": True, "do_remote_decode": False, "remote_engin
 
 async def _rejected(fe: FrontendUnderTest, kv_params: dict[str, Any] | None, rank: int | None,
                     base_id: str) -> Any:
+    # the client's id both ways: a notice carries it whichever the frontend reads (ECP-REJECT-2: vLLM 0.33
+    # the body's request_id, ecp serve X-Request-Id)
     headers = {"X-Request-Id": base_id}
     if rank is not None:
         headers["X-data-parallel-rank"] = str(rank)
-    extra: dict[str, Any] = {"model": NO_SUCH_MODEL}
+    extra: dict[str, Any] = {"model": NO_SUCH_MODEL, "request_id": base_id}
     if kv_params is not None:
         extra["kv_transfer_params"] = kv_params
     return await fe.driver.complete(unique("reject"), SHORT_MAX_TOKENS, headers=headers, **extra)
@@ -58,8 +60,9 @@ async def rejection_notice_shape(m: FrontendManager) -> None:
     expect(got_rank == rank, f"the notice went to engine {got_rank}, the request was pinned to rank {rank}")
     expect(req.data_parallel_rank == rank, f"the notice carries data_parallel_rank {req.data_parallel_rank}, "
                                            f"the request was pinned to {rank}")
-    expect(base in req.request_id, f"the notice's request_id {req.request_id!r} is not the request's id "
-                                   f"(X-Request-Id {base!r})")
+    expect(base in req.request_id, f"the notice's request_id {req.request_id!r} does not contain the id the "
+                                   f"client gave the request ({base!r}, as X-Request-Id and as the body's "
+                                   f"request_id)")
     expect(req.prompt_token_ids == [0], f"the notice's prompt is {req.prompt_token_ids}, not [0]")
     expect(sp is not None and sp.max_tokens == 1, f"the notice's max_tokens is {sp and sp.max_tokens}, not 1")
     expect(sp.kv_transfer_params == KV_PARAMS,

@@ -96,6 +96,15 @@ async def pinned_rank_reaches_engine(m: FrontendManager) -> None:
                        f"the ADD pinned to rank {engine.rank} carries data_parallel_rank {req.data_parallel_rank}")
             else:
                 expect(not new, f"a request pinned to rank {engine.rank} reached engine {other.rank}")
+    # a rank the frontend does not serve: refused before any ADD, with a 400 (ECP-DP-2, ECP-HTTP-2)
+    stray = fe.engine_count
+    before = {e.rank: len(e.recorder.adds(include_notices=False)) for e in fe.engines}
+    reply = await fe.driver.complete(unique("pin"), SHORT_MAX_TOKENS, headers={"X-data-parallel-rank": str(stray)})
+    reached = [e.rank for e in fe.engines if len(e.recorder.adds(include_notices=False)) > before[e.rank]]
+    expect(not reached, f"a request pinned to rank {stray}, which the frontend does not serve (ranks "
+                        f"0..{stray - 1}), reached engine(s) {reached}")
+    expect(reply.status_code == 400, f"a request pinned to rank {stray}, which the frontend does not serve, was "
+                                     f"answered HTTP {reply.status_code}, not 400: {reply.text[:200]}")
 
 
 async def load_spreads(m: FrontendManager) -> None:

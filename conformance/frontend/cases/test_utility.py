@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
+
 from ecp.conformance.frontend.cases._common import EXPECT_S, expect
 from ecp.conformance.frontend.session import FrontendManager, FrontendUnderTest
 from ecp.conformance.outcomes import PeerCrashed, Violation
 from ecp.conformance.registry import case
+from ecp.spec.http import IsSleepingAnswer, ResetPrefixCacheAnswer, SleepAnswer, WakeUpAnswer
 
 #: A u64 call id no frontend issues: not uuid1-derived (the Python frontend's ids are the top 64 bits of
 #: a uuid1, whose bits 12-15 hold the version, 1; here they are F), far above vllm-rs's sequential ids
@@ -71,14 +74,25 @@ async def utility_reaches_every_engine(m: FrontendManager) -> None:
     """FE-UTIL-4."""
     fe = await m.shared()
     fe.require_dev_endpoints()
-    calls = [("POST", "/sleep", {"level": 1}, "sleep"), ("POST", "/wake_up", None, "wake_up"),
-             ("GET", "/is_sleeping", None, "is_sleeping"), ("POST", "/reset_prefix_cache", None,
-                                                             "reset_prefix_cache")]
-    for http_method, path, params, method in calls:
+    # every engine answers as the scripts do by default (wake_up and reset_prefix_cache true): each route
+    # answers 200 with the body spec/PROTOCOL.md section 14 gives it (ECP-HTTP-9, ECP-HTTP-10)
+    calls = [("POST", "/sleep", {"level": 1}, "sleep", SleepAnswer, {"status": "sleeping", "level": 1}),
+             ("POST", "/wake_up", None, "wake_up", WakeUpAnswer, {"status": "awake"}),
+             ("GET", "/is_sleeping", None, "is_sleeping", IsSleepingAnswer, {}),
+             ("POST", "/reset_prefix_cache", None, "reset_prefix_cache", ResetPrefixCacheAnswer, {"success": True})]
+    for http_method, path, params, method, shape, values in calls:
         reply = await fe.driver.request(http_method, path, params=params)
         expect(reply.ok, f"{http_method} {path} answered HTTP {reply.status_code}: {reply.text[:100]}")
         missed = [e.rank for e in fe.engines if not e.recorder.utilities(method)]
         expect(not missed, f"{http_method} {path}: utility {method!r} never reached engine(s) {missed}")
+        try:
+            answer = msgspec.to_builtins(msgspec.convert(reply.body, shape))
+        except msgspec.ValidationError as exc:
+            raise Violation(f"{http_method} {path} answered HTTP {reply.status_code} with {reply.text[:100]!r}, not "
+                            f"the body of {shape.__name__} ({exc})", "ECP-HTTP-9") from None
+        wrong = {k: answer.get(k) for k, v in values.items() if answer.get(k) != v}
+        expect(not wrong, f"every engine answered {method}; {http_method} {path} answered {reply.text[:100]!r}, "
+                          f"not {values}", "ECP-HTTP-10" if method == "reset_prefix_cache" else "ECP-HTTP-9")
 
 async def reserved_call_ids_dropped(m: FrontendManager) -> None:
     """FE-UTIL-5."""
