@@ -51,7 +51,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from hostile_bodies import abort_body, generate_body, header_value, raw_body_mutation  # noqa: E402
-from procstat import open_fds, rss_kib  # noqa: E402
+from procstat import descendants, open_fds, rss_kib  # noqa: E402
 
 from ecp.reference.frontend.generate import GENERATE_ROUTES  # noqa: E402
 
@@ -87,17 +87,7 @@ class Server:
         threading.Thread(target=self.proc.stderr.read, daemon=True).start()
 
     def engine_pids(self) -> list[int]:
-        out, todo = [], [self.proc.pid]
-        while todo:
-            parent = todo.pop()
-            try:
-                with open(f"/proc/{parent}/task/{parent}/children") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except FileNotFoundError:
-                kids = []
-            out += kids
-            todo += kids
-        return out
+        return descendants(self.proc.pid)
 
     def figures(self) -> dict[str, int]:
         engines = self.engine_pids()

@@ -25,6 +25,21 @@ def open_fds(pid: int | None = None) -> int:
         return 0
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (children first, Linux /proc): the engines ``ecp serve`` started."""
+    out, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            with open(f"/proc/{parent}/task/{parent}/children") as f:
+                kids = [int(k) for k in f.read().split()]
+        except FileNotFoundError:
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
 def _stat_fields(pid: int) -> list[str] | None:
     try:
         with open(f"/proc/{pid}/stat") as f:

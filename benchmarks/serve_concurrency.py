@@ -35,24 +35,10 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from procstat import open_fds, rss_kib  # noqa: E402
+from procstat import descendants, open_fds, rss_kib  # noqa: E402
 
 from ecp.reference.frontend.bench import run_bench  # noqa: E402
 from ecp.spec.sse import DONE, SseDecoder  # noqa: E402
-
-
-def _descendants(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            with open(f"/proc/{parent}/task/{parent}/children") as f:
-                kids = [int(k) for k in f.read().split()]
-        except FileNotFoundError:
-            kids = []
-        out += kids
-        todo += kids
-    return out
 
 
 async def raw_load(url: str, streams: int, max_tokens: int, timeout: float) -> dict[str, Any]:
@@ -135,7 +121,7 @@ def run(streams: int, dp: int, max_tokens: int, timeout: float, step_time_ms: fl
             while not stop.wait(0.2):
                 peak["serve_rss"] = max(peak["serve_rss"], rss_kib(serve.pid))
                 peak["serve_fds"] = max(peak["serve_fds"], open_fds(serve.pid))
-                peak["engines_rss"] = max(peak["engines_rss"], sum(rss_kib(p) for p in _descendants(serve.pid)))
+                peak["engines_rss"] = max(peak["engines_rss"], sum(rss_kib(p) for p in descendants(serve.pid)))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
