@@ -96,6 +96,7 @@ class EngineServer:
         #: the engine side of the protocol: the skeleton's machine sees every frame in and out (the
         #: handshake, then the request lifecycle, utility calls, waves); the server only moves frames
         self.peer: EnginePeer | None = None
+        #: ``peer.machine``, kept at hand for the serving loop
         self.machine = None
         self.io: EngineSockets | None = None
         #: the deliberate faults of ``--bug`` (inactive without any), between the sockets and the core
@@ -389,9 +390,8 @@ class EngineServer:
             self.io.close()
         if self._side_push is not None:
             self._side_push.close()
-        for s in (self._side_pull,):
-            if s is not None:
-                s.close()
+        if self._side_pull is not None:
+            self._side_pull.close()
         if self._ctx is not None:
             self._ctx.term()
 
