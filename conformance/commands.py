@@ -39,8 +39,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="handshake budget per launch (60)")
     eng.add_argument("--quiet-window", type=float, default=0.3, metavar="S",
                      help="how long the harness watches for stray outputs after a case's last expected one (0.3)")
+    from .capabilities import flag_choices
     from .runner import add_common_options
 
+    eng.add_argument("--engine-lacks", action="append", default=[], metavar="CAP", choices=flag_choices("engine"),
+                     help="declare a capability the engine lacks, one of: " + ", ".join(flag_choices("engine")) +
+                          " (repeatable). Its cases are then UNSUPPORTED; an undeclared capability that a case "
+                          "finds missing is a FAIL. Sleep mode is declared in the ready payload "
+                          "(enable_sleep_mode), not here")
     add_common_options(eng)
     eng.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the engine")
     eng.set_defaults(func=_engine)
@@ -63,6 +69,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="budget for a launch to finish its handshake and answer /health 200 (60)")
     fe.add_argument("--quiet-window", type=float, default=0.3, metavar="S",
                     help="how long the harness watches for stray frames before asserting an absence (0.3)")
+    fe.add_argument("--frontend-lacks", action="append", default=[], metavar="CAP",
+                    choices=flag_choices("frontend"),
+                    help="declare a capability the frontend lacks, one of: " + ", ".join(flag_choices("frontend")) +
+                         " (repeatable; vLLM 0.33 runs DP waves for MoE models only). Its cases are then "
+                         "UNSUPPORTED; an undeclared capability that a case finds missing is a FAIL")
     add_common_options(fe)
     fe.set_defaults(case_timeout=30.0)
     fe.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the frontend")
@@ -157,6 +168,7 @@ def _engine(args: argparse.Namespace) -> int:
         "command": command, "attach": args.attach, "adapter": args.adapter, "transport": args.transport,
         "engine_count": args.engine_count, "engine_start_index": args.engine_start_index,
         "startup_timeout_s": args.startup_timeout, "quiet_window_s": args.quiet_window,
+        "lacks": sorted(set(args.engine_lacks)),
     }
     target = " ".join(command) if command else f"--attach {args.attach}" if args.attach else f"--adapter {args.adapter}"
     return run("engine", args, role_config, target)
@@ -194,7 +206,7 @@ def _frontend(args: argparse.Namespace) -> int:
         return 2
     role_config = {
         "command": command, "attach": args.attach, "http_url": args.http_url, "engine_count": args.engine_count,
-        "attach_kv_connector": not args.no_kv_connector,
+        "attach_kv_connector": not args.no_kv_connector, "lacks": sorted(set(args.frontend_lacks)),
         "startup_timeout_s": args.startup_timeout, "quiet_window_s": args.quiet_window,
     }
     target = shlex.join(command) if command else f"--attach {args.attach} --http-url {args.http_url}"
