@@ -124,14 +124,20 @@ async def main() -> int:
         if obj.get("model") not in (None, args.model):
             return error(404, "Not Found", f"The model `{obj.get('model')}` does not exist.", "model")
         max_tokens = int(obj.get("max_tokens") or 1)
-        room = (client.max_model_len or 0) - len(PROMPT)
+        # one token per word of the prompt, at least PROMPT's
+        words = len(str(obj.get("prompt") or "").split())
+        prompt = list(PROMPT) + [7] * max(0, words - len(PROMPT))
+        room = (client.max_model_len or 0) - len(prompt)
+        if room < 1 and args.context_policy != "unchecked":
+            return error(400, "Bad Request", f"{len(prompt)} prompt tokens leave no room within max_model_len "
+                                             f"{client.max_model_len}", "prompt")
         if max_tokens > room and args.context_policy == "refuse":
-            return error(400, "Bad Request", f"{len(PROMPT)} prompt tokens + max_tokens {max_tokens} exceed "
+            return error(400, "Bad Request", f"{len(prompt)} prompt tokens + max_tokens {max_tokens} exceed "
                                              f"max_model_len {client.max_model_len}", "max_tokens")
         if max_tokens > room and args.context_policy == "lower":
             max_tokens = room
         stream = await client.add(EngineCoreRequest(
-            f"cmpl-{uuid.uuid4().hex}", list(PROMPT), None, SamplingParams(max_tokens=max_tokens), None,
+            f"cmpl-{uuid.uuid4().hex}", prompt, None, SamplingParams(max_tokens=max_tokens), None,
             time.time(), None, None, None))
         finish = None
         async for out in stream:
