@@ -47,6 +47,7 @@ REFERENCE_KNOBS: dict[str, list[str]] = {
     "tensor-shape-mismatch": ["ENG-OUT-9"],
     "tensors-inline": ["ENG-OUT-10"],
     "no-logprobs": ["ENG-OUT-9", "ENG-OUT-10"],
+    "no-stop-reason": ["ENG-REQ-2"],
 }
 
 
