@@ -112,7 +112,8 @@ _CLAUSES: tuple[Clause, ...] = (
        registration makes it addressable by the ROUTER."""),
     _c("ECP-HS-4", "MUST", "Ready payload keys and types", """The ready payload is a map that carries every
        required key with its declared type; optional keys may be absent; unknown keys are ignored by
-       the receiver."""),
+       the receiver. An engine that lacks an optional capability declares it: in the ready payload where
+       it has a key for it (``enable_sleep_mode``), otherwise to whoever checks it."""),
     _c("ECP-HS-5", "MUST", "READY after registration", """The engine sends READY (``status: "READY"``, ``local``,
        ``headless``) on the handshake socket only after the ready payload went out on every input
        socket and, when INIT names a coordinator, after the coordinator gate."""),

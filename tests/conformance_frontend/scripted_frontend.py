@@ -69,6 +69,8 @@ async def main() -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--reserved-call-id", action="store_true")
     parser.add_argument("--coordinator", action="store_true")
+    # with --coordinator: a coordinator that runs no waves (as vLLM 0.33's for a dense model)
+    parser.add_argument("--no-waves", action="store_true")
     parser.add_argument("--bug", action="append", default=[])
     parser.add_argument("--completions", action="store_true")
     parser.add_argument("--model", default="scripted")
@@ -88,6 +90,9 @@ async def main() -> int:
 
         client._faults.handshake = quiet_owner
     await client.bind()
+    if args.no_waves:
+        # around the coordinator on purpose: it keeps the gate but ignores start_wave and wave_complete
+        client._coordinator.on_engine_message = lambda msg: []
     await client.wait_ready()
     hung: list[asyncio.StreamWriter] = []   # kept open, never answered
 
