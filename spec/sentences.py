@@ -29,6 +29,7 @@ former and records them.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from dataclasses import dataclass
@@ -204,6 +205,10 @@ def parse(text: str) -> Parsed:
             body_end = note if note >= 0 else p_end
         for s, e in split_sentences(text, body_start, body_end):
             informative = text.startswith(INFORMATIVE, s)
+            if informative and text[s - 1] == "\n":
+                # CommonMark: a line that starts with "<!--" ends the paragraph and opens an HTML block
+                problems.append(f"PROTOCOL.md:{line_of(s)}: {INFORMATIVE} starts a line, which ends the paragraph "
+                                "in Markdown: put it at the end of the line before")
             if informative:
                 s = s + len(INFORMATIVE)
                 while s < e and text[s].isspace():
@@ -260,7 +265,6 @@ def _line_index(text: str):
     starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
 
     def line_of(offset: int) -> int:
-        import bisect
         return bisect.bisect_right(starts, offset)
     return line_of
 

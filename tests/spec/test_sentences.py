@@ -114,6 +114,8 @@ def test_misplaced_markers_are_problems():
     assert any("outside a clause paragraph" in p for p in S.parse(short).problems)
     info = CLAUSE.replace("<!--i--> vLLM does so too.", "<!--i--> vLLM MUST do so too.")
     assert any("carries no key word" in p for p in S.parse(info).problems)
+    line_start = CLAUSE.replace("over tcp. <!--i--> vLLM", "over tcp.\n<!--i--> vLLM")
+    assert any("starts a line" in p for p in S.parse(line_start).problems)
     other = CLAUSE.replace("<sup>1</sup> Both sides", "<sup>ECP-SOCK-1.9</sup> Both sides")
     assert any("belongs to that clause" in p for p in S.parse(other).problems)
     with pytest.raises(S.SentenceError):
