@@ -71,10 +71,6 @@ class Sentence:
     #: the number a ``<sup>ECP-X-n</sup>`` marker asks for (True) or none at all (False)
     marked_unnumbered: bool = False
 
-    @property
-    def number(self) -> int:
-        return int(self.id.rsplit(".", 1)[1]) if self.id else 0
-
     def to_dict(self) -> dict[str, object]:
         return {"id": self.id, "clause": self.clause, "level": self.level, "text": self.text, "line": self.line}
 
