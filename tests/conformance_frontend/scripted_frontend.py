@@ -28,9 +28,10 @@ section 14): ``--model NAME`` serves the model under that name and refuses
 completions naming another with 404 (``ECP-HTTP-4``); ``--ignore-strangers``
 drops every handshake message from an identity outside the configured ranks
 instead of failing the handshake (``ECP-HS-11`` allows either);
-``--context-policy refuse|lower|unchecked`` is what a completion whose prompt plus
+``--context-policy refuse|lower|unchecked|lower-blindly`` is what a completion whose prompt plus
 ``max_tokens`` exceeds the engines' minimum ``max_model_len`` gets (``ECP-HTTP-8``:
-a 400, ``max_tokens`` lowered to the room left, or, wrongly, the ADD unchanged).
+a 400, ``max_tokens`` lowered to the room left, or, wrongly, the ADD unchanged, or ``max_tokens``
+lowered to the room left even when the prompt leaves none).
 
 Every other route answers 404, so the cases that need them end UNSUPPORTED.
 """
@@ -48,7 +49,7 @@ from ecp.reference.client import ClientConfig, EngineCoreClient
 from ecp.spec import EngineCoreRequest, SamplingParams, UtilityRequest, encode_input
 
 BEHAVIOURS = ("close", "garbage", "crash", "hang")
-CONTEXT_POLICIES = ("refuse", "lower", "unchecked")
+CONTEXT_POLICIES = ("refuse", "lower", "unchecked", "lower-blindly")
 #: the completion's prompt: token ids the scripted engines echo or ignore
 PROMPT = [1, 2, 3]
 #: the call id -1 is the engine's (EEP_NOTIFICATION_CALL_ID): a frontend must never send it
@@ -133,13 +134,13 @@ async def main() -> int:
         words = len(str(obj.get("prompt") or "").split())
         prompt = list(PROMPT) + [7] * max(0, words - len(PROMPT))
         room = (client.max_model_len or 0) - len(prompt)
-        if room < 1 and args.context_policy != "unchecked":
+        if room < 1 and args.context_policy not in ("unchecked", "lower-blindly"):
             return error(400, "Bad Request", f"{len(prompt)} prompt tokens leave no room within max_model_len "
                                              f"{client.max_model_len}", "prompt")
         if max_tokens > room and args.context_policy == "refuse":
             return error(400, "Bad Request", f"{len(prompt)} prompt tokens + max_tokens {max_tokens} exceed "
                                              f"max_model_len {client.max_model_len}", "max_tokens")
-        if max_tokens > room and args.context_policy == "lower":
+        if max_tokens > room and args.context_policy in ("lower", "lower-blindly"):
             max_tokens = room
         stream = await client.add(EngineCoreRequest(
             f"cmpl-{uuid.uuid4().hex}", prompt, None, SamplingParams(max_tokens=max_tokens), None,
