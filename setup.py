@@ -8,7 +8,7 @@ setup(
     packages=["ecp." + name for name in find_packages(include=[f"{p}*" for p in PARTS])],
     package_dir={f"ecp.{p}": p for p in PARTS},
     package_data={
-        "ecp.spec": ["PROTOCOL.md", "schema/*.json", "vectors/*.json", "layouts/*.json"],
+        "ecp.spec": ["PROTOCOL.md", "sentences.txt", "schema/*.json", "vectors/*.json", "layouts/*.json"],
         "ecp.conformance": ["*.json", "schema/*.json"],
     },
 )

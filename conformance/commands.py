@@ -39,8 +39,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="handshake budget per launch (60)")
     eng.add_argument("--quiet-window", type=float, default=0.3, metavar="S",
                      help="how long the harness watches for stray outputs after a case's last expected one (0.3)")
+    from .capabilities import flag_choices
     from .runner import add_common_options
 
+    eng.add_argument("--engine-lacks", action="append", default=[], metavar="CAP", choices=flag_choices("engine"),
+                     help="declare a capability the engine lacks, one of: " + ", ".join(flag_choices("engine")) +
+                          " (repeatable). Its cases are then UNSUPPORTED; an undeclared capability that a case "
+                          "finds missing is a FAIL. Sleep mode is declared in the ready payload "
+                          "(enable_sleep_mode), not here")
     add_common_options(eng)
     eng.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the engine")
     eng.set_defaults(func=_engine)
@@ -63,6 +69,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="budget for a launch to finish its handshake and answer /health 200 (60)")
     fe.add_argument("--quiet-window", type=float, default=0.3, metavar="S",
                     help="how long the harness watches for stray frames before asserting an absence (0.3)")
+    fe.add_argument("--frontend-lacks", action="append", default=[], metavar="CAP",
+                    choices=flag_choices("frontend"),
+                    help="declare a capability the frontend lacks, one of: " + ", ".join(flag_choices("frontend")) +
+                         " (repeatable; vLLM 0.33 runs DP waves for MoE models only). Its cases are then "
+                         "UNSUPPORTED; an undeclared capability that a case finds missing is a FAIL")
     add_common_options(fe)
     fe.set_defaults(case_timeout=30.0)
     fe.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the frontend")
@@ -80,7 +91,10 @@ def http_routes(cases) -> list[dict]:
 def _list(args: argparse.Namespace) -> int:
     import json
 
-    from .coverage import ROLES, clause_rows, format_matrix, gaps, summary_line
+    from .coverage import (
+        ROLES, clause_rows, format_matrix, gaps, sentence_gaps, sentence_rows, sentence_summary, sentence_summary_line,
+        summary_line,
+    )
     from .registry import RegistryError, load_role
 
     try:
@@ -95,11 +109,18 @@ def _list(args: argparse.Namespace) -> int:
     # which roles a clause binds is read off every role's cases, whichever role is listed
     rows = clause_rows(every, roles=roles)
     must_gaps, other_gaps = gaps(rows, "MUST"), gaps(rows, "SHOULD") + gaps(rows, "MAY")
+    srows = sentence_rows(every, roles=roles)
+    must_sentences, other_sentences = sentence_gaps(srows, "MUST"), sentence_gaps(srows, "SHOULD") + sentence_gaps(
+        srows, "MAY")
     if args.json:
         print(json.dumps({"cases": [c.to_dict() for c in cases], "coverage": [r.to_dict() for r in rows],
                           "http_routes": http_routes(cases) if "frontend" in roles else [],
                           "uncovered_must_clauses": [r.clause for r in must_gaps],
-                          "uncovered_should_may_clauses": [r.clause for r in other_gaps]}, indent=1))
+                          "uncovered_should_may_clauses": [r.clause for r in other_gaps],
+                          "sentences": [r.to_dict() for r in srows],
+                          "sentence_summary": sentence_summary(srows),
+                          "uncovered_must_sentences": [r.sentence for r in must_sentences],
+                          "uncovered_should_may_sentences": [r.sentence for r in other_sentences]}, indent=1))
         return 0
     if args.matrix:
         for line in format_matrix(rows, roles):
@@ -109,6 +130,25 @@ def _list(args: argparse.Namespace) -> int:
             print("\nReasons (clauses not observable on the wire in a role, and what checks them instead):")
             for r in reasoned:
                 print(f"  {r.clause} [{', '.join(r.reason.roles)}]: {r.reason.why} Checked by: {r.reason.checked_by}")
+        print(f"\n{'sentence':<16} {'level':<6} " + " ".join(f"{r:<34}" for r in roles) + " text")
+        for s in srows:
+            cells = []
+            for role in roles:
+                if role not in s.binds:
+                    cells.append("-")
+                elif s.cases.get(role):
+                    cells.append(" ".join(s.cases[role]))
+                elif s.reason and role in s.reason.roles:
+                    cells.append(f"(reason: {s.reason_key})")
+                else:
+                    cells.append("MISSING")
+            print(f"{s.sentence:<16} {s.level:<6} " + " ".join(f"{c:<34}" for c in cells) + f" {s.text[:70]}")
+        own = [s for s in srows if s.reason_key == s.sentence]
+        if own:
+            print("\nReasons for sentences (what checks them instead):")
+            for s in own:
+                print(f"  {s.sentence} [{', '.join(s.reason.roles)}]: {s.reason.why} Checked by: "
+                      f"{s.reason.checked_by}")
     else:
         for c in cases:
             print(f"{c.id:<13} {c.clause:<14} {c.level:<6} {c.conformance_level:<8} {c.slug:<38} {c.requirement}")
@@ -122,11 +162,18 @@ def _list(args: argparse.Namespace) -> int:
             for r in http_routes(cases):
                 print(f"  {r['route']:<28} {r['clause']:<12} {' '.join(r['cases']) or '-'}")
     print(summary_line(rows))
+    print(sentence_summary_line(srows))
     for label, found in (("MUST", must_gaps), ("SHOULD/MAY", other_gaps)):
         print(f"{label} clauses without a case or reason: {len(found)}")
         for r in found:
             print(f"  {r.clause:<14} {r.title} (no case in the {' and '.join(r.missing_roles)} role"
                   f"{'s' if len(r.missing_roles) > 1 else ''})")
+    for label, sfound in (("MUST", must_sentences), ("SHOULD/MAY", other_sentences)):
+        per_role = {role: sum(role in s.missing_roles for s in sfound) for role in roles}
+        print(f"{label} sentences without a check or reason: {len(sfound)} ("
+              + ", ".join(f"{role} {n}" for role, n in per_role.items()) + ")")
+        for s in sfound:
+            print(f"  {s.sentence:<16} {s.level:<6} [{', '.join(s.missing_roles)}] {s.text[:90]}")
     return 0
 
 
@@ -157,6 +204,7 @@ def _engine(args: argparse.Namespace) -> int:
         "command": command, "attach": args.attach, "adapter": args.adapter, "transport": args.transport,
         "engine_count": args.engine_count, "engine_start_index": args.engine_start_index,
         "startup_timeout_s": args.startup_timeout, "quiet_window_s": args.quiet_window,
+        "lacks": sorted(set(args.engine_lacks)),
     }
     target = " ".join(command) if command else f"--attach {args.attach}" if args.attach else f"--adapter {args.adapter}"
     return run("engine", args, role_config, target)
@@ -194,7 +242,7 @@ def _frontend(args: argparse.Namespace) -> int:
         return 2
     role_config = {
         "command": command, "attach": args.attach, "http_url": args.http_url, "engine_count": args.engine_count,
-        "attach_kv_connector": not args.no_kv_connector,
+        "attach_kv_connector": not args.no_kv_connector, "lacks": sorted(set(args.frontend_lacks)),
         "startup_timeout_s": args.startup_timeout, "quiet_window_s": args.quiet_window,
     }
     target = shlex.join(command) if command else f"--attach {args.attach} --http-url {args.http_url}"

@@ -1,8 +1,13 @@
-"""Clause coverage: for every spec clause, the cases that drive a peer into it, or why none can.
+"""Clause and sentence coverage: for every spec clause and every normative sentence, the cases that
+drive a peer into it, or why none can.
 
 This module is the one home of that table. A clause is *covered* in a role when a case of that
 role cites it (:mod:`ecp.conformance.registry`), or when :data:`REASONS` states why the clause
-cannot be observed on the wire in that role and what checks it instead. A reason is only for
+cannot be observed on the wire in that role and what checks it instead. A *sentence*
+(``ECP-HS-5.2``, :func:`ecp.spec.clauses.sentences`) is covered in a role only when a case of
+that role names it in ``checks``, or when a reason keyed by the sentence, or by its clause, covers
+that role: citing a clause never covers its sentences, so a case that checks one statement of a
+clause does not hide the statements it never exercises. A reason is only for
 what truly cannot be driven: a rule with no bytes of its own (no authentication, one pinned
 version), a property that is not a message (who binds a socket), or a failure a conforming peer
 cannot be made to have on purpose. Anything a harness can provoke gets a case.
@@ -26,7 +31,8 @@ ROLES: tuple[str, ...] = tuple(ROLE_CATALOGS)
 
 @dataclass(frozen=True)
 class Reason:
-    """Why a clause has no case in ``roles``, and what checks it instead."""
+    """Why a clause (keyed by clause id) or one sentence (keyed by sentence id) has no case in
+    ``roles``, and what checks it instead. A clause's reason covers each of its sentences."""
 
     roles: tuple[str, ...]
     why: str
@@ -110,6 +116,108 @@ REASONS: dict[str, Reason] = {
     "ECP-UTIL-11": Reason(
         _FE, "A MAY listing three conforming behaviours; none of them can be failed.",
         "ECP-UTIL-4, ECP-UTIL-5 and ECP-UTIL-7 (FE-UTIL-1..4) check the methods whose DP behaviour is fixed."),
+
+    # ------------------------------------------------------------- sentences (keyed by sentence id)
+    "ECP-HS-1.2": Reason(
+        _FE, "The scripted engines say HELLO with the keys vLLM 0.33's engine sends; the frontend role has no "
+        "engine that adds unknown keys.",
+        "ecp.spec's one HELLO decoder: tests/spec/test_codec.py decodes the Rust mock engine's HELLO with its "
+        "extra parallel_config_hash key."),
+    "ECP-HS-1.3": Reason(
+        _ENG, "The harness plays a frontend with remote engines, but which local/headless values a launched "
+        "engine reports depends on how COMMAND starts it; the values are not decided per topology yet.",
+        "Only their type: ENG-HS-1 checks that both are bools; no case checks the values yet."),
+    "ECP-HS-2.2": Reason(
+        _ENG, "The harness sends only well-formed INITs; a malformed one is a handshake it cannot recover "
+        "from to judge anything else in the launch.",
+        "ecp.spec's INIT type refuses such an INIT while decoding (the reference engine decodes with it): "
+        "tests/spec/test_codec.py::test_init_with_unusable_addresses_is_refused."),
+    "ECP-HS-2.3": Reason(
+        _FE, "Coordinated (MoE) DP needs a MoE model at the frontend; the frontend role's engines are "
+        "scripted, so a non-empty parallel_config cannot be provoked.",
+        "FE-HS-1 decodes every INIT with ecp.spec's EngineHandshakeMetadata (parallel_config a map)."),
+    "ECP-HS-5.2": Reason(
+        _ENG, "READY's keys are decoded by the harness's handshake machine (a READY that is not a map with "
+        "status, local and headless fails ENG-HS-4's launch); parallel_config_hash at DP > 1 is not "
+        "checked by any case yet.",
+        "ecp.spec.handshake.Ready decodes the hash (tests/spec/test_properties.py); no case checks that an "
+        "engine at DP > 1 sends it yet."),
+    "ECP-HS-6.2": Reason(
+        _FE, "The gate is structural: the scripted engines wait for the coordinator's READY before their own, "
+        "so a coordinator that never publishes it fails every launch with a coordinator.",
+        "FE-DP-1 (a launch with a coordinator) and tests/conformance_frontend/test_waves.py."),
+    "ECP-HS-8.1": Reason(
+        _FE, "A stage's bound is minutes (vLLM: 600 s for the ready payload), longer than any case.",
+        "What an unbounded stage must never cause, serving before READY, is FE-HS-4 (ECP-HS-8.2); the reference "
+        "client's bounds: tests/client/test_handshake.py."),
+    "ECP-FRAME-2.2": Reason(
+        _FE, "Not distinguishable on the wire: a receiver that decodes the sentinel as msgpack gets a decode "
+        "error, on which ECP-ROB-3 fails it closed all the same.",
+        "FE-ROB-1 and FE-OUT-3 (ENGINE_CORE_DEAD reaches the frontend; it must fail closed)."),
+    "ECP-FRAME-5.2": Reason(
+        _BOTH, "Every msgpack decoder (vLLM's msgspec, vllm-rs's rmp) reads a wider integer form, so a peer "
+        "that writes one interoperates and the harness's decoders cannot tell.",
+        "ecp.spec's encoder: tests/spec/test_vectors.py re-encodes vLLM's Python bytes byte-identically."),
+    "ECP-FRAME-6.3": Reason(
+        _ENG, "A receiver that misreads a present default as a request for it changes no observable output "
+        "with the model-free engines the suite can assume.",
+        "Nothing on a peer yet; ENG-REQ-13 sends vllm-rs's ADD, which carries default values (top_p, "
+        "min_p, penalties) explicitly, and fails an engine that does not serve it as sent."),
+    "ECP-FRAME-6.4": Reason(
+        _BOTH, "A rule for tools that compare bytes, not a behaviour of a peer on the wire.",
+        "tests/spec/test_vectors.py compares the vllm-rs (fixmap) and Python (map16) forms by meaning."),
+    "ECP-FRAME-7.2": Reason(
+        _BOTH, "No case sends a tensor whose buffer disagrees with its shape yet: engines receive no tensors "
+        "from the harness (see ECP-FRAME-8.2) and the frontend role's tensors are well formed.",
+        "ecp.spec's tensor decoder refuses the mismatch: tests/spec/test_codec.py; ENG-OUT-9 checks the "
+        "sizes an engine sends."),
+    "ECP-FRAME-8.2": Reason(
+        _ENG, "An engine receives tensors only in prompt embeddings or multimodal inputs, which need its model "
+        "(hidden size, processor); the harness sends text prompts.",
+        "ecp.spec's decoder reads both forms (tests/spec/test_codec.py); FE-OUT-6 checks frontends."),
+    "ECP-REQ-1.2": Reason(
+        _FE, "A frontend sends prompt_embeds only with an option and a model of its own (vLLM: "
+        "--enable-prompt-embeds); the frontend role's frontends are text-only.",
+        "FE-REQ-1 decodes every ADD with ecp.spec's EngineCoreRequest, whose prompt_embeds is a tensor."),
+    "ECP-OUT-6.1": Reason(
+        _ENG, "A mixed message is decoded by the harness like any other; no case provokes one, and only DP "
+        "control on a client's socket is what vLLM's frontends reject.",
+        "Only its consequence that vLLM's frontends need: ENG-DP-5 (DP control never on a client's socket)."),
+    "ECP-ABORT-8.2": Reason(
+        _FE, "A ZeroMQ send to a live peer does not fail; the harness cannot make one engine's socket refuse a "
+        "send on purpose.",
+        "tests/client/test_abort.py::test_explicit_abort_survives_a_send_failure_to_one_engine."),
+    "ECP-UTIL-2.2": Reason(
+        _FE, "No scripted engine sends a bare value where the envelope belongs yet.",
+        "ecp.spec's decoder raises on it: "
+        "tests/spec/test_codec.py::test_finish_reason_out_of_range_and_bare_utility_result."),
+    "ECP-UTIL-2.3": Reason(
+        _FE, "No scripted engine sends a non-nil type_info; receivers ignoring it is not provoked yet.",
+        "Only the sender's half: ENG-UTIL-1 checks that engines send it nil."),
+    "ECP-DP-4.2": Reason(
+        _ENG, "Whether an engine started running on a START_DP_WAVE shows only in the DP control it sends "
+        "later, which vLLM sends for MoE models only.",
+        "ENG-DP-2 (START_DP_WAVE accepted, engines keep serving) and ENG-DP-6 (a newer wave is adopted)."),
+    "ECP-HTTP-4.3": Reason(
+        _FE, "It binds clients, the harness included: the harness reads /v1/models once per launch before its "
+        "first request.",
+        "conformance/frontend/http_driver.py (HttpDriver.models, HttpDriver.model), which every frontend-role "
+        "case drives."),
+    "ECP-HTTP-6.1": Reason(
+        _FE, "No case checks the form of a response's id yet; the abort cases use it as the external id.",
+        "FE-ABORT-8 aborts by the response id and fails when that does not end the stream."),
+    "ECP-HTTP-6.4": Reason(
+        _FE, "A permission: resolving more ids and resolving external ids only both conform.",
+        "FE-ABORT-8 aborts by the external id, which every frontend resolves."),
+    "ECP-HTTP-6.5": Reason(
+        _FE, "No case aborts an id that names nothing yet.",
+        "ecp serve: tests/frontend/test_http.py lists such ids as not found."),
+    "ECP-ABORT-5.3": Reason(
+        _FE, "A MAY with both choices conforming: a frontend that yields to its loop before a drain and one "
+        "that does not both pass.", "FE-ABORT-4..6 bound the ABORT count either way (ECP-ABORT-5.1)."),
+    "ECP-HTTP-7.3": Reason(
+        _FE, "An optional route form (FastDeploy's); FE-ABORT-8/9 drive whichever abort route a frontend serves.",
+        "ecp serve's route, its abort_all and its 400: tests/frontend/test_http.py."),
 }
 
 
@@ -244,3 +352,112 @@ def format_matrix(rows: list[ClauseRow], roles: Iterable[str] = ROLES) -> list[s
                 cells.append("MISSING")
         lines.append(f"{row.clause:<14} {row.level:<6} " + " ".join(f"{c:<34}" for c in cells) + f" {row.title}")
     return lines
+
+
+# ----------------------------------------------------------------------------- sentences
+#: sentence -> the roles it binds, where they differ from its clause's (a receiver's rule in a
+#: clause whose other sentences bind the sender)
+SENTENCE_BINDS: dict[str, tuple[str, ...]] = {
+    # the receiver of HELLO, INIT, SamplingParams, an ADD, an output, a utility reply
+    "ECP-HS-1.2": _FE, "ECP-HS-2.2": _ENG, "ECP-FRAME-4.2": _ENG, "ECP-FRAME-6.2": _ENG, "ECP-FRAME-6.3": _ENG,
+    "ECP-FRAME-2.2": _FE, "ECP-UTIL-2.2": _FE,
+    # the sender of INIT, READY, the ready payload, DP control, a tensor in an ADD
+    "ECP-HS-2.3": _FE, "ECP-HS-4.3": _ENG, "ECP-HS-5.2": _ENG, "ECP-OUT-6.1": _ENG, "ECP-OUT-8.1": _ENG,
+    "ECP-DP-5.1": _FE, "ECP-DP-5.2": _ENG, "ECP-DP-5.3": _ENG, "ECP-DP-5.4": _ENG, "ECP-REQ-1.2": _FE,
+    "ECP-FRAME-8.2": _BOTH,
+    # what a frontend (or its coordinator) does with what it received
+    "ECP-HS-6.2": _FE, "ECP-SOCK-2.3": _FE, "ECP-FRAME-8.3": _FE, "ECP-REQ-1.3": _ENG,
+}
+
+
+@dataclass
+class SentenceRow:
+    """One row of the sentence coverage: a normative sentence, the cases that check it, or a reason."""
+
+    sentence: str
+    clause: str
+    level: str
+    text: str
+    binds: tuple[str, ...]
+    #: role -> case ids naming this sentence in ``checks``
+    cases: dict[str, list[str]] = field(default_factory=dict)
+    reason: Reason | None = None
+    #: the id the reason is keyed by: the sentence's own, or its clause's
+    reason_key: str | None = None
+
+    @property
+    def missing_roles(self) -> list[str]:
+        reasoned = self.reason.roles if self.reason else ()
+        return [r for r in self.binds if not self.cases.get(r) and r not in reasoned]
+
+    @property
+    def status(self) -> str:
+        """``check`` (a case in every bound role), ``reason`` (some role by a reason only) or ``missing``."""
+        if self.missing_roles:
+            return "missing"
+        if any(not self.cases.get(r) for r in self.binds):
+            return "reason"
+        return "check"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sentence": self.sentence, "clause": self.clause, "level": self.level, "text": self.text,
+                "binds": list(self.binds), "cases": {r: list(v) for r, v in self.cases.items()},
+                "status": self.status, "missing_roles": self.missing_roles,
+                "reason": None if self.reason is None else {"key": self.reason_key, "roles": list(self.reason.roles),
+                                                            "why": self.reason.why,
+                                                            "checked_by": self.reason.checked_by}}
+
+
+def sentence_rows(cases: Iterable[Case], roles: Iterable[str] | None = None) -> list[SentenceRow]:
+    """The sentence coverage: one row per numbered sentence whose clause binds one of ``roles``.
+
+    A sentence binds its clause's roles (:func:`clause_rows`, :data:`BINDS`) unless
+    :data:`SENTENCE_BINDS` says otherwise, and every role of a case that names it."""
+    cases = list(cases)
+    want = tuple(roles) if roles is not None else ROLES
+    clause_binds = {row.clause: row.binds for row in clause_rows(cases)}
+    by_sentence: dict[str, dict[str, list[str]]] = {}
+    for c in cases:
+        for r in c.roles:
+            for sid in c.checks:
+                by_sentence.setdefault(sid, {}).setdefault(r, []).append(c.id)
+    rows = []
+    for sid, s in spec_clauses.sentences().items():
+        binds = SENTENCE_BINDS.get(sid) or tuple(dict.fromkeys([*clause_binds.get(s.clause, ()),
+                                                               *by_sentence.get(sid, {})]))
+        binds = tuple(r for r in binds if r in want)
+        if not binds:
+            continue
+        key = sid if sid in REASONS else s.clause if s.clause in REASONS else None
+        reason = REASONS[key] if key else None
+        if reason is not None and not set(reason.roles) & set(binds):
+            reason, key = None, None
+        rows.append(SentenceRow(sid, s.clause, s.level, s.text, binds,
+                                {r: ids for r, ids in by_sentence.get(sid, {}).items() if r in binds}, reason, key))
+    return rows
+
+
+def sentence_gaps(rows: Iterable[SentenceRow], level: str = "MUST") -> list[SentenceRow]:
+    """The sentences at ``level`` with a bound role that has neither a check nor a reason."""
+    return [r for r in rows if r.level == level and r.status == "missing"]
+
+
+def sentence_summary(rows: list[SentenceRow]) -> dict[str, Any]:
+    """Counts: sentences, by status, and the MUST sentences missing per role."""
+    out: dict[str, Any] = {"sentences": len(rows)}
+    for status in ("check", "reason", "missing"):
+        out[status] = sum(r.status == status for r in rows)
+    must = sentence_gaps(rows, "MUST")
+    out["must_missing"] = len(must)
+    out["must_missing_by_role"] = {role: sum(role in r.missing_roles for r in must)
+                                   for role in ROLES if any(role in r.binds for r in rows)}
+    out["should_may_missing"] = len(sentence_gaps(rows, "SHOULD")) + len(sentence_gaps(rows, "MAY"))
+    return out
+
+
+def sentence_summary_line(rows: list[SentenceRow]) -> str:
+    s = sentence_summary(rows)
+    per_role = ", ".join(f"{role} {n}" for role, n in s["must_missing_by_role"].items())
+    return (f"sentences: {s['sentences']}: {s['check']} checked by cases, {s['reason']} with a stated reason, "
+            f"{s['missing']} missing; MUST sentences without a check or reason: {s['must_missing']}"
+            + (f" ({per_role})" if per_role else ""))

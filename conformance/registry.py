@@ -64,6 +64,9 @@ class Case:
     #: further clauses the case checks besides ``clause``, and the ``ECP-HTTP-n`` clause of every
     #: HTTP route it drives (a frontend-role case relies on no HTTP behaviour the text leaves open)
     also: tuple[str, ...] = ()
+    #: the normative sentences (``ECP-HS-5.2``, :func:`ecp.spec.clauses.sentences`) the case checks. Citing
+    #: a clause covers none of its sentences: sentence coverage counts only what a case names here
+    checks: tuple[str, ...] = ()
 
     @property
     def http(self) -> tuple[str, ...]:
@@ -91,16 +94,17 @@ class Case:
         return {"id": self.id, "clause": self.clause, "level": self.level,
                 "conformance_level": self.conformance_level, "roles": list(self.roles),
                 "requirement": self.requirement, "slug": self.slug, "feature": self.feature,
-                "also": list(self.also)}
+                "also": list(self.also), "checks": list(self.checks)}
 
 
 def case_factory(*roles: str) -> Callable[..., Case]:
-    """``_c(id, clause, level, slug, requirement, feature=None, also=())`` for one role's catalogue:
-    keeps the catalogue tables one line per field, in the order a reader scans them."""
+    """``_c(id, clause, level, slug, requirement, feature=None, also=(), checks=())`` for one role's
+    catalogue: keeps the catalogue tables one line per field, in the order a reader scans them."""
     def make(id: str, clause: str, level: str, slug: str, requirement: str, feature: str | None = None,
-             conformance_level: str | None = None, also: tuple[str, ...] = ()) -> Case:
+             conformance_level: str | None = None, also: tuple[str, ...] = (), checks: tuple[str, ...] = ()) -> Case:
         return Case(id=id, clause=clause, level=level, roles=roles, requirement=requirement,  # type: ignore[arg-type]
-                    slug=slug, feature=feature, level_override=conformance_level, also=tuple(also))
+                    slug=slug, feature=feature, level_override=conformance_level, also=tuple(also),
+                    checks=tuple(checks))
 
     return make
 
@@ -130,6 +134,12 @@ def validate_cases(cases: Iterable[Case], role: str | None = None) -> list[Case]
                 problems.append(f"{c.id}: unknown spec clause {other!r} in also")
             elif other == c.clause or c.also.count(other) > 1:
                 problems.append(f"{c.id}: clause {other} cited twice")
+        sentences = spec_clauses.sentences()
+        for sid in c.checks:
+            if sid not in sentences:
+                problems.append(f"{c.id}: unknown sentence id {sid!r} in checks (ecp spec sentences lists them)")
+            elif c.checks.count(sid) > 1:
+                problems.append(f"{c.id}: sentence {sid} cited twice")
         if c.level not in ("MUST", "SHOULD", "MAY"):
             problems.append(f"{c.id}: level must be MUST, SHOULD or MAY")
         if c.level_override is not None and c.level_override not in spec_clauses.CONFORMANCE_LEVELS:

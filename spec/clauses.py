@@ -22,7 +22,10 @@ their area.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from .sentences import Sentence
 
 Level = Literal["MUST", "SHOULD", "MAY"]
 ConformanceLevel = Literal["interop", "hardened"]
@@ -109,7 +112,8 @@ _CLAUSES: tuple[Clause, ...] = (
        registration makes it addressable by the ROUTER."""),
     _c("ECP-HS-4", "MUST", "Ready payload keys and types", """The ready payload is a map that carries every
        required key with its declared type; optional keys may be absent; unknown keys are ignored by
-       the receiver."""),
+       the receiver. An engine that lacks an optional capability declares it: in the ready payload where
+       it has a key for it (``enable_sleep_mode``), otherwise to whoever checks it."""),
     _c("ECP-HS-5", "MUST", "READY after registration", """The engine sends READY (``status: "READY"``, ``local``,
        ``headless``) on the handshake socket only after the ready payload went out on every input
        socket and, when INIT names a coordinator, after the coordinator gate."""),
@@ -388,3 +392,16 @@ def required_at(clause_id: str, conformance_level: str) -> bool:
 def must_clauses() -> list[Clause]:
     """Every live clause at level MUST, in catalogue order."""
     return [c for c in _CLAUSES if c.level == "MUST" and not c.withdrawn]
+
+
+def sentences() -> "dict[str, Sentence]":
+    """Every numbered normative sentence of spec/PROTOCOL.md by id (``ECP-HS-5.2``), in document
+    order: each with ``id``, ``clause``, ``level`` and ``text`` (:mod:`ecp.spec.sentences` parses them)."""
+    from .sentences import catalogue
+    return catalogue()
+
+
+def sentences_of(clause_id: str) -> "list[Sentence]":
+    """The numbered sentences of one clause, in document order."""
+    from .sentences import of_clause
+    return of_clause(get(clause_id).id)

@@ -133,6 +133,8 @@ class HarnessFrontend:
         self.raise_on_engine_dead = True
         #: returns False once the engine process is gone (waits then fail fast with PeerCrashed)
         self.alive_check: Callable[[], bool] | None = None
+        #: capabilities the engine was declared to lack (``--engine-lacks``, ecp.conformance.capabilities)
+        self.declared_lacks: frozenset[str] = frozenset()
         self._sockets: list[zmq.Socket] = []
         self.handshake = self._bind(zmq.ROUTER, addresses.handshake)
         self.inputs = [self._bind(zmq.ROUTER, a) for a in addresses.inputs]

@@ -41,6 +41,8 @@ class EngineRunConfig:
     case_timeout_s: float = 10.0
     quiet_window_s: float = 0.3
     workdir: str = ""
+    #: capabilities the engine lacks, declared with ``--engine-lacks`` (ecp.conformance.capabilities)
+    lacks: list[str] = field(default_factory=list)
 
 
 #: shared-topology engines launched ahead in the background once the shared engine had to be
@@ -81,6 +83,7 @@ class EngineUnderTest:
         addresses = self._addresses(launch_no, clients, coordinator)
         self.fe = HarnessFrontend(ctx, addresses, engine_count, cfg.engine_start_index, transcript,
                                   cfg.quiet_window_s)
+        self.fe.declared_lacks = frozenset(cfg.lacks)
         try:
             self.handle = self._start(launch_no)
             self.fe.alive_check = self.alive

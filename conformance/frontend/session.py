@@ -62,6 +62,8 @@ class FrontendRunConfig:
     case_timeout_s: float = 30.0
     quiet_window_s: float = 0.3
     workdir: str = ""
+    #: capabilities the frontend lacks, declared with ``--frontend-lacks`` (ecp.conformance.capabilities)
+    lacks: list[str] = field(default_factory=list)
 
 
 class LoopThread:

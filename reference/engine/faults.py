@@ -50,6 +50,8 @@ FAULTS: dict[str, Fault] = table(
     Fault("paused-add-not-retryable", "ECP-REQ-7", "the engine_paused ERROR says retryable: false"),
     Fault("tensor-shape-mismatch", "ECP-FRAME-7", "logprob tensors claim one row more than their data holds"),
     Fault("tensors-inline", "ECP-FRAME-8", "tensor buffers of 256 bytes or more are sent inline"),
+    Fault("no-stop-reason", "ECP-REQ-5", "a request stopped by a stop token carries no stop_reason"),
+    Fault("no-logprobs", "ECP-HS-4", "returns no logprobs (new_logprobs nil) without declaring that it lacks them"),
     Fault("ignore-stamped-wave", "ECP-DP-5", "the current_wave stamped on an ADD is ignored (read as 0)"),
     Fault("abort-immediately-paused-error", "ECP-REJECT-5",
           "while paused, an abort_immediately ADD is answered with an engine_paused ERROR"),
@@ -127,6 +129,10 @@ class FaultLayer:
                 finished = {rid for rid in finished if rid != out.request_id} or None
             if out.error is not None and out.error.code == "engine_paused" and "paused-add-not-retryable" in names:
                 out = msgspec.structs.replace(out, error=msgspec.structs.replace(out.error, retryable=False))
+            if "no-stop-reason" in names and out.finish_reason == FinishReason.STOP:
+                out = msgspec.structs.replace(out, stop_reason=None)
+            if "no-logprobs" in names and out.new_logprobs is not None:
+                out = msgspec.structs.replace(out, new_logprobs=None)
             if "truncated-request-ids" in names and len(out.request_id) > 32:
                 out = msgspec.structs.replace(out, request_id=out.request_id[:32])
             if out.finish_reason is not None:

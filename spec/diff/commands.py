@@ -58,6 +58,60 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
                    help="layouts to pair (default: every shipped release)")
     p.set_defaults(func=_compat)
 
+    p = sub.add_parser(
+        "sentences", help="the normative sentences of spec/PROTOCOL.md with their ids; --check, --number",
+        description="List every normative sentence of spec/PROTOCOL.md (id, level, text). --check exits 1 "
+                    "naming every normative sentence without an id and every disagreement with the ledger "
+                    "spec/sentences.txt; --number gives each sentence without an id the next free number of "
+                    "its clause and records it (rules: ecp.spec.sentences).")
+    p.add_argument("--check", action="store_true", help="exit 1 if a sentence lacks an id or the ledger disagrees")
+    p.add_argument("--number", action="store_true", help="number the sentences without an id, update the ledger")
+    p.add_argument("--json", action="store_true", help="print the sentences as JSON")
+    p.add_argument("--protocol", metavar="FILE", help="the PROTOCOL.md to read (default: the package's)")
+    p.add_argument("--ledger", metavar="FILE", help="the ledger (default: spec/sentences.txt beside it)")
+    p.set_defaults(func=_sentences)
+
+
+def _sentences(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from .. import sentences as S
+
+    protocol = Path(args.protocol) if args.protocol else S.PROTOCOL_MD
+    ledger_path = Path(args.ledger) if args.ledger else protocol.with_name(S.LEDGER.name)
+    text = protocol.read_text(encoding="utf-8")
+    try:
+        ledger = S.read_ledger(ledger_path.read_text(encoding="utf-8") if ledger_path.is_file() else "")
+        if args.number:
+            new_text, new_ledger, changes = S.number(text, ledger)
+            if new_text != text:
+                protocol.write_text(new_text, encoding="utf-8")
+            if new_ledger != ledger or not ledger_path.is_file():
+                ledger_path.write_text(S.write_ledger(new_ledger), encoding="utf-8")
+            for line in changes:
+                print(line)
+            print(f"{len(changes)} change(s); {protocol} and {ledger_path} are numbered", file=sys.stderr)
+            text, ledger = new_text, new_ledger
+    except S.SentenceError as exc:
+        print(f"ecp spec sentences: {exc}", file=sys.stderr)
+        return 1
+    if args.check:
+        problems = S.check(text, ledger)
+        for line in problems:
+            print(line)
+        print(f"{len(problems)} problem(s)" + ("; `ecp spec sentences --number` numbers sentences without an id"
+                                              if problems else ""), file=sys.stderr)
+        return 1 if problems else 0
+    if not args.number:
+        parsed = S.parse(text)
+        if args.json:
+            print(json.dumps([s.to_dict() for s in parsed.sentences + parsed.unnumbered], indent=1))
+        else:
+            for s in parsed.sentences + parsed.unnumbered:
+                print(f"{s.id or '(no id)':<18} {s.level:<6} {s.text}")
+    return 0
+
 
 def _usage(args: argparse.Namespace) -> int:
     args.spec_parser.print_help()

@@ -46,7 +46,31 @@ REFERENCE_KNOBS: dict[str, list[str]] = {
     "ignore-stamped-wave": ["ENG-DP-6"],
     "tensor-shape-mismatch": ["ENG-OUT-9"],
     "tensors-inline": ["ENG-OUT-10"],
+    "no-logprobs": ["ENG-OUT-9", "ENG-OUT-10"],
+    "no-stop-reason": ["ENG-REQ-2"],
 }
+
+
+def test_a_declared_missing_capability_is_unsupported_an_undeclared_one_fails(run_ecp, tmp_path):
+    """An engine that never returns logprobs fails the tensor cases unless it declares that it lacks them."""
+    base = ["conformance", "engine", "--adapter", "reference_adapters:bug_no-logprobs", "--case", "ENG-OUT-9",
+            "--case", "ENG-OUT-10", "--case-timeout", "5", *FAST]
+    code, stdout = run_ecp(*base, "--json", str(tmp_path / "undeclared.json"))
+    _, cases = _results(tmp_path / "undeclared.json")
+    assert code == 1, stdout
+    for cid in ("ENG-OUT-9", "ENG-OUT-10"):
+        assert cases[cid]["outcome"] == "FAIL", stdout
+        assert "--engine-lacks logprobs" in cases[cid]["message"], stdout
+    code, stdout = run_ecp(*base, "--engine-lacks", "logprobs", "--json", str(tmp_path / "declared.json"))
+    _, cases = _results(tmp_path / "declared.json")
+    assert code == 0, stdout
+    for cid in ("ENG-OUT-9", "ENG-OUT-10"):
+        assert cases[cid]["outcome"] == "UNSUPPORTED", stdout
+        assert "--engine-lacks logprobs was given" in cases[cid]["message"], stdout
+    # the flag only declares: an engine that has logprobs is not judged on them, it does not fail
+    code, stdout = run_ecp("conformance", "engine", "--adapter", "reference_adapters:paced", "--case", "ENG-OUT-9",
+                           "--engine-lacks", "logprobs", *FAST)
+    assert code == 0 and re.search(r"^UNSUPPORTED ENG-OUT-9: ", stdout, re.M), stdout
 
 
 def _results(path):

@@ -28,9 +28,10 @@ section 14): ``--model NAME`` serves the model under that name and refuses
 completions naming another with 404 (``ECP-HTTP-4``); ``--ignore-strangers``
 drops every handshake message from an identity outside the configured ranks
 instead of failing the handshake (``ECP-HS-11`` allows either);
-``--context-policy refuse|lower|unchecked`` is what a completion whose prompt plus
+``--context-policy refuse|lower|unchecked|lower-blindly`` is what a completion whose prompt plus
 ``max_tokens`` exceeds the engines' minimum ``max_model_len`` gets (``ECP-HTTP-8``:
-a 400, ``max_tokens`` lowered to the room left, or, wrongly, the ADD unchanged).
+a 400, ``max_tokens`` lowered to the room left, or, wrongly, the ADD unchanged, or ``max_tokens``
+lowered to the room left even when the prompt leaves none).
 
 Every other route answers 404, so the cases that need them end UNSUPPORTED.
 """
@@ -48,7 +49,7 @@ from ecp.reference.client import ClientConfig, EngineCoreClient
 from ecp.spec import EngineCoreRequest, SamplingParams, UtilityRequest, encode_input
 
 BEHAVIOURS = ("close", "garbage", "crash", "hang")
-CONTEXT_POLICIES = ("refuse", "lower", "unchecked")
+CONTEXT_POLICIES = ("refuse", "lower", "unchecked", "lower-blindly")
 #: the completion's prompt: token ids the scripted engines echo or ignore
 PROMPT = [1, 2, 3]
 #: the call id -1 is the engine's (EEP_NOTIFICATION_CALL_ID): a frontend must never send it
@@ -69,6 +70,8 @@ async def main() -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--reserved-call-id", action="store_true")
     parser.add_argument("--coordinator", action="store_true")
+    # with --coordinator: a coordinator that runs no waves (as vLLM 0.33's for a dense model)
+    parser.add_argument("--no-waves", action="store_true")
     parser.add_argument("--bug", action="append", default=[])
     parser.add_argument("--completions", action="store_true")
     parser.add_argument("--model", default="scripted")
@@ -88,6 +91,9 @@ async def main() -> int:
 
         client._faults.handshake = quiet_owner
     await client.bind()
+    if args.no_waves:
+        # around the coordinator on purpose: it keeps the gate but ignores start_wave and wave_complete
+        client._coordinator.on_engine_message = lambda msg: []
     await client.wait_ready()
     hung: list[asyncio.StreamWriter] = []   # kept open, never answered
 
@@ -124,14 +130,20 @@ async def main() -> int:
         if obj.get("model") not in (None, args.model):
             return error(404, "Not Found", f"The model `{obj.get('model')}` does not exist.", "model")
         max_tokens = int(obj.get("max_tokens") or 1)
-        room = (client.max_model_len or 0) - len(PROMPT)
+        # one token per word of the prompt, at least PROMPT's
+        words = len(str(obj.get("prompt") or "").split())
+        prompt = list(PROMPT) + [7] * max(0, words - len(PROMPT))
+        room = (client.max_model_len or 0) - len(prompt)
+        if room < 1 and args.context_policy not in ("unchecked", "lower-blindly"):
+            return error(400, "Bad Request", f"{len(prompt)} prompt tokens leave no room within max_model_len "
+                                             f"{client.max_model_len}", "prompt")
         if max_tokens > room and args.context_policy == "refuse":
-            return error(400, "Bad Request", f"{len(PROMPT)} prompt tokens + max_tokens {max_tokens} exceed "
+            return error(400, "Bad Request", f"{len(prompt)} prompt tokens + max_tokens {max_tokens} exceed "
                                              f"max_model_len {client.max_model_len}", "max_tokens")
-        if max_tokens > room and args.context_policy == "lower":
+        if max_tokens > room and args.context_policy in ("lower", "lower-blindly"):
             max_tokens = room
         stream = await client.add(EngineCoreRequest(
-            f"cmpl-{uuid.uuid4().hex}", list(PROMPT), None, SamplingParams(max_tokens=max_tokens), None,
+            f"cmpl-{uuid.uuid4().hex}", prompt, None, SamplingParams(max_tokens=max_tokens), None,
             time.time(), None, None, None))
         finish = None
         async for out in stream:

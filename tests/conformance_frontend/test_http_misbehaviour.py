@@ -25,10 +25,11 @@ EXPECTED = {
 }
 
 
-def run_case(tmp_path: Path, case: str, *script_args: str) -> tuple[dict, subprocess.CompletedProcess]:
+def run_case(tmp_path: Path, case: str, *script_args: str,
+             harness_args: tuple[str, ...] = ()) -> tuple[dict, subprocess.CompletedProcess]:
     out = tmp_path / "results.json"
     argv = [sys.executable, "-m", "ecp.spec.cli", "conformance", "frontend", "--case", case,
-            "--case-timeout", "3", "--startup-timeout", "30", "--json", str(out), "--",
+            "--case-timeout", "3", "--startup-timeout", "30", "--json", str(out), *harness_args, "--",
             sys.executable, str(SCRIPT), *script_args, "--handshake-port", "{handshake_port}",
             "--engine-count", "{engine_count}", "--port", "{http_port}"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=90)

@@ -44,6 +44,14 @@ def test_both_allowed_context_policies_pass_fe_hs_5(tmp_path, policy):
     assert (result["outcome"], proc.returncode) == ("PASS", 0), (result["message"], proc.stdout[-2000:])
 
 
+def test_sending_a_prompt_that_leaves_no_room_fails_fe_hs_5(tmp_path):
+    """ECP-HTTP-8.1: lowering max_tokens to the room left is allowed only while there is room; a prompt
+    that fills the minimum on its own is refused with a 400, never sent."""
+    result, proc = run_case(tmp_path, "FE-HS-5", "--context-policy", "lower-blindly")
+    assert (result["outcome"], proc.returncode) == ("FAIL", 1), result
+    assert "it is refused with a 400 and never sent" in result["message"], result["message"]
+
+
 def test_sending_the_add_unchanged_fails_fe_hs_5_with_the_http_exchange(tmp_path):
     """The forbidden choice fails, and the failing case's transcript shows the HTTP request that failed it
     next to the ADD it caused."""

@@ -253,3 +253,21 @@ def test_an_input_message_is_its_payload_and_its_class_names_the_request_type():
     with pytest.raises(spec.LocalProtocolError) as info:
         spec.encode_input({"request_id": "r"})
     assert info.value.clause == "ECP-FRAME-1" and info.value.got == "dict"
+
+
+def test_init_with_unusable_addresses_is_refused():
+    """ECP-HS-2.2: an INIT with no inputs, unequal lists or one coordinator address does not decode."""
+    from ecp.spec.handshake import EngineHandshakeMetadata, EngineZmqAddresses
+
+    good = {"inputs": ["ipc://i"], "outputs": ["ipc://o"], "coordinator_input": None, "coordinator_output": None,
+            "frontend_stats_publish_address": None}
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode({"addresses": good, "parallel_config": {}}),
+                                  type=EngineHandshakeMetadata).addresses.inputs == ["ipc://i"]
+    for bad in ({"inputs": [], "outputs": []}, {"inputs": ["ipc://i"], "outputs": ["ipc://o", "ipc://p"]},
+                {"coordinator_input": "tcp://127.0.0.1:1"}):
+        raw = msgspec.msgpack.encode({"addresses": {**good, **bad}, "parallel_config": {}})
+        with pytest.raises((spec.ProtocolError, msgspec.ValidationError)) as info:
+            msgspec.msgpack.decode(raw, type=EngineHandshakeMetadata)
+        assert "ECP-HS-2" in str(info.value) or getattr(info.value, "clause", None) == "ECP-HS-2"
+    with pytest.raises(spec.ProtocolError):
+        EngineZmqAddresses(inputs=["ipc://i"], outputs=[])

@@ -3,6 +3,7 @@
 import contextlib
 import time
 
+from ecp.conformance import capabilities
 from ecp.conformance.outcomes import Unsupported, Violation
 from ecp.spec import EngineCoreReadyResponse
 from ecp.spec import FinishReason
@@ -96,16 +97,17 @@ def expect_bool(reply, method: str) -> bool:
     return value
 
 
-#: optional features an engine declares in its ready payload (``Case.feature`` names them)
-FEATURES = {
-    "sleep": ("enable_sleep_mode", lambda p: p.enable_sleep_mode),
-}
+def _ready_payloads(fe) -> list[EngineCoreReadyResponse]:
+    return [p for r in fe.records.values() for p in r.ready_payloads.values() if isinstance(p, EngineCoreReadyResponse)]
 
 
 def require_feature(fe, feature: str) -> None:
-    """Raise :class:`Unsupported` unless every engine's ready payload declares ``feature``."""
-    key, declared = FEATURES[feature]
-    payloads = [p for r in fe.records.values() for p in r.ready_payloads.values()
-                if isinstance(p, EngineCoreReadyResponse)]
-    if not payloads or not all(declared(p) for p in payloads):
-        raise Unsupported(f"the engine declares no {feature} support ({key} is false in its ready payload)")
+    """Raise :class:`Unsupported`, naming the declaration, when the engine declared that it lacks
+    ``feature`` (an :mod:`ecp.conformance.capabilities` name): in its ready payload, or with
+    ``--engine-lacks``."""
+    capabilities.require(capabilities.get("engine", feature), fe.declared_lacks, _ready_payloads(fe))
+
+
+def feature_missing(fe, feature: str, observed: str) -> Violation:
+    """The FAIL to raise when the engine turns out to lack ``feature`` without having declared it."""
+    return capabilities.missing(capabilities.get("engine", feature), observed)

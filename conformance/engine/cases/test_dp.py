@@ -1,7 +1,8 @@
 """Engine-role data-parallel cases: N engines behind one harness frontend."""
 
-from ecp.conformance.engine.cases._common import expect_bool, ok_value, require_feature
-from ecp.conformance.outcomes import CaseTimeout, Unsupported, Violation
+from ecp.conformance import capabilities
+from ecp.conformance.engine.cases._common import expect_bool, feature_missing, ok_value, require_feature
+from ecp.conformance.outcomes import CaseTimeout, Violation
 from ecp.conformance.registry import case
 from ecp.spec import encode_start_dp_wave, engine_identity
 
@@ -112,6 +113,8 @@ def test_newer_wave_adopted(engines):
     import msgspec
 
     n = _dp_count(engines)
+    # declared before any launch: a deployment without waves need not be started for nothing
+    capabilities.require(capabilities.get("engine", "dp_waves"), engines.cfg.lacks)
     with engines.fresh(engine_count=n, coordinator=True) as eut:
         fe = eut.fe
         mark = len(fe.coordinator_messages)
@@ -135,8 +138,9 @@ def test_newer_wave_adopted(engines):
         except CaseTimeout:
             if not control():
                 # vLLM 0.33 runs DP waves for MoE models only: replicas of a dense model have no wave
-                raise Unsupported("the engines sent no DP wave control (start_wave, wave_complete) for the "
-                                  "stamped requests: they run no waves, so adopting one cannot be judged") from None
+                raise feature_missing(fe, "dp_waves", "the engines sent no DP wave control (start_wave, "
+                                      "wave_complete) for the stamped requests, so adopting a wave cannot be "
+                                      "judged") from None
             raise
         fe.observe()
         first: dict[int, int] = {}

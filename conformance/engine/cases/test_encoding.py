@@ -7,8 +7,9 @@ import time
 
 import msgspec
 
-from ecp.conformance.engine.cases._common import check_aborted, goes_quiet, ok_value, paused, start_long
-from ecp.conformance.outcomes import Unsupported, Violation
+from ecp.conformance.engine.cases._common import (check_aborted, feature_missing, goes_quiet, ok_value, paused,
+                                                  require_feature, start_long)
+from ecp.conformance.outcomes import Violation
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason, decode_any, decode_outputs, encode_add
 from ecp.spec.golden import load_documents
@@ -247,7 +248,9 @@ LOGPROBS = 64
 def _logprob_tensors(fe, tag: str) -> list[tuple[str, list, list[bytes]]]:
     """Ask for sampled-token logprobs; return (field, raw tensor, frames) for each tensor the engine sent.
 
-    UNSUPPORTED when the engine sends none (logprobs are a capability, not a wire rule)."""
+    Logprobs are a capability: UNSUPPORTED when the engine declared it lacks them
+    (``--engine-lacks logprobs``), FAIL when it sends none without having declared that."""
+    require_feature(fe, "logprobs")
     rid = fe.new_id(tag)
     mark = len(fe.raw_outputs)
     fe.add(fe.request(rid, max_tokens=2, logprobs=LOGPROBS))
@@ -261,7 +264,8 @@ def _logprob_tensors(fe, tag: str) -> list[tuple[str, list, list[bytes]]]:
                 found += [(f"new_logprobs.{name}", value, frames) for name, value in zip(names, out[2])
                           if value is not None]
     if not found:
-        raise Unsupported(f"the engine sent no logprobs for logprobs={LOGPROBS}, so no tensor could be checked")
+        raise feature_missing(fe, "logprobs", f"the engine sent no logprobs for logprobs={LOGPROBS}, so no "
+                                              "tensor could be checked")
     return found
 
 

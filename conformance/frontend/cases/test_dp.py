@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from ecp.conformance.frontend.cases._common import EXPECT_S, SHORT_MAX_TOKENS, adds_in_order, expect, unique
 from ecp.conformance.frontend.session import FrontendManager, FrontendUnderTest
-from ecp.conformance.outcomes import CaseTimeout, Unsupported
+from ecp.conformance import capabilities
+from ecp.conformance.outcomes import CaseTimeout
 from ecp.conformance.registry import case
 from ecp.spec import EngineCoreOutputs
 
@@ -39,6 +40,8 @@ async def waves_stamped(m: FrontendManager) -> None:
                f"INIT names no DP coordinator, so every ADD carries current_wave 0; the ADDs carried {waves}")
         return
     fe.require_engines(2)
+    waves = capabilities.get("frontend", "dp_waves")
+    capabilities.require(waves, fe.cfg.lacks)
     first, other = fe.engines[0], fe.engines[1]
     start = max(await _waves(fe, 1))
     new = start + 1
@@ -47,9 +50,8 @@ async def waves_stamped(m: FrontendManager) -> None:
         await fe.until(lambda: any(w == new for w, _ in other.start_waves), EXPECT_S,
                        f"the coordinator to rebroadcast start_wave {new} as START_DP_WAVE")
     except CaseTimeout:
-        raise Unsupported(f"the frontend's DP coordinator runs no waves: engine {first.rank}'s start_wave {new} "
-                          f"was not rebroadcast as START_DP_WAVE within {EXPECT_S:.0f} s (vLLM 0.33 runs waves "
-                          f"for MoE models only: vllm/v1/engine/utils.py:1268)") from None
+        raise capabilities.missing(waves, f"engine {first.rank}'s start_wave {new} was not rebroadcast as "
+                                          f"START_DP_WAVE within {EXPECT_S:.0f} s") from None
     await first.send_to_coordinator(EngineCoreOutputs(engine_index=first.rank, wave_complete=new))
     adopted = new + 1
     waves: list[int] = []

@@ -108,6 +108,16 @@ async def max_model_len_is_minimum(m: FrontendManager) -> None:
                f"engines reported max_model_len {lens}; a request whose prompt + max_tokens exceeds the minimum "
                f"was answered HTTP {reply.status_code}, neither 200 (max_tokens lowered) nor 400 (refused): "
                f"{reply.text[:200]}", "ECP-HTTP-8")
+        # a prompt that alone fills the minimum leaves no room for one token: refused with a 400 (each
+        # word is at least one token), and nothing of it reaches an engine
+        before = sum(len(e.recorder.adds(include_notices=False)) for e in fe.engines)
+        no_room = await fe.driver.complete(" ".join([unique("room")] * (2 * SMALL_MODEL_LEN)), 1)
+        after = sum(len(e.recorder.adds(include_notices=False)) for e in fe.engines)
+        expect(no_room.status_code == 400 and after == before,
+               f"engines reported max_model_len {lens}; a prompt of at least {2 * SMALL_MODEL_LEN} tokens, longer "
+               f"than the minimum, was answered HTTP {no_room.status_code} and reached an engine "
+               f"{after - before} time(s); it is refused with a 400 and never sent: {no_room.text[:200]}",
+               "ECP-HTTP-8")
 
 
 async def no_ready_fails_clearly(m: FrontendManager) -> None:
