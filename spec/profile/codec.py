@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any, Sequence, Union
 import msgspec
 
 from .. import codec as base
-from ..codec import Frame
-from ..errors import FrameCountError, LocalProtocolError
+from ..codec import ENGINE_DEAD, Frame
+from ..errors import FrameCountError, LocalProtocolError, ProtocolError
+from ..frames import Decoded, guess_directions
 from ..layout.model import LayoutError
 from ..limits import DEFAULT_LIMITS, DecodeLimits
 
@@ -150,6 +151,32 @@ class ProfileCodec:
     encode_handshake = staticmethod(base.encode_handshake)
 
     # ------------------------------------------------------------------ by direction
+    def decode_frames(self, frames: Sequence[Frame], direction: str = "auto",
+                      limits: DecodeLimits = DEFAULT_LIMITS) -> Decoded:
+        """:func:`ecp.spec.frames.decode_frames` through this release: ``auto`` tries the
+        plausible directions in turn and raises the first one's error when none decodes."""
+        frames = tuple(bytes(f) for f in frames)
+        tried = [direction] if direction != "auto" else [d for d in guess_directions(frames) if d != "coordinator"]
+        first: ProtocolError | None = None
+        for d in tried:
+            try:
+                message = self.decode(frames, d, limits)
+            except ProtocolError as exc:
+                first = first or exc
+                continue
+            return Decoded(self._kind(d, message), d, message, frames)
+        assert first is not None
+        raise first
+
+    def _kind(self, direction: str, message: Any) -> str:
+        if direction == "input":
+            return self.input_kind(message).lower()
+        if direction == "output":
+            return "engine_dead" if message is ENGINE_DEAD else "outputs"
+        if direction == "handshake":
+            return "hello" if type(message).__name__ == "Hello" else "ready"
+        return {"init": "init", "ready": "ready_response"}[direction]
+
     def decode(self, frames: Sequence[Frame], direction: str,
                limits: DecodeLimits = DEFAULT_LIMITS) -> Any:
         """Decode ``frames`` captured in ``direction`` (``input``, ``output``, ``handshake``,
