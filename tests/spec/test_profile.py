@@ -70,6 +70,8 @@ def test_a_release_decodes_its_own_array_lengths():
     p32, p33 = shipped_profile("0.32"), shipped_profile("0.33")
     assert len(p32.message("EngineCoreOutput").__struct_fields__) == 18
     assert len(p33.message("EngineCoreOutput").__struct_fields__) == 19
+    assert p33.has_field("EngineCoreOutput", "error") and not p32.has_field("EngineCoreOutput", "error")
+    assert not p32.has_field("NoSuchMessage", "error")
     out = p32.message("EngineCoreOutputs")(outputs=[p32.message("EngineCoreOutput")(request_id="r", new_token_ids=[5])])
     frames = p32.codec.encode_outputs(out)
     assert len(msgspec.msgpack.decode(frames[0])[1][0]) == 18
