@@ -215,10 +215,13 @@ for _d in (_DEC_REQUEST, _DEC_ABORT, _DEC_UTILITY, _DEC_WAVE, _DEC_OUTPUTS, _DEC
 # message type's untyped values (ecp.spec.untyped) where a template says ``# check: NAME``,
 # because on a message of a few hundred ns a call to a checker costs as much as its
 # tests. The templates below are the code; only those lines are filled in.
-def _compile_hot_path(name: str, template: str, checks: dict[str, tuple[Any, str]]) -> Any:
-    """Compile ``template`` (which defines ``name``) in this module's globals, each
-    ``# check: KEY`` line replaced by the depth check of ``checks[KEY] = (type,
-    statement run when too deep)`` at that line's indentation."""
+def _compile_hot_path(name: str, template: str, checks: dict[str, tuple[Any, str]],
+                      namespace: dict[str, Any] | None = None) -> Any:
+    """Compile ``template`` (which defines ``name``) in ``namespace`` (default: this module's
+    globals), each ``# check: KEY`` line replaced by the depth check of ``checks[KEY] =
+    (type, statement run when too deep)`` at that line's indentation. A release profile
+    (:mod:`ecp.spec.profile`) compiles the same templates over its own decoders."""
+    ns = globals() if namespace is None else namespace
     lines = []
     for line in template.splitlines():
         key = line.strip().removeprefix("# check: ") if line.strip().startswith("# check: ") else None
@@ -233,9 +236,9 @@ def _compile_hot_path(name: str, template: str, checks: dict[str, tuple[Any, str
             continue
         body, constants = code
         lines.extend(body)
-        globals().update(constants)  # (prefixed: no clash with this module's names)
-    exec(compile("\n".join(lines), f"<ecp.spec.codec hot path {name}>", "exec"), globals())
-    return globals()[name]
+        ns.update(constants)  # (prefixed: no clash with this module's names)
+    exec(compile("\n".join(lines), f"<ecp.spec.codec hot path {name}>", "exec"), ns)
+    return ns[name]
 
 
 # --------------------------------------------------------------------------- core helpers
@@ -510,22 +513,27 @@ decode_input = _compile_hot_path("decode_input", _DECODE_INPUT, {
 })
 
 
-def _decode_input_careful(frames: Sequence[Frame], limits: DecodeLimits, frame_offset: int) -> InputMessage:
+#: type frame -> (decoder, clause, name) of every input type on the wire
+InputTable = dict[bytes, tuple[msgspec.msgpack.Decoder, str, str]]
+_INPUT_TABLE: InputTable = {rtype.value: (dec, clause, rtype.name) for rtype, (dec, clause) in _INPUT_DECODERS.items()}
+
+
+def _decode_input_careful(frames: Sequence[Frame], limits: DecodeLimits, frame_offset: int,
+                          table: InputTable = _INPUT_TABLE) -> InputMessage:
     _check_frame_count(frames, 2, limits, "an input message", "ECP-FRAME-1")
     type_frame = bytes(frames[0])
-    try:
-        rtype = RequestType(type_frame)
-    except ValueError:
-        rtype = None
-    if rtype is None or not rtype.on_wire:
+    entry = table.get(type_frame)
+    if entry is None:
+        known = sorted(table)
         raise UnknownRequestType(
-            f"request type frame {type_frame.hex() or '(empty)'} is not ADD/ABORT/START_DP_WAVE/UTILITY",
+            f"request type frame {type_frame.hex() or '(empty)'} is not "
+            + "/".join(table[b][2] for b in known),
             clause="ECP-FRAME-1", frame_index=frame_offset,
-            expected="one byte 00..03", got=type_frame[:8].hex(),
+            expected=f"one byte {known[0].hex()}..{known[-1].hex()}", got=type_frame[:8].hex(),
         )
-    decoder, clause = _INPUT_DECODERS[rtype]
-    if rtype is not RequestType.ADD and len(frames) != 2:
-        raise FrameCountError(f"{rtype.name} carries exactly 2 frames, got {len(frames)}",
+    decoder, clause, name = entry
+    if name != "ADD" and len(frames) != 2:
+        raise FrameCountError(f"{name} carries exactly 2 frames, got {len(frames)}",
                               clause="ECP-FRAME-1", expected="2 frames", got=len(frames))
     return decode_payload(decoder, frames, payload_index=1, clause=clause, limits=limits,
                           frame_offset=frame_offset)
@@ -581,11 +589,12 @@ decode_outputs = _compile_hot_path("decode_outputs", _DECODE_OUTPUTS_SOURCE, {
 })
 
 
-def _decode_outputs_careful(frames: Sequence[Frame], limits: DecodeLimits) -> EngineCoreOutputs | EngineDead:
+def _decode_outputs_careful(frames: Sequence[Frame], limits: DecodeLimits,
+                            decoder: msgspec.msgpack.Decoder = _DEC_OUTPUTS) -> EngineCoreOutputs | EngineDead:
     _check_frame_count(frames, 1, limits, "an output message", "ECP-FRAME-2")
     if len(frames) == 1 and bytes(frames[0]) == ENGINE_CORE_DEAD:
         return ENGINE_DEAD
-    return decode_payload(_DEC_OUTPUTS, frames, payload_index=0, clause="ECP-FRAME-2", limits=limits)
+    return decode_payload(decoder, frames, payload_index=0, clause="ECP-FRAME-2", limits=limits)
 
 
 # --------------------------------------------------------------------------- handshake

@@ -36,6 +36,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--compact", action="store_true", help="one JSON object per line")
     p.add_argument("--wire", action="store_true",
                    help="print array-like structs as arrays in wire order (default: maps keyed by field name)")
+    p.add_argument("--vllm", metavar="RELEASE|PATH|auto",
+                   help="decode as this vLLM release speaks: a shipped release (0.21 ... 0.33), a layout file, "
+                        "a vLLM checkout or wheel, or auto (the release the frames fit best). Without it, "
+                        "frames decode as vLLM 0.33. When the frames fit another release better, stderr "
+                        "says which and why.")
     p.set_defaults(func=_decode)
 
     p = subparsers.add_parser("schema", help="write (or --check) the JSON Schema of every message kind")
@@ -129,13 +134,22 @@ def _decode(args: argparse.Namespace) -> int:
         except ProtocolError as exc:
             messages.append(("ecp decode", exc, args.direction))
 
+    profile = None
+    if args.vllm is not None:
+        profile, code = _decode_profile(args.vllm, messages)
+        if profile is None:
+            return code
     failed = 0
     indent = None if args.compact or len(messages) > 1 else 2
     for label, frames, direction in messages:
         try:
             if isinstance(frames, ProtocolError):
                 raise frames
-            out = decode_frames(frames, direction).to_dict(named=not args.wire)
+            if profile is not None and direction != "coordinator":  # (no release layout has the coordinator's)
+                decoded = profile.codec.decode_frames(frames, direction)
+            else:
+                decoded = decode_frames(frames, direction)
+            out = decoded.to_dict(named=not args.wire)
         except ProtocolError as exc:
             failed += 1
             out = exc.to_dict()
@@ -148,6 +162,40 @@ def _decode(args: argparse.Namespace) -> int:
             out = {"at": label, **out}
         print(json.dumps(out, indent=indent, ensure_ascii=False))
     return 1 if failed else 0
+
+
+def _decode_profile(reference: str, messages: list) -> tuple[object | None, int]:
+    """The profile ``--vllm`` names (``auto``: the release the frames fit best), and the exit
+    status when there is none. Says on stderr when the frames fit another release better."""
+    import sys
+
+    from .frames import guess_directions
+    from .layout.model import LayoutError
+    from .profile import resolve_profile, shipped_profile, shipped_releases
+    from .profile.fingerprint import Fingerprint
+
+    fingerprint = Fingerprint()
+    for _, frames, direction in messages:
+        if isinstance(frames, list) and frames:
+            fingerprint.observe(frames, direction if direction != "auto" else guess_directions(frames)[0])
+    verdict = fingerprint.verdict()
+    if reference == "auto":
+        if verdict.release is None:
+            print("ecp decode: --vllm auto: nothing in these frames tells the release apart; "
+                  "pass --vllm RELEASE", file=sys.stderr)
+            return None, 2
+        print(f"ecp decode: {verdict.sentence(peer='peer')}: decoding as vLLM {verdict.release}", file=sys.stderr)
+        return shipped_profile(verdict.release), 0
+    try:
+        profile = resolve_profile(reference)
+    except LayoutError as exc:
+        print(f"ecp decode: --vllm: {exc}", file=sys.stderr)
+        return None, 2
+    if profile.release in shipped_releases():
+        sentence = verdict.sentence(peer="peer", under_test=profile.release)
+        if sentence:
+            print(f"ecp decode: {sentence}", file=sys.stderr)
+    return profile, 0
 
 
 # --------------------------------------------------------------------------- schema / vectors

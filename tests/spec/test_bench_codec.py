@@ -20,3 +20,17 @@ def test_every_case_round_trips_and_the_exit_code_follows_the_bound(load_benchma
     rows = bench.measure(1, 0.00001)  # every row has its floor: the bare decode behind one length test
     assert len(rows) == len(cases) and all(r["decode"]["floor_ratio"] > 0 for r in rows)
     assert bench.main(["--rounds", "1", "--round-ms", "0.01", "--bound", "0.001"]) == 1
+
+
+def test_every_release_profile_has_rows_and_decodes_them_as_its_bare_classes(load_benchmark, capsys):
+    bench = load_benchmark("bench_codec")
+    cases = bench.profile_cases()
+    releases = {c["release"] for c in cases}
+    assert len(releases) == 13 and {"0.21", "0.32", "0.33"} <= releases
+    for c in cases:  # the profile's codec and a bare decoder of its classes agree on every frame
+        assert c["profile"](c["frames"]) == c["bare"](c["frames"]), (c["release"], c["message"])
+    assert all(c["hand"] is not None for c in cases if c["release"] == "0.33")  # compared with the API
+    capsys.readouterr()
+    assert bench.main(["--profiles", "only", "--rounds", "1", "--round-ms", "0.01", "--bound", "1000"]) == 0
+    table = capsys.readouterr().out
+    assert "release profiles" in table and "0.32" in table and "outputs, 64 streams" in table
