@@ -1,0 +1,107 @@
+"""``ecp conformance explore`` / ``replay``: sessions, shrinking, and short seeded explorations of the
+reference engine (with and without one of its ``--bug`` faults)."""
+
+import argparse
+import json
+import sys
+
+import pytest
+
+from ecp.conformance.explore.commands import parse_time
+from ecp.conformance.explore.generate import draw
+from ecp.conformance.explore.reproducer import ReproducerError, read
+from ecp.conformance.explore.run import ExploreOptions, explore
+from ecp.conformance.explore.session import Session, Topology
+from ecp.conformance.explore.shrink import Budget, shrink
+
+ENGINE = [sys.executable, "-m", "ecp.reference.engine", "--handshake-address", "{handshake_address}",
+          "--engine-count", "{engine_count}", "--in-process"]
+
+
+def test_sessions_are_drawn_from_their_seed_and_round_trip():
+    a, b = draw(7, max_engines=2), draw(7, max_engines=2)
+    assert a.to_dict() == b.to_dict()
+    assert draw(8, max_engines=2).to_dict() != a.to_dict()
+    assert Session.from_dict(json.loads(json.dumps(a.to_dict()))).to_dict() == a.to_dict()
+    assert all(s.topology.engines == 1 for s in (draw(k) for k in range(20)))
+
+
+@pytest.mark.parametrize("bad", [
+    {"steps": []},
+    {"topology": {"engines": 0}, "steps": []},
+    {"topology": {}, "steps": [{"op": "fly"}]},
+    {"topology": {}, "steps": [{"op": "wait", "until": "forever"}]},
+    {"topology": {}, "steps": [{"op": "add", "ref": 0}]},
+    {"topology": {}, "steps": [{"op": "garbage", "frames": ["zz"]}]},
+])
+def test_a_malformed_session_is_a_clear_error(bad):
+    with pytest.raises(ValueError):
+        Session.from_dict(bad)
+
+
+def test_ddmin_keeps_exactly_the_steps_the_failure_needs():
+    steps = [{"op": "wait", "until": "idle"} for _ in range(20)]
+    steps[3] = {"op": "add", "ref": 3, "max_tokens": 1500}
+    steps[11] = {"op": "abort", "targets": [3]}
+    session = Session(Topology(engines=2, clients=2, coordinator=True), steps, seed=1)
+    runs = []
+
+    def fails(s: Session) -> bool:
+        runs.append(s)
+        ops = [st["op"] for st in s.steps]
+        return "add" in ops and "abort" in ops and ops.index("add") < ops.index("abort") \
+            and any(st.get("max_tokens", 0) >= 200 for st in s.steps)
+
+    best = shrink(session, fails, Budget(runs=500, seconds=30))
+    assert [st["op"] for st in best.steps] == ["add", "abort"]
+    assert best.topology == Topology(1, 1, False)
+    assert best.steps[0]["max_tokens"] == 200  # the simplest value that still fails
+    assert fails(best)
+    assert len(runs) < 120
+
+
+def test_shrinking_stops_at_its_budget():
+    session = Session(Topology(), [{"op": "wait", "until": "idle"}] * 50)
+    budget = Budget(runs=5, seconds=30)
+    best = shrink(session, lambda s: True, budget)
+    assert budget.used == 5 and len(best.steps) < 50
+
+
+def test_durations():
+    assert parse_time("90") == 90 and parse_time("2m") == 120 and parse_time("500ms") == 0.5
+    for bad in ("", "-1", "0", "2 weeks"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_time(bad)
+
+
+def test_a_file_that_is_not_a_reproducer_is_refused(tmp_path, run_ecp):
+    path = tmp_path / "x.json"
+    path.write_text('{"format": "something else"}')
+    with pytest.raises(ReproducerError):
+        read(path)
+    code, _ = run_ecp("conformance", "replay", str(path), "--", *ENGINE)
+    assert code == 2
+
+
+def test_no_finding_against_the_fault_free_engine(tmp_path):
+    opts = ExploreOptions(command=ENGINE, engine_count=2, budget_s=2.5, seed=11, out_dir=tmp_path,
+                          quiet_window_s=0.1)
+    report = explore(opts, say=lambda line: None)
+    assert report.sessions >= 2 and report.messages > 0
+    assert report.findings == [], [(f.clause, f.message) for f in report.findings]
+
+
+def test_a_fault_is_found_shrunk_and_replayed(tmp_path, run_ecp):
+    opts = ExploreOptions(command=[*ENGINE, "--bug", "duplicate-output"], engine_count=2, budget_s=20.0, seed=3,
+                          out_dir=tmp_path, shrink_runs=4, confirm_runs=1, max_findings=1, step_timeout_s=2.0,
+                          quiet_window_s=0.1)
+    report = explore(opts, say=lambda line: None)
+    [found] = report.findings
+    assert found.clause == "ECP-OUT-1" and found.reproducible
+    assert found.steps_after is not None and found.steps_after <= 10
+    doc = read(found.path)
+    assert doc["clause"] == "ECP-OUT-1" and doc["frames"] and doc["command"][-1] == "duplicate-output"
+    code, out = run_ecp("conformance", "replay", str(found.path), "--step-timeout", "2s")
+    assert code == 1 and "ECP-OUT-1 again" in out
+    code, out = run_ecp("conformance", "replay", str(found.path), "--step-timeout", "2s", "--", *ENGINE)
+    assert code == 0 and "no violation" in out
