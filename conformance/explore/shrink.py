@@ -2,7 +2,7 @@
 
 Delta debugging over the steps (timing choices are steps, so they are shrunk like the rest),
 then a simpler topology (one engine, one client, no coordinator), then simpler values in each
-remaining ADD; every candidate is replayed against a fresh peer. ``fails(candidate)`` is the only
+remaining ADD, then the steps once more; every candidate is replayed against a fresh peer. ``fails(candidate)`` is the only
 judge: a candidate that passes by chance is simply not taken, so a flaky finding shrinks less but
 never to a session that does not fail.
 """
@@ -48,26 +48,32 @@ def shrink(session: Session, fails: Callable[[Session], bool], budget: Budget) -
         return fails(candidate)
 
     best = _ddmin(session, check, budget)
-    changed = True
-    while changed and budget.left():
-        changed = False
-        for simpler in ({"engines": 1}, {"clients": 1}, {"coordinator": False}):
-            topo = dataclasses.replace(best.topology, **simpler)
-            if topo != best.topology and check(Session(topo, best.steps, best.seed)):
-                best, changed = Session(topo, best.steps, best.seed), True
-        for i, step in enumerate(best.steps):
-            if step["op"] != "add":
+    for simpler in ({"engines": 1}, {"clients": 1}, {"coordinator": False}):
+        topo = dataclasses.replace(best.topology, **simpler)
+        if topo != best.topology and check(Session(topo, best.steps, best.seed)):
+            best = Session(topo, best.steps, best.seed)
+    simplified = False
+    for i, step in enumerate(best.steps):
+        if step["op"] != "add":
+            continue
+        for values in SIMPLER_ADD:
+            if all(_no_simpler(step.get(k), v) for k, v in values.items()):
                 continue
-            for values in SIMPLER_ADD:
-                if all(step.get(k) == v for k, v in values.items()):
-                    continue
-                steps = list(best.steps)
-                steps[i] = {**step, **values}
-                if check(best.with_steps(steps)):
-                    best, step, changed = best.with_steps(steps), steps[i], True
-        if changed:
-            best = _ddmin(best, check, budget)
+            steps = list(best.steps)
+            steps[i] = {**step, **values}
+            if check(best.with_steps(steps)):
+                best, step, simplified = best.with_steps(steps), steps[i], True
+    if simplified:  # simpler values may make more steps unnecessary
+        best = _ddmin(best, check, budget)
     return best
+
+
+def _no_simpler(current: Any, candidate: Any) -> bool:
+    """Whether ``candidate`` is no simpler than ``current`` (the same, or a larger number)."""
+    if current == candidate:
+        return True
+    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (current, candidate))
+    return numbers and current < candidate
 
 
 def _ddmin(session: Session, check: Callable[[Session], bool], budget: Budget) -> Session:

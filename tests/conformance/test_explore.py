@@ -41,7 +41,7 @@ def test_a_malformed_session_is_a_clear_error(bad):
 
 def test_ddmin_keeps_exactly_the_steps_the_failure_needs():
     steps = [{"op": "wait", "until": "idle"} for _ in range(20)]
-    steps[3] = {"op": "add", "ref": 3, "max_tokens": 1500}
+    steps[3] = {"op": "add", "ref": 3, "max_tokens": 1500, "logprobs": 3}
     steps[11] = {"op": "abort", "targets": [3]}
     session = Session(Topology(engines=2, clients=2, coordinator=True), steps, seed=1)
     runs = []
@@ -56,6 +56,7 @@ def test_ddmin_keeps_exactly_the_steps_the_failure_needs():
     assert [st["op"] for st in best.steps] == ["add", "abort"]
     assert best.topology == Topology(1, 1, False)
     assert best.steps[0]["max_tokens"] == 200  # the simplest value that still fails
+    assert best.steps[0]["logprobs"] is None
     assert fails(best)
     assert len(runs) < 120
 
@@ -105,3 +106,11 @@ def test_a_fault_is_found_shrunk_and_replayed(tmp_path, run_ecp):
     assert code == 1 and "ECP-OUT-1 again" in out
     code, out = run_ecp("conformance", "replay", str(found.path), "--step-timeout", "2s", "--", *ENGINE)
     assert code == 0 and "no violation" in out
+
+
+def test_values_only_get_simpler():
+    session = Session(Topology(), [{"op": "add", "ref": 0, "max_tokens": 1500, "prompt_len": 300, "id_len": 70}])
+    best = shrink(session, lambda s: bool(s.steps), Budget(runs=100, seconds=30))
+    assert best.steps == [{**session.steps[0], "max_tokens": 2, "prompt_len": 1, "id_len": 8,
+                           "abort_immediately": False, "oversize": False, "temperature": 0.0, "client": 0,
+                           "engine": 0}]
