@@ -47,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     eng.add_argument("--startup-timeout", type=parse_time, default=60.0, metavar="TIME",
                      help="handshake budget per launch (60s)")
     eng.add_argument("--max-findings", type=int, default=None, help="stop after this many distinct findings")
+    eng.add_argument("--no-malformed", action="store_true",
+                     help="leave out the steps that send a malformed input message (only legal traffic)")
     eng.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the engine")
     eng.set_defaults(func=_explore_engine)
 
@@ -104,7 +106,7 @@ def _explore_engine(args: argparse.Namespace) -> int:
                           budget_s=args.budget, seed=args.seed, max_steps=args.max_steps, out_dir=args.out,
                           shrink_runs=args.shrink_runs, shrink_s=args.shrink_budget,
                           step_timeout_s=args.step_timeout, startup_timeout_s=args.startup_timeout,
-                          max_findings=args.max_findings)
+                          max_findings=args.max_findings, malformed=not args.no_malformed)
     try:
         report = explore(opts, say=lambda line: print(line, flush=True))
     except LaunchFailed as exc:

@@ -49,8 +49,9 @@ GARBAGE = (
 )
 
 
-def draw(seed: int, max_engines: int = 1, max_steps: int = 24) -> Session:
-    """The session of ``seed`` for a peer launched with up to ``max_engines`` ranks."""
+def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool = True) -> Session:
+    """The session of ``seed`` for a peer launched with up to ``max_engines`` ranks; without
+    ``malformed`` the steps that would send a malformed message wait for every reply instead."""
     r = random.Random(seed)
     engines = max_engines if max_engines == 1 or r.random() < 0.7 else r.randint(1, max_engines)
     topo = Topology(engines=engines, clients=r.choice((1, 1, 2)), coordinator=engines > 1 and r.random() < 0.5)
@@ -90,7 +91,9 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24) -> Session:
             steps.append({"op": "start_wave", "engine": engine, "wave": wave,
                           "exclude": r.choice((None, r.randrange(topo.engines)))})
         else:
-            steps.append({"op": "garbage", "engine": engine, "client": client, "frames": r.choice(GARBAGE)})
+            frames = r.choice(GARBAGE)  # drawn either way: the rest of the session stays the same
+            steps.append({"op": "garbage", "engine": engine, "client": client, "frames": frames} if malformed
+                         else {"op": "wait", "until": "replies"})
     return Session(topo, steps, seed)
 
 

@@ -43,6 +43,8 @@ class ExploreOptions:
     quiet_window_s: float = 0.3
     #: stop after this many distinct findings (None: explore until the budget is spent)
     max_findings: int | None = None
+    #: whether sessions include malformed input messages (``ECP-ROB-1``)
+    malformed: bool = True
     #: replays of a finding's first session (and of its shrunk session) that decide whether it reproduces
     confirm_runs: int = CONFIRM_RUNS
 
@@ -104,7 +106,7 @@ def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> Explore
             while time.monotonic() - started - shrinking_s < opts.budget_s:
                 seed = opts.seed + i
                 i += 1
-                session = draw(seed, opts.engine_count, opts.max_steps)
+                session = draw(seed, opts.engine_count, opts.max_steps, opts.malformed)
                 try:
                     result = runner.play(session)
                 except LaunchFailed:

@@ -24,6 +24,11 @@ def test_sessions_are_drawn_from_their_seed_and_round_trip():
     assert draw(8, max_engines=2).to_dict() != a.to_dict()
     assert Session.from_dict(json.loads(json.dumps(a.to_dict()))).to_dict() == a.to_dict()
     assert all(s.topology.engines == 1 for s in (draw(k) for k in range(20)))
+    with_bad = [draw(k, 2) for k in range(40)]
+    legal = [draw(k, 2, malformed=False) for k in range(40)]
+    assert any(st["op"] == "garbage" for s in with_bad for st in s.steps)
+    assert not any(st["op"] == "garbage" for s in legal for st in s.steps)
+    assert [len(s.steps) for s in legal] == [len(s.steps) for s in with_bad]
 
 
 @pytest.mark.parametrize("bad", [
