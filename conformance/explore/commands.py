@@ -43,7 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="time per finding for shrinking (300s)")
     eng.add_argument("--shrink-runs", type=int, default=200, help="most replays per finding for shrinking (200)")
     eng.add_argument("--step-timeout", type=parse_time, default=10.0, metavar="TIME",
-                     help="how long a wait step or a state-changing call may take (10s)")
+                     help="how long a wait step, a state-changing call or the end of a session may go "
+                          "without any output from the engine (10s)")
     eng.add_argument("--startup-timeout", type=parse_time, default=60.0, metavar="TIME",
                      help="handshake budget per launch (60s)")
     eng.add_argument("--max-findings", type=int, default=None, help="stop after this many distinct findings")

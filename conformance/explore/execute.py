@@ -23,12 +23,15 @@ from ..engine.session import EngineRunConfig, EngineUnderTest
 from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Violation
 from ..transcript import Entry, Transcript
 from .oracle import (
-    CallRecord, Finding, History, RequestRecord, check_raw_outputs, check_calls, check_errors, check_requests,
+    CallRecord, Finding, History, RequestRecord, check_calls, check_errors, check_raw_outputs, check_requests,
 )
 from .session import Session
 
 #: calls whose reply the executor waits for: they change what the engine must answer next
 STATEFUL = frozenset(("pause_generation", "pause_scheduler", "resume_scheduler", "sleep", "wake_up"))
+#: a wait for terminals goes on while outputs keep arriving, up to this many step timeouts in all
+#: (a slow engine with long requests is not a stalled one)
+PROGRESS_CAP = 20
 
 
 class LaunchFailed(Exception):
@@ -45,6 +48,7 @@ class SessionResult:
     frames_received: int = 0
     launch_s: float = 0.0
     run_s: float = 0.0
+    #: the end of the peer's output, for a session with findings
     log_tail: str = ""
 
     @property
@@ -93,7 +97,8 @@ class _Play:
         self.history.calls[cid] = CallRecord(cid, method, list(args), engine, self.step, expect)
         return cid
 
-    def _answered(self, cid: int, method: str) -> Any:
+    def _answered(self, cid: int, method: str) -> bool:
+        """Wait for the reply to ``cid``; whether the call succeeded."""
         self._until(lambda: bool(self.fe.replies.get(cid)), f"the reply to {method} (call_id {cid})", "ECP-UTIL-1")
         u = self.fe.replies[cid][0].utility
         return u.failure_message is None
@@ -216,9 +221,27 @@ class _Play:
     def _finished(self, rid: str) -> None:
         rec = self.history.requests[rid]
         try:
-            self.fe.wait_finished(rid, self.step_timeout, max_tokens=rec.max_tokens)
+            self.while_progressing(lambda t: self.fe.wait_finished(rid, t, max_tokens=rec.max_tokens))
         except CaseTimeout as exc:
             raise _Stop(Finding("ECP-OUT-1", str(exc), self.step)) from None
+
+    def while_progressing(self, wait) -> None:
+        """Call ``wait(timeout)`` in slices until it returns; raise its :class:`CaseTimeout` once no
+        output arrived for a step timeout (or after ``PROGRESS_CAP`` step timeouts in all)."""
+        fe = self.fe
+        start = time.monotonic()
+        seen, quiet_since = len(fe.raw_outputs), start
+        while True:
+            try:
+                wait(min(self.step_timeout, 0.5))
+                return
+            except CaseTimeout as exc:
+                now = time.monotonic()
+                if len(fe.raw_outputs) > seen:
+                    seen, quiet_since = len(fe.raw_outputs), now
+                if now - quiet_since >= self.step_timeout or now - start >= PROGRESS_CAP * self.step_timeout:
+                    raise CaseTimeout(f"{exc}: no output from the engine for {now - quiet_since:.1f}s, "
+                                      f"{now - start:.1f}s in all") from None
 
     def _start_wave(self, s: dict[str, Any]) -> bool:
         engine, client = self._where(s)
@@ -238,11 +261,10 @@ class _Play:
 
     # ------------------------------------------------------------------ the end of a session
     def epilogue(self) -> None:
-        """Wake and resume every rank the session left asleep or paused, wait (one step timeout in all)
-        for every reply and owed terminal, then check that every rank serves a fresh request."""
+        """Wake and resume every rank the session left asleep or paused, wait for every reply and owed
+        terminal while outputs keep coming, then check that every rank serves a fresh request."""
         self.step = None
         fe = self.fe
-        end = time.monotonic() + self.step_timeout
         for engine, rank in enumerate(self.ranks):
             if rank.asleep:
                 self._answered(self._send_call(engine, 0, "wake_up", [None]), "wake_up")
@@ -256,7 +278,7 @@ class _Play:
                 fe.terminals(r.rid) for r in self.history.requests.values() if r.owes_terminal)
 
         try:
-            fe.wait(settled, max(0.1, end - time.monotonic()), "every reply and owed terminal")
+            self.while_progressing(lambda t: fe.wait(settled, t, "every reply and owed terminal"))
         except CaseTimeout:
             pass  # the properties name what is missing
         fe.observe()
@@ -278,7 +300,6 @@ def play(session: Session, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: in
         raise LaunchFailed(f"{type(exc).__name__}: {exc}") from exc
     launched = time.monotonic()
     fe = eut.fe
-    fe.raise_on_engine_dead = True
     run = _Play(fe, session, step_timeout, ranks=[_Rank() for _ in range(topo.engines)])
     findings: list[Finding] = []
     played: list[int] = []

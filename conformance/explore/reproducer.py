@@ -1,8 +1,8 @@
 """Reproducer files: a minimal failing session, what it broke, and the frames both ways.
 
 One JSON document per finding; ``ecp conformance replay FILE -- COMMAND`` plays its session again.
-The frames are evidence for a reader (hex and decoded, as the harness recorded them); only the
-session is replayed.
+The frames (hex and decoded, as the harness recorded them) and the end of the peer's output are
+evidence for a reader; only the session is replayed.
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ class ReproducerError(ValueError):
 
 
 def write(path: Path, *, role: str, session: Session, clause: str, message: str, command: list[str],
-          transport: str, engine_count: int, entries: list[Any], recurrence: dict[str, Any]) -> Path:
+          transport: str, engine_count: int, entries: list[Any], recurrence: dict[str, Any],
+          peer_log: str = "") -> Path:
     doc = {
         "format": FORMAT, "role": role, "clause": clause, "message": message,
         "seed": session.seed, "command": command, "transport": transport, "engine_count": engine_count,
         "recurrence": recurrence, "session": session.to_dict(),
         "frames": [e.to_dict() for e in entries],
+        "peer_log_tail": peer_log,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1, default=repr) + "\n")

@@ -119,3 +119,22 @@ def test_values_only_get_simpler():
     assert best.steps == [{**session.steps[0], "max_tokens": 2, "prompt_len": 1, "id_len": 8,
                            "abort_immediately": False, "oversize": False, "temperature": 0.0, "client": 0,
                            "engine": 0}]
+
+
+def test_a_slow_engine_is_not_a_stalled_one(tmp_path):
+    """A request that takes longer than the step timeout but keeps producing is waited for."""
+    import zmq
+
+    from ecp.conformance.engine.session import EngineRunConfig
+    from ecp.conformance.explore.execute import play
+
+    cfg = EngineRunConfig(command=[*ENGINE, "--step-time-ms", "2"], workdir=str(tmp_path), quiet_window_s=0.1)
+    session = Session(Topology(), [{"op": "add", "ref": 0, "max_tokens": 600, "prompt_len": 4},
+                                   {"op": "wait", "until": "terminal", "ref": 0}])
+    ctx = zmq.Context()
+    try:
+        result = play(session, cfg, ctx, 1, step_timeout=0.5)
+    finally:
+        ctx.term()
+    assert result.played == [0, 1] and result.run_s > 1.2
+    assert result.findings == [], [(f.clause, f.message) for f in result.findings]
