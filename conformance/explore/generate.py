@@ -15,6 +15,9 @@ from .session import Session, Topology
 
 MAX_TOKENS = (1, 2, 3, 8, 32, 200, 1500, 1500)
 PROMPT_LENS = (1, 4, 17, 300)
+#: alternatives per sampled token; with 64 a token's id and logprob rows (65 x 4 bytes) cross the
+#: 256-byte aux-frame threshold (ECP-FRAME-8)
+LOGPROBS = (None, None, None, 0, 3, 64)
 #: 40 and 70 characters: longer than the 32 some frontends cut ids to
 ID_LENS = (8, 8, 8, 40, 70)
 
@@ -102,7 +105,7 @@ def _add(r: random.Random, ref: int, engine: int, client: int, topo: Topology, w
     return {
         "op": "add", "ref": ref, "engine": engine, "client": client,
         "max_tokens": r.choice(MAX_TOKENS), "prompt_len": r.choice(PROMPT_LENS), "id_len": r.choice(ID_LENS),
-        "temperature": r.choice((0.0, 0.0, 0.8)), "logprobs": r.choice((None, None, None, 0, 3)),
+        "temperature": r.choice((0.0, 0.0, 0.8)), "logprobs": r.choice(LOGPROBS),
         "prompt_logprobs": r.choice((None,) * 6 + (2,)), "abort_immediately": r.random() < abort_immediately,
         "wave": wave if topo.coordinator and wave else None,
         # a prompt longer than the engine allows: answered with an ERROR output (ECP-REQ-3)
