@@ -284,6 +284,7 @@ class _Play:
         fe.observe()
         for engine in range(self.session.topology.engines):
             fe.serves(engine=engine, after="the session", timeout=self.step_timeout)
+        fe.observe()  # what follows a probe's terminal output (nothing may) is judged too
 
 
 def play(session: Session, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: int,
