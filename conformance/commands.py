@@ -1,4 +1,4 @@
-"""``ecp conformance list|engine|frontend``."""
+"""``ecp conformance list|engine|frontend`` (``explore`` and ``replay``: :mod:`.explore.commands`)."""
 
 from __future__ import annotations
 
@@ -78,6 +78,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fe.set_defaults(case_timeout=30.0)
     fe.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the frontend")
     fe.set_defaults(func=_frontend)
+
+    from .explore.commands import register as register_explore
+
+    register_explore(sub)
 
 
 def http_routes(cases) -> list[dict]:

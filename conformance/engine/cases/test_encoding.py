@@ -7,6 +7,7 @@ import time
 
 import msgspec
 
+from ecp.conformance.engine.raw_outputs import short_array, tensor_placement
 from ecp.conformance.engine.cases._common import (check_aborted, feature_missing, goes_quiet, ok_value, paused,
                                                   require_feature, start_long)
 from ecp.conformance.outcomes import Violation
@@ -15,8 +16,6 @@ from ecp.spec import FinishReason, decode_any, decode_outputs, encode_add
 from ecp.spec.golden import load_documents
 from ecp.spec.tensors import DTYPE_ITEMSIZE
 
-#: array lengths of vLLM 0.33's array-like output structs (``ECP-FRAME-3``)
-OUTPUTS_LEN, OUTPUT_LEN, UTILITY_LEN = 9, 19, 3
 
 
 def _request_and_reply(fe, tag: str) -> int:
@@ -61,19 +60,9 @@ def test_full_length_arrays(engine):
     fe = engine
     mark = _request_and_reply(fe, "arrays")
     for client, frames in fe.raw_outputs[mark:]:
-        raw = decode_any(frames[0])
-        if not isinstance(raw, list):
-            raise Violation(f"output[{client}]: EngineCoreOutputs is a {type(raw).__name__}, not an array")
-        if len(raw) != OUTPUTS_LEN:
-            raise Violation(f"output[{client}]: EngineCoreOutputs has {len(raw)} elements, expected all "
-                            f"{OUTPUTS_LEN}")
-        for out in raw[1] or []:
-            if isinstance(out, list) and len(out) != OUTPUT_LEN:
-                raise Violation(f"output[{client}]: an EngineCoreOutput for {out[0]!r} has {len(out)} elements, "
-                                f"expected all {OUTPUT_LEN}")
-        if isinstance(raw[4], list) and len(raw[4]) != UTILITY_LEN:
-            raise Violation(f"output[{client}]: UtilityOutput has {len(raw[4])} elements, expected all "
-                            f"{UTILITY_LEN}")
+        problem = short_array(frames)
+        if problem is not None:
+            raise Violation(f"output[{client}]: {problem}")
 
 
 def _paused_error(fe, engines, tag: str):
@@ -238,8 +227,6 @@ def test_rust_frontend_add(engine):
 
 
 # ------------------------------------------------------------------ tensors
-#: buffers of this many bytes or more go to aux frames (``ECP-FRAME-8``)
-AUX_THRESHOLD = 256
 #: alternatives per sampled token: the token-id and logprob rows (65 x 4 bytes) cross the threshold,
 #: the rank tensor (8 bytes per token) stays below it
 LOGPROBS = 64
@@ -302,11 +289,6 @@ def test_tensor_encoding(engine):
 def test_aux_frame_threshold(engine):
     fe = engine
     for name, tensor, frames in _logprob_tensors(fe, "aux"):
-        data = _tensor_bytes(name, tensor, frames)
-        inline = not isinstance(tensor[2], int)
-        if inline and len(data) >= AUX_THRESHOLD:
-            raise Violation(f"{name}: a {len(data)}-byte buffer is sent inline; buffers of {AUX_THRESHOLD} bytes or "
-                            "more go to aux frames")
-        if not inline and len(data) < AUX_THRESHOLD:
-            raise Violation(f"{name}: a {len(data)}-byte buffer is sent in an aux frame; smaller than "
-                            f"{AUX_THRESHOLD} bytes it goes inline")
+        problem = tensor_placement(tensor, _tensor_bytes(name, tensor, frames))
+        if problem is not None:
+            raise Violation(f"{name}: {problem}")

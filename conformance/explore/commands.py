@@ -1,0 +1,170 @@
+"""``ecp conformance explore engine`` and ``ecp conformance replay``."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+_TIME = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_time(text: str) -> float:
+    """``90``, ``90s``, ``2m``, ``1h``, ``500ms`` -> seconds; ``argparse.ArgumentTypeError`` otherwise."""
+    m = _TIME.match(text.strip())
+    if not m or float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive duration: {text!r} (e.g. 90s, 2m, 1h)")
+    return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    ex = sub.add_parser(
+        "explore", help="random legal sessions against a peer, every frame judged, findings shrunk",
+        description="Draw random legal sessions (ADDs, ABORTs, utility calls, pause/resume, sleep/wake, DP waves, "
+                    "several clients and ranks, timing choices), play each against a fresh launch of COMMAND "
+                    "(placeholders as for 'ecp conformance engine'), judge every frame with the protocol machine "
+                    "and the session's history with the explorer's properties, and shrink each new finding to a "
+                    "reproducer file. Exit 0 no finding, 1 findings, 2 harness or usage error.")
+    roles = ex.add_subparsers(dest="explore_role", metavar="ROLE")
+    ex.set_defaults(func=lambda a: (ex.print_help(), 2)[1])
+    eng = roles.add_parser("engine", help="explore an engine: the harness plays the frontend",
+                           description=ex.description)
+    eng.add_argument("--budget", type=parse_time, default=600.0, metavar="TIME",
+                     help="exploration time, shrinking not counted (600s; e.g. 90s, 2m)")
+    eng.add_argument("--seed", type=int, default=0, help="seed of the first session; session k uses SEED+k (0)")
+    eng.add_argument("--engine-count", type=int, default=1, help="most engines (DP ranks) per launch (1)")
+    eng.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
+    eng.add_argument("--max-steps", type=int, default=24, help="most steps per session (24)")
+    eng.add_argument("--out", type=Path, default=Path("explore-findings"), metavar="DIR",
+                     help="where reproducer files go (./explore-findings)")
+    eng.add_argument("--shrink-budget", type=parse_time, default=300.0, metavar="TIME",
+                     help="time per finding for shrinking (300s)")
+    eng.add_argument("--shrink-runs", type=int, default=200, help="most replays per finding for shrinking (200)")
+    eng.add_argument("--step-timeout", type=parse_time, default=10.0, metavar="TIME",
+                     help="how long a wait step, a state-changing call or the end of a session may go "
+                          "without any output from the engine (10s)")
+    eng.add_argument("--startup-timeout", type=parse_time, default=60.0, metavar="TIME",
+                     help="handshake budget per launch (60s)")
+    eng.add_argument("--max-findings", type=int, default=None, help="stop after this many distinct findings")
+    eng.add_argument("--no-malformed", action="store_true",
+                     help="leave out the steps that send a malformed input message (only legal traffic)")
+    eng.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the engine")
+    eng.set_defaults(func=_explore_engine)
+
+    rp = sub.add_parser(
+        "replay", help="re-run an explorer reproducer file",
+        description="Play the session of a reproducer file against a fresh launch of COMMAND (default: the "
+                    "command recorded in the file). Exit 1 while a violation shows (the recorded clause or "
+                    "another), 0 when none does, 2 on a harness or usage error.")
+    rp.add_argument("file", type=Path)
+    _replay_options(rp)
+    rp.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... (default: the file's)")
+    rp.set_defaults(func=_replay)
+
+
+def _replay_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=int, default=1, help="replays; exit 1 if any shows a violation (1)")
+    parser.add_argument("--step-timeout", type=parse_time, default=10.0, metavar="TIME")
+    parser.add_argument("--startup-timeout", type=parse_time, default=60.0, metavar="TIME")
+
+
+def _split_replay(args: argparse.Namespace) -> list[str]:
+    """The COMMAND of ``replay FILE [OPTIONS] [-- COMMAND]``: options after FILE land in the
+    remainder (argparse stops at the first positional's remainder), so they are read here."""
+    rest = list(args.command)
+    if "--" in rest:
+        at = rest.index("--")
+        options, command = rest[:at], rest[at + 1:]
+    else:
+        options, command = rest, []
+    if options:
+        late = argparse.ArgumentParser(prog="ecp conformance replay FILE", add_help=False)
+        _replay_options(late)
+        late.parse_args(options, namespace=args)
+    return command
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    command = list(args.command)
+    return command[1:] if command and command[0] == "--" else command
+
+
+def _explore_engine(args: argparse.Namespace) -> int:
+    from .execute import LaunchFailed
+    from .run import ExploreOptions, explore
+
+    command = _command(args)
+    if not command:
+        print("ecp conformance explore engine: give -- COMMAND ... that starts the engine", file=sys.stderr)
+        return 2
+    if args.engine_count < 1 or args.max_steps < 1 or args.shrink_runs < 0:
+        print("ecp conformance explore engine: --engine-count and --max-steps must be >= 1, --shrink-runs >= 0",
+              file=sys.stderr)
+        return 2
+    opts = ExploreOptions(command=command, engine_count=args.engine_count, transport=args.transport,
+                          budget_s=args.budget, seed=args.seed, max_steps=args.max_steps, out_dir=args.out,
+                          shrink_runs=args.shrink_runs, shrink_s=args.shrink_budget,
+                          step_timeout_s=args.step_timeout, startup_timeout_s=args.startup_timeout,
+                          max_findings=args.max_findings, malformed=not args.no_malformed)
+    try:
+        report = explore(opts, say=lambda line: print(line, flush=True))
+    except LaunchFailed as exc:
+        print(f"ecp conformance explore engine: the engine did not come up: {exc}", file=sys.stderr)
+        return 2
+    print(f"\n{report.sessions} session(s), {report.messages} message(s) judged in {report.elapsed_s:.1f}s; "
+          f"{len(report.findings)} finding(s)")
+    for f in report.findings:
+        steps = f"{f.steps_before} -> {f.steps_after} steps" if f.steps_after is not None else \
+            f"{f.steps_before} steps, not shrunk"
+        state = "reproducible" if f.reproducible else "NOT reproducible"
+        print(f"  {f.clause:<13} after {f.found_after_s:.1f}s (seed {f.seed}), {steps}, {state} "
+              f"(replays {f.replays}), seen in {f.recurrence} session(s): {f.path}")
+    return 1 if report.findings else 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from .execute import LaunchFailed
+    from .reproducer import ReproducerError, read
+    from .run import ExploreOptions, Runner
+    from .session import describe
+
+    try:
+        doc = read(args.file)
+    except ReproducerError as exc:
+        print(f"ecp conformance replay: {exc}", file=sys.stderr)
+        return 2
+    command = _split_replay(args) or list(doc.get("command") or [])
+    if not command or args.runs < 1:
+        print("ecp conformance replay: give -- COMMAND ... (the file records none) and --runs >= 1", file=sys.stderr)
+        return 2
+    session = doc["session"]
+    print(f"replaying {args.file}: {doc['clause']} ({len(session.steps)} step(s), {session.topology})")
+    for step in session.steps:
+        print(f"  {describe(step)}")
+    opts = ExploreOptions(command=command, engine_count=max(session.topology.engines, int(doc.get("engine_count", 1))),
+                          transport=doc.get("transport", "ipc"), step_timeout_s=args.step_timeout,
+                          startup_timeout_s=args.startup_timeout)
+    shown = 0
+    with tempfile.TemporaryDirectory(prefix="ecp-replay-") as workdir:
+        runner = Runner(opts, workdir)
+        try:
+            for run in range(1, args.runs + 1):
+                try:
+                    result = runner.play(session)
+                except LaunchFailed as exc:
+                    print(f"ecp conformance replay: the engine did not come up: {exc}", file=sys.stderr)
+                    return 2
+                same = doc["clause"] in result.clauses
+                shown += bool(result.findings)
+                verdict = (f"{doc['clause']} again" if same else
+                           f"other violation(s) {result.clauses}" if result.findings else "no violation")
+                print(f"run {run}: {verdict}")
+                for f in result.findings[:5]:
+                    print(f"  {f.clause} at step {f.step}: {f.message}")
+        finally:
+            runner.close()
+    return 1 if shown else 0

@@ -1,0 +1,339 @@
+"""Playing one session against a freshly launched peer.
+
+The peer is launched exactly as the engine role's cases launch it (:class:`EngineUnderTest`: same
+command placeholders, transports and handshake), and every frame goes through that harness
+frontend, whose protocol machine in recording mode judges it. The executor keeps a model of the
+state the session put each rank in (paused, asleep) and skips a step that would be illegal there,
+so a shrunk session stays a legal one. State-changing calls (pause, resume, sleep, wake-up) are
+waited for: the model then knows what the engine must answer afterwards.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import zmq
+
+from ecp.spec import encode_start_dp_wave
+
+from ..engine.session import EngineRunConfig, EngineUnderTest
+from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Violation
+from ..transcript import Entry, Transcript
+from .oracle import (
+    CallRecord, Finding, History, RequestRecord, check_calls, check_errors, check_raw_outputs, check_requests,
+)
+from .session import Session
+
+#: calls whose reply the executor waits for: they change what the engine must answer next
+STATEFUL = frozenset(("pause_generation", "pause_scheduler", "resume_scheduler", "sleep", "wake_up"))
+#: a wait for terminals goes on while outputs keep arriving, up to this many step timeouts in all
+#: (a slow engine with long requests is not a stalled one)
+PROGRESS_CAP = 20
+
+
+class LaunchFailed(Exception):
+    """The peer did not come up for a session (a harness or usage problem, not a finding)."""
+
+
+@dataclass
+class SessionResult:
+    findings: list[Finding]
+    entries: list[Entry]
+    #: step indexes actually played (the others were skipped as illegal in the state reached)
+    played: list[int]
+    frames_sent: int = 0
+    frames_received: int = 0
+    launch_s: float = 0.0
+    run_s: float = 0.0
+    #: the end of the peer's output, for a session with findings
+    log_tail: str = ""
+
+    @property
+    def clauses(self) -> list[str]:
+        return list(dict.fromkeys(f.clause for f in self.findings))
+
+
+@dataclass
+class _Rank:
+    #: "generation" or "scheduler" while paused, with the pause mode
+    paused: tuple[str, str] | None = None
+    asleep: bool = False
+
+
+class _Stop(Exception):
+    def __init__(self, finding: Finding) -> None:
+        self.finding = finding
+
+
+@dataclass
+class _Play:
+    fe: Any
+    session: Session
+    step_timeout: float
+    history: History = field(default_factory=History)
+    ranks: list[_Rank] = field(default_factory=list)
+    rids: dict[int, str] = field(default_factory=dict)
+    client_of: dict[str, int] = field(default_factory=dict)
+    sent: int = 0
+    step: int | None = None
+
+    # ------------------------------------------------------------------ helpers
+    def _where(self, step: dict[str, Any]) -> tuple[int, int]:
+        topo = self.session.topology
+        return step.get("engine", 0) % topo.engines, step.get("client", 0) % topo.clients
+
+    def _until(self, predicate, what: str, clause: str, timeout: float | None = None) -> None:
+        try:
+            self.fe.wait(predicate, self.step_timeout if timeout is None else timeout, what)
+        except CaseTimeout as exc:
+            raise _Stop(Finding(clause, str(exc), self.step)) from None
+
+    def _send_call(self, engine: int, client: int, method: str, args: list[Any], expect: Any = None) -> int:
+        cid = self.fe.send_utility(method, args, engine=engine, client=client)
+        self.sent += 1
+        self.history.calls[cid] = CallRecord(cid, method, list(args), engine, self.step, expect)
+        return cid
+
+    def _answered(self, cid: int, method: str) -> bool:
+        """Wait for the reply to ``cid``; whether the call succeeded."""
+        self._until(lambda: bool(self.fe.replies.get(cid)), f"the reply to {method} (call_id {cid})", "ECP-UTIL-1")
+        u = self.fe.replies[cid][0].utility
+        return u.failure_message is None
+
+    def _idle(self, engine: int) -> bool:
+        return all(self.fe.terminals(r.rid) for r in self.history.requests.values() if r.engine == engine)
+
+    # ------------------------------------------------------------------ steps
+    def play(self, i: int, step: dict[str, Any]) -> bool:
+        """Play step ``i``; False when it is skipped as illegal in the state reached."""
+        self.step = i
+        return getattr(self, "_" + step["op"])(step)
+
+    def _add(self, s: dict[str, Any]) -> bool:
+        engine, client = self._where(s)
+        if self.ranks[engine].asleep or s["ref"] in self.rids:
+            return False
+        ref = s["ref"]
+        head = f"x{ref}-"
+        rid = head + "q" * max(0, int(s.get("id_len", 8)) - len(head))
+        limit = (self.fe.max_model_len or 4096) - 1
+        max_tokens = max(1, min(int(s["max_tokens"]), limit - 1))
+        prompt_len = limit + 2 if s.get("oversize") else max(1, min(int(s["prompt_len"]), limit - max_tokens))
+        sampling = {k: s[k] for k in ("temperature", "logprobs", "prompt_logprobs") if s.get(k) is not None}
+        req = self.fe.request(rid, max_tokens=max_tokens, prompt=[1 + (ref + j) % 97 for j in range(prompt_len)],
+                              client=client, **sampling)
+        changes: dict[str, Any] = {}
+        if s.get("abort_immediately"):
+            changes["abort_immediately"] = True
+        if s.get("wave"):
+            changes["current_wave"] = int(s["wave"])
+        if changes:
+            req = msgspec.structs.replace(req, **changes)
+        self.fe.add(req, engine)
+        self.sent += 1
+        self.rids[ref] = rid
+        self.client_of[rid] = client
+        paused = self.ranks[engine].paused
+        self.history.requests[rid] = RequestRecord(
+            rid, engine, max_tokens, self.step, owes_terminal=not s.get("abort_immediately"),
+            wave=changes.get("current_wave"), while_paused=paused is not None and paused[0] == "generation",
+            abort_immediately=bool(s.get("abort_immediately")))
+        return True
+
+    def _abort(self, s: dict[str, Any]) -> bool:
+        engine, client = self._where(s)
+        groups: dict[tuple[int, int], list[str]] = {}
+        now = time.monotonic()
+        for ref in s["targets"]:
+            rid = self.rids.get(ref)
+            rec = self.history.requests.get(rid) if rid else None
+            if rec is None:  # an id this engine never saw
+                groups.setdefault((engine, client), []).append(f"nope-{self.step}-{ref}")
+                continue
+            # a client aborts its own requests, on the engine that owns them (ECP-ABORT-1)
+            groups.setdefault((rec.engine, self.client_of[rid]), []).append(rid)
+            if rec.owes_terminal and self.fe.seen(rid) and not self.fe.terminals(rid) \
+                    and not self.ranks[rec.engine].paused and rec.aborted_running_at is None:
+                rec.aborted_running_at, rec.abort_step = now, self.step
+            rec.owes_terminal = False  # ECP-ABORT-4: an ABORT terminal is optional
+        for (eng, cl), ids in groups.items():
+            self.fe.abort(list(dict.fromkeys(ids)), engine=eng, client=cl)
+            self.sent += 1
+        return True
+
+    def _call(self, s: dict[str, Any]) -> bool:
+        engine, client = self._where(s)
+        method, args = s["method"], list(s.get("args") or [])
+        rank = self.ranks[engine]
+        if method in ("pause_generation", "pause_scheduler") and (rank.paused or rank.asleep):
+            return False
+        if method == "sleep" and (rank.asleep or rank.paused):
+            return False
+        expect: Any = None
+        if method == "is_sleeping":
+            expect = rank.asleep
+        elif method == "reset_prefix_cache" and not rank.paused and not rank.asleep and self._idle(engine):
+            expect = True
+        cid = self._send_call(engine, client, method, args, expect)
+        if method in STATEFUL and self._answered(cid, method):
+            if method == "sleep":
+                rank.asleep = True
+            elif method == "wake_up":
+                rank.asleep = False
+            elif method == "resume_scheduler":
+                rank.paused = None
+            else:
+                rank.paused = (method.removeprefix("pause_"), str(args[0]) if args else "abort")
+        return True
+
+    def _wait(self, s: dict[str, Any]) -> bool:
+        until = s["until"]
+        fe = self.fe
+        if until == "replies":
+            self._until(lambda: all(fe.replies.get(c) for c in self.history.calls), "a reply to every call",
+                        "ECP-UTIL-1")
+            return True
+        if until == "idle":
+            owed = [r.rid for r in self.history.requests.values() if r.owes_terminal and self._moving(r.engine)]
+            if not owed:
+                return False
+            for rid in owed:
+                self._finished(rid)
+            return True
+        rid = self.rids.get(s.get("ref", -1))
+        rec = self.history.requests.get(rid) if rid else None
+        if rec is None or not rec.owes_terminal or not self._moving(rec.engine):
+            return False
+        if until == "running":
+            self._until(lambda: bool(fe.seen(rid)), f"a first output of {rid}", "ECP-OUT-1")
+        else:
+            self._finished(rid)
+        return True
+
+    def _moving(self, engine: int) -> bool:
+        """Whether requests on ``engine`` run now (not paused, not asleep)."""
+        rank = self.ranks[engine]
+        return not rank.asleep and rank.paused is None
+
+    def _finished(self, rid: str) -> None:
+        rec = self.history.requests[rid]
+        try:
+            self.while_progressing(lambda t: self.fe.wait_finished(rid, t, max_tokens=rec.max_tokens))
+        except CaseTimeout as exc:
+            raise _Stop(Finding("ECP-OUT-1", str(exc), self.step)) from None
+
+    def while_progressing(self, wait) -> None:
+        """Call ``wait(timeout)`` in slices until it returns; raise its :class:`CaseTimeout` once no
+        output arrived for a step timeout (or after ``PROGRESS_CAP`` step timeouts in all)."""
+        fe = self.fe
+        start = time.monotonic()
+        seen, quiet_since = len(fe.raw_outputs), start
+        while True:
+            try:
+                wait(min(self.step_timeout, 0.5))
+                return
+            except CaseTimeout as exc:
+                now = time.monotonic()
+                if len(fe.raw_outputs) > seen:
+                    seen, quiet_since = len(fe.raw_outputs), now
+                if now - quiet_since >= self.step_timeout or now - start >= PROGRESS_CAP * self.step_timeout:
+                    raise CaseTimeout(f"{exc}: no output from the engine for {now - quiet_since:.1f}s, "
+                                      f"{now - start:.1f}s in all") from None
+
+    def _start_wave(self, s: dict[str, Any]) -> bool:
+        engine, client = self._where(s)
+        exclude = s.get("exclude")
+        if exclude is not None:
+            exclude = self.fe.start_index + exclude % self.session.topology.engines
+        self.fe.send_raw(encode_start_dp_wave(int(s["wave"]), exclude), engine=engine, client=client)
+        self.sent += 1
+        return True
+
+    def _garbage(self, s: dict[str, Any]) -> bool:
+        engine, client = self._where(s)
+        self.fe.send_raw([bytes.fromhex(f) for f in s["frames"]], engine=engine, client=client,
+                         decode=lambda: "(a malformed message, on purpose)")
+        self.sent += 1
+        return True
+
+    # ------------------------------------------------------------------ the end of a session
+    def epilogue(self) -> None:
+        """Wake and resume every rank the session left asleep or paused, wait for every reply and owed
+        terminal while outputs keep coming, then check that every rank serves a fresh request."""
+        self.step = None
+        fe = self.fe
+        for engine, rank in enumerate(self.ranks):
+            if rank.asleep:
+                self._answered(self._send_call(engine, 0, "wake_up", [None]), "wake_up")
+                rank.asleep = False
+            if rank.paused:
+                self._answered(self._send_call(engine, 0, "resume_scheduler", []), "resume_scheduler")
+                rank.paused = None
+
+        def settled() -> bool:
+            return all(fe.replies.get(c) for c in self.history.calls) and all(
+                fe.terminals(r.rid) for r in self.history.requests.values() if r.owes_terminal)
+
+        try:
+            self.while_progressing(lambda t: fe.wait(settled, t, "every reply and owed terminal"))
+        except CaseTimeout:
+            pass  # the properties name what is missing
+        fe.observe()
+        for engine in range(self.session.topology.engines):
+            fe.serves(engine=engine, after="the session", timeout=self.step_timeout)
+        fe.observe()  # what follows a probe's terminal output (nothing may) is judged too
+
+
+def play(session: Session, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: int,
+         step_timeout: float = 10.0) -> SessionResult:
+    """Launch a peer of the session's topology, play the session, judge it, stop the peer.
+
+    Raises :class:`LaunchFailed` when the peer does not complete its handshake."""
+    topo = session.topology
+    transcript = Transcript(max_entries=2000)
+    started = time.monotonic()
+    try:
+        eut = EngineUnderTest(cfg, ctx, transcript, launch_no, topo.clients, topo.engines, topo.coordinator)
+    except Exception as exc:  # noqa: BLE001 - whatever stopped the launch is reported as such
+        raise LaunchFailed(f"{type(exc).__name__}: {exc}") from exc
+    launched = time.monotonic()
+    fe = eut.fe
+    run = _Play(fe, session, step_timeout, ranks=[_Rank() for _ in range(topo.engines)])
+    findings: list[Finding] = []
+    played: list[int] = []
+    marks: list[tuple[int, int | None]] = [(len(fe.machine.violations), None)]
+    try:
+        try:
+            for i, step in enumerate(session.steps):
+                marks.append((len(fe.machine.violations), i))
+                if run.play(i, step):
+                    played.append(i)
+            marks.append((len(fe.machine.violations), None))
+            run.epilogue()
+        except _Stop as stop:
+            findings.append(stop.finding)
+        except FailedClosed as exc:
+            garbage = any(session.steps[i]["op"] == "garbage" for i in played)
+            findings.append(Finding("ECP-ROB-1", f"the engine failed closed "
+                                    f"{'after a malformed input message' if garbage else 'on legal traffic'}: {exc}",
+                                    run.step))
+        except PeerCrashed as exc:
+            findings.append(Finding("ECP-ROB-1", f"the engine died: {exc}", run.step))
+        except Violation as exc:
+            findings.append(Finding(exc.clause or "ECP-ROB-1", str(exc), run.step))
+        findings += (check_calls(fe, run.history) + check_requests(fe, run.history) + check_errors(fe, run.history)
+                     + check_raw_outputs(fe))
+        machine = []
+        for k, v in enumerate(fe.machine.violations):
+            step = next((s for n, s in reversed(marks) if n <= k), None)
+            machine.append(Finding(v.clause, f"{v.socket}: {v.error}", step))
+        findings = machine + findings
+        received = len(fe.raw_outputs) + len(fe.coordinator_messages)
+        return SessionResult(findings, list(transcript.entries), played, run.sent, received,
+                             launched - started, time.monotonic() - launched,
+                             eut.log_tail() if findings else "")
+    finally:
+        eut.close()

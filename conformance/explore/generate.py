@@ -1,0 +1,113 @@
+"""Random legal sessions, drawn from a seed.
+
+The draw follows a small model of the peer (which requests exist, which ranks are paused or
+asleep) so that most steps are meaningful; the executor still checks each step against the
+state the session really reached and skips what would be illegal there (a shrunk session may
+have lost the step that made a later one legal).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable
+
+from .session import Session, Topology
+
+MAX_TOKENS = (1, 2, 3, 8, 32, 200, 1500, 1500)
+PROMPT_LENS = (1, 4, 17, 300)
+#: alternatives per sampled token; with 64 a token's id and logprob rows (65 x 4 bytes) cross the
+#: 256-byte aux-frame threshold (ECP-FRAME-8)
+LOGPROBS = (None, None, None, 0, 3, 64)
+#: 40 and 70 characters: longer than the 32 some frontends cut ids to
+ID_LENS = (8, 8, 8, 40, 70)
+
+Args = Callable[[random.Random], list[Any]]
+
+#: the utility methods of the release's table the explorer calls, each with a draw of valid arguments
+#: (methods an engine may not implement are included: answering them with a failure is legal)
+UTILITIES: dict[str, Args] = {
+    "get_supported_tasks": lambda r: [],
+    "reset_mm_cache": lambda r: [],
+    "reset_encoder_cache": lambda r: [],
+    "is_sleeping": lambda r: [],
+    "reset_prefix_cache": lambda r: r.choice([[], [False, False], [True, False]]),
+    "is_scheduler_paused": lambda r: [],
+    "get_weight_version": lambda r: [],
+    "set_weight_version": lambda r: [f"v{r.randrange(100)}"],
+    "list_loras": lambda r: [],
+    "pause_generation": lambda r: [r.choice(["abort", "wait", "keep"]), r.choice([True, False])],
+    "pause_scheduler": lambda r: [r.choice(["abort", "wait", "keep"]), r.choice([True, False])],
+    "resume_scheduler": lambda r: [],
+    "sleep": lambda r: [1, r.choice(["abort", "wait"])],
+    "wake_up": lambda r: [None],
+}
+
+#: malformed input messages (ECP-ROB-1: each is rejected and the engine keeps serving)
+#: (frames as hex, the type byte first)
+GARBAGE = (
+    ["ff", "90"],    # an unknown request type byte
+    ["00", "c1"],    # ADD whose payload is not msgpack (0xc1 is never used)
+    ["01", "92a161"],  # ABORT with a truncated array
+    ["03"],          # UTILITY without its payload frame
+)
+
+
+def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool = True) -> Session:
+    """The session of ``seed`` for a peer launched with up to ``max_engines`` ranks; without
+    ``malformed`` the steps that would send a malformed message wait for every reply instead."""
+    r = random.Random(seed)
+    engines = max_engines if max_engines == 1 or r.random() < 0.7 else r.randint(1, max_engines)
+    topo = Topology(engines=engines, clients=r.choice((1, 1, 2)), coordinator=engines > 1 and r.random() < 0.5)
+    steps: list[dict[str, Any]] = []
+    refs = 0
+    wave = 0
+    for _ in range(r.randint(3, max_steps)):
+        engine, client = r.randrange(topo.engines), r.randrange(topo.clients)
+        roll = r.random()
+        if roll < 0.34 or not refs:
+            if topo.coordinator and r.random() < 0.3:
+                wave += r.choice((0, 1, 1, 5))
+            steps.append(_add(r, refs, engine, client, topo, wave))
+            refs += 1
+        elif roll < 0.46:
+            pick = r.sample(range(refs), k=min(refs, r.choice((1, 1, 2, 3))))
+            if r.random() < 0.5:  # a timing choice: let the request run first (else the ABORT races the ADD)
+                steps.append({"op": "wait", "until": "running", "ref": pick[0]})
+            if r.random() < 0.2:
+                pick.append(-1)
+            steps.append({"op": "abort", "client": client, "engine": engine, "targets": pick})
+        elif roll < 0.70:
+            method = r.choice(list(UTILITIES))
+            steps.append({"op": "call", "engine": engine, "client": client, "method": method,
+                          "args": UTILITIES[method](r)})
+            if method.startswith("pause_") and r.random() < 0.6:  # what a paused rank does with an ADD
+                steps.append(_add(r, refs, engine, client, topo, 0, abort_immediately=0.3))
+                refs += 1
+        elif roll < 0.93:
+            until = r.choice(("running", "running", "terminal", "terminal", "idle", "replies"))
+            step: dict[str, Any] = {"op": "wait", "until": until}
+            if until in ("running", "terminal"):
+                step["ref"] = r.randrange(refs)
+            steps.append(step)
+        elif roll < 0.97 and topo.engines > 1:
+            wave += 1
+            steps.append({"op": "start_wave", "engine": engine, "wave": wave,
+                          "exclude": r.choice((None, r.randrange(topo.engines)))})
+        else:
+            frames = r.choice(GARBAGE)  # drawn either way: the rest of the session stays the same
+            steps.append({"op": "garbage", "engine": engine, "client": client, "frames": frames} if malformed
+                         else {"op": "wait", "until": "replies"})
+    return Session(topo, steps, seed)
+
+
+def _add(r: random.Random, ref: int, engine: int, client: int, topo: Topology, wave: int,
+         abort_immediately: float = 0.08) -> dict[str, Any]:
+    return {
+        "op": "add", "ref": ref, "engine": engine, "client": client,
+        "max_tokens": r.choice(MAX_TOKENS), "prompt_len": r.choice(PROMPT_LENS), "id_len": r.choice(ID_LENS),
+        "temperature": r.choice((0.0, 0.0, 0.8)), "logprobs": r.choice(LOGPROBS),
+        "prompt_logprobs": r.choice((None,) * 6 + (2,)), "abort_immediately": r.random() < abort_immediately,
+        "wave": wave if topo.coordinator and wave else None,
+        # a prompt longer than the engine allows: answered with an ERROR output (ECP-REQ-3)
+        "oversize": r.random() < 0.04,
+    }

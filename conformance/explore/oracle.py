@@ -1,0 +1,208 @@
+"""What a session is judged by, besides the protocol machine that judges every frame.
+
+The machine (recording mode) sees each frame on its own; the properties here need the whole
+history of a session -- what was sent when, and in which state the session had put each rank:
+
+* every admitted request ends exactly once (``ECP-OUT-1``; the machine sees duplicates and
+  frames after a terminal, this sees the terminal that never came);
+* a running request that was aborted produces nothing later than ``ABORT_GRACE_S`` after the
+  ABORT left, and any terminal it gets then is ABORT (``ECP-ABORT-2``);
+* every ERROR output carries ``{code, message, retryable}`` and lists its id in
+  ``finished_requests`` (``ECP-OUT-5``); an ADD refused while paused gets ``engine_paused``,
+  ``retryable: true`` (``ECP-REQ-7``), and an ``abort_immediately`` ADD is never refused so
+  (``ECP-REJECT-5``);
+* every utility call is answered exactly once (``ECP-UTIL-1``), with a result of the table's type
+  (``ECP-UTIL-9``); ``get_supported_tasks`` names ``generate`` (``ECP-HS-13``); ``is_sleeping``
+  follows the sleeps and wake-ups the session sent that rank (``ECP-UTIL-8``);
+  ``reset_prefix_cache`` on an idle rank succeeds (``ECP-UTIL-9``, as ``ENG-UTIL-5`` checks it);
+* a rank that was sent requests stamped ``current_wave`` W and finished them reports no
+  ``wave_complete`` below W afterwards (``ECP-DP-5``);
+* output messages carry their array-like structs at full length (``ECP-FRAME-3``) and tensor
+  buffers of 256 bytes or more in aux frames (``ECP-FRAME-8``) -- rules the machine's tolerant
+  decoding cannot see;
+* the peer serves a fresh request on every rank after the session (``ECP-ROB-1``: no wedge).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ecp.spec import FinishReason
+from ecp.spec.utility_methods import UTILITY_METHODS
+
+from ..engine.raw_outputs import misplaced_tensor, short_array
+
+#: how long after an ABORT left the harness an engine may still be producing for that request
+ABORT_GRACE_S = 0.5
+
+
+@dataclass
+class Finding:
+    """One rule a session broke: ``clause``, what happened, and the step it showed at (None: at the
+    session's end)."""
+
+    clause: str
+    message: str
+    step: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"clause": self.clause, "message": self.message, "step": self.step}
+
+
+@dataclass
+class RequestRecord:
+    rid: str
+    engine: int
+    max_tokens: int
+    step: int
+    #: the request must get a terminal output (not ended by a client ABORT or abort_immediately)
+    owes_terminal: bool = True
+    #: monotonic time the first ABORT naming it left, while it was running (None: never aborted so)
+    aborted_running_at: float | None = None
+    abort_step: int | None = None
+    wave: int | None = None
+    #: added while its rank's generation was paused (the reply to the pause had come)
+    while_paused: bool = False
+    abort_immediately: bool = False
+
+
+@dataclass
+class CallRecord:
+    cid: int
+    method: str
+    args: list[Any]
+    engine: int
+    step: int
+    #: what the session's model says the answer must be (None: no expectation)
+    expect: Any = None
+
+
+@dataclass
+class History:
+    requests: dict[str, RequestRecord] = field(default_factory=dict)
+    calls: dict[int, CallRecord] = field(default_factory=dict)
+
+
+def _type_ok(kind: str, value: Any) -> bool:
+    """Whether ``value`` has the method table's result type ``kind`` (only the plain kinds are checked)."""
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "nil":
+        return value is None
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "array[str]":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == "array[int]":
+        return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    return True
+
+
+def check_calls(fe, history: History) -> list[Finding]:
+    """Every call answered exactly once, with a result of its type and the value the model expects."""
+    found = []
+    for cid, call in history.calls.items():
+        replies = fe.replies.get(cid, [])
+        name = f"{call.method}{tuple(call.args)!r} (call_id {cid}) to rank {fe.start_index + call.engine}"
+        if len(replies) != 1:
+            found.append(Finding("ECP-UTIL-1", f"{name} was answered {len(replies)} times", call.step))
+            continue
+        u = replies[0].utility
+        if u.failure_message is not None or u.result is None:
+            continue  # a failure (ECP-UTIL-3) is a legal answer; a missing envelope is the machine's
+        value = u.result.value
+        kind = UTILITY_METHODS[call.method].result if call.method in UTILITY_METHODS else "any"
+        if not _type_ok(kind, value):
+            found.append(Finding("ECP-UTIL-9", f"{name} returned {value!r}, not a {kind}", call.step))
+        elif call.method == "get_supported_tasks" and "generate" not in value:
+            found.append(Finding("ECP-HS-13", f"{name} returned {value!r}, without \"generate\"", call.step))
+        elif call.expect is not None and value != call.expect:
+            clause = "ECP-UTIL-8" if call.method == "is_sleeping" else "ECP-UTIL-9"
+            found.append(Finding(clause, f"{name} returned {value!r}; the session's model expects "
+                                         f"{call.expect!r}", call.step))
+    strays = sorted(k for k in fe.replies if k not in history.calls)
+    if strays:
+        found.append(Finding("ECP-UTIL-1", f"replies carry call_id(s) {strays} that were never sent"))
+    return found
+
+
+def check_requests(fe, history: History) -> list[Finding]:
+    """Terminals owed and given, aborted requests that kept producing, and adopted waves."""
+    found = []
+    produced: dict[str, list[tuple[float, Any]]] = {}
+    for _client, msg in fe.messages:
+        if not hasattr(msg, "outputs"):
+            continue
+        for out in msg.outputs:
+            produced.setdefault(out.request_id, []).append((msg.timestamp, out))
+    for rid, rec in history.requests.items():
+        terminals = fe.terminals(rid)
+        if rec.owes_terminal and not terminals:
+            found.append(Finding("ECP-OUT-1", f"request {rid} (max_tokens={rec.max_tokens}) never got a terminal "
+                                              f"output ({len(fe.tokens(rid))} tokens)", rec.step))
+        if rec.aborted_running_at is None:
+            continue
+        late = [out for ts, out in produced.get(rid, []) if ts > rec.aborted_running_at + ABORT_GRACE_S
+                and (out.new_token_ids or out.finish_reason not in (None, FinishReason.ABORT))]
+        if late:
+            ended = late[-1].finish_reason
+            found.append(Finding("ECP-ABORT-2", f"request {rid} was aborted while running but produced "
+                                                f"{sum(len(o.new_token_ids) for o in late)} more token(s) over "
+                                                f"{ABORT_GRACE_S}s later (ended {ended!r})", rec.abort_step))
+    # waves: after a rank finished a request stamped W, it reports no wave_complete below W
+    done_at: dict[int, tuple[float, int, int]] = {}
+    for rid, rec in history.requests.items():
+        if rec.wave is None or not fe.terminals(rid):
+            continue
+        t = fe.terminals(rid)[0].t
+        rank = fe.start_index + rec.engine
+        if rank not in done_at or rec.wave > done_at[rank][1]:
+            done_at[rank] = (t, rec.wave, rec.step)
+    for rank, (t, wave, step) in done_at.items():
+        for msg in fe.coordinator_messages:
+            if msg.engine_index == rank and msg.wave_complete is not None and msg.timestamp > t + ABORT_GRACE_S \
+                    and msg.wave_complete < wave:
+                found.append(Finding("ECP-DP-5", f"rank {rank} finished a request stamped current_wave={wave} "
+                                                 f"and then reported wave_complete={msg.wave_complete}", step))
+                break
+    return found
+
+
+def check_raw_outputs(fe) -> list[Finding]:
+    """The first output message whose arrays are not full length, and the first with a misplaced tensor."""
+    found: dict[str, Finding] = {}
+    for client, frames in fe.raw_outputs:
+        for clause, check in (("ECP-FRAME-3", short_array), ("ECP-FRAME-8", misplaced_tensor)):
+            if clause not in found:
+                problem = check(frames)
+                if problem is not None:
+                    found[clause] = Finding(clause, f"output[{client}]: {problem}")
+        if len(found) == 2:
+            break
+    return list(found.values())
+
+
+def check_errors(fe, history: History) -> list[Finding]:
+    """The shape of every ERROR output, and what a paused rank answers an ADD with."""
+    found = []
+    for rid, rec in history.requests.items():
+        for seen in fe.terminals(rid):
+            out = seen.output
+            if out.finish_reason != FinishReason.ERROR:
+                continue
+            e = out.error
+            if rec.abort_immediately and rec.while_paused and e is not None and e.code == "engine_paused":
+                found.append(Finding("ECP-REJECT-5", f"abort_immediately ADD {rid}, sent while paused, was refused "
+                                                     f"with engine_paused instead of being processed", rec.step))
+            elif e is None or not isinstance(e.code, str) or not e.code or not isinstance(e.message, str) \
+                    or not isinstance(e.retryable, bool):
+                found.append(Finding("ECP-OUT-5", f"the ERROR output of {rid} carries error={e!r}", rec.step))
+            elif not seen.finished_requests or rid not in seen.finished_requests:
+                found.append(Finding("ECP-OUT-5", f"the ERROR output of {rid} comes in a message whose "
+                                                  f"finished_requests={seen.finished_requests!r} lacks it", rec.step))
+            elif rec.while_paused and not rec.abort_immediately and (e.code != "engine_paused" or e.retryable is not True):
+                found.append(Finding("ECP-REQ-7", f"ADD {rid} sent while paused got error code={e.code!r}, "
+                                                  f"retryable={e.retryable!r}; expected engine_paused, retryable: "
+                                                  "true", rec.step))
+    return found

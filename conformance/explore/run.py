@@ -1,0 +1,195 @@
+"""The exploration loop: draw sessions until the budget is spent, shrink each new finding.
+
+A finding is keyed by its clause (the first rule a session broke). The first session showing a
+clause is replayed to confirm it; one that does not fail again is kept as non-reproducible with
+how often its clause recurred; one that does is shrunk (:mod:`.shrink`) and written as a
+reproducer (:mod:`.reproducer`). Later sessions showing the same clause only count its recurrence.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import zmq
+
+from ..engine.session import EngineRunConfig
+from . import reproducer
+from .execute import LaunchFailed, SessionResult, play
+from .generate import draw
+from .session import Session, describe
+from .shrink import Budget, shrink
+
+#: replays of a finding's first session (and of its shrunk session) that decide whether it reproduces
+CONFIRM_RUNS = 3
+
+
+@dataclass
+class ExploreOptions:
+    command: list[str]
+    engine_count: int = 1
+    transport: str = "ipc"
+    budget_s: float = 600.0
+    seed: int = 0
+    max_steps: int = 24
+    out_dir: Path = Path("explore-findings")
+    shrink_runs: int = 200
+    shrink_s: float = 300.0
+    step_timeout_s: float = 10.0
+    startup_timeout_s: float = 60.0
+    quiet_window_s: float = 0.3
+    #: stop after this many distinct findings (None: explore until the budget is spent)
+    max_findings: int | None = None
+    #: whether sessions include malformed input messages (``ECP-ROB-1``)
+    malformed: bool = True
+    #: replays of a finding's first session (and of its shrunk session) that decide whether it reproduces
+    confirm_runs: int = CONFIRM_RUNS
+
+
+@dataclass
+class FindingReport:
+    clause: str
+    message: str
+    seed: int
+    found_after_s: float
+    steps_before: int
+    steps_after: int | None = None
+    #: sessions (of all explored) whose findings include this clause
+    recurrence: int = 1
+    replays: str = ""
+    reproducible: bool = False
+    path: Path | None = None
+    shrink_runs: int = 0
+
+
+@dataclass
+class ExploreReport:
+    sessions: int = 0
+    messages: int = 0
+    elapsed_s: float = 0.0
+    findings: list[FindingReport] = field(default_factory=list)
+
+
+class Runner:
+    """Plays sessions against fresh launches of one peer command."""
+
+    def __init__(self, opts: ExploreOptions, workdir: str) -> None:
+        self.opts = opts
+        self.cfg = EngineRunConfig(command=list(opts.command), transport=opts.transport,
+                                   engine_count=opts.engine_count, startup_timeout_s=opts.startup_timeout_s,
+                                   quiet_window_s=opts.quiet_window_s, workdir=workdir)
+        self.ctx = zmq.Context()
+        self.launches = 0
+
+    def play(self, session: Session) -> SessionResult:
+        self.launches += 1
+        return play(session, self.cfg, self.ctx, self.launches, self.opts.step_timeout_s)
+
+    def close(self) -> None:
+        self.ctx.term()
+
+
+def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> ExploreReport:
+    """Explore until ``opts.budget_s`` is spent (shrinking not counted); raises :class:`LaunchFailed`
+    when the peer never comes up."""
+    report = ExploreReport()
+    by_clause: dict[str, FindingReport] = {}
+    with tempfile.TemporaryDirectory(prefix="ecp-explore-") as workdir:
+        runner = Runner(opts, workdir)
+        started = time.monotonic()
+        shrinking_s = 0.0
+        try:
+            i = 0
+            while time.monotonic() - started - shrinking_s < opts.budget_s:
+                seed = opts.seed + i
+                i += 1
+                session = draw(seed, opts.engine_count, opts.max_steps, opts.malformed)
+                try:
+                    result = runner.play(session)
+                except LaunchFailed:
+                    if report.sessions == 0:
+                        raise
+                    say(f"session {seed}: the peer did not come up; skipped")
+                    continue
+                report.sessions += 1
+                report.messages += result.frames_sent + result.frames_received
+                for clause in result.clauses:
+                    if clause in by_clause:
+                        by_clause[clause].recurrence += 1
+                if not result.findings or result.clauses[0] in by_clause:
+                    continue
+                first = result.findings[0]
+                found = FindingReport(first.clause, first.message, seed,
+                                      time.monotonic() - started - shrinking_s, len(session.steps))
+                by_clause[first.clause] = found
+                report.findings.append(found)
+                say(f"session {seed}: {first.clause}: {first.message}")
+                t0 = time.monotonic()
+                _settle(runner, session, result, found, opts, say)
+                shrinking_s += time.monotonic() - t0
+                if opts.max_findings is not None and len(report.findings) >= opts.max_findings:
+                    break
+        finally:
+            runner.close()
+            report.elapsed_s = time.monotonic() - started
+    return report
+
+
+def _settle(runner: Runner, session: Session, result: SessionResult, found: FindingReport,
+            opts: ExploreOptions, say: Callable[[str], None]) -> None:
+    """Confirm, shrink and write one new finding."""
+    clause = found.clause
+
+    def fails(candidate: Session) -> tuple[bool, SessionResult | None]:
+        try:
+            r = runner.play(candidate)
+        except LaunchFailed:
+            return False, None
+        return clause in r.clauses, r
+
+    # only the steps that were played: the others were illegal in the state the session reached
+    played = session.with_steps([session.steps[i] for i in result.played])
+    confirmed, last = False, result
+    for candidate in (played, session) * opts.confirm_runs:
+        ok, r = fails(candidate)
+        if ok:
+            confirmed, session, last = True, candidate, r
+            break
+    if not confirmed:
+        found.replays = f"0/{2 * opts.confirm_runs}"
+        found.path = _write(opts, session, clause, found.message, result,
+                            {"sessions": found.recurrence, "replays": found.replays, "reproducible": False})
+        say(f"  not reproducible: 0 of {2 * opts.confirm_runs} replays showed {clause}; kept as {found.path}")
+        return
+    budget = Budget(opts.shrink_runs, opts.shrink_s)
+    best = shrink(session, lambda c: fails(c)[0], budget)
+    found.shrink_runs = budget.used
+    hits, evidence = 0, last
+    for _ in range(opts.confirm_runs):
+        ok, r = fails(best)
+        if ok:
+            hits, evidence = hits + 1, r
+    if hits == 0:  # the shrunk session fails too rarely to show it: keep the confirmed one
+        best = session
+    found.steps_after = len(best.steps)
+    found.reproducible = True
+    found.replays = f"{hits}/{opts.confirm_runs}"
+    message = next((f.message for f in evidence.findings if f.clause == clause), found.message)
+    found.message = message
+    found.path = _write(opts, best, clause, message, evidence,
+                        {"sessions": found.recurrence, "replays": found.replays, "reproducible": True})
+    say(f"  shrunk from {found.steps_before} to {found.steps_after} step(s) in {budget.used} replays "
+        f"({found.replays} replays of it fail): {found.path}")
+    for step in best.steps:
+        say(f"    {describe(step)}")
+
+
+def _write(opts: ExploreOptions, session: Session, clause: str, message: str, result: SessionResult,
+           recurrence: dict) -> Path:
+    path = Path(opts.out_dir) / f"{clause}-seed{session.seed}.json"
+    return reproducer.write(path, role="engine", session=session, clause=clause, message=message,
+                            command=opts.command, transport=opts.transport, engine_count=opts.engine_count,
+                            entries=result.entries, recurrence=recurrence, peer_log=result.log_tail)

@@ -1,0 +1,140 @@
+"""``ecp conformance explore`` / ``replay``: sessions, shrinking, and short seeded explorations of the
+reference engine (with and without one of its ``--bug`` faults)."""
+
+import argparse
+import json
+import sys
+
+import pytest
+
+from ecp.conformance.explore.commands import parse_time
+from ecp.conformance.explore.generate import draw
+from ecp.conformance.explore.reproducer import ReproducerError, read
+from ecp.conformance.explore.run import ExploreOptions, explore
+from ecp.conformance.explore.session import Session, Topology
+from ecp.conformance.explore.shrink import Budget, shrink
+
+ENGINE = [sys.executable, "-m", "ecp.reference.engine", "--handshake-address", "{handshake_address}",
+          "--engine-count", "{engine_count}", "--in-process"]
+
+
+def test_sessions_are_drawn_from_their_seed_and_round_trip():
+    a, b = draw(7, max_engines=2), draw(7, max_engines=2)
+    assert a.to_dict() == b.to_dict()
+    assert draw(8, max_engines=2).to_dict() != a.to_dict()
+    assert Session.from_dict(json.loads(json.dumps(a.to_dict()))).to_dict() == a.to_dict()
+    assert all(s.topology.engines == 1 for s in (draw(k) for k in range(20)))
+    with_bad = [draw(k, 2) for k in range(40)]
+    legal = [draw(k, 2, malformed=False) for k in range(40)]
+    assert any(st["op"] == "garbage" for s in with_bad for st in s.steps)
+    assert not any(st["op"] == "garbage" for s in legal for st in s.steps)
+    assert [len(s.steps) for s in legal] == [len(s.steps) for s in with_bad]
+
+
+@pytest.mark.parametrize("bad", [
+    {"steps": []},
+    {"topology": {"engines": 0}, "steps": []},
+    {"topology": {}, "steps": [{"op": "fly"}]},
+    {"topology": {}, "steps": [{"op": "wait", "until": "forever"}]},
+    {"topology": {}, "steps": [{"op": "add", "ref": 0}]},
+    {"topology": {}, "steps": [{"op": "garbage", "frames": ["zz"]}]},
+])
+def test_a_malformed_session_is_a_clear_error(bad):
+    with pytest.raises(ValueError):
+        Session.from_dict(bad)
+
+
+def test_ddmin_keeps_exactly_the_steps_the_failure_needs():
+    steps = [{"op": "wait", "until": "idle"} for _ in range(20)]
+    steps[3] = {"op": "add", "ref": 3, "max_tokens": 1500, "logprobs": 3}
+    steps[11] = {"op": "abort", "targets": [3]}
+    session = Session(Topology(engines=2, clients=2, coordinator=True), steps, seed=1)
+    runs = []
+
+    def fails(s: Session) -> bool:
+        runs.append(s)
+        ops = [st["op"] for st in s.steps]
+        return "add" in ops and "abort" in ops and ops.index("add") < ops.index("abort") \
+            and any(st.get("max_tokens", 0) >= 200 for st in s.steps)
+
+    best = shrink(session, fails, Budget(runs=500, seconds=30))
+    assert [st["op"] for st in best.steps] == ["add", "abort"]
+    assert best.topology == Topology(1, 1, False)
+    assert best.steps[0]["max_tokens"] == 200  # the simplest value that still fails
+    assert best.steps[0]["logprobs"] is None
+    assert fails(best)
+    assert len(runs) < 120
+
+
+def test_shrinking_stops_at_its_budget():
+    session = Session(Topology(), [{"op": "wait", "until": "idle"}] * 50)
+    budget = Budget(runs=5, seconds=30)
+    best = shrink(session, lambda s: True, budget)
+    assert budget.used == 5 and len(best.steps) < 50
+
+
+def test_durations():
+    assert parse_time("90") == 90 and parse_time("2m") == 120 and parse_time("500ms") == 0.5
+    for bad in ("", "-1", "0", "2 weeks"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_time(bad)
+
+
+def test_a_file_that_is_not_a_reproducer_is_refused(tmp_path, run_ecp):
+    path = tmp_path / "x.json"
+    path.write_text('{"format": "something else"}')
+    with pytest.raises(ReproducerError):
+        read(path)
+    code, _ = run_ecp("conformance", "replay", str(path), "--", *ENGINE)
+    assert code == 2
+
+
+def test_no_finding_against_the_fault_free_engine(tmp_path):
+    opts = ExploreOptions(command=ENGINE, engine_count=2, budget_s=2.5, seed=11, out_dir=tmp_path,
+                          quiet_window_s=0.1)
+    report = explore(opts, say=lambda line: None)
+    assert report.sessions >= 2 and report.messages > 0
+    assert report.findings == [], [(f.clause, f.message) for f in report.findings]
+
+
+def test_a_fault_is_found_shrunk_and_replayed(tmp_path, run_ecp):
+    opts = ExploreOptions(command=[*ENGINE, "--bug", "duplicate-output"], engine_count=2, budget_s=20.0, seed=3,
+                          out_dir=tmp_path, shrink_runs=4, confirm_runs=1, max_findings=1, step_timeout_s=2.0,
+                          quiet_window_s=0.1)
+    report = explore(opts, say=lambda line: None)
+    [found] = report.findings
+    assert found.clause == "ECP-OUT-1" and found.reproducible
+    assert found.steps_after is not None and found.steps_after <= 10
+    doc = read(found.path)
+    assert doc["clause"] == "ECP-OUT-1" and doc["frames"] and doc["command"][-1] == "duplicate-output"
+    code, out = run_ecp("conformance", "replay", str(found.path), "--step-timeout", "2s")
+    assert code == 1 and "ECP-OUT-1 again" in out
+    code, out = run_ecp("conformance", "replay", str(found.path), "--step-timeout", "2s", "--", *ENGINE)
+    assert code == 0 and "no violation" in out
+
+
+def test_values_only_get_simpler():
+    session = Session(Topology(), [{"op": "add", "ref": 0, "max_tokens": 1500, "prompt_len": 300, "id_len": 70}])
+    best = shrink(session, lambda s: bool(s.steps), Budget(runs=100, seconds=30))
+    assert best.steps == [{**session.steps[0], "max_tokens": 2, "prompt_len": 1, "id_len": 8,
+                           "abort_immediately": False, "oversize": False, "temperature": 0.0, "client": 0,
+                           "engine": 0}]
+
+
+def test_a_slow_engine_is_not_a_stalled_one(tmp_path):
+    """A request that takes longer than the step timeout but keeps producing is waited for."""
+    import zmq
+
+    from ecp.conformance.engine.session import EngineRunConfig
+    from ecp.conformance.explore.execute import play
+
+    cfg = EngineRunConfig(command=[*ENGINE, "--step-time-ms", "2"], workdir=str(tmp_path), quiet_window_s=0.1)
+    session = Session(Topology(), [{"op": "add", "ref": 0, "max_tokens": 600, "prompt_len": 4},
+                                   {"op": "wait", "until": "terminal", "ref": 0}])
+    ctx = zmq.Context()
+    try:
+        result = play(session, cfg, ctx, 1, step_timeout=0.5)
+    finally:
+        ctx.term()
+    assert result.played == [0, 1] and result.run_s > 1.2
+    assert result.findings == [], [(f.clause, f.message) for f in result.findings]
