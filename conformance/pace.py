@@ -142,6 +142,6 @@ def describe_launches(summary: dict[str, Any] | None) -> str:
     if unused:
         parts.append(f"{unused} never served")
     response = summary.get("response_s")
-    parts.append(f"case budget {summary['case_budget_s']:g}s"
+    parts.append(f"case budget {summary['case_budget_s']:.0f}s"
                  + (f" (first answer {response * 1000:.0f} ms)" if response is not None else ""))
     return "; ".join(parts)

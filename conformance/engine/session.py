@@ -333,8 +333,12 @@ class EngineManager:
             if self._startup_failure is not None:
                 # a deterministic startup failure: report it again instead of waiting again
                 raise self._startup_failure
-            replacing = self._shared_ever
+            replacing = self._shared_ever and bool(self.cfg.command) and not self.cfg.attach
             self._shared_ever = True
+            if replacing:
+                # the replacement and the spares behind it start side by side: the engine that stopped
+                # serving is likely to do so again in the next case
+                self._top_up_spares()
             self._shared = self._adopt_spare()
             if self._shared is None:
                 try:
@@ -342,7 +346,7 @@ class EngineManager:
                 except (CaseTimeout, PeerCrashed, LaunchError) as exc:
                     self._startup_failure = exc
                     raise
-            if replacing and self.cfg.command and not self.cfg.attach:
+            if replacing:
                 self._top_up_spares()
         self._shared.fe.deadline = self.deadline
         self.touched.append(self._shared)
