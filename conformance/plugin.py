@@ -29,9 +29,10 @@ from .registry import MARKER
 _STATE_KEY = pytest.StashKey["RunState"]()
 
 #: role -> (module, manager class, config class) of the peer manager of that role. A peer
-#: manager starts/stops the peers under test and offers begin_case(), set_deadline(t),
+#: manager starts/stops the peers under test and offers begin_case(), plan(ids) (the ids of the
+#: selected cases that follow the current one), case_budget() (seconds, ecp.conformance.pace), set_deadline(t),
 #: case_crashed(), after_failure() (keep or drop the peers a failed case used; evidence or None),
-#: mark_dirty(), log_tail() and close() to this plugin.
+#: mark_dirty(), mark_broken(), log_tail(), launches() (the launch records) and close() to this plugin.
 PEER_MANAGERS: dict[str, tuple[str, str, str]] = {
     "engine": ("ecp.conformance.engine.session", "EngineManager", "EngineRunConfig"),
     "frontend": ("ecp.conformance.frontend.session", "FrontendManager", "FrontendRunConfig"),
@@ -59,6 +60,8 @@ class RunState:
         self.patterns: list[str] = config.get("cases") or []
         self.manager: Any = None
         self._case_started: dict[str, float] = {}
+        #: (node id, case id) of the selected cases in run order (the managers plan launches ahead with it)
+        self.order: list[tuple[str, str]] = []
 
     def selected(self, case_id: str) -> bool:
         if not self.patterns:
@@ -101,7 +104,12 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     state = state_of(config)
     if state is not None and state.manager is not None:
-        state.manager.close()
+        try:
+            state.manager.close()
+        finally:
+            path = state.config.get("launches_path")
+            if path:
+                Path(path).write_text(json.dumps(state.manager.launches()))
 
 
 def _case_id(item: pytest.Item) -> str | None:
@@ -130,6 +138,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+    state.order = [(i.nodeid, _case_id(i)) for i in items]
 
 
 # ---------------------------------------------------------------------- per case
@@ -141,7 +150,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     cid = _case_id(item)
     state.transcript.start_case(cid or item.nodeid)
     state._case_started[item.nodeid] = time.monotonic()
-    state.peer_manager().begin_case()
+    manager = state.peer_manager()
+    manager.begin_case()
+    nodeids = [nodeid for nodeid, _ in state.order]
+    if item.nodeid in nodeids:
+        manager.plan([cid for _, cid in state.order[nodeids.index(item.nodeid) + 1:]])
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -149,8 +162,8 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     state = state_of(item.config)
     if state is None:
         return
-    budget = float(state.config[state.role].get("case_timeout_s", 10.0))
-    state.peer_manager().set_deadline(time.monotonic() + budget)
+    manager = state.peer_manager()
+    manager.set_deadline(time.monotonic() + manager.case_budget())
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -261,7 +274,8 @@ def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Ite
     blocking = outcome is Outcome.CRASH or (required and (case.level == "MUST" or strict or failed_by_findings))
     entries = state.transcript.case_entries()
     if outcome is Outcome.ERROR and manager is not None:
-        manager.mark_dirty()  # the harness broke mid-case: the peer's state is unknown
+        # the harness broke mid-case: the peer's state is unknown
+        manager.mark_broken()
     return CaseResult(
         id=cid, clause=clause, level=case.level, conformance_level=conformance_level, slug=case.slug,
         requirement=case.requirement,

@@ -16,6 +16,7 @@ from ecp.spec.clauses import CONFORMANCE_LEVELS
 
 from .coverage import ClauseRow, clause_rows, summary, summary_line
 from .outcomes import CaseResult, Outcome
+from .pace import describe_launches
 
 SCHEMA_PATH = Path(__file__).parent / "schema" / "results.schema.json"
 SCHEMA_ID = "https://ecp.invalid/conformance/results.schema.json"
@@ -32,6 +33,9 @@ class RunSummary:
     problems: list[str] = field(default_factory=list)
     started: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     duration_s: float = 0.0
+    #: the peer's launches with their start-up times and the budgets they set
+    #: (:meth:`ecp.conformance.pace.Pace.summary`); None when the run recorded none
+    launches: dict[str, Any] | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -74,6 +78,8 @@ class RunSummary:
             "exit_code": self.exit_code,
             "counts": self.counts,
             "problems": self.problems,
+            "launches": self.launches or {"count": 0, "total_startup_s": 0.0, "launches": [], "response_s": None,
+                                          "case_budget_s": None, "startup_budget_s": None},
             "cases": [r.to_dict() for r in self.results],
             "coverage": {"summary": summary(rows), "clauses": [row.to_dict() for row in rows]},
         }
@@ -117,8 +123,22 @@ def write_console(s: RunSummary, out: TextIO) -> None:
         out.write(f"PROBLEM {p}\n")
     out.write(f"\n{summary_line(s.coverage)} ({s.role} role; the matrix: --markdown, --html, --json or "
               f"ecp conformance list --matrix)\n")
+    out.write(describe_launches(s.launches) + "\n")
+    for line in launch_lines(s):
+        out.write(f"  {line}\n")
     out.write(f"{s.role} role against {s.target}: {tally(s) or 'no cases'} "
               f"in {s.duration_s:.1f}s at level {s.conformance_level} -> exit {s.exit_code}\n")
+
+
+def launch_lines(s: RunSummary) -> list[str]:
+    """One line per launch: its number, what it started, for which case, its start-up time."""
+    out = []
+    for r in (s.launches or {}).get("launches", []):
+        took = f"{r['startup_s']:.1f}s" if r["startup_s"] is not None else "-"
+        why = "" if r["state"] == "serving" else f" ({r['state']})"
+        case = f" ({'started ahead, ' if r['ahead'] else ''}{r['case']})" if r["case"] else ""
+        out.append(f"launch {r['number']}: {r['what']}{case}: {took}{why}")
+    return out
 
 
 def tally(s: RunSummary) -> str:
@@ -148,6 +168,10 @@ def write_junit(s: RunSummary, path: Path) -> None:
                        errors=str(len(s.errors)),
                        skipped=str(sum(1 for r in s.results if r.outcome in (Outcome.UNSUPPORTED, Outcome.XFAIL))),
                        time=f"{s.duration_s:.3f}", timestamp=s.started)
+    suite_props = ET.SubElement(suite, "properties")
+    ET.SubElement(suite_props, "property", name="launches", value=describe_launches(s.launches))
+    for line in launch_lines(s):
+        ET.SubElement(suite_props, "property", name="launch", value=line)
     for r in s.results:
         tc = ET.SubElement(suite, "testcase", classname=f"{s.role}.{r.id.split('-')[1]}",
                            name=f"{r.id} {r.slug}", time=f"{r.duration_s:.3f}")
@@ -174,9 +198,13 @@ def markdown(s: RunSummary) -> str:
     lines = [f"# ecp conformance: {s.role} role", "",
              f"- target: `{s.target}`",
              f"- started: {s.started}, {s.duration_s:.1f}s, strict: {s.strict}, level: {s.conformance_level}",
-             f"- result: **exit {s.exit_code}** ({', '.join(f'{n} {k}' for k, n in s.counts.items() if n)})", ""]
+             f"- result: **exit {s.exit_code}** ({', '.join(f'{n} {k}' for k, n in s.counts.items() if n)})",
+             f"- {describe_launches(s.launches)}", ""]
     if s.problems:
         lines += ["## Problems", ""] + [f"- {p}" for p in s.problems] + [""]
+    if s.launches and s.launches.get("launches"):
+        lines += ["<details><summary>launches</summary>", ""] + [f"- {line}" for line in launch_lines(s)] + [
+            "", "</details>", ""]
     lines += ["| case | clause | level | conformance level | outcome | requirement |", "|---|---|---|---|---|---|"]
     for r in s.results:
         lines.append(f"| {r.id} `{r.slug}` | {r.clause} | {r.level} | {r.conformance_level} | {_status(r, s)} "
@@ -246,6 +274,10 @@ def write_html(s: RunSummary, path: Path) -> None:
     doc = (f"<!doctype html><meta charset='utf-8'><title>ecp conformance {s.role}</title>{style}"
            f"<h1>ecp conformance: {s.role} role</h1><p>target <code>{html.escape(s.target)}</code>; "
            f"level {s.conformance_level}; exit {s.exit_code}; {counts}</p>"
+           f"<p>{html.escape(describe_launches(s.launches))}</p>"
+           + ("<details><summary>launches</summary><ul>"
+              + "".join(f"<li>{html.escape(x)}</li>" for x in launch_lines(s)) + "</ul></details>"
+              if launch_lines(s) else "")
            + "".join(f"<p><b>problem</b> {html.escape(p)}</p>" for p in s.problems)
            + "<table border=1 cellspacing=0 cellpadding=3><tr><th>case</th><th>slug</th><th>clause</th>"
            "<th>level</th><th>conformance level</th><th>outcome</th><th>requirement</th></tr>" + "".join(rows) + "</table>"

@@ -81,8 +81,10 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
     started = time.monotonic()
     try:
         results_path = workdir / "results.jsonl"
+        launches_path = workdir / "launches.json"
         role_config = {**role_config, "workdir": str(workdir), "case_timeout_s": args.case_timeout}
-        config = {"role": role, "results_path": str(results_path), "cases": args.case,
+        config = {"role": role, "results_path": str(results_path), "launches_path": str(launches_path),
+                  "cases": args.case,
                   "strict": args.strict, "level": args.level, role: role_config}
         config_path = workdir / "config.json"
         config_path.write_text(json.dumps(config))
@@ -126,7 +128,8 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
                     r.outcome = Outcome.PASS
         summary = RunSummary(role=role, target=target, results=results, strict=args.strict,
                              conformance_level=args.level, problems=problems,
-                             duration_s=time.monotonic() - started)
+                             duration_s=time.monotonic() - started,
+                             launches=json.loads(launches_path.read_text()) if launches_path.exists() else None)
         write_console(summary, sys.stdout)
         try:
             _write_reports(summary, args)

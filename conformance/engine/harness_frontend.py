@@ -198,6 +198,11 @@ class HarnessFrontend:
         self.added: dict[int, list[str]] = {}
         self._call_ids = itertools.count(0x5EC0_0001)
         self.sent_call_ids: set[int] = set()
+        #: the utility methods sent to the engines (a manager reuses an engine that never slept)
+        self.methods_sent: set[str] = set()
+        #: (request id, when) of the first ADD sent, and seconds until its first output (the peer's pace)
+        self._first_add: tuple[str, float] | None = None
+        self.first_answer_s: float | None = None
         self.max_model_len: int | None = None
 
     def _make_peer(self) -> None:
@@ -541,6 +546,8 @@ class HarnessFrontend:
     def add(self, request: EngineCoreRequest, engine: int = 0, client: int | None = None) -> str:
         self.send_raw(encode_add(request), engine, request.client_index if client is None else client)
         self.added.setdefault(engine, []).append(request.request_id)
+        if self._first_add is None:
+            self._first_add = (request.request_id, time.monotonic())
         return request.request_id
 
     def unfinished(self, engine: int = 0) -> list[str]:
@@ -554,6 +561,7 @@ class HarnessFrontend:
                      call_id: int | None = None) -> int:
         cid = next(self._call_ids) if call_id is None else call_id
         self.sent_call_ids.add(cid)
+        self.methods_sent.add(method)
         self.send_raw(encode_utility(client, cid, method, list(args)), engine, client)
         return cid
 
@@ -621,6 +629,8 @@ class HarnessFrontend:
         for out in msg.outputs:
             self.by_request.setdefault(out.request_id, []).append(
                 Seen(client, msg.engine_index, out, msg.finished_requests, now))
+            if self.first_answer_s is None and self._first_add is not None and out.request_id == self._first_add[0]:
+                self.first_answer_s = now - self._first_add[1]
         if msg.utility_output is not None:
             self.replies.setdefault(msg.utility_output.call_id, []).append(
                 Reply(client, msg.engine_index, msg.utility_output, now))

@@ -1,13 +1,16 @@
 """Engine lifetimes for the engine role: reuse healthy engines, relaunch only when needed.
 
-Starting an engine costs seconds (a real vLLM engine core takes 10-30 s), so cases share one
+Starting an engine costs seconds (a real vLLM engine core takes 10-30 s of CPU), so cases share one
 engine (``engine_count`` ranks, one client) and get it through :meth:`EngineManager.shared`.
 Cases that need another topology (two clients, N engines, a coordinator) use
 :meth:`EngineManager.fresh`, which launches an engine of that topology once and keeps it for
 the next case that asks for the same one. After a failed case :meth:`EngineManager.after_failure`
 probes the engines the case used: one that still serves is kept (its leftover requests
 aborted), one that stopped serving or died is relaunched when next needed. A case that changes
-an engine's state on purpose (sleep) calls :meth:`EngineManager.mark_dirty`.
+an engine's state on purpose (pause, sleep) calls :meth:`EngineManager.mark_dirty`: the engine is
+reused when it never slept and shows that it is back in its initial state, else relaunched.
+Every launch is recorded with its start-up time (:mod:`ecp.conformance.pace`), which also sets
+the start-up budget of later launches and, with the first request's answer time, the case budget.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import zmq
 
 from ..launch import AdapterPeer, AttachedPeer, CommandPeer, LaunchError, PeerHandle
 from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Unsupported
+from ..pace import LaunchRecord, Pace
 from ..transcript import Transcript
 from .harness_frontend import Addresses, HarnessFrontend
 
@@ -54,6 +58,20 @@ SPARES = 2
 #: answers within milliseconds)
 HEALTH_PROBE_S = 5.0
 
+#: utility methods after which an engine is relaunched rather than checked and reused: what sleep
+#: discarded (weights, KV cache) cannot be read back over the wire
+UNRESTORABLE_METHODS = frozenset({"sleep", "wake_up"})
+
+#: case id -> the topology (clients, engines, coordinator) it asks :meth:`EngineManager.fresh` for,
+#: as a function of ``--engine-count``: the harness starts that launch in the background while the
+#: cases before it run. Only a hint: a stale entry costs a launch reported "not needed", never a
+#: verdict (tests/conformance/test_pace.py checks every entry against what its case asks for).
+TOPOLOGY_HINTS: dict[str, Callable[[int], tuple[int, int, bool]]] = {
+    **{cid: (lambda n: (2, 1, False)) for cid in ("ENG-HS-6", "ENG-OUT-3")},
+    **{cid: (lambda n: (1, max(2, n), False)) for cid in ("ENG-DP-1", "ENG-DP-2", "ENG-DP-3")},
+    **{cid: (lambda n: (1, max(2, n), True)) for cid in ("ENG-DP-4", "ENG-DP-5", "ENG-DP-6")},
+}
+
 
 #: a topology: (clients, engines, with a coordinator)
 Topology = tuple[int, int, bool]
@@ -75,7 +93,7 @@ class EngineUnderTest:
 
     def __init__(self, cfg: EngineRunConfig, ctx: zmq.Context, transcript: Transcript, launch_no: int,
                  clients: int, engine_count: int, coordinator: bool = False,
-                 cancel: threading.Event | None = None) -> None:
+                 cancel: threading.Event | None = None, startup_timeout: float | None = None) -> None:
         self.cfg = cfg
         self.engine_count = engine_count
         self.handle: PeerHandle | None = None
@@ -87,7 +105,7 @@ class EngineUnderTest:
         try:
             self.handle = self._start(launch_no)
             self.fe.alive_check = self.alive
-            self.fe.run_handshake(cfg.startup_timeout_s, cancel)
+            self.fe.run_handshake(startup_timeout or cfg.startup_timeout_s, cancel)
             # what the machine recorded during the handshake is the handshake cases' to report
             # (a relaunch must not make every later case fail on the same startup fault)
             self.handshake_violations = len(self.fe.machine.violations)
@@ -175,13 +193,18 @@ class EngineUnderTest:
 
 
 class Spare:
-    """One shared-topology launch running in a background thread, adopted by :meth:`EngineManager.shared`.
+    """One launch running in a background thread: a shared-topology one adopted by
+    :meth:`EngineManager.shared`, or one of another topology prepared for :meth:`EngineManager.fresh`.
 
     Its handshake is recorded in a transcript of its own (the cases running meanwhile must not get
     its frames); the adopting case's transcript notes the adoption."""
 
-    def __init__(self, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: int) -> None:
+    def __init__(self, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: int, record: LaunchRecord,
+                 startup_timeout: float, topology: Topology | None = None) -> None:
         self.launch_no = launch_no
+        self.topology = topology or (1, cfg.engine_count, False)
+        self.record = record
+        self.startup_timeout = startup_timeout
         self.cancel = threading.Event()
         self.engine: EngineUnderTest | None = None
         self.error: BaseException | None = None
@@ -190,11 +213,15 @@ class Spare:
         self._thread.start()
 
     def _run(self, cfg: EngineRunConfig, ctx: zmq.Context) -> None:
+        started = time.monotonic()
         try:
-            self.engine = EngineUnderTest(cfg, ctx, Transcript(), self.launch_no, 1, cfg.engine_count,
-                                          cancel=self.cancel)
+            clients, engines, coordinator = self.topology
+            self.engine = EngineUnderTest(cfg, ctx, Transcript(), self.launch_no, clients, engines, coordinator,
+                                          cancel=self.cancel, startup_timeout=self.startup_timeout)
+            Pace.launch_served(self.record, started)
         except BaseException as exc:  # noqa: BLE001 - reported by take(): the caller launches instead
             self.error = exc
+            Pace.launch_failed(self.record, str(exc) if self.cancel.is_set() else type(exc).__name__)
 
     def take(self, timeout: float) -> EngineUnderTest | None:
         """The ready engine, waiting at most ``timeout`` for its handshake; None if it failed."""
@@ -207,6 +234,7 @@ class Spare:
         self.cancel.set()
         self._thread.join(30.0)  # the handshake loop checks the event every 50 ms
         if self.engine is not None:
+            self.record.state = "not needed"
             self.engine.close()
 
 
@@ -222,7 +250,12 @@ class EngineManager:
         self._startup_failure: Exception | None = None
         self._ever_connected = False
         self._never_connected: EngineNeverConnected | None = None
-        self._dirty = False
+        #: None, "verify" (a case changed the shared engine's state on purpose: reuse it if it shows
+        #: it is back in its initial state) or "relaunch" (it failed, or the harness broke mid-case)
+        self._dirty: str | None = None
+        self.pace = Pace("engine", cfg.case_timeout_s, cfg.startup_timeout_s)
+        #: how many selected cases run after the current one (None: unknown); bounds the spares
+        self._remaining: int | None = None
         self.deadline: float | None = None
         #: engines a case touched: the plugin checks they are still alive afterwards
         self.touched: list[EngineUnderTest] = []
@@ -232,6 +265,10 @@ class EngineManager:
         self._spares: list[Spare] = []
         #: the last engine of a non-shared topology, kept for the next case asking for the same one
         self._kept: tuple[tuple[int, int, bool], EngineUnderTest] | None = None
+        #: a launch of the next hinted topology (TOPOLOGY_HINTS), started while earlier cases run
+        self._prepared: Spare | None = None
+        #: a shared engine was started before: a new one is a replacement (spares start behind it)
+        self._shared_ever = False
         self.logs: list[EngineUnderTest] = []
         #: engine launch -> how many machine violations it had when the current case began
         self._violation_marks: dict[int, int] = {}
@@ -248,15 +285,22 @@ class EngineManager:
             raise self._never_connected
         self._launches += 1
         self.transcript.note(f"launch {self._launches}: {engine_count} engine(s), {clients} client(s)")
+        record = self.pace.launch_started(self._launches, describe((clients, engine_count, coordinator)),
+                                          self._case_id())
         started = time.monotonic()
         try:
             eut = EngineUnderTest(self.cfg, self.ctx, self.transcript, self._launches, clients, engine_count,
-                                  coordinator)
+                                  coordinator, startup_timeout=self.pace.startup_budget())
         except EngineNeverConnected as exc:
+            Pace.launch_failed(record, "no engine connected")
             if not self._ever_connected:
                 # the run's engine never reached us once: waiting again per case would only multiply the wait
                 self._never_connected = exc
             raise
+        except BaseException as exc:
+            Pace.launch_failed(record, type(exc).__name__)
+            raise
+        Pace.launch_served(record, started)
         self._ever_connected = True
         self.logs.append(eut)
         # startup time does not eat the case budget
@@ -265,6 +309,9 @@ class EngineManager:
         eut.fe.deadline = self.deadline
         return eut
 
+    def _case_id(self) -> str:
+        return getattr(self.transcript, "case_id", "") or "before the first case"
+
     def shared(self) -> EngineUnderTest:
         """The shared engine, (re)started if needed."""
         if self._shared is not None and self.cfg.attach and self._dirty and self._shared.alive():
@@ -272,18 +319,29 @@ class EngineManager:
             # is restarted, but an attached one cannot be, so the run carries on with it; a case that
             # really broke it shows up in the cases after it
             self.transcript.note("the attached engine cannot be restarted: reusing it after the previous case")
-            self._dirty = False
+            self._dirty = None
+        if self._shared is not None and self._dirty == "verify":
+            checking = time.monotonic()
+            if self._restored(self._shared):
+                self._dirty = None
+            if self.deadline is not None:  # like a launch, the check does not eat the case budget
+                self.deadline += time.monotonic() - checking
         if self._shared is not None and (self._dirty or not self._shared.alive()):
             if self.cfg.attach:
                 raise PeerCrashed("the attached engine is gone and cannot be restarted")
             self._shared.close()
             self._shared = None
-        self._dirty = False
+        self._dirty = None
         if self._shared is None:
             if self._startup_failure is not None:
                 # a deterministic startup failure: report it again instead of waiting again
                 raise self._startup_failure
-            replacing = self._launches > 0
+            replacing = self._shared_ever and bool(self.cfg.command) and not self.cfg.attach
+            self._shared_ever = True
+            if replacing:
+                # the replacement and the spares behind it start side by side: the engine that stopped
+                # serving is likely to do so again in the next case
+                self._top_up_spares()
             self._shared = self._adopt_spare()
             if self._shared is None:
                 try:
@@ -291,29 +349,117 @@ class EngineManager:
                 except (CaseTimeout, PeerCrashed, LaunchError) as exc:
                     self._startup_failure = exc
                     raise
-            if replacing and self.cfg.command and not self.cfg.attach:
+            if replacing:
                 self._top_up_spares()
         self._shared.fe.deadline = self.deadline
         self.touched.append(self._shared)
         return self._shared
 
-    def _top_up_spares(self) -> None:
-        while len(self._spares) < SPARES:
-            self._launches += 1
-            self._spares.append(Spare(self.cfg, self.ctx, self._launches))
+    def _restored(self, eut: EngineUnderTest) -> bool:
+        """Whether an engine a case changed on purpose is back in its initial state: it never slept,
+        still reads input, answers ``is_sleeping`` and ``is_scheduler_paused`` with false on every
+        rank and serves a 2-token probe. Its leftover requests are aborted first. What the check
+        sends is the harness's: nothing it records counts against the case about to run."""
+        fe = eut.fe
+        if (not eut.alive() or fe.stopped_serving is not None or fe.input_closed is not None
+                or fe.methods_sent & UNRESTORABLE_METHODS):
+            return False
+        before = len(fe.machine.violations)
+        saved, fe.deadline = fe.deadline, None
+        try:
+            for k in range(fe.engine_count):
+                open_ids = fe.unfinished(engine=k)
+                if open_ids:
+                    fe.abort(open_ids, engine=k)
+                for method in ("is_sleeping", "is_scheduler_paused"):
+                    u = fe.call(method, [], engine=k, timeout=HEALTH_PROBE_S).utility
+                    if u.failure_message is not None or u.result is None or u.result.value is not False:
+                        return False
+                fe.serves(engine=k, after="the check for reuse", timeout=HEALTH_PROBE_S)
+        except Exception:  # noqa: BLE001 - any doubt means a relaunch, never a verdict
+            return False
+        finally:
+            fe.deadline = saved
+        if len(fe.machine.violations) != before:
+            return False
+        self._violation_marks[id(eut)] = len(fe.machine.violations)
+        self.transcript.note("the shared engine is reused: it never slept, is neither sleeping nor paused, "
+                             "and serves")
+        return True
 
-    def _adopt_spare(self) -> EngineUnderTest | None:
+    def plan(self, upcoming: list[str]) -> None:
+        """The ids of the selected cases that run after the current one: no more spares than there are
+        cases left, and the next topology another case needs starts now (one such launch at a time)."""
+        self._remaining = len(upcoming)
+        if self._prepared is not None or not self.cfg.command or self.cfg.attach or not self._ever_connected:
+            return  # (until one launch came up, the command may not work at all: nothing starts ahead)
+        kept = self._kept[0] if self._kept is not None else None
+        for cid in upcoming:
+            hint = TOPOLOGY_HINTS.get(cid)
+            if hint is None or hint(self.cfg.engine_count) == kept:
+                continue
+            key = hint(self.cfg.engine_count)
+            if key == (1, self.cfg.engine_count, False) or any(
+                    all(k >= f for k, f in zip(key, failed)) for failed in self._failed_topologies):
+                return
+            self._launches += 1
+            record = self.pace.launch_started(self._launches, describe(key), cid, ahead=True)
+            self._prepared = Spare(self.cfg, self.ctx, self._launches, record, self.pace.startup_budget(), key)
+            return
+
+    def _take_prepared(self, key: Topology) -> EngineUnderTest | None:
+        """The launch prepared for ``key``, once its handshake is done; None when none was prepared (or
+        it was cancelled). A prepared launch whose handshake failed is this case's failure, as a launch
+        of its own would have been."""
+        spare = self._prepared
+        if spare is None or spare.topology != key:
+            return None
+        self._prepared = None
+        started = time.monotonic()
+        eut = spare.take(spare.startup_timeout)
+        if eut is None:
+            error = spare.error
+            spare.discard()
+            if isinstance(error, (CaseTimeout, PeerCrashed)):
+                raise error
+            return None
+        eut.fe.transcript = self.transcript
+        self.transcript.note(f"launch {spare.launch_no} ({describe(key)}, started ahead in the background) "
+                             "serves this case")
+        self.logs.append(eut)
+        if self.deadline is not None:  # waiting for it does not eat the case budget
+            self.deadline += time.monotonic() - started
+        eut.fe.deadline = self.deadline
+        return eut
+
+    def case_budget(self) -> float:
+        """The time budget of the case about to run (:mod:`ecp.conformance.pace`)."""
+        return self.pace.case_budget()
+
+    def launches(self) -> dict:
+        """Every launch of the run with its start-up time, for the reports."""
+        self._note_response()
+        return self.pace.summary()
+
+    def _top_up_spares(self) -> None:
+        wanted = SPARES if self._remaining is None else min(SPARES, self._remaining)
+        while len(self._spares) < wanted:
+            self._launches += 1
+            record = self.pace.launch_started(self._launches, describe((1, self.cfg.engine_count, False)),
+                                              self._case_id(), ahead=True)
+            self._spares.append(Spare(self.cfg, self.ctx, self._launches, record, self.pace.startup_budget()))
+
+    def _adopt_spare(self, role: str = "replaces the shared engine") -> EngineUnderTest | None:
         """The oldest spare that finished its handshake (waiting for it within the startup budget)."""
         started = time.monotonic()
         while self._spares:
             spare = self._spares.pop(0)
-            eut = spare.take(self.cfg.startup_timeout_s)
+            eut = spare.take(spare.startup_timeout)
             if eut is None:
                 spare.discard()
                 continue
             eut.fe.transcript = self.transcript
-            self.transcript.note(f"launch {spare.launch_no} (started ahead in the background) replaces the "
-                                 "shared engine")
+            self.transcript.note(f"launch {spare.launch_no} (started ahead in the background) {role}")
             self.logs.append(eut)
             if self.deadline is not None:  # waiting for it does not eat the case budget
                 self.deadline += time.monotonic() - started
@@ -322,8 +468,14 @@ class EngineManager:
         return None
 
     def mark_dirty(self) -> None:
-        """The shared engine may hold leftovers (running requests, sleep state): restart before reuse."""
-        self._dirty = True
+        """The shared engine may hold leftovers (running requests, a pause, sleep state): before reuse it
+        must show it is back in its initial state (:meth:`_restored`), else it is relaunched."""
+        if self._dirty is None:
+            self._dirty = "verify"
+
+    def mark_broken(self) -> None:
+        """The shared engine's state is unknown (the harness broke mid-case): relaunch before reuse."""
+        self._dirty = "relaunch"
 
     @contextlib.contextmanager
     def fresh(self, clients: int = 1, engine_count: int | None = None,
@@ -350,7 +502,7 @@ class EngineManager:
         if eut is None:
             self._raise_if_blocked(key)
             try:
-                eut = self._launch(clients, key[1], coordinator)
+                eut = self._take_prepared(key) or self._launch(clients, key[1], coordinator)
             except (CaseTimeout, PeerCrashed) as exc:
                 self._failed_topologies[key] = (getattr(self.transcript, "case_id", "an earlier case"), exc)
                 raise
@@ -370,7 +522,7 @@ class EngineManager:
         its exit is the case's to judge, not a crash, and it is never reused."""
         if self.cfg.attach or not self.cfg.command:
             raise Unsupported("needs an engine process the harness launches and can signal (run with -- COMMAND)")
-        eut = self._launch(1, self.cfg.engine_count)
+        eut = self._adopt_spare("is this case's own launch") or self._launch(1, self.cfg.engine_count)
         self._dedicated.append(eut)
         try:
             yield eut
@@ -406,7 +558,7 @@ class EngineManager:
             if state is not None:
                 notes.append(state)
             if eut is self._shared:
-                self._dirty = True
+                self._dirty = "relaunch"
             elif self._kept is not None and self._kept[1] is eut:
                 eut.close()
                 self._kept = None
@@ -450,6 +602,14 @@ class EngineManager:
         self._fresh_crashed = False
         self._violation_marks = {} if self._shared is None else {
             id(self._shared): len(self._shared.fe.machine.violations)}
+        self._note_response()
+
+    def _note_response(self) -> None:
+        """The first launch that answered a request sets the run's response time."""
+        if self.pace.response_s is None:
+            answered = [e.fe.first_answer_s for e in self.logs if e.fe.first_answer_s is not None]
+            if answered:
+                self.pace.note_response(answered[0])
 
     def violations(self) -> list:
         """What the protocol machine recorded against the engines this case used, since it began."""
@@ -495,9 +655,10 @@ class EngineManager:
         if self._kept is not None:
             self._kept[1].close()
             self._kept = None
-        for spare in self._spares:
+        for spare in [*self._spares, *([self._prepared] if self._prepared else [])]:
             spare.discard()
         self._spares = []
+        self._prepared = None
         self.ctx.term()
 
 

@@ -72,6 +72,11 @@ class HttpDriver:
         self.attributing = True
         self._last_health: int | None | str = "unknown"
 
+
+    def set_timeout(self, timeout: float) -> None:
+        """How long each later request waits for its answer (the case budget grew or shrank)."""
+        self.timeout = timeout
+        self.client.timeout = httpx.Timeout(timeout)
     def _note(self, direction: str, text: str) -> None:
         if self.log is not None:
             self.log(direction, text)

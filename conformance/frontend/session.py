@@ -29,6 +29,7 @@ import zmq.asyncio
 
 from ..launch import CommandPeer, LaunchError, PeerHandle
 from ..outcomes import CaseTimeout, PeerCrashed, Unsupported, Violation
+from ..pace import LaunchRecord, Pace
 from ..transcript import Transcript
 from .scripted_engines import EngineHandshakeFailed, ScriptedEngine
 from .http_driver import HttpDriver
@@ -164,6 +165,10 @@ class FrontendUnderTest:
         self.driver.on_connection_lost = self._connection_lost
         self.driver.log = transcript.http
         self.caps: Capabilities | None = None
+        #: seconds the capability probe took (its requests are the launch's first answers)
+        self.probe_s: float | None = None
+        #: a launch that a case judges itself: the task that records its start-up (``FrontendManager``)
+        self.watch: asyncio.Task | None = None
         #: seconds from the last engine's READY to GET /health 200 (measured by start())
         self.healthy_after_s: float | None = None
         #: engines outside the configured ranks that a case added (``ECP-HS-11``), stopped at close()
@@ -202,8 +207,10 @@ class FrontendUnderTest:
         request names (``ECP-HTTP-4``). Its requests are the harness's, not the case's."""
         if self.caps is None:
             attributing, self.driver.attributing = self.driver.attributing, False
+            started = time.monotonic()
             try:
                 self.caps = await probe(self.driver, kv_connector=self.kv_connector)
+                self.probe_s = time.monotonic() - started
             finally:
                 self.driver.attributing = attributing
             self.transcript.note(f"capabilities: {self.caps.describe()}")
@@ -270,6 +277,9 @@ class FrontendUnderTest:
         return self.handle.log_tail() if self.handle else ""
 
     async def close(self) -> None:
+        if self.watch is not None:
+            self.watch.cancel()
+            await asyncio.gather(self.watch, return_exceptions=True)
         for engine in [*self.engines, *self.strangers]:
             await engine.stop()
         await self.driver.aclose()
@@ -395,8 +405,11 @@ class FrontendManager:
         self.loop = LoopThread()
         self.ctx = zmq.asyncio.Context()
         self._launches = 0
-        #: launches under way: the case's deadline waits for them (``_case_deadline``)
+        #: launches under way: the case's deadline waits for them (``_case_deadline``), and since when
+        #: at least one was (the deadline grows by that span once none is)
         self._launching = 0
+        self._launching_since = 0.0
+        self.pace = Pace("frontend", cfg.case_timeout_s, cfg.startup_timeout_s)
         self._shared: FrontendUnderTest | None = None
         #: the first shared launch failed (timeout, crash, cannot start) before any launch of this
         #: run ever came up: every later launch reports it at once instead of waiting again
@@ -420,7 +433,7 @@ class FrontendManager:
         ``case_timeout_s`` from now; time spent launching frontends extends it.
         """
         if self.deadline is None:
-            self.deadline = time.monotonic() + self.cfg.case_timeout_s
+            self.deadline = time.monotonic() + self.case_budget()
         return self.loop.run(body(self), self._case_deadline, "the case")
 
     def _case_deadline(self) -> float:
@@ -433,6 +446,55 @@ class FrontendManager:
         """Called by the plugin when a case body starts (its time budget)."""
         self.deadline = deadline
 
+    def case_budget(self) -> float:
+        """The time budget of the case about to run (:mod:`ecp.conformance.pace`)."""
+        return self.pace.case_budget()
+
+    def plan(self, upcoming: list[str]) -> None:
+        """Nothing to plan: frontend launches are per case (the engine role starts engines ahead)."""
+
+    def launches(self) -> dict:
+        """Every launch of the run with its start-up time, for the reports."""
+        return self.pace.summary()
+
+    def _launch_begins(self) -> None:
+        if self._launching == 0:
+            self._launching_since = time.monotonic()
+        self._launching += 1
+
+    def _launch_ends(self) -> None:
+        """One launch is serving, judged or gone: once none is under way, the case's deadline grows by
+        the time some launch was (launches side by side count once)."""
+        self._launching -= 1
+        if self._launching == 0 and self.deadline is not None:
+            self.deadline += time.monotonic() - self._launching_since
+
+    def _measured(self, fut: FrontendUnderTest, record: LaunchRecord, started: float) -> None:
+        """``fut`` serves: record its start-up; the first probe sets the response time. Later launches
+        and waits then use the budgets that follow from them."""
+        Pace.launch_served(record, started)
+        if fut.probe_s is not None:
+            self.pace.note_response(fut.probe_s)
+        # the start-up budget in force for every later launch and for the cases' own handshake waits
+        self.cfg.startup_timeout_s = self.pace.startup_budget()
+        fut.driver.set_timeout(self.case_budget() * REQUEST_SHARE)
+
+    async def _watch_start(self, fut: FrontendUnderTest, record: LaunchRecord, started: float) -> None:
+        """A launch the case judges itself is under way until the frontend answered a HELLO (its
+        handshake socket is up: what start-up means for it) or exited, or its start-up budget ran out."""
+        try:
+            await fut.until(lambda: any(e.init is not None for e in fut.engines) or not fut.alive(),
+                            self.cfg.startup_timeout_s, "the frontend to answer a HELLO")
+            if any(e.init is not None for e in fut.engines):
+                self._measured(fut, record, started)
+            else:
+                Pace.launch_failed(record, "exited before answering a HELLO")
+        except (CaseTimeout, PeerCrashed) as exc:
+            Pace.launch_failed(record, str(exc))
+        finally:
+            Pace.launch_failed(record, "closed before answering a HELLO")   # no-op once it served
+            self._launch_ends()
+
     # -- lifetimes -------------------------------------------------------------------
     async def _launch(self, *, engine_count: int | None = None, argv: list[str] | None = None,
                       scripts: list[Any] | None = None, wait_healthy: bool = True,
@@ -444,25 +506,35 @@ class FrontendManager:
         if not self.cfg.attach and not self.cfg.command:
             raise LaunchError("no frontend command given after --")
         self._launches += 1
-        self._launching += 1
+        self._launch_begins()
         started = time.monotonic()
-        fut = FrontendUnderTest(self.cfg, self.ctx, self.transcript, self._launches,
-                                engine_count=engine_count or self.cfg.engine_count,
+        count = engine_count or self.cfg.engine_count
+        record = self.pace.launch_started(self._launches, f"{count} engine(s)" + (
+            "" if wait_healthy else ", judged by the case"), getattr(self.transcript, "case_id", "") or "")
+        fut = FrontendUnderTest(self.cfg, self.ctx, self.transcript, self._launches, engine_count=count,
                                 argv=list(argv if argv is not None else self.cfg.command), scripts=scripts)
+        fut.driver.set_timeout(self.case_budget() * REQUEST_SHARE)
         self.touched.append(fut)
+        watching = False
         try:
             await fut.start(wait_healthy=wait_healthy, wait_registered=wait_registered)
             self._ever_started = True
             if fut.healthy_after_s is not None:
                 self.healthy_after_s = max(self.healthy_after_s or 0.0, fut.healthy_after_s)
-        except BaseException:
+            if wait_registered:
+                self._measured(fut, record, started)
+            else:
+                # start-up (and the pause of the case's deadline) lasts until the frontend answers
+                fut.watch = asyncio.get_running_loop().create_task(self._watch_start(fut, record, started))
+                watching = True
+        except BaseException as exc:
+            Pace.launch_failed(record, str(exc) or type(exc).__name__)
             await fut.close()
             raise
         finally:
-            # Startup time does not eat the case budget.
-            self._launching -= 1
-            if self.deadline is not None:
-                self.deadline += time.monotonic() - started
+            # Start-up time does not eat the case budget.
+            if not watching:
+                self._launch_ends()
         return fut
 
     async def shared(self) -> FrontendUnderTest:

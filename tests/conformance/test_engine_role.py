@@ -298,6 +298,7 @@ def test_replacement_engines_are_launched_ahead_once_engines_keep_dying(run_ecp,
                            "--", *SCRIPTED, "--bug", "deaf-on-bad-frame")  # spares start side by side: be patient
     _, cases = _results(out)
     assert code == 1 and all(cases[c]["outcome"] == "FAIL" for c in cases), stdout
-    # ROB-1's engine stopped reading: ROB-2 got a new launch, and spares started behind it; ROB-3 adopts one
-    assert "started ahead in the background" not in cases["ENG-ROB-2"]["transcript_text"]
+    # ROB-1's engine stopped reading: its replacement started as a spare, with the next one beside it
+    assert "started ahead in the background" not in cases["ENG-ROB-1"]["transcript_text"]
+    assert "started ahead in the background" in cases["ENG-ROB-2"]["transcript_text"], cases["ENG-ROB-2"]
     assert "started ahead in the background" in cases["ENG-ROB-3"]["transcript_text"], cases["ENG-ROB-3"]
