@@ -171,8 +171,9 @@ _CLAUSES: tuple[Clause, ...] = (
     _c("ECP-REQ-4", "MUST", "max_tokens", """A request produces at most ``max_tokens`` new tokens and
        finishes with LENGTH when it reaches ``max_tokens`` or ``max_model_len``."""),
     _c("ECP-REQ-5", "MUST", "Stop conditions", """A request finishes with STOP on a token in
-       ``stop_token_ids`` or on EOS unless ``ignore_eos``; no stop condition applies before
-       ``min_tokens`` tokens were produced."""),
+       ``stop_token_ids`` (``stop_reason`` = that token) or on EOS unless ``ignore_eos`` (``stop_reason``
+       nil); no stop condition applies before ``min_tokens`` tokens were produced; a stop condition on
+       the token that reaches the length cap wins: STOP, not LENGTH."""),
     _c("ECP-REQ-6", "MUST", "client_index", """The frontend stamps ``client_index`` with its own client
        number; the engine routes every output of the request to that client."""),
     _c("ECP-REQ-7", "MUST", "Paused engine", """An ADD received while the scheduler is paused, other than an
@@ -191,7 +192,9 @@ _CLAUSES: tuple[Clause, ...] = (
     _c("ECP-OUT-4", "MUST", "FinishReason values", """``finish_reason`` is one of STOP 0, LENGTH 1, ABORT 2,
        ERROR 3, REPETITION 4; any other value is a decode error."""),
     _c("ECP-OUT-5", "MUST", "ERROR carries RequestError", """An ERROR terminal output carries ``error`` =
-       ``{code, message, retryable}`` and lists the id in ``finished_requests``."""),
+       ``{code, message, retryable}`` and lists the id in ``finished_requests``, except the ERROR for a
+       duplicate of a running request, which MUST NOT list it; a refused ADD's ERROR says ``retryable:
+       false``; its code MAY be vLLM's ``validation_error`` or the engine's own."""),
     _c("ECP-OUT-6", "MUST", "One message family", """An ``EngineCoreOutputs`` is a request batch, a utility
        reply, or a DP control message (``wave_complete`` / ``start_wave``); DP control messages never go
        to a frontend's output socket."""),

@@ -31,7 +31,8 @@ CASES: tuple[Case, ...] = (
     _c("ENG-REQ-1", "ECP-REQ-4", "MUST", "exact-max-tokens",
        "With ignore_eos a request produces exactly max_tokens tokens and finishes with LENGTH."),
     _c("ENG-REQ-2", "ECP-REQ-5", "MUST", "stop-token-finishes-stop",
-       "A request whose greedy first token is in stop_token_ids finishes with STOP after one token."),
+       "A request whose greedy first token is in stop_token_ids finishes with STOP after one token, stop_reason "
+       "that token, also when it is the max_tokens-th token; a STOP on the request's EOS id has stop_reason nil."),
     _c("ENG-REQ-3", "ECP-REQ-5", "MUST", "min-tokens",
        "No stop condition applies before min_tokens tokens were produced."),
     _c("ENG-REQ-4", "ECP-REQ-2", "MUST", "duplicate-id-error",

@@ -53,6 +53,11 @@ FAULTS: dict[str, Fault] = table(
     Fault("ignore-stamped-wave", "ECP-DP-5", "the current_wave stamped on an ADD is ignored (read as 0)"),
     Fault("abort-immediately-paused-error", "ECP-REJECT-5",
           "while paused, an abort_immediately ADD is answered with an engine_paused ERROR"),
+    Fault("duplicate-error-finished", "ECP-OUT-5",
+          "the ERROR for a duplicate of a running request lists its id in finished_requests"),
+    Fault("rejected-add-retryable", "ECP-OUT-5", "the ERROR for a rejected ADD says retryable: true"),
+    Fault("length-before-stop", "ECP-REQ-5",
+          "a stop token that is also the max_tokens-th token ends its request with LENGTH"),
 )
 
 
@@ -70,6 +75,8 @@ class FaultLayer:
         self._calls: dict[int, str] = {}
         #: whether the scheduler is paused, as the utility calls that went in say
         self._paused = False
+        #: request id -> [max_tokens, tokens sent so far], for the faults that judge the length cap
+        self._lengths: dict[str, list[int]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.names)
@@ -82,6 +89,8 @@ class FaultLayer:
 
     def on_input(self, event: Event) -> Event | None:
         """The machine's event the core gets instead of ``event`` (``None``: it never arrives)."""
+        if isinstance(event, Add) and event.request.sampling_params and "length-before-stop" in self.names:
+            self._lengths[event.request.request_id] = [event.request.sampling_params.max_tokens or 0, 0]
         if isinstance(event, Add) and event.request.abort_immediately \
                 and "ignore-abort-immediately" in self.names:
             return dataclasses.replace(event, request=msgspec.structs.replace(event.request,
@@ -125,10 +134,22 @@ class FaultLayer:
         for out in msg.outputs:
             if out.finish_reason == FinishReason.ERROR and finished and "error-not-finished" in names:
                 finished = {rid for rid in finished if rid != out.request_id} or None
+            if out.error is not None and out.error.code == "duplicate_request_id" \
+                    and "duplicate-error-finished" in names:
+                finished = (finished or set()) | {out.request_id}
+            if out.error is not None and out.error.code != "engine_paused" and "rejected-add-retryable" in names:
+                out = msgspec.structs.replace(out, error=msgspec.structs.replace(out.error, retryable=True))
             if out.error is not None and out.error.code == "engine_paused" and "paused-add-not-retryable" in names:
                 out = msgspec.structs.replace(out, error=msgspec.structs.replace(out.error, retryable=False))
             if "truncated-request-ids" in names and len(out.request_id) > 32:
                 out = msgspec.structs.replace(out, request_id=out.request_id[:32])
+            if out.request_id in self._lengths:
+                length = self._lengths[out.request_id]
+                length[1] += len(out.new_token_ids)
+                if out.finish_reason is not None:
+                    del self._lengths[out.request_id]
+                    if out.finish_reason == FinishReason.STOP and length[1] == length[0]:
+                        out = msgspec.structs.replace(out, finish_reason=FinishReason.LENGTH, stop_reason=None)
             if out.finish_reason is not None:
                 if "duplicate-output" in names:
                     extra.append(self._single(ob, msg, out))

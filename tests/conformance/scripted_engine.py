@@ -45,7 +45,7 @@ BUGS = {
     # raw-frame peer variants
     "bad-hello", "wrong-identity", "empty-ready", "no-ready", "double-registration", "first-input-only",
     "ignore-max-tokens", "no-stop-token", "no-min-tokens", "no-duplicate-check", "no-length-check",
-    "no-param-check", "stop-instead-of-length", "wrong-engine-index", "outputs-to-client-0",
+    "no-param-check", "stop-instead-of-length", "eos-stop-reason", "wrong-engine-index", "outputs-to-client-0",
     "cumulative-tokens", "ignore-abort", "abort-unknown-errors", "abort-max-16-ids", "error-on-finished-abort",
     "abort-immediately-aborts-all", "bare-utility-result", "unknown-method-nil", "sleep-abort-silent",
     "bad-supported-tasks", "is-sleeping-inverted", "same-identity", "no-coordinator-gate",
@@ -79,6 +79,7 @@ class Running:
     min_tokens: int
     stop: set[int]
     ignore_eos: bool
+    eos: int | None = None
     produced: list[int] = field(default_factory=list)
 
 
@@ -180,9 +181,11 @@ class Rank:
             frames = [msgspec.msgpack.encode(raw)]
         self.outputs[client].send_multipart(frames)
 
-    def error(self, rid: str, client: int, code: str, message: str, retryable: bool = False) -> None:
+    def error(self, rid: str, client: int, code: str, message: str, retryable: bool = False,
+              finished: bool = True) -> None:
         self.emit(client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ERROR,
-                                            error=RequestError(code, message, retryable))], finished={rid})
+                                            error=RequestError(code, message, retryable))],
+                  finished={rid} if finished else None)
 
     def strict(self, frames: list[bytes]) -> str | None:
         """What a strict-receiver knob refuses in an ADD (None: nothing)."""
@@ -260,21 +263,23 @@ class Rank:
                        retryable=True)
             return
         if rid in self.running and "no-duplicate-check" not in self.bugs:
-            self.error(rid, client, "duplicate_request_id", f"request {rid} is already running")
+            self.error(rid, client, "duplicate_request_id", f"request {rid} is already running", finished=False)
             return
         if sp is None:
             self.error(rid, client, "unsupported_task", "pooling is not supported")
             return
         problems = [] if "no-param-check" in self.bugs else sp.validation_errors()
         if problems:
-            self.error(rid, client, "invalid_params", "; ".join(problems))
+            # vLLM's own code for a request that failed validation (the reference engine uses another: both conform)
+            self.error(rid, client, "validation_error", "; ".join(problems))
             return
         prompt = list(req.prompt_token_ids or [])
         if len(prompt) > MAX_MODEL_LEN and "no-length-check" not in self.bugs:
             self.error(rid, client, "prompt_too_long", f"prompt of {len(prompt)} > {MAX_MODEL_LEN}")
             return
         self.running[rid] = Running(rid, prompt, client, min(sp.max_tokens or 16, MAX_MODEL_LEN),
-                                    sp.min_tokens, set(sp.stop_token_ids or []), sp.ignore_eos)
+                                    sp.min_tokens, set(sp.stop_token_ids or []), sp.ignore_eos,
+                                    sp._eos_token_id)
 
     def on_abort(self, ids: list[str]) -> None:
         if "ignore-abort" in self.bugs:
@@ -361,13 +366,15 @@ class Rank:
             n = len(r.produced)
             limit = r.max_tokens + (1 if "ignore-max-tokens" in self.bugs else 0)
             stops = r.stop if "no-stop-token" not in self.bugs else set()
-            if t in stops and (n >= r.min_tokens or "no-min-tokens" in self.bugs):
+            eos = t == r.eos and not r.ignore_eos
+            if (t in stops or eos) and (n >= r.min_tokens or "no-min-tokens" in self.bugs):
                 reason = FinishReason.STOP
             elif n >= limit:
                 reason = FinishReason.STOP if "stop-instead-of-length" in self.bugs else FinishReason.LENGTH
             toks = list(r.produced) if "cumulative-tokens" in self.bugs else [t]
             out = EngineCoreOutput(rid, toks, finish_reason=reason,
-                                   stop_reason=t if reason == FinishReason.STOP else None)
+                                   stop_reason=t if reason == FinishReason.STOP and (not eos or "eos-stop-reason" in self.bugs)
+                                   else None)
             if reason is not None:
                 del self.running[rid]
                 self.finished.add(rid)

@@ -46,6 +46,9 @@ REFERENCE_KNOBS: dict[str, list[str]] = {
     "ignore-stamped-wave": ["ENG-DP-6"],
     "tensor-shape-mismatch": ["ENG-OUT-9"],
     "tensors-inline": ["ENG-OUT-10"],
+    "length-before-stop": ["ENG-REQ-2"],
+    "duplicate-error-finished": ["ENG-REQ-4"],
+    "rejected-add-retryable": ["ENG-REQ-4", "ENG-REQ-5", "ENG-REQ-6", "ENG-ROB-7"],
 }
 
 

@@ -22,6 +22,7 @@ PROOF: dict[str, list[str]] = {
     "ignore-max-tokens": ["ENG-REQ-1"],
     "stop-instead-of-length": ["ENG-REQ-1"],
     "no-stop-token": ["ENG-REQ-2"],
+    "eos-stop-reason": ["ENG-REQ-2"],
     "no-min-tokens": ["ENG-REQ-3"],
     "no-duplicate-check": ["ENG-REQ-4"],
     "no-length-check": ["ENG-REQ-5"],

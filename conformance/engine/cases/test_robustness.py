@@ -123,6 +123,10 @@ def test_invalid_add_answered(engine):
     if fe.terminals(rid)[0].output.finish_reason != FinishReason.ERROR:
         raise Violation(f"mistyped ADD {rid} ended with {fe.terminals(rid)[0].output.finish_reason!r}, "
                         "expected ERROR")
+    error = fe.terminals(rid)[0].output.error
+    if error is not None and error.retryable is not False:
+        raise Violation(f"the ERROR for mistyped ADD {rid} says retryable: {error.retryable!r}; the same ADD "
+                        "would be refused again, so it must say false", clause="ECP-OUT-5")
 
 
 #: how long an engine may take from SIGTERM to its exit (a real engine core tears down workers)
