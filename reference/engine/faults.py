@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import msgspec
 
 from ecp.spec import (
-    EngineCoreOutput, EngineCoreOutputs, FinishReason, ProtocolError, UtilityOutput, UtilityResult, decode_any,
+    EngineCoreOutput, EngineCoreOutputs, FinishReason, ProtocolError, Ready, UtilityOutput, UtilityResult, decode_any,
     encode_outputs,
 )
 from ecp.spec.machine import COORDINATOR, Abort, Add, Event, UtilityCall
@@ -56,6 +56,7 @@ FAULTS: dict[str, Fault] = table(
     Fault("duplicate-error-finished", "ECP-OUT-5",
           "the ERROR for a duplicate of a running request lists its id in finished_requests"),
     Fault("rejected-add-retryable", "ECP-OUT-5", "the ERROR for a rejected ADD says retryable: true"),
+    Fault("no-parallel-config-hash", "ECP-HS-5", "READY leaves out parallel_config_hash at DP > 1"),
     Fault("length-before-stop", "ECP-REQ-5",
           "a stop token that is also the max_tokens-th token ends its request with LENGTH"),
 )
@@ -80,6 +81,13 @@ class FaultLayer:
 
     def __bool__(self) -> bool:
         return bool(self.names)
+
+    # ------------------------------------------------------------------ handshake
+    def on_ready(self, ready: Ready) -> Ready:
+        """The READY the engine sends instead of ``ready``."""
+        if "no-parallel-config-hash" in self.names:
+            return msgspec.structs.replace(ready, parallel_config_hash=None)
+        return ready
 
     # ------------------------------------------------------------------ in
     def on_bad_frame(self, error: ProtocolError) -> None:

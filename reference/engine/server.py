@@ -142,9 +142,9 @@ class EngineServer:
         server only builds its core once INIT says how many clients it serves."""
         cfg = self.config
         self.peer = EnginePeer(self.rank, hello=Hello(local=cfg.local, headless=not cfg.local),
-                               ready=Ready(local=cfg.local, headless=not cfg.local,
-                                           parallel_config_hash=self._parallel_config_hash() if self.dp_size > 1
-                                           else None),
+                               ready=self.faults.on_ready(Ready(
+                                   local=cfg.local, headless=not cfg.local,
+                                   parallel_config_hash=self._parallel_config_hash() if self.dp_size > 1 else None)),
                                payload=self._on_init)
         self.machine = self.peer.machine
         self.io = EngineSockets(self._ctx, self.peer, stop=self.stop_event.is_set, linger_ms={"handshake": 5000})

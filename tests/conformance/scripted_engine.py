@@ -99,8 +99,9 @@ class Crash(Exception):
 
 class Rank:
     def __init__(self, ctx: zmq.Context, address: str, rank: int, bugs: set[str], step_s: float,
-                 stop: threading.Event) -> None:
+                 stop: threading.Event, dp_size: int = 1) -> None:
         self.ctx, self.address, self.rank, self.bugs, self.step_s, self.stop = ctx, address, rank, bugs, step_s, stop
+        self.dp_size = dp_size
         self.running: dict[str, Running] = {}
         self.finished: set[str] = set()
         self.sleeping = False
@@ -144,13 +145,15 @@ class Rank:
     def handshake(self) -> None:
         ready = EngineCoreReadyResponse(
             max_model_len=MAX_MODEL_LEN, num_gpu_blocks=64, block_size=16, dp_stats_address=None, dtype="float32",
-            vllm_version="0.33.0", world_size=1, data_parallel_size=1, tensor_parallel_size=1,
+            vllm_version="0.33.0", world_size=1, data_parallel_size=self.dp_size, tensor_parallel_size=1,
             pipeline_parallel_size=1, decode_context_parallel_size=1, data_parallel_rank=self.rank,
             max_num_seqs=64, max_num_batched_tokens=2048, instance_id=f"scripted-{self.rank}",
             supports_lora=False, max_loras=0, enable_sleep_mode="no-sleep-mode" not in self.bugs)
         # the engine side of the protocol: the skeleton takes every step through the machine, and a bug
         # knob that breaks a rule replaces its step (the machine still follows what went out)
-        self.peer = EnginePeer(self.rank, hello=Hello(local=True, headless=True), ready=Ready(local=True, headless=True),
+        self.peer = EnginePeer(self.rank, hello=Hello(local=True, headless=True), ready=Ready(
+                               local=True, headless=True,
+                               parallel_config_hash="scripted-dp" if self.dp_size > 1 else None),
                                payload=None if "empty-ready" in self.bugs else ready, identity=self.identity,
                                deviate=self.deviate)
         self.io = EngineSockets(self.ctx, self.peer, stop=self.stop.is_set, linger_ms={"output": 1000})
@@ -444,7 +447,7 @@ class ScriptedEngines:
             raise ValueError(f"unknown bug knob(s) {sorted(unknown)}")
         self.ctx = zmq.Context()
         self._stop = threading.Event()
-        self.ranks = [Rank(self.ctx, address, start_index + k, set(bugs), step_ms / 1000, self._stop)
+        self.ranks = [Rank(self.ctx, address, start_index + k, set(bugs), step_ms / 1000, self._stop, count)
                       for k in range(count)]
         self.threads = [threading.Thread(target=rank.run if k == 0 or "one-rank-only" not in bugs else self._stop.wait,
                                          daemon=True) for k, rank in enumerate(self.ranks)]

@@ -47,6 +47,7 @@ REFERENCE_KNOBS: dict[str, list[str]] = {
     "tensor-shape-mismatch": ["ENG-OUT-9"],
     "tensors-inline": ["ENG-OUT-10"],
     "length-before-stop": ["ENG-REQ-2"],
+    "no-parallel-config-hash": ["ENG-DP-1"],
     "duplicate-error-finished": ["ENG-REQ-4"],
     "rejected-add-retryable": ["ENG-REQ-4", "ENG-REQ-5", "ENG-REQ-6", "ENG-ROB-7"],
 }

@@ -23,6 +23,12 @@ def test_distinct_identities(engines):
         if got != expected:
             raise Violation(f"{n} engines registered with identities {[i.hex() for i in got]}, expected "
                             f"{[i.hex() for i in expected]}")
+        for rec in fe.records.values():
+            if rec.ready is not None and not isinstance(rec.ready.parallel_config_hash, str):
+                raise Violation(f"engine {rec.identity.hex()} of a {n}-engine deployment sent READY without a "
+                                f"parallel_config_hash (got {rec.ready.parallel_config_hash!r}); at "
+                                "data_parallel_size > 1 it must carry one (a coordinated-DP frontend refuses "
+                                "the engine)", clause="ECP-HS-5")
         for k in range(n):
             rid = fe.new_id(f"rank{start + k}")
             fe.add(fe.request(rid, max_tokens=2), engine=k)
