@@ -101,7 +101,8 @@ CASES: tuple[Case, ...] = (
     _c("ENG-UTIL-5", "ECP-UTIL-9", "MUST", "reset-prefix-cache-bool",
        "reset_prefix_cache on an idle engine succeeds with a bool result (true)."),
     _c("ENG-UTIL-6", "ECP-ABORT-9", "MUST", "sleep-abort-ends-requests",
-       "sleep with mode abort ends running requests with ABORT outputs listed in finished_requests before its reply.",
+       "sleep with mode abort ends running requests with ABORT outputs listed in finished_requests before its reply; "
+       "so do sleep [], pause_generation [] and pause_scheduler [] (mode abort is the default).",
        feature="sleep"),
     _c("ENG-UTIL-7", "ECP-UTIL-9", "MUST", "supported-tasks-type",
        "get_supported_tasks answers an array of strings."),

@@ -57,6 +57,9 @@ FAULTS: dict[str, Fault] = table(
           "the ERROR for a duplicate of a running request lists its id in finished_requests"),
     Fault("rejected-add-retryable", "ECP-OUT-5", "the ERROR for a rejected ADD says retryable: true"),
     Fault("no-parallel-config-hash", "ECP-HS-5", "READY leaves out parallel_config_hash at DP > 1"),
+    Fault("sleep-default-keep", "ECP-UTIL-8", "sleep without a mode argument runs with mode keep (not abort)"),
+    Fault("pause-default-keep", "ECP-UTIL-8",
+          "pause_generation and pause_scheduler without a mode argument run with mode keep (not abort)"),
     Fault("length-before-stop", "ECP-REQ-5",
           "a stop token that is also the max_tokens-th token ends its request with LENGTH"),
 )
@@ -76,6 +79,9 @@ class FaultLayer:
         self._calls: dict[int, str] = {}
         #: whether the scheduler is paused, as the utility calls that went in say
         self._paused = False
+        #: the methods whose left-out mode a fault reads as "keep"
+        self._keep_by_default = ({"sleep"} if "sleep-default-keep" in self.names else set()) | (
+            {"pause_generation", "pause_scheduler"} if "pause-default-keep" in self.names else set())
         #: request id -> [max_tokens, tokens sent so far], for the faults that judge the length cap
         self._lengths: dict[str, list[int]] = {}
 
@@ -112,6 +118,11 @@ class FaultLayer:
             # answered as if it were an ordinary ADD: the core refuses those while paused
             return dataclasses.replace(event, request=msgspec.structs.replace(event.request,
                                                                               abort_immediately=False))
+        if isinstance(event, UtilityCall) and event.call.method_name in self._keep_by_default:
+            args, at = list(event.call.args), 1 if event.call.method_name == "sleep" else 0
+            if len(args) <= at:
+                args = (args or [1])[:at] + ["keep"]
+                event = dataclasses.replace(event, call=msgspec.structs.replace(event.call, args=args))
         if isinstance(event, UtilityCall):
             method = event.call.method_name
             if method in ("pause_generation", "pause_scheduler"):

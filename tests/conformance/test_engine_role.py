@@ -48,6 +48,8 @@ REFERENCE_KNOBS: dict[str, list[str]] = {
     "tensors-inline": ["ENG-OUT-10"],
     "length-before-stop": ["ENG-REQ-2"],
     "no-parallel-config-hash": ["ENG-DP-1"],
+    "sleep-default-keep": ["ENG-UTIL-6"],
+    "pause-default-keep": ["ENG-UTIL-6"],
     "duplicate-error-finished": ["ENG-REQ-4"],
     "rejected-add-retryable": ["ENG-REQ-4", "ENG-REQ-5", "ENG-REQ-6", "ENG-ROB-7"],
 }

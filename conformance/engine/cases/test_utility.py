@@ -74,26 +74,42 @@ def test_reset_prefix_cache_bool(engine):
         raise Violation("reset_prefix_cache on an idle engine returned false")
 
 
+def _aborts_before_reply(fe, method: str, args: list, tag: str) -> None:
+    """Call ``method(*args)`` while a long request runs: mode abort (given, or the default when left
+    out) ends it with an ABORT output listed in finished_requests, before the reply."""
+    [(rid, n)] = start_long(fe, tag)
+    reply = fe.call(method, args, timeout=5.0)
+    ok_value(reply, method)
+    call = f"{method}({', '.join(map(repr, args))})"
+    defaulted = len(args) < (2 if method == "sleep" else 1)  # the mode argument left out
+    terms = fe.terminals(rid)
+    if not terms:
+        raise Violation(f"{call} replied but running request {rid} got no terminal output"
+                        + ("; a left-out mode is 'abort' (vLLM 0.33's default)" if defaulted else ""),
+                        clause="ECP-UTIL-8" if defaulted else None)
+    term = terms[0]
+    if term.output.finish_reason != FinishReason.ABORT:
+        raise Violation(f"{call} ended {rid} with {term.output.finish_reason!r}, expected ABORT")
+    if term.t > reply.t:
+        raise Violation(f"the ABORT output for {rid} arrived after the {method} reply")
+    if not term.finished_requests or rid not in term.finished_requests:
+        raise Violation(f"the ABORT output for {rid} is not listed in finished_requests "
+                        f"({term.finished_requests!r})")
+
+
 @case("ENG-UTIL-6")
 def test_sleep_abort_ends_requests(engine, engines):
     fe = engine
     require_feature(fe, "sleep")
     engines.mark_dirty()
-    [(rid, n)] = start_long(fe, "sleeper")
-    reply = fe.call("sleep", [1, "abort"], timeout=5.0)
-    ok_value(reply, "sleep")
-    terms = fe.terminals(rid)
-    if not terms:
-        raise Violation(f"sleep(1, 'abort') replied but running request {rid} got no terminal output")
-    term = terms[0]
-    if term.output.finish_reason != FinishReason.ABORT:
-        raise Violation(f"sleep with mode abort ended {rid} with {term.output.finish_reason!r}, expected ABORT")
-    if term.t > reply.t:
-        raise Violation(f"the ABORT output for {rid} arrived after the sleep reply")
-    if not term.finished_requests or rid not in term.finished_requests:
-        raise Violation(f"the ABORT output for {rid} is not listed in finished_requests "
-                        f"({term.finished_requests!r})")
+    _aborts_before_reply(fe, "sleep", [1, "abort"], "sleeper")
     ok_value(fe.call("wake_up", [None]), "wake_up")
+    # the defaults of the method table: sleep [] is sleep [1, "abort"], a pause [] is ["abort", true]
+    _aborts_before_reply(fe, "sleep", [], "sleeper-default")
+    ok_value(fe.call("wake_up", [None]), "wake_up")
+    for method in ("pause_generation", "pause_scheduler"):
+        _aborts_before_reply(fe, method, [], f"{method}-default")
+        ok_value(fe.call("resume_scheduler", []), "resume_scheduler")
 
 
 @case("ENG-UTIL-7")
