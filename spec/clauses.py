@@ -300,7 +300,8 @@ _CLAUSES: tuple[Clause, ...] = (
     # ----------------------------------------------------------------- ROB
     _c("ECP-ROB-1", "MUST", "Survive bad input", """An unknown type byte, a wrong frame count, an undecodable
        or wrongly typed payload, or a declared length beyond the limits never kills the receiver: it
-       rejects that message, reports it with its clause, and keeps serving."""),
+       rejects that message, reports it with its clause, and keeps serving; a rejected UTILITY whose call id is
+       recoverable MAY be answered with ``failure_message`` (or dropped), never with a result."""),
     _c("ECP-ROB-2", "SHOULD", "Answer what can be answered", """When the request id of an invalid ADD is
        recoverable (a well-formed outer array whose element 0 is a string), the engine answers it with an
        ERROR output; when only the leading id of a cut-short payload is readable, it MAY."""),

@@ -60,6 +60,8 @@ FAULTS: dict[str, Fault] = table(
     Fault("sleep-default-keep", "ECP-UTIL-8", "sleep without a mode argument runs with mode keep (not abort)"),
     Fault("pause-default-keep", "ECP-UTIL-8",
           "pause_generation and pause_scheduler without a mode argument run with mode keep (not abort)"),
+    Fault("refused-utility-succeeds", "ECP-ROB-1",
+          "a UTILITY that failed to decode is answered with a result (nil) instead of its failure"),
     Fault("length-before-stop", "ECP-REQ-5",
           "a stop token that is also the max_tokens-th token ends its request with LENGTH"),
 )
@@ -100,6 +102,8 @@ class FaultLayer:
         """A frame that failed to decode: ``crash-on-bad-frame`` dies of it."""
         if "crash-on-bad-frame" in self.names:
             raise InjectedCrash(f"bad input frame ({error.clause})")
+        if getattr(error, "call_id", None) is not None and "refused-utility-succeeds" in self.names:
+            self._calls[error.call_id] = "(refused)"
 
     def on_input(self, event: Event) -> Event | None:
         """The machine's event the core gets instead of ``event`` (``None``: it never arrives)."""
@@ -207,6 +211,8 @@ class FaultLayer:
         client, uo = ob.client_index, msg.utility_output
         call_id, result = uo.call_id, uo.result
         method = self._calls.pop(call_id, None)
+        if method == "(refused)":
+            uo, result = UtilityOutput(call_id, None, UtilityResult(None, None)), UtilityResult(None, None)
         if result is not None and uo.failure_message is None:
             if method == "is_sleeping" and self.engine_index % 2 == 1:
                 result = UtilityResult(None, not result.value)

@@ -298,6 +298,12 @@ class EngineServer:
                 # the machine read the id of an undecodable ADD: it is owed one ERROR, answered
                 # on the socket it came in on (ECP-ROB-2)
                 self.core.reject(exc.request_id, client, "invalid_request", f"[{exc.clause}] {exc.message}")
+            elif exc.call_id is not None:
+                # the machine read the call id of an undecodable UTILITY: answered with its failure on
+                # outputs[client_index] where that exists, else the socket it came in on (ECP-ROB-1)
+                to = exc.client_index if exc.client_index is not None and 0 <= exc.client_index < len(
+                    self._outputs) else client
+                self.core.utilities.refuse(exc.call_id, to, f"refused: {exc}")
             return
         for event in events:
             self._dispatch(event, client)

@@ -216,6 +216,8 @@ class Rank:
                 if i >= 0:
                     path = f[i + 7:f.index(b"\n", i + 7)].decode()
                     open(path, "w").close()
+        # a malformed UTILITY whose call id is recoverable MAY be answered with its failure (ECP-ROB-1):
+        # this engine drops it, the reference engine answers it, and the suite passes both
         recovered = recover_add_frames(frames)
         # a truncated ADD whose leading id is readable MAY be answered (ECP-ROB-2): this engine does not,
         # the reference engine does, and the suite passes both

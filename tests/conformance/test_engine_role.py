@@ -49,6 +49,7 @@ REFERENCE_KNOBS: dict[str, list[str]] = {
     "length-before-stop": ["ENG-REQ-2"],
     "no-parallel-config-hash": ["ENG-DP-1"],
     "sleep-default-keep": ["ENG-UTIL-6"],
+    "refused-utility-succeeds": ["ENG-ROB-2", "ENG-ROB-4", "ENG-SEC-2"],
     "pause-default-keep": ["ENG-UTIL-6"],
     "duplicate-error-finished": ["ENG-REQ-4"],
     "rejected-add-retryable": ["ENG-REQ-4", "ENG-REQ-5", "ENG-REQ-6", "ENG-ROB-7"],
