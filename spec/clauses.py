@@ -252,7 +252,9 @@ _CLAUSES: tuple[Clause, ...] = (
     _c("ECP-UTIL-8", "MUST", "Sleep state", """``is_sleeping`` is true after ``sleep`` and false after a
        ``wake_up`` that woke every tag; ``sleep`` with mode ``abort`` ends running requests with ABORT
        outputs before its reply; a left-out argument takes the method table's default (``sleep`` level 1,
-       mode ``abort``; ``pause_generation``/``pause_scheduler`` mode ``abort``, ``clear_cache`` true)."""),
+       mode ``abort``; ``pause_generation``/``pause_scheduler`` mode ``abort``, ``clear_cache`` true); an ADD
+       while asleep MAY be queued until the wake_up or answered with a retryable ``engine_paused`` ERROR, never
+       run while asleep nor dropped."""),
     _c("ECP-UTIL-9", "MUST", "Result types", """Utility results have the types of the method table
        (``is_sleeping`` bool, ``reset_prefix_cache`` bool, ``get_supported_tasks`` array of str, …); a
        client reports a mismatch as a typed decode error."""),

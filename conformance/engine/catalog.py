@@ -97,7 +97,9 @@ CASES: tuple[Case, ...] = (
     _c("ENG-UTIL-3", "ECP-UTIL-3", "MUST", "unknown-method-failure",
        "An unknown method is answered with a failure_message and nil result, and the engine keeps serving."),
     _c("ENG-UTIL-4", "ECP-UTIL-8", "MUST", "sleep-wake-transitions",
-       "is_sleeping is false, true after sleep, and false again after wake_up(None).", feature="sleep"),
+       "is_sleeping is false, true after sleep, and false again after wake_up(None); an ADD while asleep is "
+       "queued until the wake_up or refused with a retryable engine_paused ERROR, never run asleep nor dropped.",
+       feature="sleep"),
     _c("ENG-UTIL-5", "ECP-UTIL-9", "MUST", "reset-prefix-cache-bool",
        "reset_prefix_cache on an idle engine succeeds with a bool result (true)."),
     _c("ENG-UTIL-6", "ECP-ABORT-9", "MUST", "sleep-abort-ends-requests",

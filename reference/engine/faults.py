@@ -62,6 +62,7 @@ FAULTS: dict[str, Fault] = table(
           "pause_generation and pause_scheduler without a mode argument run with mode keep (not abort)"),
     Fault("refused-utility-succeeds", "ECP-ROB-1",
           "a UTILITY that failed to decode is answered with a result (nil) instead of its failure"),
+    Fault("drop-adds-while-asleep", "ECP-UTIL-8", "ADDs that arrive while the engine sleeps are dropped unanswered"),
     Fault("length-before-stop", "ECP-REQ-5",
           "a stop token that is also the max_tokens-th token ends its request with LENGTH"),
 )
@@ -81,6 +82,8 @@ class FaultLayer:
         self._calls: dict[int, str] = {}
         #: whether the scheduler is paused, as the utility calls that went in say
         self._paused = False
+        #: whether the engine sleeps, as the utility calls that went in say
+        self._asleep = False
         #: the methods whose left-out mode a fault reads as "keep"
         self._keep_by_default = ({"sleep"} if "sleep-default-keep" in self.names else set()) | (
             {"pause_generation", "pause_scheduler"} if "pause-default-keep" in self.names else set())
@@ -127,12 +130,16 @@ class FaultLayer:
             if len(args) <= at:
                 args = (args or [1])[:at] + ["keep"]
                 event = dataclasses.replace(event, call=msgspec.structs.replace(event.call, args=args))
+        if isinstance(event, Add) and self._asleep and "drop-adds-while-asleep" in self.names:
+            return None
         if isinstance(event, UtilityCall):
             method = event.call.method_name
             if method in ("pause_generation", "pause_scheduler"):
                 self._paused = True
             elif method == "resume_scheduler":
                 self._paused = False
+            elif method in ("sleep", "wake_up"):
+                self._asleep = method == "sleep"
             if method == "get_supported_tasks" and "no-generate-task" in self.names:
                 self._calls[event.call.call_id] = method
             if (method == "is_sleeping" and "inconsistent-is-sleeping" in self.names) or \

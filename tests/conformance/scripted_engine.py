@@ -45,7 +45,7 @@ BUGS = {
     # raw-frame peer variants
     "bad-hello", "wrong-identity", "empty-ready", "no-ready", "double-registration", "first-input-only",
     "ignore-max-tokens", "no-stop-token", "no-min-tokens", "no-duplicate-check", "no-length-check",
-    "no-param-check", "stop-instead-of-length", "eos-stop-reason", "wrong-engine-index", "outputs-to-client-0",
+    "no-param-check", "stop-instead-of-length", "eos-stop-reason", "runs-while-asleep", "wrong-engine-index", "outputs-to-client-0",
     "cumulative-tokens", "ignore-abort", "abort-unknown-errors", "abort-max-16-ids", "error-on-finished-abort",
     "abort-immediately-aborts-all", "bare-utility-result", "unknown-method-nil", "sleep-abort-silent",
     "bad-supported-tasks", "is-sleeping-inverted", "same-identity", "no-coordinator-gate",
@@ -427,7 +427,9 @@ class Rank:
                             poller.unregister(s)
                             s.close(0)
                         break
-            if self.running and time.monotonic() >= next_step:
+            # asleep, nothing is scheduled: ADDs queue until the wake_up (vLLM's choice, ECP-UTIL-8)
+            asleep = self.sleeping and "runs-while-asleep" not in self.bugs
+            if self.running and not asleep and time.monotonic() >= next_step:
                 self.step()
                 next_step = time.monotonic() + self.step_s
         if "sigterm-drops-requests" not in self.bugs:

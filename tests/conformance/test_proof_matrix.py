@@ -45,6 +45,7 @@ PROOF: dict[str, list[str]] = {
     "is-sleeping-inverted": ["ENG-UTIL-4", "ENG-DP-3"],
     "reset-prefix-cache-fails": ["ENG-UTIL-5"],
     "sleep-abort-silent": ["ENG-UTIL-6"],
+    "runs-while-asleep": ["ENG-UTIL-4"],
     "bad-supported-tasks": ["ENG-UTIL-7", "ENG-HS-7"],
     "same-identity": ["ENG-DP-1"],
     "crash-on-dp-wave": ["ENG-DP-2"],

@@ -1,7 +1,7 @@
 """Engine-role utility-call cases."""
 
 from ecp.conformance.engine.cases._common import expect_bool, ok_value, require_feature, start_long
-from ecp.conformance.outcomes import Violation
+from ecp.conformance.outcomes import CaseTimeout, Violation
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason
 
@@ -58,11 +58,38 @@ def test_sleep_wake_transitions(engine, engines):
     ok_value(fe.call("sleep", [1, "wait"]), "sleep")
     if expect_bool(fe.call("is_sleeping"), "is_sleeping") is not True:
         raise Violation("is_sleeping is false right after sleep(1, 'wait')")
+    # an ADD while asleep: queued until the wake_up, or refused at once with a retryable engine_paused
+    # ERROR; never run while asleep, never dropped
+    rid = fe.new_id("asleep")
+    fe.add(fe.request(rid, max_tokens=2))
+    fe.observe()
+    if fe.tokens(rid):
+        raise Violation(f"{rid}, sent while the engine sleeps, produced {len(fe.tokens(rid))} token(s) before "
+                        "any wake_up", clause="ECP-UTIL-8")
+    refused = fe.terminals(rid)
+    if refused:
+        out = refused[0].output
+        if out.finish_reason != FinishReason.ERROR or out.error is None or \
+                (out.error.code, out.error.retryable) != ("engine_paused", True):
+            raise Violation(f"{rid}, sent while the engine sleeps, ended with {out.finish_reason!r} "
+                            f"(error {out.error!r}) before any wake_up; it is queued, or refused with ERROR "
+                            "{code: engine_paused, retryable: true}", clause="ECP-UTIL-8")
     woke = ok_value(fe.call("wake_up", [None]), "wake_up")
     if woke is not None and not isinstance(woke, bool):
         raise Violation(f"wake_up returned {woke!r}, expected a bool", clause="ECP-UTIL-9")
     if expect_bool(fe.call("is_sleeping"), "is_sleeping") is not False:
         raise Violation("is_sleeping is still true after wake_up(None)")
+    if not refused:
+        try:
+            term = fe.wait_finished(rid, max_tokens=2)
+        except CaseTimeout:
+            raise Violation(f"{rid}, sent while the engine slept, got no output: neither a retryable "
+                            "engine_paused ERROR while asleep nor its tokens after the wake_up (it was dropped)",
+                            clause="ECP-UTIL-8") from None
+        if term.output.finish_reason != FinishReason.LENGTH or len(fe.tokens(rid)) != 2:
+            raise Violation(f"{rid}, queued while the engine slept, ended with {term.output.finish_reason!r} "
+                            f"after {len(fe.tokens(rid))} token(s) once awake; expected LENGTH after 2",
+                            clause="ECP-UTIL-8")
     fe.serves(after="sleep and wake_up")
 
 
