@@ -100,7 +100,8 @@ _CLAUSES: tuple[Clause, ...] = (
        burst is never silently dropped."""),
     # ------------------------------------------------------------------ HS
     _c("ECP-HS-1", "MUST", "HELLO first", """The engine's first handshake message is HELLO, a map with
-       ``status: "HELLO"``, ``local: bool`` and ``headless: bool``; receivers ignore unknown keys."""),
+       ``status: "HELLO"``, ``local: bool`` and ``headless: bool``; receivers ignore unknown keys. ``local`` and
+       ``headless`` say the engine's deployment, the same in HELLO and READY, and are never both true."""),
     _c("ECP-HS-2", "MUST", "INIT answers HELLO", """The frontend answers HELLO with INIT
        (``EngineHandshakeMetadata``): ``addresses`` (``inputs``, ``outputs`` of equal non-zero length,
        optional coordinator addresses) and ``parallel_config``."""),

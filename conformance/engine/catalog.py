@@ -14,7 +14,8 @@ _c = case_factory("engine")
 CASES: tuple[Case, ...] = (
     # ------------------------------------------------------------ handshake
     _c("ENG-HS-1", "ECP-HS-1", "MUST", "hello-fields",
-       "The first handshake message is HELLO with status, local: bool and headless: bool."),
+       "The first handshake message is HELLO with status, local: bool and headless: bool, never both true, "
+       "and READY repeats the two values."),
     _c("ENG-HS-2", "ECP-SOCK-2", "MUST", "identity-per-rank",
        "The handshake and input identities are the 2-byte little-endian global rank."),
     _c("ENG-HS-3", "ECP-HS-4", "MUST", "ready-payload-keys",

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 import msgspec
 
 from ecp.spec import (
-    EngineCoreOutput, EngineCoreOutputs, FinishReason, ProtocolError, Ready, UtilityOutput, UtilityResult, decode_any,
-    encode_outputs,
+    EngineCoreOutput, EngineCoreOutputs, FinishReason, Hello, ProtocolError, Ready, UtilityOutput, UtilityResult,
+    decode_any, encode_outputs,
 )
 from ecp.spec.machine import COORDINATOR, Abort, Add, Event, UtilityCall
 
@@ -57,6 +57,8 @@ FAULTS: dict[str, Fault] = table(
           "the ERROR for a duplicate of a running request lists its id in finished_requests"),
     Fault("rejected-add-retryable", "ECP-OUT-5", "the ERROR for a rejected ADD says retryable: true"),
     Fault("no-parallel-config-hash", "ECP-HS-5", "READY leaves out parallel_config_hash at DP > 1"),
+    Fault("ready-flags-differ", "ECP-HS-1", "READY says the opposite local and headless of HELLO"),
+    Fault("local-and-headless", "ECP-HS-1", "HELLO and READY say local=true and headless=true at once"),
     Fault("sleep-default-keep", "ECP-UTIL-8", "sleep without a mode argument runs with mode keep (not abort)"),
     Fault("pause-default-keep", "ECP-UTIL-8",
           "pause_generation and pause_scheduler without a mode argument run with mode keep (not abort)"),
@@ -94,10 +96,20 @@ class FaultLayer:
         return bool(self.names)
 
     # ------------------------------------------------------------------ handshake
+    def on_hello(self, hello: Hello) -> Hello:
+        """The HELLO the engine sends instead of ``hello``."""
+        if "local-and-headless" in self.names:
+            return msgspec.structs.replace(hello, local=True, headless=True)
+        return hello
+
     def on_ready(self, ready: Ready) -> Ready:
         """The READY the engine sends instead of ``ready``."""
         if "no-parallel-config-hash" in self.names:
-            return msgspec.structs.replace(ready, parallel_config_hash=None)
+            ready = msgspec.structs.replace(ready, parallel_config_hash=None)
+        if "ready-flags-differ" in self.names:
+            ready = msgspec.structs.replace(ready, local=not ready.local, headless=not ready.headless)
+        if "local-and-headless" in self.names:
+            ready = msgspec.structs.replace(ready, local=True, headless=True)
         return ready
 
     # ------------------------------------------------------------------ in

@@ -141,7 +141,8 @@ class EngineServer:
         """The handshake, through the engine skeleton (:class:`~ecp.spec.peer.EnginePeer`): the
         server only builds its core once INIT says how many clients it serves."""
         cfg = self.config
-        self.peer = EnginePeer(self.rank, hello=Hello(local=cfg.local, headless=not cfg.local),
+        hello = self.faults.on_hello(Hello(local=cfg.local, headless=not cfg.local))
+        self.peer = EnginePeer(self.rank, hello=hello,
                                ready=self.faults.on_ready(Ready(
                                    local=cfg.local, headless=not cfg.local,
                                    parallel_config_hash=self._parallel_config_hash() if self.dp_size > 1 else None)),

@@ -151,8 +151,8 @@ class Rank:
             supports_lora=False, max_loras=0, enable_sleep_mode="no-sleep-mode" not in self.bugs)
         # the engine side of the protocol: the skeleton takes every step through the machine, and a bug
         # knob that breaks a rule replaces its step (the machine still follows what went out)
-        self.peer = EnginePeer(self.rank, hello=Hello(local=True, headless=True), ready=Ready(
-                               local=True, headless=True,
+        self.peer = EnginePeer(self.rank, hello=Hello(local=False, headless=True), ready=Ready(
+                               local=False, headless=True,
                                parallel_config_hash="scripted-dp" if self.dp_size > 1 else None),
                                payload=None if "empty-ready" in self.bugs else ready, identity=self.identity,
                                deviate=self.deviate)

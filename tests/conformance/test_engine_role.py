@@ -48,6 +48,8 @@ REFERENCE_KNOBS: dict[str, list[str]] = {
     "tensors-inline": ["ENG-OUT-10"],
     "length-before-stop": ["ENG-REQ-2"],
     "no-parallel-config-hash": ["ENG-DP-1"],
+    "ready-flags-differ": ["ENG-HS-1"],
+    "local-and-headless": ["ENG-HS-1"],
     "sleep-default-keep": ["ENG-UTIL-6"],
     "drop-adds-while-asleep": ["ENG-UTIL-4"],
     "refused-utility-succeeds": ["ENG-ROB-2", "ENG-ROB-4", "ENG-SEC-2"],
