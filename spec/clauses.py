@@ -282,7 +282,9 @@ _CLAUSES: tuple[Clause, ...] = (
     _c("ECP-DP-4", "MUST", "START_DP_WAVE tolerated", """An engine accepts START_DP_WAVE ``[wave,
        exclude_engine_index]`` at any time; a wave older than its own is ignored."""),
     _c("ECP-DP-5", "MUST", "Waves", """``current_wave`` is stamped on ADD; an engine receiving a newer wave
-       adopts it; ``wave_complete`` and ``start_wave`` go only to the coordinator."""),
+       adopts it; ``wave_complete`` and ``start_wave`` go only to the coordinator; only global rank 0 sends
+       ``wave_complete``, after an agreement among the ranks outside this protocol or, sharing none, when it
+       is idle itself."""),
     # -------------------------------------------------------------- REJECT
     _c("ECP-REJECT-1", "MUST", "abort_immediately never runs", """An ADD with ``abort_immediately`` is admitted
        and aborted at once: the connector's ``request_finished`` hook runs and no token is ever produced;

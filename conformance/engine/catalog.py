@@ -120,7 +120,8 @@ CASES: tuple[Case, ...] = (
     _c("ENG-DP-4", "ECP-HS-6", "MUST", "coordinator-gate",
        "When INIT names a coordinator, each engine subscribes (0x01) and sends READY only after the coordinator's READY."),
     _c("ENG-DP-5", "ECP-OUT-6", "MUST", "dp-control-to-coordinator",
-       "With a coordinator, wave_complete/start_wave go to coordinator_output, never to a client's output socket."),
+       "With a coordinator, wave_complete/start_wave go to coordinator_output, never to a client's output socket; "
+       "only global rank 0 sends wave_complete."),
     _c("ENG-DP-6", "ECP-DP-5", "MUST", "newer-wave-adopted",
        "With a coordinator, ADDs stamped with a newer current_wave make the engines report wave_complete for that wave."),
     # ------------------------------------------------------------ robustness

@@ -292,7 +292,10 @@ class EngineCore:
     def _maybe_complete_wave(self) -> None:
         if self.waves.running and not self.scheduler.has_unfinished():
             done = self.waves.on_idle()
-            if done is not None:
+            # ECP-DP-5: only global rank 0 reports a wave; the other ranks move on to the next one
+            # silently. These engines share no channel to agree that every rank is idle (vLLM's
+            # agree by an all-reduce outside the protocol), so rank 0 reports when it is idle itself.
+            if done is not None and self.engine_index == 0:
                 self.emit(COORDINATOR, EngineCoreOutputs(engine_index=self.engine_index, timestamp=self.clock(),
                                                          wave_complete=done))
 

@@ -65,6 +65,8 @@ FAULTS: dict[str, Fault] = table(
     Fault("refused-utility-succeeds", "ECP-ROB-1",
           "a UTILITY that failed to decode is answered with a result (nil) instead of its failure"),
     Fault("drop-adds-while-asleep", "ECP-UTIL-8", "ADDs that arrive while the engine sleeps are dropped unanswered"),
+    Fault("wave-complete-from-every-rank", "ECP-DP-5",
+          "every rank, not only rank 0, sends wave_complete to the coordinator when it is idle"),
     Fault("length-before-stop", "ECP-REQ-5",
           "a stop token that is also the max_tokens-th token ends its request with LENGTH"),
 )
@@ -86,6 +88,9 @@ class FaultLayer:
         self._paused = False
         #: whether the engine sleeps, as the utility calls that went in say
         self._asleep = False
+        #: ids in flight and the wave they run in, for a rank other than 0 that reports its own waves
+        self._inflight: set[str] = set()
+        self._wave = 0
         #: the methods whose left-out mode a fault reads as "keep"
         self._keep_by_default = ({"sleep"} if "sleep-default-keep" in self.names else set()) | (
             {"pause_generation", "pause_scheduler"} if "pause-default-keep" in self.names else set())
@@ -144,6 +149,9 @@ class FaultLayer:
                 event = dataclasses.replace(event, call=msgspec.structs.replace(event.call, args=args))
         if isinstance(event, Add) and self._asleep and "drop-adds-while-asleep" in self.names:
             return None
+        if isinstance(event, Add) and self.engine_index != 0 and "wave-complete-from-every-rank" in self.names:
+            self._inflight.add(event.request.request_id)
+            self._wave = max(self._wave, event.request.current_wave)
         if isinstance(event, UtilityCall):
             method = event.call.method_name
             if method in ("pause_generation", "pause_scheduler"):
@@ -201,6 +209,13 @@ class FaultLayer:
                 if "no-terminal-output" in names:
                     out = msgspec.structs.replace(out, finish_reason=None, stop_reason=None)
             outs.append(out)
+        if self._inflight:
+            ended = {out.request_id for out in outs if out.finish_reason is not None} & self._inflight
+            self._inflight -= ended
+            if ended and not self._inflight:  # this rank is idle: it reports the wave as if it were rank 0
+                extra.append(type(ob)(COORDINATOR, EngineCoreOutputs(engine_index=self.engine_index,
+                                                                     wave_complete=self._wave)))
+                self._wave += 1
         if outs != msg.outputs or finished != msg.finished_requests:
             msg = msgspec.structs.replace(msg, outputs=outs, finished_requests=finished)
         return [type(ob)(ob.client_index, self._raw(msg)), *extra]

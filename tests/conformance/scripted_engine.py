@@ -102,6 +102,11 @@ class Rank:
                  stop: threading.Event, dp_size: int = 1) -> None:
         self.ctx, self.address, self.rank, self.bugs, self.step_s, self.stop = ctx, address, rank, bugs, step_s, stop
         self.dp_size = dp_size
+        #: the ranks of this launch (threads of one process), for the wave agreement
+        self.group: list[Rank] = [self]
+        #: requests this rank admitted; rank 0 reports a wave once the group's count moved and all are idle
+        self.admitted = 0
+        self.reported = 0
         self.running: dict[str, Running] = {}
         self.finished: set[str] = set()
         self.sleeping = False
@@ -285,6 +290,7 @@ class Rank:
         self.running[rid] = Running(rid, prompt, client, min(sp.max_tokens or 16, MAX_MODEL_LEN),
                                     sp.min_tokens, set(sp.stop_token_ids or []), sp.ignore_eos,
                                     sp._eos_token_id)
+        self.admitted += 1  # after it runs: rank 0 must never see the count moved and this rank idle
 
     def on_abort(self, ids: list[str]) -> None:
         if "ignore-abort" in self.bugs:
@@ -390,7 +396,15 @@ class Rank:
                 by_client[r.client].append(EngineCoreOutput(rid, [], finish_reason=reason))
         for client, outs in by_client.items():
             self.emit(client, outs)
-        if not self.running and self.coord_push is not None:
+
+    def maybe_complete_wave(self) -> None:
+        """Global rank 0 reports the wave once every rank of the launch is idle (ECP-DP-5): the ranks,
+        threads of one process, agree through shared memory, as vLLM's agree by an all-reduce."""
+        if self.rank != 0 or self.coord_push is None:
+            return
+        admitted = sum(r.admitted for r in self.group)
+        if admitted != self.reported and not any(r.running for r in self.group):
+            self.reported = admitted
             done = EngineCoreOutputs(engine_index=self.rank, wave_complete=self.wave)
             if "wave-complete-to-client" in self.bugs:
                 self.outputs[0].send_multipart(encode_outputs(done))
@@ -432,6 +446,7 @@ class Rank:
             if self.running and not asleep and time.monotonic() >= next_step:
                 self.step()
                 next_step = time.monotonic() + self.step_s
+            self.maybe_complete_wave()
         if "sigterm-drops-requests" not in self.bugs:
             # a graceful stop (ECP-ROB-5): every in-flight request ends with ABORT before the sockets close
             for rid, r in list(self.running.items()):
@@ -453,6 +468,8 @@ class ScriptedEngines:
         self._stop = threading.Event()
         self.ranks = [Rank(self.ctx, address, start_index + k, set(bugs), step_ms / 1000, self._stop, count)
                       for k in range(count)]
+        for rank in self.ranks:
+            rank.group = self.ranks
         self.threads = [threading.Thread(target=rank.run if k == 0 or "one-rank-only" not in bugs else self._stop.wait,
                                          daemon=True) for k, rank in enumerate(self.ranks)]
         for t in self.threads:

@@ -44,6 +44,7 @@ REFERENCE_KNOBS: dict[str, list[str]] = {
     "paused-add-not-retryable": ["ENG-REQ-9", "ENG-UTIL-4"],
     "abort-immediately-paused-error": ["ENG-REJECT-3"],
     "ignore-stamped-wave": ["ENG-DP-6"],
+    "wave-complete-from-every-rank": ["ENG-DP-5"],
     "tensor-shape-mismatch": ["ENG-OUT-9"],
     "tensors-inline": ["ENG-OUT-10"],
     "length-before-stop": ["ENG-REQ-2"],

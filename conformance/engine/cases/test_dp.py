@@ -107,6 +107,13 @@ def test_dp_control_to_coordinator(engines):
             client, msg = fe.dp_control_on_outputs[0]
             raise Violation(f"rank {msg.engine_index} sent a DP control message (wave_complete={msg.wave_complete}, "
                             f"start_wave={msg.start_wave}) to client output[{client}]")
+        # the wave is the whole group's: only global rank 0 reports it, so a launch without rank 0 reports none
+        others = sorted({msg.engine_index for msg in fe.coordinator_messages
+                         if msg.wave_complete is not None and msg.engine_index != 0})
+        if others:
+            raise Violation(f"rank(s) {others} of a launch of ranks {fe.start_index}..{fe.start_index + n - 1} sent "
+                            "wave_complete to the coordinator; only global rank 0 reports that every engine is "
+                            "idle", clause="ECP-DP-5")
 
 
 #: a wave well ahead of any an engine reached in the cases before (each finished wave adds one)
