@@ -117,8 +117,9 @@ class EngineView:
     requests: dict[str, RequestState] = field(default_factory=dict)
     closed: OrderedDict[str, RequestState] = field(default_factory=OrderedDict)
     calls: dict[int, PendingCall] = field(default_factory=dict)
-    #: call ids of refused (undecodable) UTILITY calls not answered yet: a failure may answer each
-    refused: set[int] = field(default_factory=set)
+    #: call id -> how many refused (undecodable) UTILITY messages of that id are not answered yet: a
+    #: failure may answer each
+    refused: dict[int, int] = field(default_factory=dict)
     #: client -> ids in ``RUNNING`` whose outputs go to that client (kept by :meth:`set_request`), so
     #: a message of token outputs for running requests is judged with one set operation
     running: dict[int, set[str]] = field(default_factory=dict)
@@ -350,8 +351,9 @@ class _Connection:
             if row.next is None and cid in view.calls:
                 view.calls[cid].count += 1
             elif row.next is UtilityState.PENDING:
-                view.refused.discard(cid)
-                view.calls[cid] = PendingCall(call.method_name, list(call.args), call.client_index)
+                # refused messages of this id not answered yet may still be answered, each with its failure
+                view.calls[cid] = PendingCall(call.method_name, list(call.args), call.client_index,
+                                              count=1 + view.refused.pop(cid, 0))
         chk.step(UTILITY, view.call_state(cid), qualify.call(cid), f"UTILITY {call.method_name} (call_id {cid})",
                  effect)
 
@@ -359,7 +361,9 @@ class _Connection:
         """A UTILITY that failed to decode, whose call id was recovered (``ECP-ROB-1``)."""
         def effect(row: Row) -> None:
             if row.next is UtilityState.REFUSED:
-                view.refused.add(cid)
+                view.refused[cid] = view.refused.get(cid, 0) + 1
+            elif row.next is None and cid in view.calls:  # pending: a failure may answer either message
+                view.calls[cid].count += 1
         chk.step(UTILITY, view.call_state(cid), UtilityEvent.CALL_UNDECODABLE,
                  f"undecodable UTILITY (call_id {cid})", effect)
 
@@ -473,8 +477,10 @@ class _Connection:
                 view.calls[cid].count -= 1
                 if view.calls[cid].count <= 0:
                     del view.calls[cid]
-            elif row.next is UtilityState.NONE:
-                view.refused.discard(cid)
+            elif row.next is UtilityState.NONE and cid in view.refused:
+                view.refused[cid] -= 1
+                if view.refused[cid] <= 0:
+                    del view.refused[cid]
         what = f"utility reply (call_id {cid}) on {where}"
         chk.step(UTILITY, state, qualify.reply(uo), what, effect)
         if call is None:

@@ -375,9 +375,9 @@ UTILITY: Table[UtilityState, UtilityEvent] = Table(
            "ids -1 and -2 are the engine's notices"),
         _r((_U.NONE, _U.REFUSED), _UE.CALL_UNDECODABLE, F, _U.REFUSED, "tolerated", "ECP-ROB-1",
            "only raw frames; the call id was recovered from the payload: the engine may answer it with "
-           "failure_message or drop it"),
+           "failure_message or drop it (each such message of one id may be answered)"),
         _r(_U.PENDING, _UE.CALL_UNDECODABLE, F, None, "tolerated", "ECP-ROB-1",
-           "the call id is pending: a failure may answer either message"),
+           "the call id is pending: one more reply is allowed, a failure may answer either message"),
         _r(_U.REFUSED, _UE.REPLY_FAILURE, E, _U.NONE, "legal", "ECP-ROB-1", "a refused call answered with its failure"),
         _r(_U.REFUSED, _UE.REPLY_RESULT, E, None, "illegal", "ECP-ROB-1", "a refused call was answered with a result"),
         _r(_U.REFUSED, _UE.REPLY_NO_ENVELOPE, E, None, "illegal", "ECP-UTIL-2",
