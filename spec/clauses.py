@@ -114,7 +114,7 @@ _CLAUSES: tuple[Clause, ...] = (
     _c("ECP-HS-5", "MUST", "READY after registration", """The engine sends READY (``status: "READY"``, ``local``,
        ``headless``) on the handshake socket only after the ready payload went out on every input
        socket and, when INIT names a coordinator, after the coordinator gate; at ``data_parallel_size > 1``
-       READY carries ``parallel_config_hash`` (str)."""),
+       (the engine's own, as its ready payload says) READY carries ``parallel_config_hash`` (str)."""),
     _c("ECP-HS-6", "MUST", "Coordinator gate", """When INIT carries coordinator addresses the engine
        subscribes (``0x01``) to ``coordinator_input`` and waits for the single frame ``READY`` before it
        sends READY."""),

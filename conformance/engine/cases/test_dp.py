@@ -3,7 +3,7 @@
 from ecp.conformance.engine.cases._common import expect_bool, ok_value, require_feature
 from ecp.conformance.outcomes import CaseTimeout, Unsupported, Violation
 from ecp.conformance.registry import case
-from ecp.spec import encode_start_dp_wave, engine_identity
+from ecp.spec import EngineCoreReadyResponse, encode_start_dp_wave, engine_identity
 
 DP_ENGINES = 2
 
@@ -24,11 +24,16 @@ def test_distinct_identities(engines):
             raise Violation(f"{n} engines registered with identities {[i.hex() for i in got]}, expected "
                             f"{[i.hex() for i in expected]}")
         for rec in fe.records.values():
-            if rec.ready is not None and not isinstance(rec.ready.parallel_config_hash, str):
-                raise Violation(f"engine {rec.identity.hex()} of a {n}-engine deployment sent READY without a "
-                                f"parallel_config_hash (got {rec.ready.parallel_config_hash!r}); at "
-                                "data_parallel_size > 1 it must carry one (a coordinated-DP frontend refuses "
-                                "the engine)", clause="ECP-HS-5")
+            # the engine's own DP size, as its ready payload says (vLLM's dense DP ranks are independent
+            # engines of size 1; its MoE ranks one group of size N)
+            sizes = {p.data_parallel_size for p in rec.ready_payloads.values()
+                     if isinstance(p, EngineCoreReadyResponse)}
+            if rec.ready is not None and max(sizes, default=1) > 1 \
+                    and not isinstance(rec.ready.parallel_config_hash, str):
+                raise Violation(f"engine {rec.identity.hex()} says data_parallel_size {max(sizes)} in its ready "
+                                f"payload but sent READY without a parallel_config_hash (got "
+                                f"{rec.ready.parallel_config_hash!r}); at data_parallel_size > 1 it must carry one "
+                                "(a coordinated-DP frontend refuses the engine)", clause="ECP-HS-5")
         for k in range(n):
             rid = fe.new_id(f"rank{start + k}")
             fe.add(fe.request(rid, max_tokens=2), engine=k)
