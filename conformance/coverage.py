@@ -123,10 +123,6 @@ REASONS: dict[str, Reason] = {
         "engine that adds unknown keys.",
         "ecp.spec's one HELLO decoder: tests/spec/test_codec.py decodes the Rust mock engine's HELLO with its "
         "extra parallel_config_hash key."),
-    "ECP-HS-1.3": Reason(
-        _ENG, "The harness plays a frontend with remote engines, but which local/headless values a launched "
-        "engine reports depends on how COMMAND starts it; the values are not decided per topology yet.",
-        "Only their type: ENG-HS-1 checks that both are bools; no case checks the values yet."),
     "ECP-HS-2.2": Reason(
         _ENG, "The harness sends only well-formed INITs; a malformed one is a handshake it cannot recover "
         "from to judge anything else in the launch.",
@@ -136,12 +132,19 @@ REASONS: dict[str, Reason] = {
         _FE, "Coordinated (MoE) DP needs a MoE model at the frontend; the frontend role's engines are "
         "scripted, so a non-empty parallel_config cannot be provoked.",
         "FE-HS-1 decodes every INIT with ecp.spec's EngineHandshakeMetadata (parallel_config a map)."),
-    "ECP-HS-5.2": Reason(
-        _ENG, "READY's keys are decoded by the harness's handshake machine (a READY that is not a map with "
-        "status, local and headless fails ENG-HS-4's launch); parallel_config_hash at DP > 1 is not "
-        "checked by any case yet.",
-        "ecp.spec.handshake.Ready decodes the hash (tests/spec/test_properties.py); no case checks that an "
-        "engine at DP > 1 sends it yet."),
+    "ECP-HS-1.5": Reason(
+        _FE, "The MAY is a frontend's choice about engines whose local/headless do not fit the deployment it "
+        "was started for; a scripted engine cannot tell which deployment the frontend under test expects.",
+        "ENG-HS-1 checks the two MUSTs of the values on the engine side."),
+    "ECP-DP-5.6": Reason(
+        _ENG, "How rank 0 learns that every rank is idle has no bytes on the ECP wire; both choices conform.",
+        "ENG-DP-5 passes both: the reference engine (rank 0 reports its own idleness) and the raw-frame test "
+        "engine (its ranks agree first), tests/conformance/test_engine_role.py."),
+    "ECP-ROB-1.4": Reason(
+        _FE, "A conforming frontend never sends a malformed UTILITY, so an engine's failure answer to one "
+        "cannot be provoked in the frontend role.",
+        "ecp.spec's utility machine (state REFUSED) and ecp.spec.recover_utility: tests/spec/test_machine.py; "
+        "the harness itself takes such an answer as the reply to the call id it sent (ENG-ROB-2, ENG-ROB-4)."),
     "ECP-HS-6.2": Reason(
         _FE, "The gate is structural: the scripted engines wait for the coordinator's READY before their own, "
         "so a coordinator that never publishes it fails every launch with a coordinator.",
@@ -364,9 +367,10 @@ SENTENCE_BINDS: dict[str, tuple[str, ...]] = {
     # the sender of INIT, READY, the ready payload, DP control, a tensor in an ADD
     "ECP-HS-2.3": _FE, "ECP-HS-4.3": _ENG, "ECP-HS-5.2": _ENG, "ECP-OUT-6.1": _ENG, "ECP-OUT-8.1": _ENG,
     "ECP-DP-5.1": _FE, "ECP-DP-5.2": _ENG, "ECP-DP-5.3": _ENG, "ECP-DP-5.4": _ENG, "ECP-REQ-1.2": _FE,
+    "ECP-DP-5.5": _ENG, "ECP-DP-5.6": _ENG, "ECP-OUT-5.2": _ENG, "ECP-OUT-5.3": _ENG,
     "ECP-FRAME-8.2": _BOTH,
     # what a frontend (or its coordinator) does with what it received
-    "ECP-HS-6.2": _FE, "ECP-SOCK-2.3": _FE, "ECP-FRAME-8.3": _FE, "ECP-REQ-1.3": _ENG,
+    "ECP-HS-6.2": _FE, "ECP-SOCK-2.3": _FE, "ECP-HS-1.5": _FE, "ECP-ROB-1.4": _FE, "ECP-FRAME-8.3": _FE, "ECP-REQ-1.3": _ENG,
 }
 
 

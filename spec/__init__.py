@@ -35,7 +35,9 @@ from .request import (
     EngineCoreRequest, KvHintAction, KvHintsEnvelope, LateChunkingParams, LateInteractionParams, LoRARequest,
     MultiModalFeatureSpec, PoolingParams,
 )
-from .recover import RecoveredAdd, recover_add, recover_add_frames
+from .recover import (
+    RecoveredAdd, RecoveredCall, recover_add, recover_add_frames, recover_utility, recover_utility_frames,
+)
 from .sampling import SamplingParams
 from .tensors import Tensor
 

@@ -103,7 +103,8 @@ _CLAUSES: tuple[Clause, ...] = (
        burst is never silently dropped."""),
     # ------------------------------------------------------------------ HS
     _c("ECP-HS-1", "MUST", "HELLO first", """The engine's first handshake message is HELLO, a map with
-       ``status: "HELLO"``, ``local: bool`` and ``headless: bool``; receivers ignore unknown keys."""),
+       ``status: "HELLO"``, ``local: bool`` and ``headless: bool``; receivers ignore unknown keys. ``local`` and
+       ``headless`` say the engine's deployment, the same in HELLO and READY, and are never both true."""),
     _c("ECP-HS-2", "MUST", "INIT answers HELLO", """The frontend answers HELLO with INIT
        (``EngineHandshakeMetadata``): ``addresses`` (``inputs``, ``outputs`` of equal non-zero length,
        optional coordinator addresses) and ``parallel_config``."""),
@@ -116,7 +117,8 @@ _CLAUSES: tuple[Clause, ...] = (
        it has a key for it (``enable_sleep_mode``), otherwise to whoever checks it."""),
     _c("ECP-HS-5", "MUST", "READY after registration", """The engine sends READY (``status: "READY"``, ``local``,
        ``headless``) on the handshake socket only after the ready payload went out on every input
-       socket and, when INIT names a coordinator, after the coordinator gate."""),
+       socket and, when INIT names a coordinator, after the coordinator gate; at ``data_parallel_size > 1``
+       (the engine's own, as its ready payload says) READY carries ``parallel_config_hash`` (str)."""),
     _c("ECP-HS-6", "MUST", "Coordinator gate", """When INIT carries coordinator addresses the engine
        subscribes (``0x01``) to ``coordinator_input`` and waits for the single frame ``READY`` before it
        sends READY."""),
@@ -175,8 +177,9 @@ _CLAUSES: tuple[Clause, ...] = (
     _c("ECP-REQ-4", "MUST", "max_tokens", """A request produces at most ``max_tokens`` new tokens and
        finishes with LENGTH when it reaches ``max_tokens`` or ``max_model_len``."""),
     _c("ECP-REQ-5", "MUST", "Stop conditions", """A request finishes with STOP on a token in
-       ``stop_token_ids`` or on EOS unless ``ignore_eos``; no stop condition applies before
-       ``min_tokens`` tokens were produced."""),
+       ``stop_token_ids`` (``stop_reason`` = that token) or on EOS unless ``ignore_eos`` (``stop_reason``
+       nil); no stop condition applies before ``min_tokens`` tokens were produced; a stop condition on
+       the token that reaches the length cap wins: STOP, not LENGTH."""),
     _c("ECP-REQ-6", "MUST", "client_index", """The frontend stamps ``client_index`` with its own client
        number; the engine routes every output of the request to that client."""),
     _c("ECP-REQ-7", "MUST", "Paused engine", """An ADD received while the scheduler is paused, other than an
@@ -195,7 +198,9 @@ _CLAUSES: tuple[Clause, ...] = (
     _c("ECP-OUT-4", "MUST", "FinishReason values", """``finish_reason`` is one of STOP 0, LENGTH 1, ABORT 2,
        ERROR 3, REPETITION 4; any other value is a decode error."""),
     _c("ECP-OUT-5", "MUST", "ERROR carries RequestError", """An ERROR terminal output carries ``error`` =
-       ``{code, message, retryable}`` and lists the id in ``finished_requests``."""),
+       ``{code, message, retryable}`` and lists the id in ``finished_requests``, except the ERROR for a
+       duplicate of a running request, which MUST NOT list it; a refused ADD's ERROR says ``retryable:
+       false``; its code MAY be vLLM's ``validation_error`` or the engine's own."""),
     _c("ECP-OUT-6", "MUST", "One message family", """An ``EngineCoreOutputs`` is a request batch, a utility
        reply, or a DP control message (``wave_complete`` / ``start_wave``); DP control messages never go
        to a frontend's output socket."""),
@@ -251,7 +256,10 @@ _CLAUSES: tuple[Clause, ...] = (
        engine answered (or failed), so partially applied mutations can be compensated."""),
     _c("ECP-UTIL-8", "MUST", "Sleep state", """``is_sleeping`` is true after ``sleep`` and false after a
        ``wake_up`` that woke every tag; ``sleep`` with mode ``abort`` ends running requests with ABORT
-       outputs before its reply."""),
+       outputs before its reply; a left-out argument takes the method table's default (``sleep`` level 1,
+       mode ``abort``; ``pause_generation``/``pause_scheduler`` mode ``abort``, ``clear_cache`` true); an ADD
+       while asleep MAY be queued until the wake_up or answered with a retryable ``engine_paused`` ERROR, never
+       run while asleep nor dropped."""),
     _c("ECP-UTIL-9", "MUST", "Result types", """Utility results have the types of the method table
        (``is_sleeping`` bool, ``reset_prefix_cache`` bool, ``get_supported_tasks`` array of str, …); a
        client reports a mismatch as a typed decode error."""),
@@ -278,7 +286,9 @@ _CLAUSES: tuple[Clause, ...] = (
     _c("ECP-DP-4", "MUST", "START_DP_WAVE tolerated", """An engine accepts START_DP_WAVE ``[wave,
        exclude_engine_index]`` at any time; a wave older than its own is ignored."""),
     _c("ECP-DP-5", "MUST", "Waves", """``current_wave`` is stamped on ADD; an engine receiving a newer wave
-       adopts it; ``wave_complete`` and ``start_wave`` go only to the coordinator."""),
+       adopts it; ``wave_complete`` and ``start_wave`` go only to the coordinator; only global rank 0 sends
+       ``wave_complete``, after an agreement among the ranks outside this protocol or, sharing none, when it
+       is idle itself."""),
     # -------------------------------------------------------------- REJECT
     _c("ECP-REJECT-1", "MUST", "abort_immediately never runs", """An ADD with ``abort_immediately`` is admitted
        and aborted at once: the connector's ``request_finished`` hook runs and no token is ever produced;
@@ -299,7 +309,8 @@ _CLAUSES: tuple[Clause, ...] = (
     # ----------------------------------------------------------------- ROB
     _c("ECP-ROB-1", "MUST", "Survive bad input", """An unknown type byte, a wrong frame count, an undecodable
        or wrongly typed payload, or a declared length beyond the limits never kills the receiver: it
-       rejects that message, reports it with its clause, and keeps serving."""),
+       rejects that message, reports it with its clause, and keeps serving; a rejected UTILITY whose call id is
+       recoverable MAY be answered with ``failure_message`` (or dropped), never with a result."""),
     _c("ECP-ROB-2", "SHOULD", "Answer what can be answered", """When the request id of an invalid ADD is
        recoverable (a well-formed outer array whose element 0 is a string), the engine answers it with an
        ERROR output; when only the leading id of a cut-short payload is readable, it MAY."""),

@@ -32,7 +32,9 @@ class ProtocolError(Exception):
         request_id: the request the offending message concerns, where known
             (for an ADD that failed to decode: the id recovered from it, so
             the receiver can answer it, ``ECP-ROB-2``).
-        client_index: that request's ``client_index``, where known.
+        client_index: that request's (or call's) ``client_index``, where known.
+        call_id: for a UTILITY that failed to decode, the call id recovered from it, so the
+            receiver may answer it with ``failure_message`` (``ECP-ROB-1``).
     """
 
     def __init__(
@@ -46,6 +48,7 @@ class ProtocolError(Exception):
         got: Any = None,
         request_id: str | None = None,
         client_index: int | None = None,
+        call_id: int | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -56,6 +59,7 @@ class ProtocolError(Exception):
         self.got = got
         self.request_id = request_id
         self.client_index = client_index
+        self.call_id = call_id
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly view, used by CLIs and conformance reports."""

@@ -13,6 +13,11 @@ Two degrees, as ``spec/PROTOCOL.md`` defines them:
   and a complete string element 0: the id is readable, nothing else is. An
   engine MAY answer it with ERROR (on the socket it came in on) or drop it;
   both conform. :attr:`RecoveredAdd.complete` is false.
+
+A UTILITY that failed to decode has a **recoverable call id** when its outer
+array is well formed, element 0 (``client_index``) is an int and element 1 a
+call id in the u64 range (``ECP-ROB-1``): an engine MAY answer it with
+``failure_message`` or drop it (:func:`recover_utility`).
 """
 
 from __future__ import annotations
@@ -123,3 +128,40 @@ def recover_add_frames(frames: Sequence[bytes | bytearray | memoryview],
     if len(frames) < 2 or bytes(frames[0]) != b"\x00":
         return None
     return recover_add(frames[1], limits)
+
+
+@dataclass(frozen=True)
+class RecoveredCall:
+    """The call id (and ``client_index``) of a UTILITY payload that failed to decode."""
+
+    call_id: int
+    client_index: int
+
+
+def recover_utility(payload: bytes | bytearray | memoryview,
+                    limits: DecodeLimits = DEFAULT_LIMITS) -> RecoveredCall | None:
+    """Recover the call id of a UTILITY payload that failed to decode (``ECP-ROB-1``).
+
+    ``None`` unless the outer array is well formed, element 0 an int and element 1 an int in
+    ``[0, 2**64)`` (the ids -1 and -2 an engine's own notices carry are not u64s). Never raises.
+    """
+    try:
+        check_frame(payload, limits)
+        elements = _OUTER.decode(payload)
+        if len(elements) < 2:
+            return None
+        client, call_id = _INT.decode(elements[0]), _INT.decode(elements[1])
+    except (ProtocolError, msgspec.DecodeError, RecursionError, ValueError):
+        return None
+    if isinstance(client, bool) or isinstance(call_id, bool) or not 0 <= call_id < 2**64:
+        return None
+    return RecoveredCall(call_id, client)
+
+
+def recover_utility_frames(frames: Sequence[bytes | bytearray | memoryview],
+                           limits: DecodeLimits = DEFAULT_LIMITS) -> RecoveredCall | None:
+    """:func:`recover_utility` for a whole input message ``[0x03, payload, *aux]``;
+    ``None`` unless its type frame is UTILITY."""
+    if len(frames) < 2 or bytes(frames[0]) != b"\x03":
+        return None
+    return recover_utility(frames[1], limits)

@@ -27,7 +27,8 @@ from zmq.utils.monitor import recv_monitor_message
 from ecp.spec import (
     ENGINE_DEAD, DecodeError, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest,
     EngineHandshakeMetadata, EngineZmqAddresses, Hello, ProtocolError, Ready, SamplingParams,
-    UtilityOutput, decode_input, decode_outputs, decode_ready_response, encode_abort, encode_add, encode_utility, engine_identity,
+    UtilityOutput, UtilityRequest, decode_input, decode_outputs, decode_ready_response, encode_abort, encode_add,
+    encode_utility, engine_identity, recover_utility_frames,
 )
 from ecp.spec.enums import RequestOutputKind
 from ecp.spec.machine import CoordinatorSubscribe, EngineDead, Outputs, Registration, Violation as MachineViolation
@@ -197,12 +198,16 @@ class HarnessFrontend:
         #: engine k -> ids of the ADDs sent to it with add() (after a failed case, the unfinished ones are aborted)
         self.added: dict[int, list[str]] = {}
         self._call_ids = itertools.count(0x5EC0_0001)
+        #: every call id a UTILITY the harness sent carried on the wire, decodable or not (``ECP-UTIL-1``)
         self.sent_call_ids: set[int] = set()
         #: the utility methods sent to the engines (a manager reuses an engine that never slept)
         self.methods_sent: set[str] = set()
         #: (request id, when) of the first ADD sent, and seconds until its first output (the peer's pace)
         self._first_add: tuple[str, float] | None = None
         self.first_answer_s: float | None = None
+        #: the call ids of UTILITY messages sent malformed, recovered as ``ECP-ROB-1`` defines: an engine
+        #: may answer each with its failure, or drop it
+        self.refused_call_ids: set[int] = set()
         self.max_model_len: int | None = None
 
     def _make_peer(self) -> None:
@@ -513,6 +518,7 @@ class HarnessFrontend:
                  decode: Callable[[], Any] | None = None) -> None:
         """Send ``frames`` (no identity) to an engine's input DEALER, exactly as given."""
         frames = [bytes(f) for f in frames]
+        self._note_call_id(frames)
         self.transcript.record("sent", f"input[{client}]", frames,
                                decode or (lambda: decode_input(frames)))
         self.machine.send_raw(f"input[{client}]", [self.identity(engine), *frames])
@@ -527,6 +533,27 @@ class HarnessFrontend:
                     f"the engine closed its connection to input[{client}] (a send to engine {engine} failed: "
                     f"{exc}), though its process is still running and it sent no ENGINE_CORE_DEAD") from exc
             self._process_gone(f"cannot reach engine {engine} on input[{client}] ({exc}): its process exited")
+
+    def _note_call_id(self, frames: list[bytes]) -> None:
+        """Remember the call id a UTILITY carries on the wire, so that a reply to it is never
+        called a reply to an id never sent."""
+        if not frames or frames[0] != b"\x03":
+            return
+        try:
+            msg = decode_input(frames)
+        except ProtocolError:
+            recovered = recover_utility_frames(frames)
+            if recovered is not None:
+                self.sent_call_ids.add(recovered.call_id)
+                self.refused_call_ids.add(recovered.call_id)
+            return
+        if isinstance(msg, UtilityRequest):
+            self.sent_call_ids.add(msg.call_id)
+
+    def refused_and_executed(self) -> list[int]:
+        """The refused (malformed) UTILITY calls the engine answered with a result, not a failure."""
+        return sorted(cid for cid in self.refused_call_ids
+                      if any(r.utility.failure_message is None for r in self.replies.get(cid, [])))
 
     def new_id(self, tag: str) -> str:
         return f"ecp-{tag}-{next(self._ids)}"
@@ -560,7 +587,6 @@ class HarnessFrontend:
     def send_utility(self, method: str, args: Sequence[Any] = (), *, engine: int = 0, client: int = 0,
                      call_id: int | None = None) -> int:
         cid = next(self._call_ids) if call_id is None else call_id
-        self.sent_call_ids.add(cid)
         self.methods_sent.add(method)
         self.send_raw(encode_utility(client, cid, method, list(args)), engine, client)
         return cid

@@ -159,8 +159,9 @@ class EngineCore:
                 self.connector.request_finished(rid, params, [], aborted=True)
             return
         if duplicate:
+            # the original still runs: its id is not finished (ECP-OUT-5)
             self.reject(rid, client, "duplicate_request_id",
-                        f"request id {rid!r} is already in flight at this engine")
+                        f"request id {rid!r} is already in flight at this engine", finished=False)
             return
         sp = req.sampling_params
         prompt = list(req.prompt_token_ids or ())
@@ -215,14 +216,15 @@ class EngineCore:
         return None
 
     def reject(self, request_id: str, client_index: int, code: str, message: str,
-               retryable: bool = False) -> None:
-        """Answer a request that is not admitted with one ERROR output (``ECP-REQ-3``)."""
+               retryable: bool = False, finished: bool = True) -> None:
+        """Answer a request that is not admitted with one ERROR output (``ECP-REQ-3``); ``finished``
+        false leaves its id out of ``finished_requests`` (a duplicate of a running id, ``ECP-OUT-5``)."""
         self.num_errors += 1
         out = EngineCoreOutput(request_id=request_id, new_token_ids=[], finish_reason=FinishReason.ERROR,
                                error=RequestError(code=code, message=message, retryable=retryable))
         self.emit(client_index, EngineCoreOutputs(
             engine_index=self.engine_index, outputs=[out], timestamp=self.clock(),
-            finished_requests={request_id}))
+            finished_requests={request_id} if finished else None))
 
     # ------------------------------------------------------------------ ABORT
     def abort_requests(self, request_ids: list[str]) -> int:
@@ -290,7 +292,10 @@ class EngineCore:
     def _maybe_complete_wave(self) -> None:
         if self.waves.running and not self.scheduler.has_unfinished():
             done = self.waves.on_idle()
-            if done is not None:
+            # ECP-DP-5: only global rank 0 reports a wave; the other ranks move on to the next one
+            # silently. These engines share no channel to agree that every rank is idle (vLLM's
+            # agree by an all-reduce outside the protocol), so rank 0 reports when it is idle itself.
+            if done is not None and self.engine_index == 0:
                 self.emit(COORDINATOR, EngineCoreOutputs(engine_index=self.engine_index, timestamp=self.clock(),
                                                          wave_complete=done))
 
@@ -392,17 +397,17 @@ class EngineCore:
             stats.dirty = True
 
     def _check_stop(self, req: EngineRequest, token: int) -> tuple[FinishReason | None, int | None]:
-        # vLLM's order: length caps first, then (after min_tokens) EOS, then stop tokens
+        # ECP-REQ-5: a stop condition (EOS, then a stop token) wins over the length cap on the same
+        # token, as vLLM's check_stop orders them; none applies before min_tokens
         n_out = len(req.output_token_ids)
+        sp = req.sampling_params
+        if n_out >= sp.min_tokens:
+            if not sp.ignore_eos and sp._eos_token_id is not None and token == sp._eos_token_id:
+                return FinishReason.STOP, None
+            if sp.stop_token_ids and token in sp.stop_token_ids:
+                return FinishReason.STOP, token
         if n_out >= req.max_tokens or req.num_tokens >= self.max_model_len:
             return FinishReason.LENGTH, None
-        sp = req.sampling_params
-        if n_out < sp.min_tokens:
-            return None, None
-        if not sp.ignore_eos and sp._eos_token_id is not None and token == sp._eos_token_id:
-            return FinishReason.STOP, None
-        if sp.stop_token_ids and token in sp.stop_token_ids:
-            return FinishReason.STOP, token
         return None, None
 
     def shutdown(self) -> list[str]:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 import msgspec
 
 from ecp.spec import (
-    EngineCoreOutput, EngineCoreOutputs, FinishReason, ProtocolError, UtilityOutput, UtilityResult, decode_any,
-    encode_outputs,
+    EngineCoreOutput, EngineCoreOutputs, FinishReason, Hello, ProtocolError, Ready, UtilityOutput, UtilityResult,
+    decode_any, encode_outputs,
 )
 from ecp.spec.machine import COORDINATOR, Abort, Add, Event, UtilityCall
 
@@ -55,6 +55,22 @@ FAULTS: dict[str, Fault] = table(
     Fault("ignore-stamped-wave", "ECP-DP-5", "the current_wave stamped on an ADD is ignored (read as 0)"),
     Fault("abort-immediately-paused-error", "ECP-REJECT-5",
           "while paused, an abort_immediately ADD is answered with an engine_paused ERROR"),
+    Fault("duplicate-error-finished", "ECP-OUT-5",
+          "the ERROR for a duplicate of a running request lists its id in finished_requests"),
+    Fault("rejected-add-retryable", "ECP-OUT-5", "the ERROR for a rejected ADD says retryable: true"),
+    Fault("no-parallel-config-hash", "ECP-HS-5", "READY leaves out parallel_config_hash at DP > 1"),
+    Fault("ready-flags-differ", "ECP-HS-1", "READY says the opposite local and headless of HELLO"),
+    Fault("local-and-headless", "ECP-HS-1", "HELLO and READY say local=true and headless=true at once"),
+    Fault("sleep-default-keep", "ECP-UTIL-8", "sleep without a mode argument runs with mode keep (not abort)"),
+    Fault("pause-default-keep", "ECP-UTIL-8",
+          "pause_generation and pause_scheduler without a mode argument run with mode keep (not abort)"),
+    Fault("refused-utility-succeeds", "ECP-ROB-1",
+          "a UTILITY that failed to decode is answered with a result (nil) instead of its failure"),
+    Fault("drop-adds-while-asleep", "ECP-UTIL-8", "ADDs that arrive while the engine sleeps are dropped unanswered"),
+    Fault("wave-complete-from-every-rank", "ECP-DP-5",
+          "every rank, not only rank 0, sends wave_complete to the coordinator when it is idle"),
+    Fault("length-before-stop", "ECP-REQ-5",
+          "a stop token that is also the max_tokens-th token ends its request with LENGTH"),
 )
 
 
@@ -72,18 +88,49 @@ class FaultLayer:
         self._calls: dict[int, str] = {}
         #: whether the scheduler is paused, as the utility calls that went in say
         self._paused = False
+        #: whether the engine sleeps, as the utility calls that went in say
+        self._asleep = False
+        #: ids in flight and the wave they run in, for a rank other than 0 that reports its own waves
+        self._inflight: set[str] = set()
+        self._wave = 0
+        #: the methods whose left-out mode a fault reads as "keep"
+        self._keep_by_default = ({"sleep"} if "sleep-default-keep" in self.names else set()) | (
+            {"pause_generation", "pause_scheduler"} if "pause-default-keep" in self.names else set())
+        #: request id -> [max_tokens, tokens sent so far], for the faults that judge the length cap
+        self._lengths: dict[str, list[int]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.names)
+
+    # ------------------------------------------------------------------ handshake
+    def on_hello(self, hello: Hello) -> Hello:
+        """The HELLO the engine sends instead of ``hello``."""
+        if "local-and-headless" in self.names:
+            return msgspec.structs.replace(hello, local=True, headless=True)
+        return hello
+
+    def on_ready(self, ready: Ready) -> Ready:
+        """The READY the engine sends instead of ``ready``."""
+        if "no-parallel-config-hash" in self.names:
+            ready = msgspec.structs.replace(ready, parallel_config_hash=None)
+        if "ready-flags-differ" in self.names:
+            ready = msgspec.structs.replace(ready, local=not ready.local, headless=not ready.headless)
+        if "local-and-headless" in self.names:
+            ready = msgspec.structs.replace(ready, local=True, headless=True)
+        return ready
 
     # ------------------------------------------------------------------ in
     def on_bad_frame(self, error: ProtocolError) -> None:
         """A frame that failed to decode: ``crash-on-bad-frame`` dies of it."""
         if "crash-on-bad-frame" in self.names:
             raise InjectedCrash(f"bad input frame ({error.clause})")
+        if getattr(error, "call_id", None) is not None and "refused-utility-succeeds" in self.names:
+            self._calls[error.call_id] = "(refused)"
 
     def on_input(self, event: Event) -> Event | None:
         """The machine's event the core gets instead of ``event`` (``None``: it never arrives)."""
+        if isinstance(event, Add) and event.request.sampling_params and "length-before-stop" in self.names:
+            self._lengths[event.request.request_id] = [event.request.sampling_params.max_tokens or 0, 0]
         if isinstance(event, Add) and event.request.abort_immediately \
                 and "ignore-abort-immediately" in self.names:
             return dataclasses.replace(event, request=msgspec.structs.replace(event.request,
@@ -97,12 +144,24 @@ class FaultLayer:
             # answered as if it were an ordinary ADD: the core refuses those while paused
             return dataclasses.replace(event, request=msgspec.structs.replace(event.request,
                                                                               abort_immediately=False))
+        if isinstance(event, UtilityCall) and event.call.method_name in self._keep_by_default:
+            args, at = list(event.call.args), 1 if event.call.method_name == "sleep" else 0
+            if len(args) <= at:
+                args = (args or [1])[:at] + ["keep"]
+                event = dataclasses.replace(event, call=msgspec.structs.replace(event.call, args=args))
+        if isinstance(event, Add) and self._asleep and "drop-adds-while-asleep" in self.names:
+            return None
+        if isinstance(event, Add) and self.engine_index != 0 and "wave-complete-from-every-rank" in self.names:
+            self._inflight.add(event.request.request_id)
+            self._wave = max(self._wave, event.request.current_wave)
         if isinstance(event, UtilityCall):
             method = event.call.method_name
             if method in ("pause_generation", "pause_scheduler"):
                 self._paused = True
             elif method == "resume_scheduler":
                 self._paused = False
+            elif method in ("sleep", "wake_up"):
+                self._asleep = method == "sleep"
             if method == "get_supported_tasks" and "no-generate-task" in self.names:
                 self._calls[event.call.call_id] = method
             if (method == "is_sleeping" and "inconsistent-is-sleeping" in self.names) or \
@@ -127,6 +186,11 @@ class FaultLayer:
         for out in msg.outputs:
             if out.finish_reason == FinishReason.ERROR and finished and "error-not-finished" in names:
                 finished = {rid for rid in finished if rid != out.request_id} or None
+            if out.error is not None and out.error.code == "duplicate_request_id" \
+                    and "duplicate-error-finished" in names:
+                finished = (finished or set()) | {out.request_id}
+            if out.error is not None and out.error.code != "engine_paused" and "rejected-add-retryable" in names:
+                out = msgspec.structs.replace(out, error=msgspec.structs.replace(out.error, retryable=True))
             if out.error is not None and out.error.code == "engine_paused" and "paused-add-not-retryable" in names:
                 out = msgspec.structs.replace(out, error=msgspec.structs.replace(out.error, retryable=False))
             if "no-stop-reason" in names and out.finish_reason == FinishReason.STOP:
@@ -135,6 +199,13 @@ class FaultLayer:
                 out = msgspec.structs.replace(out, new_logprobs=None)
             if "truncated-request-ids" in names and len(out.request_id) > 32:
                 out = msgspec.structs.replace(out, request_id=out.request_id[:32])
+            if out.request_id in self._lengths:
+                length = self._lengths[out.request_id]
+                length[1] += len(out.new_token_ids)
+                if out.finish_reason is not None:
+                    del self._lengths[out.request_id]
+                    if out.finish_reason == FinishReason.STOP and length[1] == length[0]:
+                        out = msgspec.structs.replace(out, finish_reason=FinishReason.LENGTH, stop_reason=None)
             if out.finish_reason is not None:
                 if "duplicate-output" in names:
                     extra.append(self._single(ob, msg, out))
@@ -144,6 +215,13 @@ class FaultLayer:
                 if "no-terminal-output" in names:
                     out = msgspec.structs.replace(out, finish_reason=None, stop_reason=None)
             outs.append(out)
+        if self._inflight:
+            ended = {out.request_id for out in outs if out.finish_reason is not None} & self._inflight
+            self._inflight -= ended
+            if ended and not self._inflight:  # this rank is idle: it reports the wave as if it were rank 0
+                extra.append(type(ob)(COORDINATOR, EngineCoreOutputs(engine_index=self.engine_index,
+                                                                     wave_complete=self._wave)))
+                self._wave += 1
         if outs != msg.outputs or finished != msg.finished_requests:
             msg = msgspec.structs.replace(msg, outputs=outs, finished_requests=finished)
         return [type(ob)(ob.client_index, self._raw(msg)), *extra]
@@ -173,6 +251,8 @@ class FaultLayer:
         client, uo = ob.client_index, msg.utility_output
         call_id, result = uo.call_id, uo.result
         method = self._calls.pop(call_id, None)
+        if method == "(refused)":
+            uo, result = UtilityOutput(call_id, None, UtilityResult(None, None)), UtilityResult(None, None)
         if result is not None and uo.failure_message is None:
             if method == "is_sleeping" and self.engine_index % 2 == 1:
                 result = UtilityResult(None, not result.value)

@@ -141,10 +141,11 @@ class EngineServer:
         """The handshake, through the engine skeleton (:class:`~ecp.spec.peer.EnginePeer`): the
         server only builds its core once INIT says how many clients it serves."""
         cfg = self.config
-        self.peer = EnginePeer(self.rank, hello=Hello(local=cfg.local, headless=not cfg.local),
-                               ready=Ready(local=cfg.local, headless=not cfg.local,
-                                           parallel_config_hash=self._parallel_config_hash() if self.dp_size > 1
-                                           else None),
+        hello = self.faults.on_hello(Hello(local=cfg.local, headless=not cfg.local))
+        self.peer = EnginePeer(self.rank, hello=hello,
+                               ready=self.faults.on_ready(Ready(
+                                   local=cfg.local, headless=not cfg.local,
+                                   parallel_config_hash=self._parallel_config_hash() if self.dp_size > 1 else None)),
                                payload=self._on_init)
         self.machine = self.peer.machine
         self.io = EngineSockets(self._ctx, self.peer, stop=self.stop_event.is_set, linger_ms={"handshake": 5000})
@@ -298,6 +299,12 @@ class EngineServer:
                 # the machine read the id of an undecodable ADD: it is owed one ERROR, answered
                 # on the socket it came in on (ECP-ROB-2)
                 self.core.reject(exc.request_id, client, "invalid_request", f"[{exc.clause}] {exc.message}")
+            elif exc.call_id is not None:
+                # the machine read the call id of an undecodable UTILITY: answered with its failure on
+                # outputs[client_index] where that exists, else the socket it came in on (ECP-ROB-1)
+                to = exc.client_index if exc.client_index is not None and 0 <= exc.client_index < len(
+                    self._outputs) else client
+                self.core.utilities.refuse(exc.call_id, to, f"refused: {exc}")
             return
         for event in events:
             self._dispatch(event, client)

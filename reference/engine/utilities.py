@@ -113,12 +113,20 @@ class PendingUtilities:
                 still.append(d)
         self._deferred = still
 
+    def refuse(self, call_id: int, client: int, message: str) -> None:
+        """Answer a UTILITY that failed to decode, whose call id was recovered, with its failure
+        (``ECP-ROB-1``: an engine may answer it so, or drop it)."""
+        self._send(client, UtilityOutput(call_id, message, None))
+
     def _reply(self, call: UtilityRequest, client: int, *, value: Any = None, failure: str | None = None) -> None:
-        core = self.core
         if failure is not None:
             reply = UtilityOutput(call.call_id, failure, None)
         else:
             reply = UtilityOutput(call.call_id, None, UtilityResult(None, value))
+        self._send(client, reply)
+
+    def _send(self, client: int, reply: UtilityOutput) -> None:
+        core = self.core
         core.emit(client, EngineCoreOutputs(engine_index=core.engine_index, timestamp=core.clock(),
                                             utility_output=reply))
 

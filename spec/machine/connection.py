@@ -41,7 +41,7 @@ from .events import COORDINATOR, output_socket
 from .qualify import RESERVED_CALL_IDS
 from .table import (
     HANDSHAKE, LIVENESS, REQUEST, SCHEDULER, UTILITY, WAVE, HandshakeEvent, HandshakeState, LivenessEvent,
-    LivenessState, QualifiedEvent, RequestEvent, RequestStatus, Row, SchedulerState, State, Table, UtilityState,
+    LivenessState, QualifiedEvent, RequestEvent, RequestStatus, Row, SchedulerState, State, Table, UtilityEvent, UtilityState,
     WaveEvent, WaveState,
 )
 
@@ -117,6 +117,9 @@ class EngineView:
     requests: dict[str, RequestState] = field(default_factory=dict)
     closed: OrderedDict[str, RequestState] = field(default_factory=OrderedDict)
     calls: dict[int, PendingCall] = field(default_factory=dict)
+    #: call id -> how many refused (undecodable) UTILITY messages of that id are not answered yet: a
+    #: failure may answer each
+    refused: dict[int, int] = field(default_factory=dict)
     #: client -> ids in ``RUNNING`` whose outputs go to that client (kept by :meth:`set_request`), so
     #: a message of token outputs for running requests is judged with one set operation
     running: dict[int, set[str]] = field(default_factory=dict)
@@ -131,6 +134,11 @@ class EngineView:
 
     def request(self, rid: str) -> RequestState | None:
         return self.requests.get(rid) or self.closed.get(rid)
+
+    def call_state(self, cid: int) -> UtilityState:
+        if cid in self.calls:
+            return UtilityState.PENDING
+        return UtilityState.REFUSED if cid in self.refused else UtilityState.NONE
 
     def request_state(self, rid: str) -> RequestStatus:
         r = self.request(rid)
@@ -343,9 +351,21 @@ class _Connection:
             if row.next is None and cid in view.calls:
                 view.calls[cid].count += 1
             elif row.next is UtilityState.PENDING:
-                view.calls[cid] = PendingCall(call.method_name, list(call.args), call.client_index)
-        chk.step(UTILITY, UtilityState.PENDING if cid in view.calls else UtilityState.NONE, qualify.call(cid),
-                 f"UTILITY {call.method_name} (call_id {cid})", effect)
+                # refused messages of this id not answered yet may still be answered, each with its failure
+                view.calls[cid] = PendingCall(call.method_name, list(call.args), call.client_index,
+                                              count=1 + view.refused.pop(cid, 0))
+        chk.step(UTILITY, view.call_state(cid), qualify.call(cid), f"UTILITY {call.method_name} (call_id {cid})",
+                 effect)
+
+    def _on_refused_call(self, chk: _Checker, view: EngineView, cid: int) -> None:
+        """A UTILITY that failed to decode, whose call id was recovered (``ECP-ROB-1``)."""
+        def effect(row: Row) -> None:
+            if row.next is UtilityState.REFUSED:
+                view.refused[cid] = view.refused.get(cid, 0) + 1
+            elif row.next is None and cid in view.calls:  # pending: a failure may answer either message
+                view.calls[cid].count += 1
+        chk.step(UTILITY, view.call_state(cid), UtilityEvent.CALL_UNDECODABLE,
+                 f"undecodable UTILITY (call_id {cid})", effect)
 
     def _on_start_wave(self, chk: _Checker, view: EngineView, wave: StartDPWave) -> None:
         def effect(row: Row) -> None:
@@ -449,14 +469,20 @@ class _Connection:
         cid = uo.call_id
         call = view.calls.get(cid) if cid not in RESERVED_CALL_IDS else None
 
+        state = UtilityState.PENDING if call is not None else (
+            UtilityState.REFUSED if cid in view.refused and cid not in RESERVED_CALL_IDS else UtilityState.NONE)
+
         def effect(row: Row) -> None:
             if row.next is UtilityState.NONE and cid in view.calls:
                 view.calls[cid].count -= 1
                 if view.calls[cid].count <= 0:
                     del view.calls[cid]
+            elif row.next is UtilityState.NONE and cid in view.refused:
+                view.refused[cid] -= 1
+                if view.refused[cid] <= 0:
+                    del view.refused[cid]
         what = f"utility reply (call_id {cid}) on {where}"
-        chk.step(UTILITY, UtilityState.PENDING if call is not None else UtilityState.NONE, qualify.reply(uo), what,
-                 effect)
+        chk.step(UTILITY, state, qualify.reply(uo), what, effect)
         if call is None:
             return
         if call.client != client and self._routable(view, call.client):

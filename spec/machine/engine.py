@@ -11,7 +11,7 @@ from ..codec import (
 from ..control import StartDPWave, UtilityRequest
 from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
 from ..handshake import COORDINATOR_READY, XSUB_SUBSCRIBE, EngineHandshakeMetadata
-from ..recover import recover_add_frames
+from ..recover import recover_add_frames, recover_utility_frames
 from ..request import EngineCoreRequest
 from . import qualify
 from .connection import IN_FLIGHT_STATES, EngineView, Mode, _Checker, _Connection
@@ -94,6 +94,13 @@ class EngineConnection(_Connection):
                 self._on_add(chk, view, recovered.request_id,
                              client if recovered.client_index is None else recovered.client_index,
                              RequestEvent.ADD_UNDECODABLE, None)
+                chk.finish(socket, frames, self.rank)
+            refused = recover_utility_frames(frames)
+            if refused is not None:
+                exc.call_id = refused.call_id
+                exc.client_index = refused.client_index
+                chk = _Checker(self, local=False, lenient=True)
+                self._on_refused_call(chk, view, refused.call_id)
                 chk.finish(socket, frames, self.rank)
             self._remote(exc, socket, frames, self.rank)
             return []

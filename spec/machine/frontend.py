@@ -13,7 +13,7 @@ from ..control import StartDPWave, UtilityRequest
 from ..limits import DEFAULT_LIMITS, DecodeLimits
 from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
 from ..handshake import COORDINATOR_READY, XSUB_SUBSCRIBE, Hello, rank_of_identity
-from ..recover import recover_add_frames
+from ..recover import recover_add_frames, recover_utility_frames
 from ..request import EngineCoreRequest
 from . import qualify
 from .connection import ABORT_ROWS, EngineView, Mode, _Checker, _Connection
@@ -304,6 +304,9 @@ class FrontendConnection(_Connection):
                 self._on_add(chk, view, recovered.request_id,
                              client if recovered.client_index is None else recovered.client_index,
                              RequestEvent.ADD_UNDECODABLE, None)
+            refused = recover_utility_frames(frames[1:])
+            if refused is not None:
+                self._on_refused_call(chk, view, refused.call_id)
             chk.finish(socket, frames, view.rank)
             return Send(socket, frames)
         if isinstance(msg, EngineCoreRequest):

@@ -347,11 +347,13 @@ REQUEST: Table[RequestStatus, RequestEvent] = Table(
 class UtilityState(State):
     NONE = "NONE"
     PENDING = "PENDING"
+    REFUSED = "REFUSED"
 
 
 class UtilityEvent(QualifiedEvent):
     CALL = "UtilityCall"
     CALL_RESERVED_ID = "UtilityCall(reserved id)"
+    CALL_UNDECODABLE = "UtilityCall(undecodable)"
     REPLY_RESULT = "Reply(result)"
     REPLY_FAILURE = "Reply(failure)"
     REPLY_NO_ENVELOPE = "Reply(no envelope)"
@@ -368,13 +370,23 @@ UTILITY: Table[UtilityState, UtilityEvent] = Table(
         _r(_U.NONE, _UE.CALL, F, _U.PENDING, "legal", "ECP-UTIL-1", "call_id is a u64, echoed verbatim"),
         _r(_U.PENDING, _UE.CALL, F, None, "tolerated", "ECP-UTIL-1",
            "the call id is already pending: the engine answers each call"),
-        _r((_U.NONE, _U.PENDING), _UE.CALL_RESERVED_ID, F, None, "illegal", "ECP-UTIL-12",
+        _r(_U.REFUSED, _UE.CALL, F, _U.PENDING, "legal", "ECP-UTIL-1", "a new call may reuse a refused call's id"),
+        _r((_U.NONE, _U.PENDING, _U.REFUSED), _UE.CALL_RESERVED_ID, F, None, "illegal", "ECP-UTIL-12",
            "ids -1 and -2 are the engine's notices"),
+        _r((_U.NONE, _U.REFUSED), _UE.CALL_UNDECODABLE, F, _U.REFUSED, "tolerated", "ECP-ROB-1",
+           "only raw frames; the call id was recovered from the payload: the engine may answer it with "
+           "failure_message or drop it (each such message of one id may be answered)"),
+        _r(_U.PENDING, _UE.CALL_UNDECODABLE, F, None, "tolerated", "ECP-ROB-1",
+           "the call id is pending: one more reply is allowed, a failure may answer either message"),
+        _r(_U.REFUSED, _UE.REPLY_FAILURE, E, _U.NONE, "legal", "ECP-ROB-1", "a refused call answered with its failure"),
+        _r(_U.REFUSED, _UE.REPLY_RESULT, E, None, "illegal", "ECP-ROB-1", "a refused call was answered with a result"),
+        _r(_U.REFUSED, _UE.REPLY_NO_ENVELOPE, E, None, "illegal", "ECP-UTIL-2",
+           "neither failure_message nor a result envelope"),
         _r(_U.PENDING, _UE.REPLY_RESULT, E, _U.NONE, "legal", "ECP-UTIL-2", "result = [type_info, value]"),
         _r(_U.PENDING, _UE.REPLY_FAILURE, E, _U.NONE, "legal", "ECP-UTIL-3", "failure_message, result nil"),
         _r(_U.PENDING, _UE.REPLY_NO_ENVELOPE, E, None, "illegal", "ECP-UTIL-2",
            "neither failure_message nor a result envelope"),
-        _r((_U.NONE, _U.PENDING), _UE.REPLY_RESERVED_ID, E, None, "legal", "ECP-UTIL-12",
+        _r((_U.NONE, _U.PENDING, _U.REFUSED), _UE.REPLY_RESERVED_ID, E, None, "legal", "ECP-UTIL-12",
            "an engine-initiated notice; a client that did not ask drops it"),
         _r(_U.NONE, _UE.REPLY_RESULT, E, None, "illegal", "ECP-UTIL-1", "a reply to a call id never sent"),
         _r(_U.NONE, _UE.REPLY_FAILURE, E, None, "illegal", "ECP-UTIL-1", "a reply to a call id never sent"),

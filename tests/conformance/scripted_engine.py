@@ -45,7 +45,7 @@ BUGS = {
     # raw-frame peer variants
     "bad-hello", "wrong-identity", "empty-ready", "no-ready", "double-registration", "first-input-only",
     "ignore-max-tokens", "no-stop-token", "no-min-tokens", "no-duplicate-check", "no-length-check",
-    "no-param-check", "stop-instead-of-length", "wrong-engine-index", "outputs-to-client-0",
+    "no-param-check", "stop-instead-of-length", "eos-stop-reason", "runs-while-asleep", "wrong-engine-index", "outputs-to-client-0",
     "cumulative-tokens", "ignore-abort", "abort-unknown-errors", "abort-max-16-ids", "error-on-finished-abort",
     "abort-immediately-aborts-all", "bare-utility-result", "unknown-method-nil", "sleep-abort-silent",
     "bad-supported-tasks", "is-sleeping-inverted", "same-identity", "no-coordinator-gate",
@@ -79,6 +79,7 @@ class Running:
     min_tokens: int
     stop: set[int]
     ignore_eos: bool
+    eos: int | None = None
     produced: list[int] = field(default_factory=list)
 
 
@@ -98,8 +99,14 @@ class Crash(Exception):
 
 class Rank:
     def __init__(self, ctx: zmq.Context, address: str, rank: int, bugs: set[str], step_s: float,
-                 stop: threading.Event) -> None:
+                 stop: threading.Event, dp_size: int = 1) -> None:
         self.ctx, self.address, self.rank, self.bugs, self.step_s, self.stop = ctx, address, rank, bugs, step_s, stop
+        self.dp_size = dp_size
+        #: the ranks of this launch (threads of one process), for the wave agreement
+        self.group: list[Rank] = [self]
+        #: requests this rank admitted; rank 0 reports a wave once the group's count moved and all are idle
+        self.admitted = 0
+        self.reported = 0
         self.running: dict[str, Running] = {}
         self.finished: set[str] = set()
         self.sleeping = False
@@ -143,13 +150,15 @@ class Rank:
     def handshake(self) -> None:
         ready = EngineCoreReadyResponse(
             max_model_len=MAX_MODEL_LEN, num_gpu_blocks=64, block_size=16, dp_stats_address=None, dtype="float32",
-            vllm_version="0.33.0", world_size=1, data_parallel_size=1, tensor_parallel_size=1,
+            vllm_version="0.33.0", world_size=1, data_parallel_size=self.dp_size, tensor_parallel_size=1,
             pipeline_parallel_size=1, decode_context_parallel_size=1, data_parallel_rank=self.rank,
             max_num_seqs=64, max_num_batched_tokens=2048, instance_id=f"scripted-{self.rank}",
             supports_lora=False, max_loras=0, enable_sleep_mode="no-sleep-mode" not in self.bugs)
         # the engine side of the protocol: the skeleton takes every step through the machine, and a bug
         # knob that breaks a rule replaces its step (the machine still follows what went out)
-        self.peer = EnginePeer(self.rank, hello=Hello(local=True, headless=True), ready=Ready(local=True, headless=True),
+        self.peer = EnginePeer(self.rank, hello=Hello(local=False, headless=True), ready=Ready(
+                               local=False, headless=True,
+                               parallel_config_hash="scripted-dp" if self.dp_size > 1 else None),
                                payload=None if "empty-ready" in self.bugs else ready, identity=self.identity,
                                deviate=self.deviate)
         self.io = EngineSockets(self.ctx, self.peer, stop=self.stop.is_set, linger_ms={"output": 1000})
@@ -180,9 +189,11 @@ class Rank:
             frames = [msgspec.msgpack.encode(raw)]
         self.outputs[client].send_multipart(frames)
 
-    def error(self, rid: str, client: int, code: str, message: str, retryable: bool = False) -> None:
+    def error(self, rid: str, client: int, code: str, message: str, retryable: bool = False,
+              finished: bool = True) -> None:
         self.emit(client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ERROR,
-                                            error=RequestError(code, message, retryable))], finished={rid})
+                                            error=RequestError(code, message, retryable))],
+                  finished={rid} if finished else None)
 
     def strict(self, frames: list[bytes]) -> str | None:
         """What a strict-receiver knob refuses in an ADD (None: nothing)."""
@@ -210,6 +221,8 @@ class Rank:
                 if i >= 0:
                     path = f[i + 7:f.index(b"\n", i + 7)].decode()
                     open(path, "w").close()
+        # a malformed UTILITY whose call id is recoverable MAY be answered with its failure (ECP-ROB-1):
+        # this engine drops it, the reference engine answers it, and the suite passes both
         recovered = recover_add_frames(frames)
         # a truncated ADD whose leading id is readable MAY be answered (ECP-ROB-2): this engine does not,
         # the reference engine does, and the suite passes both
@@ -260,21 +273,24 @@ class Rank:
                        retryable=True)
             return
         if rid in self.running and "no-duplicate-check" not in self.bugs:
-            self.error(rid, client, "duplicate_request_id", f"request {rid} is already running")
+            self.error(rid, client, "duplicate_request_id", f"request {rid} is already running", finished=False)
             return
         if sp is None:
             self.error(rid, client, "unsupported_task", "pooling is not supported")
             return
         problems = [] if "no-param-check" in self.bugs else sp.validation_errors()
         if problems:
-            self.error(rid, client, "invalid_params", "; ".join(problems))
+            # vLLM's own code for a request that failed validation (the reference engine uses another: both conform)
+            self.error(rid, client, "validation_error", "; ".join(problems))
             return
         prompt = list(req.prompt_token_ids or [])
         if len(prompt) > MAX_MODEL_LEN and "no-length-check" not in self.bugs:
             self.error(rid, client, "prompt_too_long", f"prompt of {len(prompt)} > {MAX_MODEL_LEN}")
             return
         self.running[rid] = Running(rid, prompt, client, min(sp.max_tokens or 16, MAX_MODEL_LEN),
-                                    sp.min_tokens, set(sp.stop_token_ids or []), sp.ignore_eos)
+                                    sp.min_tokens, set(sp.stop_token_ids or []), sp.ignore_eos,
+                                    sp._eos_token_id)
+        self.admitted += 1  # after it runs: rank 0 must never see the count moved and this rank idle
 
     def on_abort(self, ids: list[str]) -> None:
         if "ignore-abort" in self.bugs:
@@ -361,13 +377,15 @@ class Rank:
             n = len(r.produced)
             limit = r.max_tokens + (1 if "ignore-max-tokens" in self.bugs else 0)
             stops = r.stop if "no-stop-token" not in self.bugs else set()
-            if t in stops and (n >= r.min_tokens or "no-min-tokens" in self.bugs):
+            eos = t == r.eos and not r.ignore_eos
+            if (t in stops or eos) and (n >= r.min_tokens or "no-min-tokens" in self.bugs):
                 reason = FinishReason.STOP
             elif n >= limit:
                 reason = FinishReason.STOP if "stop-instead-of-length" in self.bugs else FinishReason.LENGTH
             toks = list(r.produced) if "cumulative-tokens" in self.bugs else [t]
             out = EngineCoreOutput(rid, toks, finish_reason=reason,
-                                   stop_reason=t if reason == FinishReason.STOP else None)
+                                   stop_reason=t if reason == FinishReason.STOP and (not eos or "eos-stop-reason" in self.bugs)
+                                   else None)
             if reason is not None:
                 del self.running[rid]
                 self.finished.add(rid)
@@ -378,7 +396,15 @@ class Rank:
                 by_client[r.client].append(EngineCoreOutput(rid, [], finish_reason=reason))
         for client, outs in by_client.items():
             self.emit(client, outs)
-        if not self.running and self.coord_push is not None:
+
+    def maybe_complete_wave(self) -> None:
+        """Global rank 0 reports the wave once every rank of the launch is idle (ECP-DP-5): the ranks,
+        threads of one process, agree through shared memory, as vLLM's agree by an all-reduce."""
+        if self.rank != 0 or self.coord_push is None:
+            return
+        admitted = sum(r.admitted for r in self.group)
+        if admitted != self.reported and not any(r.running for r in self.group):
+            self.reported = admitted
             done = EngineCoreOutputs(engine_index=self.rank, wave_complete=self.wave)
             if "wave-complete-to-client" in self.bugs:
                 self.outputs[0].send_multipart(encode_outputs(done))
@@ -415,9 +441,12 @@ class Rank:
                             poller.unregister(s)
                             s.close(0)
                         break
-            if self.running and time.monotonic() >= next_step:
+            # asleep, nothing is scheduled: ADDs queue until the wake_up (vLLM's choice, ECP-UTIL-8)
+            asleep = self.sleeping and "runs-while-asleep" not in self.bugs
+            if self.running and not asleep and time.monotonic() >= next_step:
                 self.step()
                 next_step = time.monotonic() + self.step_s
+            self.maybe_complete_wave()
         if "sigterm-drops-requests" not in self.bugs:
             # a graceful stop (ECP-ROB-5): every in-flight request ends with ABORT before the sockets close
             for rid, r in list(self.running.items()):
@@ -437,8 +466,10 @@ class ScriptedEngines:
             raise ValueError(f"unknown bug knob(s) {sorted(unknown)}")
         self.ctx = zmq.Context()
         self._stop = threading.Event()
-        self.ranks = [Rank(self.ctx, address, start_index + k, set(bugs), step_ms / 1000, self._stop)
+        self.ranks = [Rank(self.ctx, address, start_index + k, set(bugs), step_ms / 1000, self._stop, count)
                       for k in range(count)]
+        for rank in self.ranks:
+            rank.group = self.ranks
         self.threads = [threading.Thread(target=rank.run if k == 0 or "one-rank-only" not in bugs else self._stop.wait,
                                          daemon=True) for k, rank in enumerate(self.ranks)]
         for t in self.threads:

@@ -88,8 +88,9 @@ def test_dp_coordinator_gate_and_waves(rig):
     assert fe.value(0, "get_engine_state")["current_wave"] == 1
     # START_DP_WAVE: every engine but the excluded one adopts a newer wave
     fe.start_wave(5, exclude=0)
-    assert fe.pump(lambda: any(m.wave_complete == 5 and m.engine_index == 1 for m in fe.coord_messages))
-    assert fe.value(1, "get_engine_state")["current_wave"] == 6
+    # rank 1 runs wave 5 and moves on to 6 when idle; only rank 0 reports waves (ECP-DP-5)
+    assert fe.poll_value(1, "get_engine_state", lambda s: s["current_wave"] == 6)["current_wave"] == 6
+    assert not any(m.wave_complete is not None and m.engine_index != 0 for m in fe.coord_messages)
     assert fe.value(0, "get_engine_state")["current_wave"] == 1
     # a stale-wave ADD to an idle engine asks the coordinator to start a wave
     fe.add(1, make_request("d1", max_tokens=2, current_wave=0))

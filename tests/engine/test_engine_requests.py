@@ -38,7 +38,10 @@ def test_error_outputs_and_engine_keeps_serving(rig):
     for m in fe.messages[0]:
         if any(o.finish_reason == FinishReason.ERROR for o in m.outputs):
             assert m.scheduler_stats is None and m.weight_version is None
-            assert m.finished_requests == {o.request_id for o in m.outputs}
+            # every ERROR id is finished except the duplicate's: its original still runs (ECP-OUT-5)
+            expected = {o.request_id for o in m.outputs if o.error.code != "duplicate_request_id"}
+            assert (m.finished_requests or set()) == expected
+            assert all(o.error.retryable is False for o in m.outputs)
     # the first "dup" was not disturbed
     assert fe.pump(lambda: any(o.finish_reason == FinishReason.LENGTH for o in fe.outputs_for("dup")))
     assert len(fe.tokens("dup")) == 50

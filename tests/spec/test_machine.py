@@ -209,6 +209,44 @@ def test_utility_calls_are_matched_by_call_id():
         p.engines[0].send(Outputs(0, 0, bare))
 
 
+def test_a_refused_utility_may_be_answered_with_its_failure_never_a_result():
+    from ecp.spec import encode_outputs
+    from ecp.spec.recover import recover_utility, recover_utility_frames
+
+    p = Pair()
+    p.handshake()
+    bad = msgspec.msgpack.encode([0, 11, "is_sleeping", "args"])  # args must be an array
+    with pytest.raises(RemoteProtocolError) as info:
+        p.deliver_to_engine(0, [p.fe.send_raw("input[0]", [b"\x00\x00", b"\x03", bad])])
+    assert (info.value.call_id, info.value.client_index) == (11, 0)
+    p.output(0, reply(0, 11, failure="refused"))  # one choice: answered with its failure
+    with raises(LocalProtocolError, "ECP-UTIL-1"):  # answered once: no second reply
+        p.engines[0].send(Outputs(0, 0, reply(0, 11, failure="refused")))
+    with pytest.raises(RemoteProtocolError):
+        p.deliver_to_engine(0, [p.fe.send_raw("input[0]", [b"\x00\x00", b"\x03", bad])])
+    with raises(LocalProtocolError, "ECP-ROB-1"):  # never with a result
+        p.engines[0].send(Outputs(0, 0, reply(0, 11, None)))
+    with raises(RemoteProtocolError, "ECP-ROB-1"):
+        p.fe.receive("output[0]", encode_outputs(reply(0, 11, None)))
+    p.call(0, 11, "is_sleeping")  # the id reused by a call that decodes while the refused one is unanswered
+    p.output(0, reply(0, 11, failure="refused"))  # the refused one answered first (an engine inputs in order)
+    p.output(0, reply(0, 11, False))
+    for _ in range(2):  # two refused messages of one id, a third while a call of that id is pending: each answered
+        with pytest.raises(RemoteProtocolError):
+            p.deliver_to_engine(0, [p.fe.send_raw("input[0]", [b"\x00\x00", b"\x03", bad])])
+    p.call(0, 11, "is_sleeping")
+    with pytest.raises(RemoteProtocolError):
+        p.deliver_to_engine(0, [p.fe.send_raw("input[0]", [b"\x00\x00", b"\x03", bad])])
+    for _ in range(3):
+        p.output(0, reply(0, 11, failure="refused"))
+    p.output(0, reply(0, 11, False))
+    assert recover_utility(msgspec.msgpack.encode([1, 2**64 - 1, 5])).call_id == 2**64 - 1
+    for unrecoverable in ([0, -5, "x", []], ["zero", 1, "x", []], [0, True, "x", []], [0], {"a": 1}):
+        assert recover_utility(msgspec.msgpack.encode(unrecoverable)) is None
+    assert recover_utility(b"\x94\x00\x0b") is None  # cut short: the outer array is not whole
+    assert recover_utility_frames([b"\x00", bad]) is None
+
+
 def test_sleep_state_is_checked_through_is_sleeping():
     p = Pair()
     p.handshake()

@@ -25,6 +25,16 @@ def test_hello_fields(engines):
         for key in ("local", "headless"):
             if not isinstance(raw.get(key), bool):
                 raise Violation(f"HELLO key {key!r} is {raw.get(key)!r}, expected a bool")
+        # the deployments: co-located (local, not headless), headless remote (not local, headless),
+        # hybrid or external LB toward rank 0 (neither); never both
+        hello = (raw["local"], raw["headless"])
+        if hello == (True, True):
+            raise Violation(f"identity {rec.identity.hex()}: HELLO says local=true and headless=true; an engine "
+                            "co-located with its frontend is not headless")
+        if rec.ready is not None and (rec.ready.local, rec.ready.headless) != hello:
+            raise Violation(f"identity {rec.identity.hex()}: HELLO says local={hello[0]}, headless={hello[1]} but "
+                            f"READY says local={rec.ready.local}, headless={rec.ready.headless}; both carry the "
+                            "engine's one deployment")
 
 
 @case("ENG-HS-2")

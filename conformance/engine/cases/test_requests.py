@@ -19,6 +19,9 @@ def _expect_error_output(fe, rid: str, what: str) -> None:
     if out.error is None or not out.error.code or not isinstance(out.error.message, str):
         raise Violation(f"{what}: ERROR output without a RequestError {{code, message, retryable}}",
                         clause="ECP-OUT-5")
+    if out.error.retryable is not False:
+        raise Violation(f"{what}: the ERROR says retryable: {out.error.retryable!r}; the same ADD would be "
+                        "refused again, so it must say false", clause="ECP-OUT-5")
     if fe.tokens(rid):
         raise Violation(f"{what}: {len(fe.tokens(rid))} token(s) produced for a rejected request")
 
@@ -71,6 +74,25 @@ def test_stop_token_finishes_stop(engine):
     if term.output.stop_reason != first:
         raise Violation(f"stop_reason is {term.output.stop_reason!r}; a request stopped by a token of "
                         f"stop_token_ids carries that token, {first}, in stop_reason")
+    # the stop token is also the max_tokens-th token: the stop condition wins over the length cap
+    rid = fe.new_id("stop-at-cap")
+    fe.add(fe.request(rid, max_tokens=1, prompt=prompt, stop_token_ids=[first], ignore_eos=False, seed=SEED))
+    out = fe.wait_finished(rid, max_tokens=1).output
+    if (out.finish_reason, out.stop_reason) != (FinishReason.STOP, first):
+        raise Violation(f"token {first} is both in stop_token_ids and the max_tokens=1st token: the request ended "
+                        f"with {out.finish_reason!r} (stop_reason {out.stop_reason!r}), expected STOP "
+                        f"(stop_reason {first})")
+    # EOS stops with stop_reason nil; judged when the engine produces the EOS id (a synthetic
+    # executor may never produce a request's EOS id, as no case can force a model to)
+    rid = fe.new_id("eos")
+    fe.add(fe.request(rid, max_tokens=8, prompt=prompt, ignore_eos=False, seed=SEED, _eos_token_id=first))
+    out = fe.wait_finished(rid, max_tokens=8).output
+    toks = fe.tokens(rid)
+    if first in toks and (out.finish_reason, out.stop_reason, toks.index(first)) != (FinishReason.STOP, None,
+                                                                                      len(toks) - 1):
+        raise Violation(f"the request's _eos_token_id {first} was produced as token {toks.index(first) + 1} of "
+                        f"{len(toks)}; the request ended with {out.finish_reason!r} (stop_reason "
+                        f"{out.stop_reason!r}), expected STOP on it with stop_reason nil")
 
 
 @case("ENG-REQ-3")
@@ -103,6 +125,12 @@ def test_duplicate_id_error(engine):
                         f"after {len(fe.tokens(rid))} token(s), expected ERROR")
     if first.output.error is None:
         raise Violation("the ERROR output for the duplicate ADD carries no RequestError", clause="ECP-OUT-5")
+    if first.output.error.retryable is not False:
+        raise Violation(f"the ERROR for the duplicate ADD of {rid} says retryable: {first.output.error.retryable!r}; "
+                        "the same ADD would be refused again, so it must say false", clause="ECP-OUT-5")
+    if first.finished_requests and rid in first.finished_requests:
+        raise Violation(f"the ERROR for the duplicate ADD lists {rid} in finished_requests while the original "
+                        f"{rid} still runs (a frontend forgets which engine serves it)", clause="ECP-OUT-5")
     # the running request must go on producing tokens after the rejection
     seen_at_error = len(fe.seen(rid))
     fe.wait(lambda: len(fe.seen(rid)) > seen_at_error, 5.0, f"more tokens for the running {rid} after the ERROR")

@@ -19,9 +19,16 @@ def _add_payload(fe, rid: str) -> bytes:
 
 
 def _each_survived(fe, messages, what: str) -> None:
+    earlier = set(fe.refused_call_ids)
     for label, frames in messages:
         fe.send_raw(frames, decode=lambda: "(deliberately malformed)")
         fe.serves(after=f"{what}: {label}")
+    # a malformed UTILITY whose call id is recoverable may be answered with its failure, or dropped;
+    # never with a result (the engine inputs in order: the probes above came after it)
+    executed = [cid for cid in fe.refused_and_executed() if cid not in earlier]
+    if executed:
+        raise Violation(f"malformed UTILITY call(s) {executed} were answered with a result; a refused call is "
+                        "answered with failure_message or not at all", clause="ECP-ROB-1")
 
 
 @case("ENG-ROB-1")
@@ -123,6 +130,10 @@ def test_invalid_add_answered(engine):
     if fe.terminals(rid)[0].output.finish_reason != FinishReason.ERROR:
         raise Violation(f"mistyped ADD {rid} ended with {fe.terminals(rid)[0].output.finish_reason!r}, "
                         "expected ERROR")
+    error = fe.terminals(rid)[0].output.error
+    if error is not None and error.retryable is not False:
+        raise Violation(f"the ERROR for mistyped ADD {rid} says retryable: {error.retryable!r}; the same ADD "
+                        "would be refused again, so it must say false", clause="ECP-OUT-5")
 
 
 #: how long an engine may take from SIGTERM to its exit (a real engine core tears down workers)

@@ -1,7 +1,7 @@
 """Engine-role utility-call cases."""
 
 from ecp.conformance.engine.cases._common import expect_bool, ok_value, require_feature, start_long
-from ecp.conformance.outcomes import Violation
+from ecp.conformance.outcomes import CaseTimeout, Violation
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason
 
@@ -58,11 +58,38 @@ def test_sleep_wake_transitions(engine, engines):
     ok_value(fe.call("sleep", [1, "wait"]), "sleep")
     if expect_bool(fe.call("is_sleeping"), "is_sleeping") is not True:
         raise Violation("is_sleeping is false right after sleep(1, 'wait')")
+    # an ADD while asleep: queued until the wake_up, or refused at once with a retryable engine_paused
+    # ERROR; never run while asleep, never dropped
+    rid = fe.new_id("asleep")
+    fe.add(fe.request(rid, max_tokens=2))
+    fe.observe()
+    if fe.tokens(rid):
+        raise Violation(f"{rid}, sent while the engine sleeps, produced {len(fe.tokens(rid))} token(s) before "
+                        "any wake_up", clause="ECP-UTIL-8")
+    refused = fe.terminals(rid)
+    if refused:
+        out = refused[0].output
+        if out.finish_reason != FinishReason.ERROR or out.error is None or \
+                (out.error.code, out.error.retryable) != ("engine_paused", True):
+            raise Violation(f"{rid}, sent while the engine sleeps, ended with {out.finish_reason!r} "
+                            f"(error {out.error!r}) before any wake_up; it is queued, or refused with ERROR "
+                            "{code: engine_paused, retryable: true}", clause="ECP-UTIL-8")
     woke = ok_value(fe.call("wake_up", [None]), "wake_up")
     if woke is not None and not isinstance(woke, bool):
         raise Violation(f"wake_up returned {woke!r}, expected a bool", clause="ECP-UTIL-9")
     if expect_bool(fe.call("is_sleeping"), "is_sleeping") is not False:
         raise Violation("is_sleeping is still true after wake_up(None)")
+    if not refused:
+        try:
+            term = fe.wait_finished(rid, max_tokens=2)
+        except CaseTimeout:
+            raise Violation(f"{rid}, sent while the engine slept, got no output: neither a retryable "
+                            "engine_paused ERROR while asleep nor its tokens after the wake_up (it was dropped)",
+                            clause="ECP-UTIL-8") from None
+        if term.output.finish_reason != FinishReason.LENGTH or len(fe.tokens(rid)) != 2:
+            raise Violation(f"{rid}, queued while the engine slept, ended with {term.output.finish_reason!r} "
+                            f"after {len(fe.tokens(rid))} token(s) once awake; expected LENGTH after 2",
+                            clause="ECP-UTIL-8")
     fe.serves(after="sleep and wake_up")
 
 
@@ -74,26 +101,42 @@ def test_reset_prefix_cache_bool(engine):
         raise Violation("reset_prefix_cache on an idle engine returned false")
 
 
+def _aborts_before_reply(fe, method: str, args: list, tag: str) -> None:
+    """Call ``method(*args)`` while a long request runs: mode abort (given, or the default when left
+    out) ends it with an ABORT output listed in finished_requests, before the reply."""
+    [(rid, n)] = start_long(fe, tag)
+    reply = fe.call(method, args, timeout=5.0)
+    ok_value(reply, method)
+    call = f"{method}({', '.join(map(repr, args))})"
+    defaulted = len(args) < (2 if method == "sleep" else 1)  # the mode argument left out
+    terms = fe.terminals(rid)
+    if not terms:
+        raise Violation(f"{call} replied but running request {rid} got no terminal output"
+                        + ("; a left-out mode is 'abort' (vLLM 0.33's default)" if defaulted else ""),
+                        clause="ECP-UTIL-8" if defaulted else None)
+    term = terms[0]
+    if term.output.finish_reason != FinishReason.ABORT:
+        raise Violation(f"{call} ended {rid} with {term.output.finish_reason!r}, expected ABORT")
+    if term.t > reply.t:
+        raise Violation(f"the ABORT output for {rid} arrived after the {method} reply")
+    if not term.finished_requests or rid not in term.finished_requests:
+        raise Violation(f"the ABORT output for {rid} is not listed in finished_requests "
+                        f"({term.finished_requests!r})")
+
+
 @case("ENG-UTIL-6")
 def test_sleep_abort_ends_requests(engine, engines):
     fe = engine
     require_feature(fe, "sleep")
     engines.mark_dirty()
-    [(rid, n)] = start_long(fe, "sleeper")
-    reply = fe.call("sleep", [1, "abort"], timeout=5.0)
-    ok_value(reply, "sleep")
-    terms = fe.terminals(rid)
-    if not terms:
-        raise Violation(f"sleep(1, 'abort') replied but running request {rid} got no terminal output")
-    term = terms[0]
-    if term.output.finish_reason != FinishReason.ABORT:
-        raise Violation(f"sleep with mode abort ended {rid} with {term.output.finish_reason!r}, expected ABORT")
-    if term.t > reply.t:
-        raise Violation(f"the ABORT output for {rid} arrived after the sleep reply")
-    if not term.finished_requests or rid not in term.finished_requests:
-        raise Violation(f"the ABORT output for {rid} is not listed in finished_requests "
-                        f"({term.finished_requests!r})")
+    _aborts_before_reply(fe, "sleep", [1, "abort"], "sleeper")
     ok_value(fe.call("wake_up", [None]), "wake_up")
+    # the defaults of the method table: sleep [] is sleep [1, "abort"], a pause [] is ["abort", true]
+    _aborts_before_reply(fe, "sleep", [], "sleeper-default")
+    ok_value(fe.call("wake_up", [None]), "wake_up")
+    for method in ("pause_generation", "pause_scheduler"):
+        _aborts_before_reply(fe, method, [], f"{method}-default")
+        ok_value(fe.call("resume_scheduler", []), "resume_scheduler")
 
 
 @case("ENG-UTIL-7")
