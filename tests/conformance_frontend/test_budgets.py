@@ -33,6 +33,11 @@ def test_side_by_side_launches_do_not_eat_the_case_budget(tmp_path):
     launches = doc["launches"]["launches"]
     # the shared launch measures the refusal window, then one launch per handshake fault
     assert len(launches) == 4, launches
-    assert all(r["startup_s"] is not None and r["startup_s"] >= SLOW_START_S for r in launches), launches
+    # a launch whose handshake fault makes the frontend refuse the HELLO never answers one: it is
+    # recorded as failed, with no start-up time; every launch that answered took the slow start
+    served = [r for r in launches if r["startup_s"] is not None]
+    assert len(served) >= 2, launches
+    assert all(r["startup_s"] >= SLOW_START_S for r in served), launches
+    assert all(r["state"].startswith("failed: ") for r in launches if r["startup_s"] is None), launches
     assert [r["what"] for r in launches[1:]] == ["2 engine(s), judged by the case"] * 3
     assert "launches: 4;" in proc.stdout
