@@ -16,6 +16,7 @@ from ecp.spec.clauses import CONFORMANCE_LEVELS
 
 from .coverage import ClauseRow, clause_rows, summary, summary_line
 from .outcomes import CaseResult, Outcome
+from .release import release_line, release_report
 
 SCHEMA_PATH = Path(__file__).parent / "schema" / "results.schema.json"
 SCHEMA_ID = "https://ecp.invalid/conformance/results.schema.json"
@@ -32,6 +33,13 @@ class RunSummary:
     problems: list[str] = field(default_factory=list)
     started: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     duration_s: float = 0.0
+    #: the peer's release fingerprint (:meth:`ecp.conformance.release.ReleaseWatch.to_dict`)
+    release: dict[str, Any] | None = None
+
+    @property
+    def release_line(self) -> str | None:
+        """The report's first line when the peer speaks another release than the one under test."""
+        return release_line(self.release, self.role)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -76,6 +84,7 @@ class RunSummary:
             "problems": self.problems,
             "cases": [r.to_dict() for r in self.results],
             "coverage": {"summary": summary(rows), "clauses": [row.to_dict() for row in rows]},
+            "release": release_report(self.release, self.role),
         }
 
 
@@ -93,6 +102,8 @@ def _levels(r: CaseResult) -> str:
 
 
 def write_console(s: RunSummary, out: TextIO) -> None:
+    if s.release_line:  # first: it explains the failures below
+        out.write(f"{s.release_line}\n\n")
     for r in s.results:
         out.write(f"  {r.id:<13} {r.slug:<38} {_levels(r):<16} {_status(r, s)}\n")
     out.write("\n")
@@ -148,6 +159,9 @@ def write_junit(s: RunSummary, path: Path) -> None:
                        errors=str(len(s.errors)),
                        skipped=str(sum(1 for r in s.results if r.outcome in (Outcome.UNSUPPORTED, Outcome.XFAIL))),
                        time=f"{s.duration_s:.3f}", timestamp=s.started)
+    if s.release_line:  # CI shows suite properties beside the results
+        props = ET.SubElement(suite, "properties")
+        ET.SubElement(props, "property", name="release", value=s.release_line)
     for r in s.results:
         tc = ET.SubElement(suite, "testcase", classname=f"{s.role}.{r.id.split('-')[1]}",
                            name=f"{r.id} {r.slug}", time=f"{r.duration_s:.3f}")
@@ -172,6 +186,7 @@ def write_junit(s: RunSummary, path: Path) -> None:
 
 def markdown(s: RunSummary) -> str:
     lines = [f"# ecp conformance: {s.role} role", "",
+             *([f"**{s.release_line}**", ""] if s.release_line else []),
              f"- target: `{s.target}`",
              f"- started: {s.started}, {s.duration_s:.1f}s, strict: {s.strict}, level: {s.conformance_level}",
              f"- result: **exit {s.exit_code}** ({', '.join(f'{n} {k}' for k, n in s.counts.items() if n)})", ""]
@@ -244,7 +259,9 @@ def write_html(s: RunSummary, path: Path) -> None:
              + ".o.none{background:#fff}.o.reason{background:#eef}.o.missing{background:#fcc}"
              ".o{padding:0 3px}</style>")
     doc = (f"<!doctype html><meta charset='utf-8'><title>ecp conformance {s.role}</title>{style}"
-           f"<h1>ecp conformance: {s.role} role</h1><p>target <code>{html.escape(s.target)}</code>; "
+           f"<h1>ecp conformance: {s.role} role</h1>"
+           + (f"<p><b>{html.escape(s.release_line)}</b></p>" if s.release_line else "") +
+           f"<p>target <code>{html.escape(s.target)}</code>; "
            f"level {s.conformance_level}; exit {s.exit_code}; {counts}</p>"
            + "".join(f"<p><b>problem</b> {html.escape(p)}</p>" for p in s.problems)
            + "<table border=1 cellspacing=0 cellpadding=3><tr><th>case</th><th>slug</th><th>clause</th>"

@@ -82,8 +82,10 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
     try:
         results_path = workdir / "results.jsonl"
         role_config = {**role_config, "workdir": str(workdir), "case_timeout_s": args.case_timeout}
+        release_path = workdir / "release.json"  # the peer's release fingerprint (ecp.conformance.release)
         config = {"role": role, "results_path": str(results_path), "cases": args.case,
-                  "strict": args.strict, "level": args.level, role: role_config}
+                  "strict": args.strict, "level": args.level, role: role_config,
+                  "release_path": str(release_path)}
         config_path = workdir / "config.json"
         config_path.write_text(json.dumps(config))
         ini = workdir / "pytest.ini"
@@ -126,7 +128,8 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
                     r.outcome = Outcome.PASS
         summary = RunSummary(role=role, target=target, results=results, strict=args.strict,
                              conformance_level=args.level, problems=problems,
-                             duration_s=time.monotonic() - started)
+                             duration_s=time.monotonic() - started,
+                             release=json.loads(release_path.read_text()) if release_path.exists() else None)
         write_console(summary, sys.stdout)
         try:
             _write_reports(summary, args)
