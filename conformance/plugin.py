@@ -49,12 +49,16 @@ class RunState:
 
     def __init__(self, config: dict[str, Any]) -> None:
         from .registry import load_role
+        from .release import ReleaseWatch
         from .transcript import Transcript
 
         self.config = config
         self.role: str = config["role"]
         self.catalogue = {c.id: c for c in load_role(self.role)}
         self.transcript = Transcript()
+        #: which release the peer speaks, from its traffic; written to ``release_path`` at the end
+        self.release = ReleaseWatch(self.role)
+        self.transcript.observer = self.release.observe
         self.results_path = Path(config["results_path"])
         self.results_path.write_text("")
         self.patterns: list[str] = config.get("cases") or []
@@ -99,6 +103,12 @@ def pytest_configure(config: pytest.Config) -> None:
         state = RunState(json.loads(Path(path).read_text()))
         config.stash[_STATE_KEY] = state
         config.pluginmanager.import_plugin(ROLE_FIXTURES[state.role])
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = state_of(session.config)
+    if state is not None and state.config.get("release_path"):
+        Path(state.config["release_path"]).write_text(json.dumps(state.release.to_dict()))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

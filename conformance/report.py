@@ -17,6 +17,7 @@ from ecp.spec.clauses import CONFORMANCE_LEVELS
 from .coverage import ClauseRow, clause_rows, summary, summary_line
 from .outcomes import CaseResult, Outcome
 from .pace import describe_launches
+from .release import release_line, release_report
 
 SCHEMA_PATH = Path(__file__).parent / "schema" / "results.schema.json"
 SCHEMA_ID = "https://ecp.invalid/conformance/results.schema.json"
@@ -36,6 +37,13 @@ class RunSummary:
     #: the peer's launches with their start-up times and the budgets they set
     #: (:meth:`ecp.conformance.pace.Pace.summary`); None when the run recorded none
     launches: dict[str, Any] | None = None
+    #: the peer's release fingerprint (:meth:`ecp.conformance.release.ReleaseWatch.to_dict`)
+    release: dict[str, Any] | None = None
+
+    @property
+    def release_line(self) -> str | None:
+        """The report's first line when the peer speaks another release than the one under test."""
+        return release_line(self.release, self.role)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -82,6 +90,7 @@ class RunSummary:
                                           "case_budget_s": None, "startup_budget_s": None},
             "cases": [r.to_dict() for r in self.results],
             "coverage": {"summary": summary(rows), "clauses": [row.to_dict() for row in rows]},
+            "release": release_report(self.release, self.role),
         }
 
 
@@ -99,6 +108,8 @@ def _levels(r: CaseResult) -> str:
 
 
 def write_console(s: RunSummary, out: TextIO) -> None:
+    if s.release_line:  # first: it explains the failures below
+        out.write(f"{s.release_line}\n\n")
     for r in s.results:
         out.write(f"  {r.id:<13} {r.slug:<38} {_levels(r):<16} {_status(r, s)}\n")
     out.write("\n")
@@ -172,6 +183,8 @@ def write_junit(s: RunSummary, path: Path) -> None:
     ET.SubElement(suite_props, "property", name="launches", value=describe_launches(s.launches))
     for line in launch_lines(s):
         ET.SubElement(suite_props, "property", name="launch", value=line)
+    if s.release_line:  # CI shows suite properties beside the results
+        ET.SubElement(suite_props, "property", name="release", value=s.release_line)
     for r in s.results:
         tc = ET.SubElement(suite, "testcase", classname=f"{s.role}.{r.id.split('-')[1]}",
                            name=f"{r.id} {r.slug}", time=f"{r.duration_s:.3f}")
@@ -196,6 +209,7 @@ def write_junit(s: RunSummary, path: Path) -> None:
 
 def markdown(s: RunSummary) -> str:
     lines = [f"# ecp conformance: {s.role} role", "",
+             *([f"**{s.release_line}**", ""] if s.release_line else []),
              f"- target: `{s.target}`",
              f"- started: {s.started}, {s.duration_s:.1f}s, strict: {s.strict}, level: {s.conformance_level}",
              f"- result: **exit {s.exit_code}** ({', '.join(f'{n} {k}' for k, n in s.counts.items() if n)})",
@@ -272,7 +286,9 @@ def write_html(s: RunSummary, path: Path) -> None:
              + ".o.none{background:#fff}.o.reason{background:#eef}.o.missing{background:#fcc}"
              ".o{padding:0 3px}</style>")
     doc = (f"<!doctype html><meta charset='utf-8'><title>ecp conformance {s.role}</title>{style}"
-           f"<h1>ecp conformance: {s.role} role</h1><p>target <code>{html.escape(s.target)}</code>; "
+           f"<h1>ecp conformance: {s.role} role</h1>"
+           + (f"<p><b>{html.escape(s.release_line)}</b></p>" if s.release_line else "") +
+           f"<p>target <code>{html.escape(s.target)}</code>; "
            f"level {s.conformance_level}; exit {s.exit_code}; {counts}</p>"
            f"<p>{html.escape(describe_launches(s.launches))}</p>"
            + ("<details><summary>launches</summary><ul>"

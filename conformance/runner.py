@@ -83,9 +83,11 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
         results_path = workdir / "results.jsonl"
         launches_path = workdir / "launches.json"
         role_config = {**role_config, "workdir": str(workdir), "case_timeout_s": args.case_timeout}
+        release_path = workdir / "release.json"  # the peer's release fingerprint (ecp.conformance.release)
         config = {"role": role, "results_path": str(results_path), "launches_path": str(launches_path),
                   "cases": args.case,
-                  "strict": args.strict, "level": args.level, role: role_config}
+                  "strict": args.strict, "level": args.level, role: role_config,
+                  "release_path": str(release_path)}
         config_path = workdir / "config.json"
         config_path.write_text(json.dumps(config))
         ini = workdir / "pytest.ini"
@@ -129,7 +131,8 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
         summary = RunSummary(role=role, target=target, results=results, strict=args.strict,
                              conformance_level=args.level, problems=problems,
                              duration_s=time.monotonic() - started,
-                             launches=json.loads(launches_path.read_text()) if launches_path.exists() else None)
+                             launches=json.loads(launches_path.read_text()) if launches_path.exists() else None,
+                             release=json.loads(release_path.read_text()) if release_path.exists() else None)
         write_console(summary, sys.stdout)
         try:
             _write_reports(summary, args)

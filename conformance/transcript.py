@@ -65,9 +65,14 @@ class Transcript:
         self.entries: list[Entry] = []
         self._case_start = 0
         self._max = max_entries
+        #: called with ``(direction, channel, frames)`` for every frame set recorded, past the bound
+        #: too (e.g. :class:`~ecp.conformance.release.ReleaseWatch`); it must not raise
+        self.observer: Callable[[str, str, Sequence[bytes]], None] | None = None
 
     def record(self, direction: str, channel: str, frames: Sequence[bytes],
                decode: Callable[[], Any] | None = None) -> None:
+        if self.observer is not None and frames:
+            self.observer(direction, channel, frames)
         if len(self.entries) - self._case_start >= self._max:
             # bounded: a runaway peer must not exhaust memory or bloat the reports
             if len(self.entries) - self._case_start == self._max:

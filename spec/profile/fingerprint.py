@@ -94,9 +94,11 @@ class Verdict:
         return sorted((fact for fact, rel in self.facts.items() if best in rel and release not in rel),
                       key=_weight)
 
-    def sentence(self, peer: str = "engine", under_test: str | None = None, limit: int = 3) -> str | None:
+    def sentence(self, peer: str = "engine", under_test: str | None = None, limit: int = 3,
+                 advice: str = "rerun with --vllm {release}") -> str | None:
         """What a report's first lines say: ``None`` when there are no facts, or when
-        ``under_test`` fits the traffic as well as any release."""
+        ``under_test`` fits the traffic as well as any release. ``advice`` ends the sentence
+        (``{release}`` is the best-fitting release): what the reader's tool can do about it."""
         if not self.best or (under_test is not None and self.fits(under_test)):
             return None
         names = self.best if len(self.best) <= 3 else [self.best[0], "...", self.best[-1]]
@@ -109,7 +111,7 @@ class Verdict:
             return f"this {peer} speaks {speaks}" + (f" ({'; '.join(shown)})" if shown else "")
         reasons = self.against(under_test)[:limit]
         return (f"this {peer} speaks {speaks} ({'; '.join(reasons)}), not {under_test}: "
-                f"rerun with --vllm {self.release}")
+                + advice.format(release=self.release))
 
 
 @dataclass

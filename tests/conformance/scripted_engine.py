@@ -31,10 +31,13 @@ from ecp.spec.utility_methods import UTILITY_METHODS, failure_message, no_such_m
 from ecp.spec.machine import input_socket, output_socket
 from ecp.spec.peer import FORCE, TWICE, WITHHOLD, Deviation, EnginePeer, Step
 from ecp.spec.peer.zmq_io import EngineSockets
+from ecp.spec.profile import shipped_profile
 
 MAX_MODEL_LEN = 256
 #: how long a rank waits for INIT and the coordinator gate (the harness stops it long before)
 HANDSHAKE_TIMEOUT_S = 300.0
+#: the knob of a peer speaking vLLM 0.32 instead of the suite's release
+OLD_RELEASE = "vllm-0.32"
 #: the command template that launches this engine as a subprocess
 COMMAND = [sys.executable, __file__, "--handshake-address", "{handshake_address}",
            "--engine-count", "{engine_count}", "--engine-start-index", "{engine_start_index}"]
@@ -59,6 +62,8 @@ BUGS = {
     "strict-arrays", "python-forms-only", "strict-sampling-keys",
     # SIGTERM: exit at once, leaving in-flight requests without a terminal output
     "sigterm-drops-requests",
+    # another release: ready payload, outputs and utility methods of vLLM 0.32, built from its profile
+    OLD_RELEASE,
 }
 #: the utility methods the scripted engine answers (of the spec's table); any other is unknown to it
 UTILITIES = frozenset({
@@ -68,6 +73,11 @@ UTILITIES = frozenset({
 assert UTILITIES <= set(UTILITY_METHODS), UTILITIES - set(UTILITY_METHODS)
 #: the SamplingParams keys the scripted engine knows (``strict-sampling-keys`` refuses any other)
 SAMPLING_KEYS = {f.encode_name for f in msgspec.inspect.type_info(SamplingParams).fields}
+
+
+def as_release(value, cls):
+    """A hand-written message carried into a release's generated class: the fields both have."""
+    return cls(**{name: getattr(value, name) for name in cls.__struct_fields__ if hasattr(value, name)})
 
 
 @dataclass
@@ -156,10 +166,15 @@ class Rank:
             supports_lora=False, max_loras=0, enable_sleep_mode="no-sleep-mode" not in self.bugs)
         # the engine side of the protocol: the skeleton takes every step through the machine, and a bug
         # knob that breaks a rule replaces its step (the machine still follows what went out)
+        payload = None if "empty-ready" in self.bugs else ready
+        if OLD_RELEASE in self.bugs:  # the release's own payload, written as given
+            ready_cls = shipped_profile("0.32").frame_message("ready payload")
+            payload = msgspec.msgpack.encode(as_release(msgspec.structs.replace(ready, vllm_version="0.32.0"),
+                                                        ready_cls))
         self.peer = EnginePeer(self.rank, hello=Hello(local=False, headless=True), ready=Ready(
                                local=False, headless=True,
                                parallel_config_hash="scripted-dp" if self.dp_size > 1 else None),
-                               payload=None if "empty-ready" in self.bugs else ready, identity=self.identity,
+                               payload=payload, identity=self.identity,
                                deviate=self.deviate)
         self.io = EngineSockets(self.ctx, self.peer, stop=self.stop.is_set, linger_ms={"output": 1000})
         if not self.io.handshake(self.address, HANDSHAKE_TIMEOUT_S):
@@ -181,6 +196,10 @@ class Rank:
         msg = EngineCoreOutputs(engine_index=idx, outputs=list(outs), timestamp=time.monotonic(),
                                 utility_output=utility, finished_requests=finished)
         frames = encode_outputs(msg)
+        if OLD_RELEASE in self.bugs:
+            profile = shipped_profile("0.32")
+            msg.outputs = [as_release(o, profile.message("EngineCoreOutput")) for o in msg.outputs]
+            frames = [msgspec.msgpack.encode(as_release(msg, profile.frame_message("outputs")))]
         if "garbage-outputs" in self.bugs:
             frames = [b"\xc1 not msgpack", b"\x00" * 3]
         if utility is not None and "bare-utility-result" in self.bugs and utility.result is not None:
@@ -317,7 +336,7 @@ class Rank:
         def fail(message: str) -> None:
             self.emit(call.client_index, utility=UtilityOutput(cid, message, None))
 
-        if method not in UTILITIES:
+        if method not in UTILITIES or (OLD_RELEASE in self.bugs and method == "pause_generation"):
             if "unknown-method-nil" in self.bugs:
                 ok(None)
             else:

@@ -156,6 +156,9 @@ def test_command_template_over_tcp_and_reports(run_ecp, tmp_path):
     suite = ET.parse(paths["xml"]).getroot()
     assert suite.get("tests") == "9" and suite.get("failures") == "0"
     assert "ENG-HS-6" in paths["md"].read_text() and "<table" in paths["html"].read_text()
+    # the reference engine speaks the release under test: no release line, and the JSON says it fits
+    assert "speaks vLLM" not in stdout and data["release"]["mismatch"] is None
+    assert "0.33" in data["release"]["fits"]
 
 
 def test_failure_report_names_clause_and_carries_a_transcript(run_ecp, tmp_path):
