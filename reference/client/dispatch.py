@@ -133,21 +133,27 @@ class OutputDispatch:
         if msg.scheduler_stats is not None:
             self._router.on_stats(msg.engine_index, msg.scheduler_stats)
         registry = self._registry
+        get = registry.get
+        dispatched = dropped = 0
         for out in msg.outputs:
-            entry = registry.get(out.request_id)
+            entry = get(out.request_id)
             if entry is None:  # ECP-OUT-9: finished, aborted or unknown
-                self._stats.outputs_dropped += 1
+                dropped += 1
                 continue
             sink = entry.sink
-            if out.finish_reason is not None:
+            finished = out.finish_reason is not None
+            if finished:
                 registry.take(out.request_id)
             if sink.dropped:  # waiting for its auto-abort: nobody listens
-                self._stats.outputs_dropped += 1
+                dropped += 1
                 continue
             sink.push(out)
-            self._stats.outputs_dispatched += 1
-            if out.finish_reason is not None:
+            dispatched += 1
+            if finished:
                 sink.end()
+        stats = self._stats
+        stats.outputs_dispatched += dispatched
+        stats.outputs_dropped += dropped
         if msg.finished_requests:
             for request_id in msg.finished_requests:
                 entry = registry.take(request_id)
