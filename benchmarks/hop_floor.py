@@ -12,6 +12,9 @@ Each is measured over ipc and tcp for:
 
 * ``floor`` -- bare pyzmq with the protocol's socket types (PULL / ROUTER) and a bare
   ``msgspec`` decoder (outputs) or encoder (ADDs), in a plain blocking loop;
+* ``floor+dispatch`` -- the floor plus the least a Python receiver does to hand outputs to
+  their streams (a dict lookup and an append per output, one take per stream per message): what
+  no Python client can go under;
 * ``ecp`` -- ``ecp.reference.client.EngineCoreClient`` (handshake, its protocol machine judging
   every message, registry, dispatch) delivering each output to one consumer task per stream
   (``async for``); ``ecp-push`` -- the same delivering to push-mode listeners
@@ -55,7 +58,9 @@ from typing import Any
 
 import msgspec
 
-RECEIVERS = ("floor", "ecp", "ecp-push", "vllm")
+RECEIVERS = ("floor", "floor+dispatch", "ecp", "ecp-push", "vllm")
+#: receivers that differ only in how outputs reach their streams: one ADD measurement each is enough
+OUTPUTS_ONLY = ("floor+dispatch", "ecp-push")
 CASES = ("1", "64", "256", "add")
 ENGINE_IDENTITY = (0).to_bytes(2, "little")
 ACK_TIMEOUT_MS = 60_000
@@ -170,17 +175,39 @@ def run_floor(args: argparse.Namespace, data: dict[str, Any]) -> None:
     pull.bind(args.output)
     _report({"bound": True, "ready": True})
     recv = pull.recv_multipart
+    deliver = _least_dispatch(streams) if args.role == "floor+dispatch" else None
     for phase, count in (("paced", args.paced), ("flat", args.messages)):
         cpu0 = _cpu()
         tokens = 0
         for _ in range(count):
             msg = decode(recv()[0])
-            tokens += len(msg.outputs)
+            tokens += len(msg.outputs) if deliver is None else deliver(msg)
             if phase == "paced":
                 acks.delivered(time.perf_counter_ns())
         assert tokens == count * streams
         if phase == "flat":
             acks.delivered(time.perf_counter_ns(), _cpu() - cpu0)
+
+
+def _least_dispatch(streams: int) -> Any:
+    """The least any Python receiver does to hand a message's outputs to their streams: one
+    dict lookup and one append per output, then each stream that got something takes it
+    (one call per stream per message). No check, no state, no counters."""
+    boxes: dict[str, list[Any]] = {output_id(i): [] for i in range(streams)}
+
+    def take(box: list[Any]) -> int:  # the stream's consumer
+        n = len(box)
+        box.clear()
+        return n
+
+    def deliver(msg: Any) -> int:
+        touched = {}
+        for out in msg.outputs:
+            box = boxes[out.request_id]
+            box.append(out)
+            touched[out.request_id] = box
+        return sum(take(box) for box in touched.values())
+    return deliver
 
 
 def _add_phases(args: argparse.Namespace, total: int) -> list[tuple[str, int, int]]:
@@ -574,7 +601,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 f.write(msgspec.msgpack.encode(data[case]))
             for transport in args.transports:
                 floor = None
-                for receiver in ["floor", *[r for r in receivers if r != "floor"]]:
+                for receiver in ["floor", *[r for r in receivers if r != "floor"
+                                            and not (case == "add" and r in OUTPUTS_ONLY)]]:
                     fig = measure(receiver, case, transport, data[case], frames_file, tmp, args)
                     if receiver == "floor":
                         floor = fig
@@ -600,12 +628,12 @@ def _peer_ok(peer: Path) -> bool:
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [f"# {platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}; "
              "ratios = receiver / floor (tokens/s: floor / receiver, i.e. how many times slower)",
-             f"{'case':<6} {'tr':<4} {'receiver':<9} | {'msg/s':>9} {'tok/s':>10} {'p50 us':>8} {'p99 us':>8} "
+             f"{'case':<6} {'tr':<4} {'receiver':<14} | {'msg/s':>9} {'tok/s':>10} {'p50 us':>8} {'p99 us':>8} "
              f"{'CPU us/tok':>10} | {'tok/s x':>7} {'p50 x':>6} {'p99 x':>6} {'CPU x':>6}"]
     for r in rows:
         q = r["ratios"]
         case = "ADD" if r["case"] == "add" else f"out{r['case']}"
-        lines.append(f"{case:<6} {r['transport']:<4} {r['receiver']:<9} | {r['messages_per_s']:>9.0f} "
+        lines.append(f"{case:<6} {r['transport']:<4} {r['receiver']:<14} | {r['messages_per_s']:>9.0f} "
                      f"{r['tokens_per_s']:>10.0f} {r['latency_p50_us']:>8.1f} {r['latency_p99_us']:>8.1f} "
                      f"{r['cpu_us_per_token']:>10.3f} | {q['tokens_per_s']:>6.2f}x {q['latency_p50']:>5.2f}x "
                      f"{q['latency_p99']:>5.2f}x {q['cpu_per_token']:>5.2f}x")
@@ -616,7 +644,8 @@ def _receiver_main(args: argparse.Namespace) -> None:
     with open(args.frames_file, "rb") as f:
         data = msgspec.msgpack.decode(f.read())
     data["frames"] = [[bytes(x) for x in fr] for fr in data["frames"]]
-    target = {"floor": run_floor, "ecp": run_ecp, "ecp-push": run_ecp, "vllm": run_vllm}[args.role]
+    target = {"floor": run_floor, "floor+dispatch": run_floor, "ecp": run_ecp, "ecp-push": run_ecp,
+              "vllm": run_vllm}[args.role]
     args.receiver = args.role
     if args.profile_out:
         import cProfile

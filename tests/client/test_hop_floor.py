@@ -9,11 +9,12 @@ import math
 
 def test_hop_floor_small_run_measures_every_receiver_against_its_floor(load_benchmark, tmp_path):
     bench = load_benchmark("hop_floor")
-    args = ["--cases", "1", "64", "add", "--transports", "ipc", "--receivers", "floor", "ecp", "ecp-push",
+    args = ["--cases", "1", "64", "add", "--transports", "ipc", "--receivers", "floor", "floor+dispatch", "ecp", "ecp-push",
             "--messages", "40", "--paced", "8", "--peer", str(tmp_path / "no-peer")]
     rows = bench.run(bench.parse_args(args))
     assert [(r["case"], r["receiver"]) for r in rows] == [
-        (c, r) for c in ("1", "64", "add") for r in ("floor", "ecp", "ecp-push")]
+        *((c, r) for c in ("1", "64") for r in ("floor", "floor+dispatch", "ecp", "ecp-push")),
+        ("add", "floor"), ("add", "ecp")]  # pushing and dispatching outputs play no part in an ADD
     frames = bench.build_frames(["1", "64", "add"], 48)
     for r in rows:
         per_message = frames[r["case"]]["tokens"]
@@ -23,7 +24,7 @@ def test_hop_floor_small_run_measures_every_receiver_against_its_floor(load_benc
         if r["receiver"] == "floor":
             assert all(math.isclose(v, 1.0) for v in r["ratios"].values() if not math.isnan(v))
     assert frames["64"]["tokens"] == 64 and frames["add"]["tokens"] > 0
-    assert "out64  ipc  ecp-push" in bench.table(rows)
+    assert "out64  ipc  ecp-push " in bench.table(rows)
 
 
 def test_hop_floor_frames_are_the_codec_benchmarks_steps(load_benchmark):
