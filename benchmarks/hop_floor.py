@@ -33,7 +33,9 @@ Figures per (case, transport, receiver): messages/s and tokens/s (output tokens;
 tokens for ADDs) over a flat-out run, per-message latency p50/p99 over a paced run (one message
 in flight: send time in the engine to delivery to the consumer on the same monotonic clock),
 and CPU per token (the measured process's CPU time, its ZeroMQ I/O threads included, over the
-flat-out run), then each as a ratio to the floor of the same case and transport.
+flat-out run), then each as a ratio to the floor of the same case and transport. Every receiver
+freezes its startup heap (``gc.freeze()``) before the first measured message, as a serving process
+does once it is up.
 
     python benchmarks/hop_floor.py                              # the table
     python benchmarks/hop_floor.py --messages 50 --paced 20 --cases 64 --transports ipc
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
@@ -116,6 +119,14 @@ def _cpu() -> float:
     return time.process_time()
 
 
+def _startup_done() -> None:
+    """Every receiver freezes its startup heap before the first measured message, as a serving
+    process does once it is up (``ecp serve``, vLLM's engine core): the collector's full passes
+    then scan only what the hop allocates, not the client and its streams."""
+    gc.collect()
+    gc.freeze()
+
+
 class _Acks:
     """The measured side of the ack socket (a PAIR to the orchestrator): delivery times back,
     go signals in. Plain (non-asyncio) sends: they cost every receiver the same."""
@@ -149,6 +160,7 @@ def run_floor(args: argparse.Namespace, data: dict[str, Any]) -> None:
         _report({"bound": True})
         identity, _ = router.recv_multipart()  # the engine's registration
         assert identity == ENGINE_IDENTITY
+        _startup_done()
         _report({"ready": True})
         send, add_type = router.send_multipart, frames[0][0]
         for phase, lo, hi in _add_phases(args, len(requests)):
@@ -176,6 +188,7 @@ def run_floor(args: argparse.Namespace, data: dict[str, Any]) -> None:
     _report({"bound": True, "ready": True})
     recv = pull.recv_multipart
     deliver = _least_dispatch(streams) if args.role == "floor+dispatch" else None
+    _startup_done()
     for phase, count in (("paced", args.paced), ("flat", args.messages)):
         cpu0 = _cpu()
         tokens = 0
@@ -239,6 +252,7 @@ async def _ecp_main(args: argparse.Namespace, data: dict[str, Any]) -> None:
     try:
         if args.case == "add":
             requests = [decode_input(f) for f in frames]
+            _startup_done()
             _report({"ready": True})
             keep = []  # a dropped stream is auto-aborted: hold them all
             for phase, lo, hi in _add_phases(args, len(requests)):
@@ -299,6 +313,7 @@ async def _ecp_main(args: argparse.Namespace, data: dict[str, Any]) -> None:
                     except Exception:
                         pass
                 s.listen(listener)
+        _startup_done()
         _report({"ready": True})
         await asyncio.wait_for(done, ACK_TIMEOUT_MS / 1000)
         for t in tasks:
@@ -333,6 +348,7 @@ async def _vllm_main(args: argparse.Namespace, data: dict[str, Any]) -> None:
         if args.case == "add":
             decode = MsgpackDecoder(VllmRequest).decode
             requests = [decode(f[1:]) for f in frames]
+            _startup_done()
             _report({"ready": True})
             for phase, lo, hi in _add_phases(args, len(requests)):
                 await acks.sock.recv()
@@ -377,6 +393,7 @@ async def _vllm_main(args: argparse.Namespace, data: dict[str, Any]) -> None:
 
         tasks = [asyncio.ensure_future(consume(q)) for q in queues.values()]
         tasks.append(asyncio.ensure_future(dispatch()))
+        _startup_done()
         _report({"ready": True})
         await asyncio.wait_for(done, ACK_TIMEOUT_MS / 1000)
         for t in tasks:
