@@ -490,7 +490,7 @@ def measure(receiver: str, case: str, transport: str, data: dict[str, Any], fram
     try:
         hello = rx.expect("bound")
         if receiver == "ecp" or receiver == "ecp-push":
-            io = _ecp_engine(ctx, hello["handshake"])
+            io = ecp_engine(ctx, hello["handshake"])
             dealer, push = io.sockets["input[0]"], io.sockets["output[0]"]
             sockets.append(io)
         else:
@@ -528,8 +528,9 @@ def measure(receiver: str, case: str, transport: str, data: dict[str, Any], fram
         ctx.term()
 
 
-def _ecp_engine(ctx: Any, handshake_address: str) -> Any:
-    """A raw-frame engine that registers through ecp's handshake (engine side of ``ecp.spec.peer``)."""
+def ecp_engine(ctx: Any, handshake_address: str, max_num_seqs: int = 1024) -> Any:
+    """A raw-frame engine's sockets (``EngineSockets``), registered with an ecp client through the
+    handshake (engine side of ``ecp.spec.peer``); ``max_num_seqs`` goes in its ready payload."""
     from ecp.spec import EngineCoreReadyResponse, Hello, Ready
     from ecp.spec.peer import EnginePeer
     from ecp.spec.peer.zmq_io import EngineSockets
@@ -539,7 +540,7 @@ def _ecp_engine(ctx: Any, handshake_address: str) -> Any:
                           max_model_len=1 << 20, num_gpu_blocks=1, block_size=16, dp_stats_address=None,
                           dtype="float32", vllm_version="0.33.0", world_size=1, data_parallel_size=1,
                           tensor_parallel_size=1, pipeline_parallel_size=1, decode_context_parallel_size=1,
-                          data_parallel_rank=0, max_num_seqs=1024, max_num_batched_tokens=8192,
+                          data_parallel_rank=0, max_num_seqs=max_num_seqs, max_num_batched_tokens=max(max_num_seqs, 8192),
                           instance_id="hop-floor", supports_lora=False, max_loras=0))
     io = EngineSockets(ctx, peer)
     io.handshake(handshake_address, 60.0)
