@@ -33,12 +33,13 @@ Figures per (case, transport, receiver): messages/s and tokens/s (output tokens;
 tokens for ADDs) over a flat-out run, per-message latency p50/p99 over a paced run (one message
 in flight: send time in the engine to delivery to the consumer on the same monotonic clock),
 and CPU per token (the measured process's CPU time, its ZeroMQ I/O threads included, over the
-flat-out run), then each as a ratio to the floor of the same case and transport. Every receiver
+flat-out run), each the median of ``--rounds`` alternating measurements, then each as a ratio
+to the floor of the same case and transport. Every receiver
 freezes its startup heap (``gc.freeze()``) before the first measured message, as a serving process
 does once it is up.
 
     python benchmarks/hop_floor.py                              # the table
-    python benchmarks/hop_floor.py --messages 50 --paced 20 --cases 64 --transports ipc
+    python benchmarks/hop_floor.py --messages 50 --paced 20 --cases 64 --transports ipc --rounds 1
     python benchmarks/hop_floor.py --profile ecp-push:256        # cProfile of that receiver
 """
 
@@ -605,6 +606,9 @@ def _figures(messages: int, tokens: int, seconds: float, cpu: float, latencies: 
             "cpu_us_per_token": cpu / tokens * 1e6}
 
 
+FIGURES = ("messages_per_s", "tokens_per_s", "latency_p50_us", "latency_p99_us", "cpu_us_per_token")
+
+
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     receivers = [r for r in args.receivers if r != "vllm" or _peer_ok(args.peer)]
     if "vllm" in args.receivers and "vllm" not in receivers:
@@ -617,24 +621,30 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             frames_file = f"{tmp}/frames-{case}.msgpack"
             with open(frames_file, "wb") as f:
                 f.write(msgspec.msgpack.encode(data[case]))
+            order = ["floor", *[r for r in receivers if r != "floor" and not (case == "add" and r in OUTPUTS_ONLY)]]
             for transport in args.transports:
-                floor = None
-                for receiver in ["floor", *[r for r in receivers if r != "floor"
-                                            and not (case == "add" and r in OUTPUTS_ONLY)]]:
-                    fig = measure(receiver, case, transport, data[case], frames_file, tmp, args)
-                    if receiver == "floor":
-                        floor = fig
-                    row = {"case": case, "transport": transport, "receiver": receiver, **fig}
-                    assert floor is not None
+                runs: dict[str, list[dict[str, Any]]] = {r: [] for r in order}
+                for rnd in range(args.rounds):
+                    # every round measures every receiver, in turn (reversed every other round),
+                    # so that a change in the machine's load reaches them alike
+                    for receiver in order if rnd % 2 == 0 else order[::-1]:
+                        fig = measure(receiver, case, transport, data[case], frames_file, tmp, args)
+                        if "profile" in fig:
+                            import pstats
+                            pstats.Stats(fig.pop("profile"), stream=sys.stderr).sort_stats("tottime").print_stats(25)
+                        runs[receiver].append(fig)
+                medians = {r: {k: statistics.median(f[k] for f in figs) for k in FIGURES}
+                           for r, figs in runs.items()}
+                floor = medians["floor"]
+                for receiver in order:
+                    fig = medians[receiver]
+                    row = {"case": case, "transport": transport, "receiver": receiver, "rounds": args.rounds,
+                           "messages": runs[receiver][0]["messages"], "tokens": runs[receiver][0]["tokens"], **fig}
                     row["ratios"] = {
                         "tokens_per_s": floor["tokens_per_s"] / fig["tokens_per_s"],
                         "latency_p50": fig["latency_p50_us"] / floor["latency_p50_us"],
                         "latency_p99": fig["latency_p99_us"] / floor["latency_p99_us"],
                         "cpu_per_token": fig["cpu_us_per_token"] / floor["cpu_us_per_token"]}
-                    if "profile" in fig:
-                        import pstats
-                        pstats.Stats(fig.pop("profile"), stream=sys.stderr).sort_stats("tottime").print_stats(25)
-                        row.pop("profile", None)
                     rows.append(row)
     return rows
 
@@ -644,7 +654,9 @@ def _peer_ok(peer: Path) -> bool:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = [f"# {platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+    rounds = rows[0]["rounds"] if rows else 0
+    lines = [f"# {platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, load average "
+             f"{os.getloadavg()[0]:.1f}; medians of {rounds} alternating rounds; "
              "ratios = receiver / floor (tokens/s: floor / receiver, i.e. how many times slower)",
              f"{'case':<6} {'tr':<4} {'receiver':<14} | {'msg/s':>9} {'tok/s':>10} {'p50 us':>8} {'p99 us':>8} "
              f"{'CPU us/tok':>10} | {'tok/s x':>7} {'p50 x':>6} {'p99 x':>6} {'CPU x':>6}"]
@@ -681,6 +693,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--receivers", nargs="+", choices=RECEIVERS, default=list(RECEIVERS))
     ap.add_argument("--messages", type=int, default=2000, help="messages in the flat-out run")
     ap.add_argument("--paced", type=int, default=300, help="messages in the paced (latency) run")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="measurements of each receiver, alternating; the table has their medians")
     ap.add_argument("--peer", type=Path, default=default_peer(), help="vLLM 0.33 peer directory")
     ap.add_argument("--profile", metavar="RECEIVER:CASE", help="cProfile that receiver (stderr)")
     ap.add_argument("--json", action="store_true")

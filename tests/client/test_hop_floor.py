@@ -10,7 +10,7 @@ import math
 def test_hop_floor_small_run_measures_every_receiver_against_its_floor(load_benchmark, tmp_path):
     bench = load_benchmark("hop_floor")
     args = ["--cases", "1", "64", "add", "--transports", "ipc", "--receivers", "floor", "floor+dispatch", "ecp", "ecp-push",
-            "--messages", "40", "--paced", "8", "--peer", str(tmp_path / "no-peer")]
+            "--messages", "40", "--paced", "8", "--rounds", "2", "--peer", str(tmp_path / "no-peer")]
     rows = bench.run(bench.parse_args(args))
     assert [(r["case"], r["receiver"]) for r in rows] == [
         *((c, r) for c in ("1", "64") for r in ("floor", "floor+dispatch", "ecp", "ecp-push")),
@@ -18,7 +18,7 @@ def test_hop_floor_small_run_measures_every_receiver_against_its_floor(load_benc
     frames = bench.build_frames(["1", "64", "add"], 48)
     for r in rows:
         per_message = frames[r["case"]]["tokens"]
-        assert r["messages"] == 40 and r["tokens"] == 40 * per_message
+        assert r["messages"] == 40 and r["tokens"] == 40 * per_message and r["rounds"] == 2
         assert r["tokens_per_s"] > 0 and r["cpu_us_per_token"] >= 0
         assert r["latency_p50_us"] > 0 and r["latency_p99_us"] >= r["latency_p50_us"]
         if r["receiver"] == "floor":
