@@ -76,8 +76,9 @@ class OutputDispatch:
             except zmq.Again:
                 self._taken_at = loop.time()
                 self._flush_listeners()
+                # (yielded_at stays: the first frame after a wait of a slice or more is
+                # flushed at once, as a lone step's should be)
                 await sock.poll(flags=zmq.POLLIN)
-                yielded_at = loop.time()
                 continue
             self.last_output_at = loop.time()
             self.on_frames(frames)
