@@ -26,25 +26,18 @@ import time
 
 # ------------------------------------------------------------------ synthetic engine (own process)
 def _engine_main(handshake_address: str, mode: str, n: int, steps: int, tokens: int, conn) -> None:
+    import sys
+    from pathlib import Path
+
     import zmq
 
-    from ecp.spec import (
-        EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest, FinishReason,
-        Hello, Ready, decode_input, encode_outputs,
-    )
-    from ecp.spec.peer import EnginePeer
-    from ecp.spec.peer.zmq_io import EngineSockets
+    from ecp.spec import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason, decode_input, encode_outputs
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from hop_floor import ecp_engine  # one raw-frame engine for the client benchmarks
 
     ctx = zmq.Context()
-    peer = EnginePeer(0, hello=Hello(local=True, headless=False), ready=Ready(local=True, headless=False),
-                      payload=EngineCoreReadyResponse(
-                          max_model_len=1 << 20, num_gpu_blocks=1, block_size=16, dp_stats_address=None,
-                          dtype="float32", vllm_version="0.33.0", world_size=1, data_parallel_size=1,
-                          tensor_parallel_size=1, pipeline_parallel_size=1, decode_context_parallel_size=1,
-                          data_parallel_rank=0, max_num_seqs=n, max_num_batched_tokens=n, instance_id="bench",
-                          supports_lora=False, max_loras=0))
-    io = EngineSockets(ctx, peer)
-    io.handshake(handshake_address, 60.0)
+    io = ecp_engine(ctx, handshake_address, max_num_seqs=n)
     dealer, push = io.sockets["input[0]"], io.sockets["output[0]"]
 
     ids = []

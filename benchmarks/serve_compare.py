@@ -21,12 +21,16 @@ output tok/s, TTFT p50 / p99 and ITL p50 / p99 per frontend, and the CPU the
 frontend's processes used during the load (cores = CPU seconds / duration;
 µs of frontend CPU per output token: what one token costs the frontend,
 whatever the number of cores), then ``ecp serve``'s ratio to each other
-frontend measured in the same run (tok/s: higher is better; latencies:
-``ecp / other``, lower is better).
+frontend measured in the same round with the same generator (tok/s: higher is
+better; latencies: ``ecp / other``, lower is better), and whether the serving
+targets against vllm-rs hold in each round (``TARGETS``). ``--rounds N`` runs
+every frontend N times, one after the other per round, so that the two sides
+of each ratio see the same load on a shared machine.
 
     python benchmarks/serve_compare.py                      # step 0 and 10 ms, c=256, 1,024 requests
     python benchmarks/serve_compare.py --frontends ecp --step-time-ms 0 -c 4 -n 16 --output-len 8
     python benchmarks/serve_compare.py --ecp-api-servers 1 2            # ecp serve with 1, then 2 API servers
+    python benchmarks/serve_compare.py --frontends vllm-rs ecp --step-time-ms 0 --generator both --rounds 3
 
 Exit status: 0 when every run completed with no failed request, 1 otherwise.
 """
@@ -224,27 +228,55 @@ def table(rows: list[dict]) -> str:
             continue
         out.append(f"{lead} {_f(r['output_tok_s'], 0)} | {_f(r['ttft_p50'])} / {_f(r.get('ttft_p99'))} ms | "
                    f"{_f(r['itl_p50'], 2)} / {_f(r['itl_p99'], 1)} ms | {cpu_cell(r)} |")
-    ratios = []
-    first_gen = rows[0].get("generator") if rows else None
+    ratios, verdicts = [], []
+    generators = list(dict.fromkeys(r.get("generator") for r in rows))
+    rounds = sorted({r.get("round", 0) for r in rows})
     for step in sorted({r["step_ms"] for r in rows}):
-        # ratios between frontends use one generator (the first), never across generators
-        by = {r["frontend"]: r for r in rows
-              if r["step_ms"] == step and "error" not in r and r.get("generator") == first_gen}
-        for kind in sorted(k for k in by if k.startswith("ecp")):
-            ours = by[kind]
-            for other in ("vllm-rs", "vllm"):
-                o = by.get(other)
-                if o is None:
-                    continue
-                name = "ecp" if kind == "ecp" else f"ecp ×{kind.partition(':')[2]}"
-                ratios.append(f"| {step:g} ms | {name} / {LABELS[other]} | "
-                              f"{ratio(ours['output_tok_s'], o['output_tok_s'])} | "
-                              f"{ratio(ours['ttft_p50'], o['ttft_p50'])} | "
-                              f"{ratio(ours['itl_p50'], o['itl_p50'])} / {ratio(ours['itl_p99'], o['itl_p99'])} |")
+        for rnd in rounds:
+            for gen in generators:
+                # ratios between frontends within one round and one generator: the runs side by side
+                by = {r["frontend"]: r for r in rows if r["step_ms"] == step and "error" not in r
+                      and r.get("generator") == gen and r.get("round", 0) == rnd}
+                where = ", ".join(([f"round {rnd + 1}"] if len(rounds) > 1 else [])
+                                  + ([str(gen)] if len(generators) > 1 else []))
+                for kind in sorted(k for k in by if k.startswith("ecp")):
+                    ours = by[kind]
+                    for other in ("vllm-rs", "vllm"):
+                        o = by.get(other)
+                        if o is None:
+                            continue
+                        name = "ecp" if kind == "ecp" else f"ecp ×{kind.partition(':')[2]}"
+                        name += f" / {LABELS[other]}" + (f" ({where})" if where else "")
+                        ratios.append(f"| {step:g} ms | {name} | "
+                                      f"{ratio(ours['output_tok_s'], o['output_tok_s'])} | "
+                                      f"{ratio(ours['ttft_p50'], o['ttft_p50'])} | "
+                                      f"{ratio(ours['itl_p50'], o['itl_p50'])} / "
+                                      f"{ratio(ours['itl_p99'], o['itl_p99'])} |")
+                        if other == "vllm-rs":
+                            verdicts.append(f"| {step:g} ms | {name} | {target_verdict(ours, o)} |")
     if ratios:
         out += ["", "| engine step | ratio | output tok/s | TTFT p50 | ITL p50 / p99 |", "|---|---|---:|---:|---|",
                 *ratios]
+    if verdicts:
+        out += ["", "Targets against vllm-rs (" + ", ".join(t[2] for t in TARGETS) + "):", "",
+                "| engine step | runs | verdict |", "|---|---|---|", *verdicts]
     return "\n".join(out)
+
+
+#: The serving targets against vllm-rs: (metric, holds(ecp / vllm-rs), text).
+TARGETS = (("output_tok_s", lambda q: q >= 1.0, "tok/s ≥ 1.0×"),
+           ("ttft_p50", lambda q: q <= 1.25, "TTFT p50 ≤ 1.25×"),
+           ("itl_p99", lambda q: q <= 1.0, "ITL p99 ≤ 1.0×"))
+
+
+def target_verdict(ours: dict, rs: dict) -> str:
+    """``met`` or the targets that failed, for one side-by-side pair of runs."""
+    failed = []
+    for key, holds, text in TARGETS:
+        a, b = ours.get(key), rs.get(key)
+        if a is None or not b or not holds(a / b):
+            failed.append(f"{text}: {ratio(a, b)}")
+    return "met" if not failed else "not met (" + "; ".join(failed) + ")"
 
 
 AGREEMENT_METRICS = (("output_tok_s", "output tok/s"), ("ttft_p50", "TTFT p50"), ("ttft_p99", "TTFT p99"),
@@ -294,14 +326,17 @@ def main(argv: list[str] | None = None) -> int:
                          "frontend is loaded by vllm-rs bench serve, then by ecp bench serve (do they agree?)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="load each frontend this many times with the generator(s), alternating (run-to-run spread)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run every frontend (one after the other) this many times, each round side by side, "
+                         "with its own ratios and target verdicts (the machine's load changes between rounds)")
     ap.add_argument("--start-timeout", type=float, default=180.0, help="seconds for a frontend to serve")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds for one load run")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
     args = ap.parse_args(argv)
 
     have_peer = peer_ready(args.peer)
-    if args.repeat < 1:
-        ap.error("--repeat must be at least 1")
+    if args.repeat < 1 or args.rounds < 1:
+        ap.error("--repeat and --rounds must be at least 1")
     if any(n < 1 for n in args.ecp_api_servers):
         ap.error("--ecp-api-servers values must be at least 1")
     frontends = [f for f in args.frontends if f == "ecp" or have_peer]
@@ -319,12 +354,14 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     kinds = [k for f in frontends for k in ([f"ecp:{n}" if n != 1 else "ecp" for n in args.ecp_api_servers]
                                             if f == "ecp" else [f])]
-    for step in args.step_time_ms:
-        for kind in kinds:
-            for r in run_one(kind, step, args, rs, gens):
-                rows.append(r)
-                print(f"  step {step:g} ms {kind} ({r.get('generator')}): "
-                      f"{r.get('error') or _f(r.get('output_tok_s'), 0) + ' tok/s'}", file=sys.stderr)
+    for rnd in range(args.rounds):
+        for step in args.step_time_ms:
+            for kind in kinds:
+                for r in run_one(kind, step, args, rs, gens):
+                    r["round"] = rnd
+                    rows.append(r)
+                    print(f"  round {rnd + 1} step {step:g} ms {kind} ({r.get('generator')}): "
+                          f"{r.get('error') or _f(r.get('output_tok_s'), 0) + ' tok/s'}", file=sys.stderr)
     print(f"serve_compare: load average after {os.getloadavg()[0]:.2f}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows, indent=1))

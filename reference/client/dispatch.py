@@ -55,34 +55,66 @@ class OutputDispatch:
         #: listened-to streams with something new, and whether a flush of them is scheduled
         self._listeners_due: dict[StreamSink, None] = {}
         self._listener_flush_scheduled = False
+        #: the output socket without asyncio's futures (set by :meth:`run`), and the loop time
+        #: the queued frames were last taken (by the output loop or :meth:`catch_up`)
+        self._recv_queued: Callable[[int], list[bytes]] | None = None
+        self._taken_at = 0.0
 
     async def run(self, sock: zmq.asyncio.Socket) -> None:
         """Read ``sock`` (the output PULL) until cancelled."""
-        # The same zmq socket without asyncio's futures: frames already queued are taken with
-        # a plain non-blocking read, which costs a fraction of an awaited one (a future, event
-        # registration and flag arithmetic per frame); only an empty socket is awaited.
-        recv_queued = zmq.Socket.shadow(sock.underlying).recv_multipart
+        # The same zmq socket without asyncio's futures: queued frames are taken with a plain
+        # non-blocking read, which costs a fraction of an awaited one (a future, event
+        # registration and flag arithmetic per frame). An empty socket is awaited for
+        # readability only (poll), never with a read: a frame read into a future would wait
+        # there for this task while catch_up() took the frames behind it, out of order.
+        recv_queued = self._recv_queued = zmq.Socket.shadow(sock.underlying).recv_multipart
         loop = asyncio.get_running_loop()
         yielded_at = loop.time()
         while True:
-            frames = await sock.recv_multipart()
-            while True:
-                self.last_output_at = loop.time()
-                self.on_frames(frames)
-                # A backlog would otherwise be drained in one go while the streams it woke and
-                # new requests wait (every token of a request then reaches its client in one
-                # write). Yield after OUTPUT_SLICE_S of back-to-back frames: streams flush and
-                # requests are admitted at least that often, and a deep backlog is still taken a
-                # few steps at a time, which each stream then writes as one delta.
-                if self.last_output_at - yielded_at >= OUTPUT_SLICE_S:
-                    self._flush_listeners()
-                    await asyncio.sleep(0)
-                    yielded_at = loop.time()
-                try:
-                    frames = recv_queued(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-            self._flush_listeners()
+            try:
+                frames = recv_queued(zmq.NOBLOCK)
+            except zmq.Again:
+                self._taken_at = loop.time()
+                self._flush_listeners()
+                # (yielded_at stays: the first frame after a wait of a slice or more is
+                # flushed at once, as a lone step's should be)
+                await sock.poll(flags=zmq.POLLIN)
+                continue
+            self.last_output_at = loop.time()
+            self.on_frames(frames)
+            # A backlog would otherwise be drained in one go while the streams it woke and new
+            # requests wait (every token of a request then reaches its client in one write).
+            # Yield after OUTPUT_SLICE_S of back-to-back frames: streams flush and requests are
+            # admitted at least that often, and a deep backlog is still taken a few steps at a
+            # time, which each stream then writes as one delta.
+            if self.last_output_at - yielded_at >= OUTPUT_SLICE_S:
+                self._taken_at = self.last_output_at
+                self._flush_listeners()
+                await asyncio.sleep(0)
+                yielded_at = loop.time()
+
+    def catch_up(self, now: float) -> None:
+        """Take the output frames already queued if nothing took them for ``OUTPUT_SLICE_S``
+        (``now``: the loop's time). The client calls it after each ADD: a wave of requests
+        admitted in one event-loop turn (each handler runs to its send without suspending)
+        would otherwise hold the outputs of the requests admitted first, their first tokens
+        included, until the whole wave is in; with it they reach their streams every
+        ``OUTPUT_SLICE_S`` while the wave is admitted. One slice at most per call."""
+        recv_queued = self._recv_queued
+        if recv_queued is None or now - self._taken_at < OUTPUT_SLICE_S:
+            return
+        self._taken_at = now
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                frames = recv_queued(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            self.last_output_at = loop.time()
+            self.on_frames(frames)
+            if self.last_output_at - now >= OUTPUT_SLICE_S:
+                break
+        self._flush_listeners()
 
     # Push-mode streams (RequestStream.listen): their listeners run once per slice of frames,
     # with everything that slice brought, instead of one task wake-up per output.
@@ -133,21 +165,27 @@ class OutputDispatch:
         if msg.scheduler_stats is not None:
             self._router.on_stats(msg.engine_index, msg.scheduler_stats)
         registry = self._registry
+        get = registry.get
+        dispatched = dropped = 0
         for out in msg.outputs:
-            entry = registry.get(out.request_id)
+            entry = get(out.request_id)
             if entry is None:  # ECP-OUT-9: finished, aborted or unknown
-                self._stats.outputs_dropped += 1
+                dropped += 1
                 continue
             sink = entry.sink
-            if out.finish_reason is not None:
+            finished = out.finish_reason is not None
+            if finished:
                 registry.take(out.request_id)
             if sink.dropped:  # waiting for its auto-abort: nobody listens
-                self._stats.outputs_dropped += 1
+                dropped += 1
                 continue
             sink.push(out)
-            self._stats.outputs_dispatched += 1
-            if out.finish_reason is not None:
+            dispatched += 1
+            if finished:
                 sink.end()
+        stats = self._stats
+        stats.outputs_dispatched += dispatched
+        stats.outputs_dropped += dropped
         if msg.finished_requests:
             for request_id in msg.finished_requests:
                 entry = registry.take(request_id)

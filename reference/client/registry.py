@@ -31,6 +31,9 @@ class RequestRegistry(Generic[S]):
     def __init__(self, ranks: tuple[int, ...] = ()) -> None:
         self._entries: dict[str, InFlight[S]] = {}
         self._per_engine: dict[int, int] = {r: 0 for r in ranks}
+        #: ``get(request_id) -> InFlight | None``: the dict's own lookup, one C call per output
+        #: in the output loop (a method around it is a Python frame per output)
+        self.get = self._entries.get
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -49,9 +52,6 @@ class RequestRegistry(Generic[S]):
         self._entries[request_id] = entry
         self._per_engine[engine_rank] = self._per_engine.get(engine_rank, 0) + 1
         return entry
-
-    def get(self, request_id: str) -> InFlight[S] | None:
-        return self._entries.get(request_id)
 
     def take(self, request_id: str) -> InFlight[S] | None:
         """Remove and return the request if still in flight, else ``None``."""

@@ -38,7 +38,12 @@ class StreamSink:
 
     def push(self, output: EngineCoreOutput) -> None:
         self.items.append(output)
-        self._wake()
+        # _wake, inline: this runs once per output in the output loop
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        if self.listener is not None and self.notify is not None:
+            self.notify(self)
 
     def end(self, error: BaseException | None = None) -> None:
         """End the stream (after the queued outputs), optionally with an error. Idempotent."""

@@ -4,7 +4,7 @@ import asyncio
 import time
 
 from ecp.spec import EngineCoreRequest, FinishReason, SamplingParams
-from ecp_client_testkit import run, start_client, stop, token_output
+from ecp_client_testkit import run, start_client, stop, token_output, until
 
 
 def req(rid: str) -> EngineCoreRequest:
@@ -66,3 +66,41 @@ def test_a_listener_sees_the_client_fail_and_take_nowait_raises_it():
 
     run(main())
 
+
+
+def test_an_add_in_a_wave_takes_the_outputs_queued_behind_it_in_order():
+    """A wave of ADDs runs in one event-loop turn (no add suspends); the outputs that arrive
+    meanwhile reach their streams from the add once OUTPUT_SLICE_S has passed since the output
+    loop last took any (dispatch.catch_up), not after the whole wave, and in order."""
+    import zmq
+
+    from ecp.reference.client.dispatch import OUTPUT_SLICE_S
+    from ecp.spec import EngineCoreOutputs, encode_outputs
+
+    async def main():
+        client, (engine,) = await start_client(1)
+        try:
+            first = await client.add(req("a"))
+            await engine.recv()
+            taken = []
+            first.listen(lambda: taken.extend(o.new_token_ids[0] for o in first.take_nowait()))
+            push = zmq.Socket.shadow(engine.push.underlying)
+            queued = zmq.Socket.shadow(client._output.underlying)
+            loop = asyncio.get_running_loop()
+            # from here on nothing yields to the event loop until the wave is in
+            for t in (1, 2, 3):
+                push.send_multipart(encode_outputs(EngineCoreOutputs(outputs=[token_output("a", [t])])))
+            assert queued.poll(5000, zmq.POLLIN)  # at the client's socket, and no loop turn since
+            wave = [await client.add(req(f"w{i}")) for i in range(3)]
+            start = loop.time()
+            while loop.time() - start < 2 * OUTPUT_SLICE_S:  # a longer wave (bounded: the loop's clock)
+                pass
+            wave.append(await client.add(req("w3")))
+            assert taken == [1, 2, 3]  # taken by that add, before the wave yielded
+            await engine.send_outputs(token_output("a", [4]))
+            await until(lambda: taken == [1, 2, 3, 4])  # the output loop goes on behind them
+            assert len(await engine.recv_n(4)) == 4
+        finally:
+            await stop(client, [engine])
+
+    run(main())

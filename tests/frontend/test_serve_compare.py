@@ -74,3 +74,21 @@ def test_tree_cpu_seconds_counts_the_descendants():
         subprocess.run(["pkill", "-P", str(wrapper.pid)], check=False)
         wrapper.kill()
         wrapper.wait(10)
+
+
+def test_serve_compare_judges_the_targets_per_round_and_generator(load_benchmark):
+    """Each round's runs are compared side by side, per generator, and the vllm-rs targets
+    (tok/s >= 1.0x, TTFT p50 <= 1.25x, ITL p99 <= 1.0x) are judged per pair."""
+    compare = load_benchmark("serve_compare")
+    rows = [{"frontend": f, "step_ms": 0.0, "round": rnd, "generator": g, "output_tok_s": tok, "ttft_p50": ttft,
+             "itl_p50": 1.0, "itl_p99": itl}
+            for rnd, g, f, tok, ttft, itl in (
+                (0, "vllm-rs bench serve", "vllm-rs", 100.0, 40.0, 10.0), (0, "vllm-rs bench serve", "ecp", 110.0, 48.0, 9.0),
+                (1, "vllm-rs bench serve", "vllm-rs", 100.0, 40.0, 10.0), (1, "vllm-rs bench serve", "ecp", 110.0, 52.0, 9.0),
+                (1, "ecp bench serve", "vllm-rs", 100.0, 40.0, 10.0), (1, "ecp bench serve", "ecp", 90.0, 40.0, 11.0))]
+    text = compare.table(rows)
+    assert "| 0 ms | ecp / vllm-rs (Rust) (round 1, vllm-rs bench serve) | 1.10× | 1.20× | 1.00× / 0.90× |" in text
+    assert "| 0 ms | ecp / vllm-rs (Rust) (round 1, vllm-rs bench serve) | met |" in text
+    assert "| 0 ms | ecp / vllm-rs (Rust) (round 2, vllm-rs bench serve) | not met (TTFT p50 ≤ 1.25×: 1.30×) |" in text
+    assert ("| 0 ms | ecp / vllm-rs (Rust) (round 2, ecp bench serve) | "
+            "not met (tok/s ≥ 1.0×: 0.90×; ITL p99 ≤ 1.0×: 1.10×) |") in text
