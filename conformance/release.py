@@ -41,6 +41,9 @@ class ReleaseWatch:
     def __init__(self, role: str) -> None:
         self.role = role
         self.fingerprint = Fingerprint()
+        # build the releases' profiles now, not inside the first frame a case records (a cost
+        # there would be taken for the peer's answer time, which sets the case budgets)
+        self.fingerprint.profiles()
         self._lock = threading.Lock()  # frontend-role engines record from their own thread
 
     def observe(self, direction: str, channel: str, frames: Sequence[bytes]) -> None:

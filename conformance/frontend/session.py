@@ -420,6 +420,7 @@ class FrontendManager:
         #: id(engine) -> how many violations it had recorded when the case began (the shared launch)
         self._violation_marks: dict[int, int] = {}
         self.deadline: float | None = None
+        self._deadline_budget_s: float | None = None
         #: burst size -> result, shared by a burst's exact-ids and coalescing cases
         self.bursts: dict[int, Any] = {}
         #: the longest time a launch of this run took from its last engine's READY to GET /health 200
@@ -433,7 +434,7 @@ class FrontendManager:
         ``case_timeout_s`` from now; time spent launching frontends extends it.
         """
         if self.deadline is None:
-            self.deadline = time.monotonic() + self.case_budget()
+            self.set_deadline(time.monotonic() + self.case_budget())
         return self.loop.run(body(self), self._case_deadline, "the case")
 
     def _case_deadline(self) -> float:
@@ -445,6 +446,8 @@ class FrontendManager:
     def set_deadline(self, deadline: float | None) -> None:
         """Called by the plugin when a case body starts (its time budget)."""
         self.deadline = deadline
+        #: the budget that deadline grants; grows with the pace measured during the case
+        self._deadline_budget_s = None if deadline is None else deadline - time.monotonic()
 
     def case_budget(self) -> float:
         """The time budget of the case about to run (:mod:`ecp.conformance.pace`)."""
@@ -477,6 +480,12 @@ class FrontendManager:
             self.pace.note_response(fut.probe_s)
         # the start-up budget in force for every later launch and for the cases' own handshake waits
         self.cfg.startup_timeout_s = self.pace.startup_budget()
+        # a case whose own launch measured the pace gets the budget that pace sets, as later cases
+        # do: its deadline was fixed before the measurement, its requests' timeout is set after it
+        budget = self.case_budget()
+        if self.deadline is not None and self._deadline_budget_s is not None and budget > self._deadline_budget_s:
+            self.deadline += budget - self._deadline_budget_s
+            self._deadline_budget_s = budget
         fut.driver.set_timeout(self.case_budget() * REQUEST_SHARE)
 
     async def _watch_start(self, fut: FrontendUnderTest, record: LaunchRecord, started: float) -> None:
@@ -608,6 +617,7 @@ class FrontendManager:
     def begin_case(self) -> None:
         """Called by the plugin before each case: no deadline yet, nothing touched."""
         self.deadline = None
+        self._deadline_budget_s = None
         self.touched = []
         shared = self._shared
         self._violation_marks = {id(e): len(e.violations) for e in shared.engines} if shared else {}

@@ -123,11 +123,12 @@ class Fingerprint:
     _facts: dict[str, Callable[[Layout], bool]] = field(default_factory=dict)
     _calls: dict[int, str] = field(default_factory=dict)
 
-    def _profiles(self) -> list[Profile]:
+    def profiles(self) -> list[Profile]:
+        """The candidate releases' profiles (built once per process, then cached)."""
         return [shipped_profile(r) for r in self.releases]
 
     def _newest(self) -> Layout:
-        return self._profiles()[-1].layout
+        return self.profiles()[-1].layout
 
     def add(self, fact: str, fits: Callable[[Layout], bool]) -> None:
         """Record one fact: its wording and which layouts it fits."""
@@ -224,7 +225,7 @@ class Fingerprint:
 
     # ------------------------------------------------------------------ verdict
     def verdict(self) -> Verdict:
-        profiles = self._profiles()
+        profiles = self.profiles()
         facts = {text: [p.release for p in profiles if fits(p.layout)] for text, fits in self._facts.items()}
         if not facts:
             return Verdict([], {})
