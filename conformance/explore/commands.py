@@ -1,4 +1,4 @@
-"""``ecp conformance explore engine`` and ``ecp conformance replay``."""
+"""``ecp conformance explore engine|frontend`` and ``ecp conformance replay``."""
 
 from __future__ import annotations
 
@@ -31,27 +31,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     ex.set_defaults(func=lambda a: (ex.print_help(), 2)[1])
     eng = roles.add_parser("engine", help="explore an engine: the harness plays the frontend",
                            description=ex.description)
-    eng.add_argument("--budget", type=parse_time, default=600.0, metavar="TIME",
-                     help="exploration time, shrinking not counted (600s; e.g. 90s, 2m)")
-    eng.add_argument("--seed", type=int, default=0, help="seed of the first session; session k uses SEED+k (0)")
-    eng.add_argument("--engine-count", type=int, default=1, help="most engines (DP ranks) per launch (1)")
+    _common_options(eng, engines_help="most engines (DP ranks) per launch (1)", max_steps=24)
     eng.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
-    eng.add_argument("--max-steps", type=int, default=24, help="most steps per session (24)")
-    eng.add_argument("--out", type=Path, default=Path("explore-findings"), metavar="DIR",
-                     help="where reproducer files go (./explore-findings)")
-    eng.add_argument("--shrink-budget", type=parse_time, default=300.0, metavar="TIME",
-                     help="time per finding for shrinking (300s)")
-    eng.add_argument("--shrink-runs", type=int, default=200, help="most replays per finding for shrinking (200)")
-    eng.add_argument("--step-timeout", type=parse_time, default=10.0, metavar="TIME",
-                     help="how long a wait step, a state-changing call or the end of a session may go "
-                          "without any output from the engine (10s)")
-    eng.add_argument("--startup-timeout", type=parse_time, default=60.0, metavar="TIME",
-                     help="handshake budget per launch (60s)")
-    eng.add_argument("--max-findings", type=int, default=None, help="stop after this many distinct findings")
     eng.add_argument("--no-malformed", action="store_true",
                      help="leave out the steps that send a malformed input message (only legal traffic)")
     eng.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the engine")
     eng.set_defaults(func=_explore_engine)
+
+    fe = roles.add_parser(
+        "frontend", help="explore a frontend: the harness plays its engines and its HTTP clients",
+        description="Draw random sessions of concurrent HTTP requests (completions and chat, streaming or not, "
+                    "varied parameters), streams dropped right after their head or their first event, explicit "
+                    "aborts and utility routes, against scripted engines whose timing and output forms vary; play "
+                    "each against a fresh launch of COMMAND (placeholders as for 'ecp conformance frontend': "
+                    "{handshake_port}, {handshake_address}, {http_port}, {engine_count}); judge every frame the "
+                    "frontend sends with the engines' protocol machines and each session's history, and shrink "
+                    "each new finding to a reproducer file. Exit 0 no finding, 1 findings, 2 harness or usage error.")
+    _common_options(fe, engines_help="most scripted engines per launch (1)", max_steps=16)
+    fe.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the frontend")
+    fe.set_defaults(func=_explore_frontend)
 
     rp = sub.add_parser(
         "replay", help="re-run an explorer reproducer file",
@@ -62,6 +60,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     _replay_options(rp)
     rp.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... (default: the file's)")
     rp.set_defaults(func=_replay)
+
+
+def _common_options(p: argparse.ArgumentParser, *, engines_help: str, max_steps: int) -> None:
+    """The options both roles of ``explore`` take."""
+    p.add_argument("--budget", type=parse_time, default=600.0, metavar="TIME",
+                   help="exploration time, shrinking not counted (600s; e.g. 90s, 2m)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the first session; session k uses SEED+k (0)")
+    p.add_argument("--engine-count", type=int, default=1, help=engines_help)
+    p.add_argument("--max-steps", type=int, default=max_steps, help=f"most steps per session ({max_steps})")
+    p.add_argument("--out", type=Path, default=Path("explore-findings"), metavar="DIR",
+                   help="where reproducer files go (./explore-findings)")
+    p.add_argument("--shrink-budget", type=parse_time, default=300.0, metavar="TIME",
+                   help="time per finding for shrinking (300s)")
+    p.add_argument("--shrink-runs", type=int, default=200, help="most replays per finding for shrinking (200)")
+    p.add_argument("--step-timeout", type=parse_time, default=10.0, metavar="TIME",
+                   help="how long a wait step, a state-changing call or the end of a session may go "
+                        "without any output from the peer (10s)")
+    p.add_argument("--startup-timeout", type=parse_time, default=60.0, metavar="TIME",
+                   help="handshake budget per launch (60s)")
+    p.add_argument("--max-findings", type=int, default=None, help="stop after this many distinct findings")
 
 
 def _replay_options(parser: argparse.ArgumentParser) -> None:
@@ -92,26 +110,33 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def _explore_engine(args: argparse.Namespace) -> int:
+    return _explore(args, "engine", transport=args.transport, malformed=not args.no_malformed)
+
+
+def _explore_frontend(args: argparse.Namespace) -> int:
+    return _explore(args, "frontend")
+
+
+def _explore(args: argparse.Namespace, role: str, **extra) -> int:
     from .execute import LaunchFailed
     from .run import ExploreOptions, explore
 
+    name = f"ecp conformance explore {role}"
     command = _command(args)
     if not command:
-        print("ecp conformance explore engine: give -- COMMAND ... that starts the engine", file=sys.stderr)
+        print(f"{name}: give -- COMMAND ... that starts the {role}", file=sys.stderr)
         return 2
     if args.engine_count < 1 or args.max_steps < 1 or args.shrink_runs < 0:
-        print("ecp conformance explore engine: --engine-count and --max-steps must be >= 1, --shrink-runs >= 0",
-              file=sys.stderr)
+        print(f"{name}: --engine-count and --max-steps must be >= 1, --shrink-runs >= 0", file=sys.stderr)
         return 2
-    opts = ExploreOptions(command=command, engine_count=args.engine_count, transport=args.transport,
-                          budget_s=args.budget, seed=args.seed, max_steps=args.max_steps, out_dir=args.out,
-                          shrink_runs=args.shrink_runs, shrink_s=args.shrink_budget,
-                          step_timeout_s=args.step_timeout, startup_timeout_s=args.startup_timeout,
-                          max_findings=args.max_findings, malformed=not args.no_malformed)
+    opts = ExploreOptions(command=command, role=role, engine_count=args.engine_count, budget_s=args.budget,
+                          seed=args.seed, max_steps=args.max_steps, out_dir=args.out, shrink_runs=args.shrink_runs,
+                          shrink_s=args.shrink_budget, step_timeout_s=args.step_timeout,
+                          startup_timeout_s=args.startup_timeout, max_findings=args.max_findings, **extra)
     try:
         report = explore(opts, say=lambda line: print(line, flush=True))
     except LaunchFailed as exc:
-        print(f"ecp conformance explore engine: the engine did not come up: {exc}", file=sys.stderr)
+        print(f"{name}: the {role} did not come up: {exc}", file=sys.stderr)
         return 2
     print(f"\n{report.sessions} session(s), {report.messages} message(s) judged in {report.elapsed_s:.1f}s; "
           f"{len(report.findings)} finding(s)")
@@ -129,7 +154,7 @@ def _replay(args: argparse.Namespace) -> int:
 
     from .execute import LaunchFailed
     from .reproducer import ReproducerError, read
-    from .run import ExploreOptions, Runner
+    from .run import ExploreOptions, runner_for
     from .session import describe
 
     try:
@@ -145,18 +170,19 @@ def _replay(args: argparse.Namespace) -> int:
     print(f"replaying {args.file}: {doc['clause']} ({len(session.steps)} step(s), {session.topology})")
     for step in session.steps:
         print(f"  {describe(step)}")
-    opts = ExploreOptions(command=command, engine_count=max(session.topology.engines, int(doc.get("engine_count", 1))),
+    opts = ExploreOptions(command=command, role=doc["role"],
+                          engine_count=max(session.topology.engines, int(doc.get("engine_count", 1))),
                           transport=doc.get("transport", "ipc"), step_timeout_s=args.step_timeout,
                           startup_timeout_s=args.startup_timeout)
     shown = 0
     with tempfile.TemporaryDirectory(prefix="ecp-replay-") as workdir:
-        runner = Runner(opts, workdir)
+        runner = runner_for(opts, workdir)
         try:
             for run in range(1, args.runs + 1):
                 try:
                     result = runner.play(session)
                 except LaunchFailed as exc:
-                    print(f"ecp conformance replay: the engine did not come up: {exc}", file=sys.stderr)
+                    print(f"ecp conformance replay: the {doc['role']} did not come up: {exc}", file=sys.stderr)
                     return 2
                 same = doc["clause"] in result.clauses
                 shown += bool(result.findings)

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .session import Session
+from .session import ROLES, Session
 
 FORMAT = "ecp-explore-reproducer/1"
 
@@ -45,10 +45,10 @@ def read(path: Path) -> dict[str, Any]:
         raise ReproducerError(f"{path} is not JSON: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ReproducerError(f"{path} is not a reproducer (format {FORMAT!r} expected)")
-    if doc.get("role") != "engine":
-        raise ReproducerError(f"{path} is for the {doc.get('role')!r} role; only engine reproducers replay")
+    if doc.get("role") not in ROLES:
+        raise ReproducerError(f"{path} is for the {doc.get('role')!r} role, not one of {ROLES}")
     try:
-        doc["session"] = Session.from_dict(doc["session"])
+        doc["session"] = Session.from_dict({"role": doc["role"], **doc["session"]})
     except (KeyError, ValueError) as exc:
         raise ReproducerError(f"{path}: {exc}") from None
     return doc

@@ -30,6 +30,8 @@ CONFIRM_RUNS = 3
 @dataclass
 class ExploreOptions:
     command: list[str]
+    #: ``engine``: the peer is an engine, the harness plays the frontend; ``frontend``: the reverse
+    role: str = "engine"
     engine_count: int = 1
     transport: str = "ipc"
     budget_s: float = 600.0
@@ -74,7 +76,7 @@ class ExploreReport:
 
 
 class Runner:
-    """Plays sessions against fresh launches of one peer command."""
+    """Plays sessions of the engine role against fresh launches of one peer command."""
 
     def __init__(self, opts: ExploreOptions, workdir: str) -> None:
         self.opts = opts
@@ -84,6 +86,9 @@ class Runner:
         self.ctx = zmq.Context()
         self.launches = 0
 
+    def draw(self, seed: int) -> Session:
+        return draw(seed, self.opts.engine_count, self.opts.max_steps, self.opts.malformed)
+
     def play(self, session: Session) -> SessionResult:
         self.launches += 1
         return play(session, self.cfg, self.ctx, self.launches, self.opts.step_timeout_s)
@@ -92,13 +97,48 @@ class Runner:
         self.ctx.term()
 
 
+class FrontendRunner:
+    """Plays sessions of the frontend role: each launches the frontend command afresh, as the
+    frontend role's cases launch a dedicated frontend, with the session's scripted engines."""
+
+    def __init__(self, opts: ExploreOptions, workdir: str) -> None:
+        from ..frontend.session import FrontendManager, FrontendRunConfig
+        from ..transcript import Transcript
+
+        self.opts = opts
+        # a non-streaming request that stalls on its engine is answered only at the session's end
+        bound = opts.step_timeout_s * (opts.max_steps + 6)
+        cfg = FrontendRunConfig(command=list(opts.command), engine_count=opts.engine_count,
+                                startup_timeout_s=opts.startup_timeout_s, case_timeout_s=bound,
+                                quiet_window_s=opts.quiet_window_s, workdir=workdir)
+        self.manager = FrontendManager(cfg, Transcript())
+
+    def draw(self, seed: int) -> Session:
+        from .frontend_generate import draw_frontend
+
+        return draw_frontend(seed, self.opts.engine_count, self.opts.max_steps)
+
+    def play(self, session: Session) -> SessionResult:
+        from .frontend_execute import play_frontend
+
+        return play_frontend(session, self.manager, self.opts.step_timeout_s)
+
+    def close(self) -> None:
+        self.manager.close()
+
+
+def runner_for(opts: ExploreOptions, workdir: str) -> Runner | FrontendRunner:
+    """The runner of ``opts.role``."""
+    return FrontendRunner(opts, workdir) if opts.role == "frontend" else Runner(opts, workdir)
+
+
 def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> ExploreReport:
     """Explore until ``opts.budget_s`` is spent (shrinking not counted); raises :class:`LaunchFailed`
     when the peer never comes up."""
     report = ExploreReport()
     by_clause: dict[str, FindingReport] = {}
     with tempfile.TemporaryDirectory(prefix="ecp-explore-") as workdir:
-        runner = Runner(opts, workdir)
+        runner = runner_for(opts, workdir)
         started = time.monotonic()
         shrinking_s = 0.0
         try:
@@ -106,7 +146,7 @@ def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> Explore
             while time.monotonic() - started - shrinking_s < opts.budget_s:
                 seed = opts.seed + i
                 i += 1
-                session = draw(seed, opts.engine_count, opts.max_steps, opts.malformed)
+                session = runner.draw(seed)
                 try:
                     result = runner.play(session)
                 except LaunchFailed:
@@ -138,7 +178,7 @@ def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> Explore
     return report
 
 
-def _settle(runner: Runner, session: Session, result: SessionResult, found: FindingReport,
+def _settle(runner: Runner | FrontendRunner, session: Session, result: SessionResult, found: FindingReport,
             opts: ExploreOptions, say: Callable[[str], None]) -> None:
     """Confirm, shrink and write one new finding."""
     clause = found.clause
@@ -190,6 +230,6 @@ def _settle(runner: Runner, session: Session, result: SessionResult, found: Find
 def _write(opts: ExploreOptions, session: Session, clause: str, message: str, result: SessionResult,
            recurrence: dict) -> Path:
     path = Path(opts.out_dir) / f"{clause}-seed{session.seed}.json"
-    return reproducer.write(path, role="engine", session=session, clause=clause, message=message,
+    return reproducer.write(path, role=opts.role, session=session, clause=clause, message=message,
                             command=opts.command, transport=opts.transport, engine_count=opts.engine_count,
                             entries=result.entries, recurrence=recurrence, peer_log=result.log_tail)

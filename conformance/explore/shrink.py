@@ -1,8 +1,9 @@
 """Reducing a failing session to a minimal one that still shows the same clause.
 
 Delta debugging over the steps (timing choices are steps, so they are shrunk like the rest),
-then a simpler topology (one engine, one client, no coordinator), then simpler values in each
-remaining ADD, then the steps once more; every candidate is replayed against a fresh peer. ``fails(candidate)`` is the only
+then a simpler topology (one engine, one client, no coordinator; for the frontend role also plain
+scripted engines), then simpler values in each remaining ADD (HTTP request), then the steps once
+more; every candidate is replayed against a fresh peer. ``fails(candidate)`` is the only
 judge: a candidate that passes by chance is simply not taken, so a flaky finding shrinks less but
 never to a session that does not fail.
 """
@@ -21,6 +22,18 @@ SIMPLER_ADD: tuple[dict[str, Any], ...] = (
     {"logprobs": None, "prompt_logprobs": None}, {"abort_immediately": False}, {"wave": None}, {"oversize": False},
     {"id_len": 8}, {"temperature": 0.0}, {"prompt_len": 1}, {"max_tokens": 2}, {"max_tokens": 32},
     {"max_tokens": 200}, {"client": 0}, {"engine": 0},
+)
+#: simpler values tried for each field of a frontend role's HTTP request, in order
+SIMPLER_REQUEST: tuple[dict[str, Any], ...] = (
+    {"logprobs": None}, {"named": None}, {"api": "completions"}, {"stream": False}, {"temperature": 0.0},
+    {"prompt_len": 1}, {"max_tokens": 2}, {"max_tokens": 8}, {"max_tokens": 64},
+)
+#: per op, the simpler values tried
+SIMPLER: dict[str, tuple[dict[str, Any], ...]] = {"add": SIMPLER_ADD, "request": SIMPLER_REQUEST}
+#: simpler topologies, tried one change at a time
+SIMPLER_TOPOLOGY: tuple[dict[str, Any], ...] = (
+    {"engines": 1}, {"clients": 1}, {"coordinator": False}, {"form": "full"}, {"delay_ms": 0},
+    {"abort_outputs": False},
 )
 
 
@@ -48,15 +61,13 @@ def shrink(session: Session, fails: Callable[[Session], bool], budget: Budget) -
         return fails(candidate)
 
     best = _ddmin(session, check, budget)
-    for simpler in ({"engines": 1}, {"clients": 1}, {"coordinator": False}):
+    for simpler in SIMPLER_TOPOLOGY:
         topo = dataclasses.replace(best.topology, **simpler)
-        if topo != best.topology and check(Session(topo, best.steps, best.seed)):
-            best = Session(topo, best.steps, best.seed)
+        if topo != best.topology and check(best.with_topology(topo)):
+            best = best.with_topology(topo)
     simplified = False
     for i, step in enumerate(best.steps):
-        if step["op"] != "add":
-            continue
-        for values in SIMPLER_ADD:
+        for values in SIMPLER.get(step["op"], ()):
             if all(_no_simpler(step.get(k), v) for k, v in values.items()):
                 continue
             steps = list(best.steps)

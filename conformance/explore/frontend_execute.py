@@ -1,0 +1,402 @@
+"""Playing one frontend-role session against a freshly launched frontend.
+
+The frontend is launched exactly as the frontend role's cases launch a dedicated one
+(:meth:`FrontendManager.fresh`: same placeholders, scripted engines, handshake, health wait and
+capability probe), its scripted engines programmed from the session's topology. The engines'
+protocol machines (recording mode) judge every frame the frontend sends; at the session's end the
+history is judged too:
+
+* every HTTP request ends exactly once: a non-streaming one with a 2xx answer whose choices all
+  carry a ``finish_reason``, a stream with exactly one ``finish_reason`` per choice and
+  ``data: [DONE]`` (``ECP-HTTP-1``; the engines fail nothing, so no valid request may fail);
+* an ABORT names only ids its engine was sent an ADD for (``ECP-ABORT-1``);
+* every dropped stream (and every stream named in an explicit abort) is aborted on its engine:
+  once the session is over, the engines run exactly the stalled requests of the HTTP requests
+  still open (``ECP-ABORT-6``; ``ECP-ABORT-8`` when only explicit aborts are involved), and an
+  explicitly aborted stream ends (``ECP-ABORT-8``);
+* the explicit-abort and utility routes answer 2xx (``ECP-HTTP-7``, ``ECP-HTTP-1``);
+* the frontend serves a fresh request after the session (``ECP-ROB-1``: no wedge).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..frontend.http_driver import Reply, abort_by_ids
+from ..frontend.script import EngineScript
+from ..frontend.session import FrontendManager, FrontendUnderTest
+from ..frontend.sse import DONE, SseStream
+from ..outcomes import CaseTimeout, PeerCrashed, Violation
+from ..transcript import HTTP_CHANNEL, Transcript
+from .execute import LaunchFailed, SessionResult
+from .oracle import Finding
+from .session import ROUTES, Session
+
+#: the id an explicit abort names for a request never sent (target -1)
+UNKNOWN_ID = "cmpl-ecp-explore-never-sent"
+
+
+@dataclass
+class _Request:
+    ref: int
+    step: int
+    stream: bool
+    #: stalls on its engine until aborted or released (its max_tokens exceeds the session's hold)
+    held: bool
+    named: str | None
+    task: asyncio.Task | None = None
+    sse: SseStream | None = None
+    reply: Reply | None = None
+    #: set on each stream event, on the response head and at the end
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    ended: bool = False
+    dropped: bool = False
+    aborted: bool = False
+    #: what went wrong on the client's side (no answer, a broken connection), if anything
+    failure: str | None = None
+
+    @property
+    def live(self) -> bool:
+        return not self.ended and not self.dropped
+
+    @property
+    def first(self) -> bool:
+        return self.ended or bool(self.sse and self.sse.events)
+
+
+class _Stop(Exception):
+    def __init__(self, finding: Finding) -> None:
+        self.finding = finding
+
+
+class _Play:
+    def __init__(self, fe: FrontendUnderTest, session: Session, step_timeout: float) -> None:
+        self.fe = fe
+        self.session = session
+        self.step_timeout = step_timeout
+        self.requests: dict[int, _Request] = {}
+        self.findings: list[Finding] = []
+        self.sent = 0
+        self.step: int | None = None
+
+    # ------------------------------------------------------------------ helpers
+    async def _until(self, predicate, what: str, clause: str) -> None:
+        try:
+            await self.fe.until(predicate, self.step_timeout, what)
+        except CaseTimeout as exc:
+            raise _Stop(Finding(clause, str(exc), self.step)) from None
+
+    def _body(self, s: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        driver = self.fe.driver
+        prompt = " ".join([f"r{s['ref']}"] + ["word"] * max(0, int(s.get("prompt_len", 1)) - 1))
+        extra: dict[str, Any] = {"temperature": s.get("temperature", 0.0)}
+        chat = s["api"] == "chat" and bool(self.fe.caps and self.fe.caps.chat)
+        if s.get("logprobs") is not None:
+            extra.update({"logprobs": True, "top_logprobs": s["logprobs"]} if chat else {"logprobs": s["logprobs"]})
+        if chat:
+            return "/v1/chat/completions", driver.chat_body(prompt, s["max_tokens"], stream=s["stream"], **extra)
+        return "/v1/completions", driver.completion_body(prompt, s["max_tokens"], stream=s["stream"], **extra)
+
+    async def _bounded(self, call, what: str) -> Reply:
+        """The reply of a plain request that must come within a step timeout."""
+        try:
+            return await asyncio.wait_for(call, self.step_timeout)
+        except (asyncio.TimeoutError, TimeoutError):
+            raise _Stop(Finding("ECP-HTTP-1", f"{what}: no answer within {self.step_timeout:g}s", self.step)) from None
+
+    async def _run(self, req: _Request, path: str, body: dict[str, Any], headers: dict[str, str] | None) -> None:
+        """One HTTP request from its start to its end (or its drop)."""
+        try:
+            if not req.stream:
+                req.reply = await self.fe.driver.request("POST", path, json_body=body, headers=headers)
+                return
+            req.sse = await self.fe.driver.open_stream(path, body, headers)
+            req.changed.set()
+            if req.sse.status_code != 200:
+                return
+            while True:
+                event = await req.sse.next_event(self.step_timeout * 1000)
+                req.changed.set()
+                if event is None or event == DONE:
+                    return
+        except (Violation, CaseTimeout, OSError, asyncio.TimeoutError, TimeoutError) as exc:
+            if not req.dropped:
+                req.failure = f"{type(exc).__name__}: {exc}"
+        finally:
+            req.ended = True
+            req.changed.set()
+
+    # ------------------------------------------------------------------ steps
+    async def play(self, i: int, step: dict[str, Any]) -> bool:
+        self.step = i
+        return await getattr(self, "_" + step["op"])(step)
+
+    async def _request(self, s: dict[str, Any]) -> bool:
+        if s["ref"] in self.requests:
+            return False
+        hold = self.session.topology.hold
+        req = _Request(s["ref"], self.step, bool(s["stream"]), hold is not None and s["max_tokens"] > hold,
+                       s.get("named"))
+        path, body = self._body(s)
+        headers = {"X-Request-Id": req.named} if req.named else None
+        req.task = asyncio.ensure_future(self._run(req, path, body, headers))
+        self.requests[req.ref] = req
+        self.sent += 1
+        return True
+
+    async def _opened(self, req: _Request, first: bool) -> bool:
+        """Wait until the stream's head (and, with ``first``, its first event) came; whether it is
+        still open then."""
+        what = "its first event" if first else "its response head"
+        await self._until(lambda: req.ended or (req.sse is not None and (not first or req.first)),
+                          f"stream {req.ref}: {what}", "ECP-HTTP-1")
+        return not req.ended and req.sse is not None and req.sse.status_code == 200
+
+    async def _drop(self, s: dict[str, Any]) -> bool:
+        req = self.requests.get(s["ref"])
+        if req is None or not req.stream or not req.live or not await self._opened(req, s.get("after") == "first"):
+            return False
+        req.dropped = True
+        req.sse.drop()
+        return True
+
+    async def _abort(self, s: dict[str, Any]) -> bool:
+        api = self.fe.caps.abort_api if self.fe.caps else None
+        if api is None:
+            return False
+        ids, targets = [], []
+        for ref in s["targets"]:
+            if ref == -1:
+                ids.append(UNKNOWN_ID)
+                continue
+            req = self.requests.get(ref)
+            # a shared X-Request-Id makes a shared response id: which request it names is the frontend's choice
+            if req is None or not req.stream or req.named == "xr-shared" or not req.live \
+                    or not await self._opened(req, True) or not req.sse.response_id:
+                continue
+            ids.append(req.sse.response_id)
+            targets.append(req)
+        if not ids:
+            return False
+        for req in targets:
+            req.aborted = True
+        reply = await self._bounded(abort_by_ids(self.fe.driver, api, ids), f"POST {api.path}")
+        self.sent += 1
+        if not reply.ok:
+            self.findings.append(Finding("ECP-HTTP-7", f"POST {api.path} {ids} answered HTTP {reply.status_code}: "
+                                                       f"{reply.text[:200]}", self.step))
+        return True
+
+    async def _route(self, s: dict[str, Any]) -> bool:
+        method, path, body, dev = ROUTES[s["route"]]
+        if dev and not (self.fe.caps and self.fe.caps.dev_endpoints):
+            return False
+        reply = await self._bounded(self.fe.driver.request(method, path, json_body=body), f"{method} {path}")
+        self.sent += 1
+        if not reply.ok:
+            self.findings.append(Finding("ECP-HTTP-1", f"{method} {path} answered HTTP {reply.status_code}: "
+                                                       f"{reply.text[:200]}", self.step))
+        return True
+
+    async def _wait(self, s: dict[str, Any]) -> bool:
+        if s["until"] == "idle":
+            running = [r for r in self.requests.values() if r.live and not r.held and not r.aborted]
+            if not running:
+                return False
+            await self._until(lambda: all(r.ended for r in running), f"requests {[r.ref for r in running]} to end",
+                              "ECP-HTTP-1")
+            return True
+        req = self.requests.get(s.get("ref", -1))
+        if req is None or not req.live or req.aborted:
+            return False
+        if s["until"] == "first":
+            if not req.stream:
+                return False
+            await self._opened(req, True)
+            return True
+        if req.held:
+            return False  # it runs on only once released, at the session's end
+        await self._until(lambda: req.ended, f"request {req.ref} to end", "ECP-HTTP-1")
+        return True
+
+    # ------------------------------------------------------------------ the end of a session
+    async def epilogue(self) -> None:
+        """Let the frontend settle, check that the engines run exactly what the open HTTP requests
+        need, release the stalled requests, judge every request's end, then a fresh request."""
+        self.step = None
+        fe = self.fe
+        waiting = [r for r in self.requests.values() if r.live and not r.aborted]
+
+        def active() -> list[str]:
+            return [rid for e in fe.engines for rid in e.generation.active]
+
+        def settled() -> bool:
+            held = [r for r in waiting if not r.ended and r.held]
+            return all(r.ended or r.held for r in waiting) and len(active()) == len(held)
+
+        try:
+            await fe.until(settled, self.step_timeout, "the session's requests to settle")
+        except CaseTimeout:
+            held = [r for r in waiting if not r.ended and r.held]
+            if len(active()) > len(held):
+                gone = [r.ref for r in self.requests.values() if r.dropped or r.aborted]
+                dropped = any(r.dropped for r in self.requests.values())
+                self.findings.append(Finding(
+                    "ECP-ABORT-6" if dropped else "ECP-ABORT-8",
+                    f"{len(active())} request(s) still run on the engines ({active()[:6]}) while only "
+                    f"{len(held)} open HTTP request(s) wait for stalled ones; requests {gone} were dropped or "
+                    f"explicitly aborted and not every one was aborted on its engine"))
+        for engine in fe.engines:
+            engine.script.hold_after = None
+            engine.release()
+        tasks = [r.task for r in self.requests.values() if r.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.step_timeout)
+        for req in self.requests.values():
+            self._judge(req)
+        self._aborts_to_owners()
+        await self._fresh()
+
+    def _aborts_to_owners(self) -> None:
+        """Every id an engine is sent in an ABORT is one that engine was sent an ADD for."""
+        for engine in self.fe.engines:
+            added = {req.request_id for _, req in engine.recorder.adds()}
+            for _, ids in engine.recorder.aborts():
+                strangers = [rid for rid in ids if rid not in added]
+                if strangers:
+                    self.findings.append(Finding("ECP-ABORT-1", f"engine {engine.rank} was sent an ABORT naming "
+                                                                f"{strangers[:4]}, ids it was never sent an ADD for"))
+                    break
+
+    def _judge(self, req: _Request) -> None:
+        what = f"request {req.ref} ({'stream' if req.stream else 'non-streaming'}{', aborted' if req.aborted else ''})"
+        if req.dropped:
+            return
+        if not req.ended:
+            self.findings.append(Finding("ECP-HTTP-1", f"{what} did not end within {self.step_timeout:g}s of the "
+                                                       "session's end", req.step))
+            req.task.cancel()
+            return
+        if req.failure is not None:
+            self.findings.append(Finding("ECP-HTTP-1", f"{what}: {req.failure}", req.step))
+            return
+        if req.aborted:
+            if req.sse is not None and req.sse.status_code == 200 and not req.sse.done:
+                self.findings.append(Finding("ECP-ABORT-8", f"{what}: the stream ended without data: [DONE] "
+                                                            "after its explicit abort", req.step))
+            return
+        if not req.stream:
+            reply = req.reply
+            choices = reply.body.get("choices") if reply.ok and isinstance(reply.body, dict) else None
+            if not choices or any(not isinstance(c, dict) or not c.get("finish_reason") for c in choices):
+                self.findings.append(Finding("ECP-HTTP-1", f"{what} answered HTTP {reply.status_code}: "
+                                                           f"{reply.text[:200]}", req.step))
+            return
+        sse = req.sse
+        if sse.status_code != 200:
+            self.findings.append(Finding("ECP-HTTP-1", f"{what} answered HTTP {sse.status_code}: {sse.text[:200]}",
+                                         req.step))
+            return
+        finishes: dict[Any, int] = {}
+        for event in sse.events:
+            for choice in event.get("choices") or []:
+                if isinstance(choice, dict) and choice.get("finish_reason"):
+                    finishes[choice.get("index", 0)] = finishes.get(choice.get("index", 0), 0) + 1
+        errors = [e for e in sse.events if "error" in e]
+        if errors or not sse.done or not finishes or any(n != 1 for n in finishes.values()):
+            self.findings.append(Finding("ECP-HTTP-1", f"{what} ended with finish reasons per choice {finishes}, "
+                                                       f"{'[DONE]' if sse.done else 'no [DONE]'}"
+                                                       f"{f', error event {errors[0]}' if errors else ''}", req.step))
+
+    async def _fresh(self) -> None:
+        try:
+            reply = await asyncio.wait_for(self.fe.driver.complete("ecp explore fresh", 2), self.step_timeout)
+        except (Violation, CaseTimeout, asyncio.TimeoutError, TimeoutError) as exc:
+            self.findings.append(Finding("ECP-ROB-1", f"after the session the frontend did not serve a fresh "
+                                                      f"request: {exc}"))
+            return
+        choices = reply.body.get("choices") if reply.ok and isinstance(reply.body, dict) else None
+        if not choices or not choices[0].get("finish_reason"):
+            self.findings.append(Finding("ECP-ROB-1", f"after the session a fresh request was answered HTTP "
+                                                      f"{reply.status_code}: {reply.text[:200]}"))
+
+
+def scripts_for(session: Session) -> list[EngineScript]:
+    """One script per scripted engine, from the session's topology."""
+    topo = session.topology
+    return [EngineScript(hold_after=topo.hold, step_delay_s=topo.delay_ms / 1000, abort_outputs=topo.abort_outputs,
+                         output_form=topo.form) for _ in range(topo.engines)]
+
+
+def play_frontend(session: Session, manager: FrontendManager, step_timeout: float = 10.0) -> SessionResult:
+    """Launch a frontend with the session's scripted engines, play the session, judge it, stop it.
+
+    Raises :class:`LaunchFailed` when the frontend does not come up."""
+    transcript = Transcript(max_entries=2000)
+    manager.transcript = transcript
+    topo = session.topology
+    findings: list[Finding] = []
+    played: list[int] = []
+    times = {"launch": 0.0, "run": 0.0}
+    log = [""]
+
+    async def body(m: FrontendManager) -> None:
+        started = time.monotonic()
+        try:
+            launch = m.fresh(engine_count=topo.engines, scripts=scripts_for(session))
+            fe = await launch.__aenter__()
+        except (CaseTimeout, PeerCrashed, Violation, OSError, Exception) as exc:  # noqa: BLE001
+            raise LaunchFailed(f"{type(exc).__name__}: {exc}") from exc
+        times["launch"] = time.monotonic() - started
+        run = _Play(fe, session, step_timeout)
+        marks: list[tuple[int, int | None]] = []
+
+        def violations() -> list:
+            return [v for e in fe.engines for v in e.violations]
+
+        try:
+            try:
+                for i, step in enumerate(session.steps):
+                    marks.append((len(violations()), i))
+                    if await run.play(i, step):
+                        played.append(i)
+                marks.append((len(violations()), None))
+                await run.epilogue()
+            except _Stop as stop:
+                run.findings.append(stop.finding)
+            except PeerCrashed as exc:
+                run.findings.append(Finding("ECP-ROB-1", f"the frontend died: {exc}", run.step))
+            except (Violation, CaseTimeout) as exc:
+                run.findings.append(Finding(getattr(exc, "clause", None) or "ECP-HTTP-1", str(exc), run.step))
+            await fe.quiet()
+            machine = []
+            for k, v in enumerate(violations()):
+                step = next((s for n, s in reversed(marks) if n <= k), None)
+                machine.append(Finding(v.clause, f"engine {v.rank} {v.socket}: {v.error}", step))
+            findings.extend(machine + run.findings)
+            if findings:
+                log[0] = fe.log_tail()
+        finally:
+            for req in run.requests.values():
+                if req.sse is not None:
+                    req.sse.drop()
+                if req.task is not None:
+                    req.task.cancel()
+            await launch.__aexit__(None, None, None)
+            times["run"] = time.monotonic() - started - times["launch"]
+
+    # every step and the epilogue's stages wait at most a step timeout each
+    bound = step_timeout * (len(session.steps) + 6)
+    manager.set_deadline(time.monotonic() + bound)
+    try:
+        manager.run(body)
+    except CaseTimeout as exc:
+        findings.append(Finding("ECP-HTTP-1", f"the session did not end within {bound:g}s: {exc}"))
+    entries = list(transcript.entries)
+    # the harness's engines send outputs and receive the frontend's frames
+    sent = sum(1 for e in entries if e.direction == "sent" and e.channel != HTTP_CHANNEL)
+    received = sum(1 for e in entries if e.direction == "recv" and e.channel != HTTP_CHANNEL)
+    return SessionResult(findings, entries, played, sent, received, times["launch"], times["run"], log[0])

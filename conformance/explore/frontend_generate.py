@@ -1,0 +1,69 @@
+"""Random frontend-role sessions, drawn from a seed.
+
+A session programs the scripted engines (output form, step delay, ABORT outputs, a stall after a
+few tokens for longer requests) and sends concurrent HTTP requests -- completions and chat,
+streaming or not, with varied parameters and sometimes a shared ``X-Request-Id`` -- drops streams
+right after their head or after their first event, calls the explicit-abort route and utility
+routes, and waits now and then (the timing choices). The executor skips a step that has nothing
+to act on (a drop of a request that is not a stream).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from ..frontend.output_forms import FORMS
+from .session import ROUTES, Session, Topology
+
+MAX_TOKENS = (1, 2, 3, 8, 16, 64)
+PROMPT_LENS = (1, 3, 12, 40)
+LOGPROBS = (None, None, None, 0, 2)
+#: (ms) between the scripted engines' token steps
+DELAYS_MS = (0, 0, 1, 5, 20)
+#: after how many tokens requests with a larger ``max_tokens`` stall (None: none stalls)
+HOLDS = (None, 2, 2, 4)
+
+
+def draw_frontend(seed: int, max_engines: int = 1, max_steps: int = 16) -> Session:
+    """The frontend-role session of ``seed`` for a frontend launched with up to ``max_engines`` engines."""
+    r = random.Random(seed)
+    engines = max_engines if max_engines == 1 or r.random() < 0.7 else r.randint(1, max_engines)
+    topo = Topology(engines=engines, form=r.choice(sorted(FORMS)), delay_ms=r.choice(DELAYS_MS),
+                    abort_outputs=r.random() < 0.3, hold=r.choice(HOLDS))
+    steps: list[dict[str, Any]] = []
+    refs = 0
+    streams: list[int] = []
+    for _ in range(r.randint(2, max_steps)):
+        roll = r.random()
+        if roll < 0.45 or not refs:
+            step = _request(r, refs)
+            steps.append(step)
+            if step["stream"]:
+                streams.append(refs)
+            refs += 1
+        elif roll < 0.62 and streams:
+            steps.append({"op": "drop", "ref": r.choice(streams), "after": r.choice(("open", "first"))})
+        elif roll < 0.72:
+            targets = r.sample(streams, k=min(len(streams), r.choice((1, 1, 2))))
+            if not targets or r.random() < 0.2:
+                targets.append(-1)
+            steps.append({"op": "abort", "targets": targets})
+        elif roll < 0.82:
+            steps.append({"op": "route", "route": r.choice(sorted(ROUTES))})
+        else:
+            until = r.choice(("first", "end", "end", "idle"))
+            step = {"op": "wait", "until": until}
+            if until != "idle":
+                step["ref"] = r.randrange(refs)
+            steps.append(step)
+    return Session(topo, steps, seed, role="frontend")
+
+
+def _request(r: random.Random, ref: int) -> dict[str, Any]:
+    roll = r.random()
+    # a shared X-Request-Id now and then: the frontend must still give each request its own internal id
+    named = None if roll < 0.5 else "xr-shared" if roll < 0.6 else f"xr{ref}"
+    return {"op": "request", "ref": ref, "api": r.choice(("completions", "completions", "chat")),
+            "stream": r.random() < 0.6, "max_tokens": r.choice(MAX_TOKENS), "prompt_len": r.choice(PROMPT_LENS),
+            "temperature": r.choice((0.0, 0.0, 0.7)), "logprobs": r.choice(LOGPROBS), "named": named}

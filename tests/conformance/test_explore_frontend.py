@@ -1,0 +1,57 @@
+"""``ecp conformance explore frontend``: sessions, and short seeded explorations of the reference
+frontend (``ecp serve``) with and without one of its ``--bug`` faults."""
+
+import json
+import sys
+
+import pytest
+
+from ecp.conformance.explore.frontend_generate import draw_frontend
+from ecp.conformance.explore.reproducer import read
+from ecp.conformance.explore.run import ExploreOptions, explore
+from ecp.conformance.explore.session import Session
+
+SERVE = [sys.executable, "-m", "ecp.spec.cli", "serve", "--data-parallel-size-local", "0",
+         "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", "{handshake_port}",
+         "--data-parallel-size", "{engine_count}", "--port", "{http_port}", "--dev-mode"]
+
+
+def test_frontend_sessions_are_drawn_from_their_seed_and_round_trip():
+    a = draw_frontend(5, max_engines=2)
+    assert a.role == "frontend" and a.to_dict() == draw_frontend(5, max_engines=2).to_dict()
+    again = Session.from_dict(json.loads(json.dumps(a.to_dict())))
+    assert again.to_dict() == a.to_dict() and again.role == "frontend"
+    ops = {st["op"] for k in range(30) for st in draw_frontend(k, 2).steps}
+    assert ops == {"request", "drop", "abort", "route", "wait"}
+
+
+def test_a_step_of_the_other_role_is_refused():
+    with pytest.raises(ValueError):
+        Session.from_dict({"role": "frontend", "topology": {}, "steps": [{"op": "add", "ref": 0, "max_tokens": 1,
+                                                                           "prompt_len": 1}]})
+    with pytest.raises(ValueError):
+        Session.from_dict({"role": "frontend", "topology": {}, "steps": [{"op": "route", "route": "nowhere"}]})
+
+
+def test_no_finding_against_the_fault_free_frontend(tmp_path):
+    opts = ExploreOptions(command=SERVE, role="frontend", engine_count=2, budget_s=3.0, seed=0, max_steps=12,
+                          out_dir=tmp_path, step_timeout_s=3.0, quiet_window_s=0.1)
+    report = explore(opts, say=lambda line: None)
+    assert report.sessions >= 2 and report.messages > 0
+    assert report.findings == [], [(f.clause, f.message) for f in report.findings]
+
+
+def test_a_frontend_fault_is_found_shrunk_and_replayed(tmp_path, run_ecp):
+    opts = ExploreOptions(command=[*SERVE, "--bug", "abort-every-engine"], role="frontend", engine_count=2,
+                          budget_s=10.0, seed=1, max_steps=12, out_dir=tmp_path, shrink_runs=6, confirm_runs=1,
+                          max_findings=1, step_timeout_s=2.0, quiet_window_s=0.1)
+    report = explore(opts, say=lambda line: None)
+    [found] = report.findings
+    assert found.clause == "ECP-ABORT-1" and found.reproducible
+    assert found.steps_after is not None and found.steps_after < found.steps_before
+    doc = read(found.path)
+    assert doc["role"] == "frontend" and doc["clause"] == "ECP-ABORT-1" and doc["frames"]
+    code, out = run_ecp("conformance", "replay", str(found.path), "--step-timeout", "2s")
+    assert code == 1 and "ECP-ABORT-1 again" in out
+    code, out = run_ecp("conformance", "replay", str(found.path), "--step-timeout", "2s", "--", *SERVE)
+    assert code == 0 and "no violation" in out
