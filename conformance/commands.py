@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .pace import STARTUP_TIMEOUT_S
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("conformance", help="run the conformance suite against an engine or frontend")
@@ -35,8 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="ipc sockets in a temp dir (default) or tcp on 127.0.0.1")
     eng.add_argument("--engine-count", type=int, default=1, help="engines (DP ranks) per launch (1)")
     eng.add_argument("--engine-start-index", type=int, default=0, help="global rank of the first engine (0)")
-    eng.add_argument("--startup-timeout", type=float, default=60.0, metavar="S",
-                     help="handshake budget per launch (60)")
+    eng.add_argument("--startup-timeout", type=float, default=STARTUP_TIMEOUT_S, metavar="S",
+                     help=f"handshake budget of the first launch ({STARTUP_TIMEOUT_S:g}); later launches get "
+                          "4x the slowest measured start-up when that is more")
     eng.add_argument("--quiet-window", type=float, default=0.3, metavar="S",
                      help="how long the harness watches for stray outputs after a case's last expected one (0.3)")
     from .capabilities import flag_choices
@@ -65,8 +68,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="with --attach: the frontend has no KV connector configured (FE-REJECT-1/2 are then "
                          "UNSUPPORTED and FE-REJECT-4 runs); without it an attached frontend is assumed to have one")
     fe.add_argument("--engine-count", type=int, default=2, help="scripted engines (DP ranks) per launch (2)")
-    fe.add_argument("--startup-timeout", type=float, default=60.0, metavar="S",
-                    help="budget for a launch to finish its handshake and answer /health 200 (60)")
+    fe.add_argument("--startup-timeout", type=float, default=STARTUP_TIMEOUT_S, metavar="S",
+                    help=f"budget for the first launch to finish its handshake and answer /health 200 "
+                         f"({STARTUP_TIMEOUT_S:g}); later launches get 4x the slowest measured start-up when that is more")
     fe.add_argument("--quiet-window", type=float, default=0.3, metavar="S",
                     help="how long the harness watches for stray frames before asserting an absence (0.3)")
     fe.add_argument("--frontend-lacks", action="append", default=[], metavar="CAP",

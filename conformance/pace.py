@@ -26,6 +26,9 @@ from typing import Any
 #: later launches get this many times the slowest start-up measured (launches side by side share
 #: the CPU: a case that starts three at once on two cores needs about three times one)
 STARTUP_FACTOR = 4.0
+#: the first launch's start-up budget (``--startup-timeout``'s default): a real engine or frontend on a
+#: busy 2-core machine can take a minute or more to its handshake; later launches follow the pace
+STARTUP_TIMEOUT_S = 180.0
 #: role -> the answer time the default --case-timeout was sized for (the reference peers answer well
 #: inside it on an idle machine)
 REFERENCE_RESPONSE_S = {"engine": 0.05, "frontend": 0.02}

@@ -26,7 +26,7 @@ import zmq
 
 from ..launch import AdapterPeer, AttachedPeer, CommandPeer, LaunchError, PeerHandle
 from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Unsupported
-from ..pace import LaunchRecord, Pace
+from ..pace import STARTUP_TIMEOUT_S, LaunchRecord, Pace
 from ..transcript import Transcript
 from .harness_frontend import Addresses, HarnessFrontend
 
@@ -41,7 +41,7 @@ class EngineRunConfig:
     transport: str = "ipc"
     engine_count: int = 1
     engine_start_index: int = 0
-    startup_timeout_s: float = 60.0
+    startup_timeout_s: float = STARTUP_TIMEOUT_S
     case_timeout_s: float = 10.0
     quiet_window_s: float = 0.3
     workdir: str = ""

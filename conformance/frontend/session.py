@@ -29,7 +29,7 @@ import zmq.asyncio
 
 from ..launch import CommandPeer, LaunchError, PeerHandle
 from ..outcomes import CaseTimeout, PeerCrashed, Unsupported, Violation
-from ..pace import LaunchRecord, Pace
+from ..pace import STARTUP_TIMEOUT_S, LaunchRecord, Pace
 from ..transcript import Transcript
 from .scripted_engines import EngineHandshakeFailed, ScriptedEngine
 from .http_driver import HttpDriver
@@ -59,7 +59,7 @@ class FrontendRunConfig:
     #: with ``attach``: whether the attached frontend has a KV connector (the harness cannot see its command)
     attach_kv_connector: bool = True
     engine_count: int = 2
-    startup_timeout_s: float = 60.0
+    startup_timeout_s: float = STARTUP_TIMEOUT_S
     case_timeout_s: float = 30.0
     quiet_window_s: float = 0.3
     workdir: str = ""
