@@ -182,7 +182,7 @@ CASES: tuple[Case, ...] = (
        checks=("ECP-ROB-1.1", "ECP-ROB-1.2", "ECP-ROB-1.3")),
     _c("ENG-ROB-3", "ECP-ROB-1", "MUST", "truncated-msgpack",
        "Truncated or invalid msgpack payloads are rejected; the engine keeps serving.",
-       checks=("ECP-ROB-1.1", "ECP-FRAME-9.2")),
+       checks=("ECP-ROB-1.1", "ECP-FRAME-9.2", "ECP-ROB-2.3")),
     _c("ENG-ROB-4", "ECP-ROB-1", "MUST", "wrong-types",
        "Payloads of the wrong shape or types are rejected; the engine keeps serving.",
        checks=("ECP-ROB-1.1", "ECP-FRAME-4.2", "ECP-ROB-1.2", "ECP-ROB-1.3")),
