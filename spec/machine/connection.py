@@ -32,6 +32,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
+from .. import codec as _codec
 from ..control import StartDPWave, UtilityRequest
 from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
 from ..handshake import EngineCoreReadyResponse, EngineHandshakeMetadata, Hello, Ready, engine_identity
@@ -229,10 +230,13 @@ class _Connection:
 
     role = ""
 
-    def __init__(self, mode: Mode) -> None:
+    def __init__(self, mode: Mode, codec: Any = None) -> None:
         if mode not in ("strict", "record"):
             raise ValueError(f"mode must be 'strict' or 'record', not {mode!r}")
         self.mode: Mode = mode
+        #: the frames' codec: :mod:`ecp.spec.codec` (vLLM 0.33), or a release's
+        #: (:func:`ecp.spec.profile.wire_codec`); messages are 0.33's types either way
+        self.codec: Any = _codec if codec is None else codec
         self.violations: list[Violation] = []
 
     # ------------------------------------------------------------------ errors

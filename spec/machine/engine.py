@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
-from ..codec import (
-    ENGINE_DEAD, decode_handshake, decode_init, decode_input, decode_outputs, decode_ready_response, encode_engine_dead,
-    encode_handshake, encode_outputs,
-)
+from ..codec import ENGINE_DEAD
 from ..control import StartDPWave, UtilityRequest
 from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
 from ..handshake import COORDINATOR_READY, XSUB_SUBSCRIBE, EngineHandshakeMetadata
@@ -28,11 +25,13 @@ class EngineConnection(_Connection):
 
     role = "engine"
 
-    def __init__(self, rank: int, *, mode: Mode = "strict", bootstrapped: bool = False, clients: int = 1) -> None:
+    def __init__(self, rank: int, *, mode: Mode = "strict", bootstrapped: bool = False, clients: int = 1,
+                 codec: Any = None) -> None:
         """``bootstrapped=True``: there is no handshake socket; the engine was given ``clients``
         input/output address pairs and registers on each directly (a frontend started with
-        ``--engine-start-index``)."""
-        super().__init__(mode)
+        ``--engine-start-index``). ``codec``: a release's (:func:`ecp.spec.profile.wire_codec`);
+        vLLM 0.33's by default."""
+        super().__init__(mode, codec)
         self.rank = rank
         self.view = EngineView(rank)
         self.init: EngineHandshakeMetadata | None = None
@@ -68,7 +67,7 @@ class EngineConnection(_Connection):
                 chk.finish(socket, frames, self.rank)
                 return [CoordinatorReady(self.rank)]
             try:
-                msg = decode_input(frames)
+                msg = self.codec.decode_input(frames)
             except RemoteProtocolError as exc:
                 self._remote(exc, socket, frames, self.rank)
                 return []
@@ -84,7 +83,7 @@ class EngineConnection(_Connection):
         if kind != "input":
             raise LocalProtocolError(f"an engine receives nothing on {socket!r}", clause="ECP-SOCK-3", got=socket)
         try:
-            msg = decode_input(frames)
+            msg = self.codec.decode_input(frames)
         except RemoteProtocolError as exc:
             recovered = recover_add_frames(frames)
             if recovered is not None:
@@ -130,7 +129,7 @@ class EngineConnection(_Connection):
             if not frames:
                 return []
         try:
-            init = decode_init(frames[-1])
+            init = self.codec.decode_init(frames[-1])
         except RemoteProtocolError as exc:
             self._remote(exc, socket, frames, self.rank)
             return []
@@ -152,7 +151,7 @@ class EngineConnection(_Connection):
         self._check_outputs(chk, view, event.client, msg)
         if chk.errors:
             raise chk.errors[0]
-        out = [Send(output_socket(event.client), encode_outputs(msg))]
+        out = [Send(output_socket(event.client), self.codec.encode_outputs(msg))]
         chk.finish(out[0].socket, out[0].frames, self.rank)
         return out
 
@@ -170,13 +169,13 @@ class EngineConnection(_Connection):
         chk = _Checker(self, local=True, lenient=True)
         if kind == "handshake" and len(frames) == 1:
             try:
-                msg = decode_handshake(frames[0])
+                msg = self.codec.decode_handshake(frames[0])
             except ProtocolError:
                 msg = None  # stands for HELLO where one is due: the frontend may still answer with INIT
             self._on_handshake_message(chk, view, msg, "")
         elif kind == "input" and client is not None:
             try:
-                response = decode_ready_response(frames[0]) if len(frames) == 1 else None
+                response = self.codec.decode_ready_response(frames[0]) if len(frames) == 1 else None
             except ProtocolError:
                 response = None
             self._on_registration(chk, view, client, response, f"registration on input[{client}]")
@@ -185,7 +184,7 @@ class EngineConnection(_Connection):
                      self._subscribed)
         elif kind in ("output", "coordinator_output"):
             try:
-                msg = decode_outputs(frames)
+                msg = self.codec.decode_outputs(frames)
             except ProtocolError:
                 msg = None
             if msg is ENGINE_DEAD:
@@ -211,14 +210,14 @@ class EngineConnection(_Connection):
             return self._send_outputs(chk, event)
         if isinstance(event, EngineHello):
             self._on_hello(chk, view, event.hello, "HELLO")
-            out = [Send("handshake", [encode_handshake(event.hello)])]
+            out = [Send("handshake", [self.codec.encode_handshake(event.hello)])]
         elif isinstance(event, Registration):
             c = event.client
             if view.clients is not None and not 0 <= c < view.clients:
                 raise LocalProtocolError(f"INIT named {view.clients} input(s), there is no input[{c}]",
                                          clause="ECP-SOCK-3", expected=f"0..{view.clients - 1}", got=c)
             self._on_registration(chk, view, c, event.response, f"registration on input[{c}]")
-            payload = b"" if event.response is None else encode_handshake(event.response)
+            payload = b"" if event.response is None else self.codec.encode_handshake(event.response)
             out = [Send(input_socket(c), [payload])]
         elif isinstance(event, CoordinatorSubscribe):
             if not view.coordinator:
@@ -228,13 +227,13 @@ class EngineConnection(_Connection):
             out = [Send("coordinator_input", [XSUB_SUBSCRIBE])]
         elif isinstance(event, EngineReady):
             self._on_ready(chk, view, event.ready, "READY")
-            out = [Send("handshake", [encode_handshake(event.ready)])]
+            out = [Send("handshake", [self.codec.encode_handshake(event.ready)])]
         elif isinstance(event, Outputs):
             return self._send_outputs(chk, event)
         elif isinstance(event, EngineDead):
             self._on_engine_dead(chk, view, "ENGINE_CORE_DEAD")
             clients = range(view.clients or 0) if event.client is None else [event.client]
-            out = [Send(output_socket(c), encode_engine_dead()) for c in clients]
+            out = [Send(output_socket(c), self.codec.encode_engine_dead()) for c in clients]
         else:
             raise LocalProtocolError(f"an engine does not send {type(event).__name__}", clause="ECP-SOCK-3",
                                      got=type(event).__name__)

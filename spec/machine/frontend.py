@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
-from ..codec import (
-    ENGINE_DEAD, decode_handshake, decode_init,
-    decode_input, decode_outputs, decode_ready_response, encode_abort, encode_add, encode_handshake, encode_input,
-    encode_utility,
-)
+from ..codec import ENGINE_DEAD
 from ..control import StartDPWave, UtilityRequest
 from ..limits import DEFAULT_LIMITS, DecodeLimits
 from ..errors import HandshakeError, LocalProtocolError, ProtocolError, RemoteProtocolError
@@ -38,9 +34,10 @@ class FrontendConnection(_Connection):
     role = "frontend"
 
     def __init__(self, ranks: Sequence[int], *, clients: int = 1, bootstrapped: bool = False,
-                 mode: Mode = "strict", limits: DecodeLimits = DEFAULT_LIMITS) -> None:
-        """``limits``: what the output sockets' messages are decoded under (``ECP-ROB-*``)."""
-        super().__init__(mode)
+                 mode: Mode = "strict", limits: DecodeLimits = DEFAULT_LIMITS, codec: Any = None) -> None:
+        """``limits``: what the output sockets' messages are decoded under (``ECP-ROB-*``).
+        ``codec``: a release's (:func:`ecp.spec.profile.wire_codec`); vLLM 0.33's by default."""
+        super().__init__(mode, codec)
         self.limits = limits
         self.ranks = tuple(ranks)
         self.bootstrapped = bootstrapped
@@ -136,7 +133,7 @@ class FrontendConnection(_Connection):
             if len(frames) < 2:
                 return []
         try:
-            msg = decode_handshake(frames[1])
+            msg = self.codec.decode_handshake(frames[1])
         except RemoteProtocolError as exc:
             self._remote(exc, socket, frames, rank)
             # recording: the message is followed as far as it can be read (it stands for HELLO where one is due)
@@ -160,7 +157,7 @@ class FrontendConnection(_Connection):
                 expected="2 frames at the ROUTER", got=len(frames)), socket, frames, rank)
             return []
         try:
-            response = decode_ready_response(frames[1])
+            response = self.codec.decode_ready_response(frames[1])
         except RemoteProtocolError as exc:
             self._remote(exc, socket, frames, rank)
             response = None
@@ -173,7 +170,7 @@ class FrontendConnection(_Connection):
 
     def _recv_outputs(self, client: int, socket: str, frames: Sequence[bytes]) -> list[Event]:
         try:
-            msg = decode_outputs(frames, self.limits)
+            msg = self.codec.decode_outputs(frames, self.limits)
         except RemoteProtocolError as exc:
             self._remote(exc, socket, frames, None)
             return []
@@ -204,7 +201,7 @@ class FrontendConnection(_Connection):
         if isinstance(event, CoordinatorReady):
             return self._send_gate(local=True)
         if isinstance(event, StartWave) and event.client == COORDINATOR:
-            frames = encode_input(event.wave)
+            frames = self.codec.encode_input(event.wave)
             for view in self.engines.values():
                 chk = _Checker(self, local=True)
                 self._on_start_wave(chk, view, event.wave)
@@ -213,21 +210,21 @@ class FrontendConnection(_Connection):
         view = self.engine(event.rank)
         chk = _Checker(self, local=True)
         if isinstance(event, Init):
-            frames = [view.identity, encode_handshake(event.init)]
+            frames = [view.identity, self.codec.encode_handshake(event.init)]
             self._on_init(chk, view, event.init, f"INIT to rank {view.rank}")
             chk.finish("handshake", frames, view.rank)
             return [Send("handshake", frames)]
         if isinstance(event, Add):
             client = event.on_client
             self._check_input(chk, view, client, lambda: f"ADD {event.request.request_id!r}")
-            frames = [view.identity, *encode_add(event.request)]
+            frames = [view.identity, *self.codec.encode_add(event.request)]
             # outputs go to outputs[client_index] whatever input carried the ADD (ECP-SOCK-4)
             self._on_add(chk, view, event.request.request_id, event.request.client_index,
                          qualify.add(view, event.request), event.request.current_wave)
         elif isinstance(event, Abort):
             client = event.client
             self._check_input(chk, view, client, "ABORT")
-            frames = [view.identity, *encode_abort(event.request_ids)]
+            frames = [view.identity, *self.codec.encode_abort(event.request_ids)]
             self._on_abort(chk, view, event.request_ids)
         elif isinstance(event, UtilityCall):
             call = event.call
@@ -236,11 +233,11 @@ class FrontendConnection(_Connection):
             self._on_utility_call(chk, view, call)
             if chk.errors:
                 raise chk.errors[0]
-            frames = [view.identity, *encode_utility(call.client_index, call.call_id, call.method_name, call.args)]
+            frames = [view.identity, *self.codec.encode_utility(call.client_index, call.call_id, call.method_name, call.args)]
         elif isinstance(event, StartWave):
             client = event.client
             self._check_input(chk, view, client, "START_DP_WAVE")
-            frames = [view.identity, *encode_input(event.wave)]
+            frames = [view.identity, *self.codec.encode_input(event.wave)]
             self._on_start_wave(chk, view, event.wave)
         else:
             raise LocalProtocolError(f"a frontend does not send {type(event).__name__}", clause="ECP-SOCK-1",
@@ -275,7 +272,7 @@ class FrontendConnection(_Connection):
                 self._send_gate(local=False)
             else:
                 try:
-                    msg = decode_input(frames)
+                    msg = self.codec.decode_input(frames)
                 except ProtocolError:
                     msg = None
                 if isinstance(msg, StartDPWave):
@@ -290,14 +287,14 @@ class FrontendConnection(_Connection):
             return Send(socket, frames)
         if kind == "handshake":
             try:
-                init = decode_init(frames[-1])
+                init = self.codec.decode_init(frames[-1])
             except ProtocolError:
                 return Send(socket, frames)
             self._on_init(chk, view, init, f"INIT to rank {view.rank}")
             chk.finish(socket, frames, view.rank)
             return Send(socket, frames)
         try:
-            msg = decode_input(frames[1:])
+            msg = self.codec.decode_input(frames[1:])
         except ProtocolError:
             recovered = recover_add_frames(frames[1:])
             if recovered is not None:

@@ -27,9 +27,8 @@ A caller's loop::
 
 from __future__ import annotations
 
-from typing import Callable, Sequence, Union
+from typing import Any, Callable, Sequence, Union
 
-from ..codec import encode_handshake
 from ..errors import HandshakeError, LocalProtocolError
 from ..handshake import XSUB_SUBSCRIBE, EngineCoreReadyResponse, EngineHandshakeMetadata, Hello, Ready, engine_identity
 from ..machine import (
@@ -52,17 +51,18 @@ class EnginePeer:
     a function of INIT that returns it (called once INIT arrived: an engine sizes itself from the
     clients INIT names). ``hold_ready=True`` withholds READY until :meth:`say_ready`. ``identity``
     overrides the rank's 2-byte identity (a faulty peer only). ``mode`` is the machine's:
-    ``"record"`` for a harness that judges its peer, ``"strict"`` otherwise.
+    ``"record"`` for a harness that judges its peer, ``"strict"`` otherwise. ``codec``: the
+    release the engine speaks (:func:`ecp.spec.profile.wire_codec`; vLLM 0.33's by default).
     """
 
     def __init__(self, rank: int, *, hello: Hello, ready: Ready, payload: PayloadSource = None,
                  mode: Mode = "strict", hold_ready: bool = False, identity: bytes | None = None,
-                 deviate: Deviate | None = None) -> None:
+                 deviate: Deviate | None = None, codec: Any = None) -> None:
         self.rank = rank
         self.hello = hello
         self.ready_message = ready
         self.identity = engine_identity(rank) if identity is None else identity
-        self.machine = EngineConnection(rank, mode=mode)
+        self.machine = EngineConnection(rank, mode=mode, codec=codec)
         self._payload = payload
         self._hold_ready = hold_ready
         self._deviate = deviate
@@ -113,7 +113,8 @@ class EnginePeer:
         if callable(self._payload):
             raise LocalProtocolError("a bootstrapped engine has no INIT to build its ready payload from: give "
                                      "the payload itself", clause="ECP-HS-3")
-        self.machine = EngineConnection(self.rank, mode=self.machine.mode, bootstrapped=True, clients=len(inputs))
+        self.machine = EngineConnection(self.rank, mode=self.machine.mode, bootstrapped=True, clients=len(inputs),
+                                        codec=self.machine.codec)
         self._connect_clients(inputs, outputs)
         self._register(self._payload)
         self.serving = True
@@ -219,14 +220,13 @@ class EnginePeer:
             self._actions += sends
         return deviation.repeat > 0
 
-    @staticmethod
-    def _frames_of(event: Event) -> list[Send]:
+    def _frames_of(self, event: Event) -> list[Send]:
         """The frames that say a handshake ``event``, unchecked (a forced or repeated step)."""
         if isinstance(event, (EngineHello, EngineReady)):
             message = event.hello if isinstance(event, EngineHello) else event.ready
-            return [Send("handshake", [encode_handshake(message)])]
+            return [Send("handshake", [self.machine.codec.encode_handshake(message)])]
         if isinstance(event, Registration):
-            payload = b"" if event.response is None else encode_handshake(event.response)
+            payload = b"" if event.response is None else self.machine.codec.encode_handshake(event.response)
             return [Send(input_socket(event.client), [payload])]
         return [Send("coordinator_input", [XSUB_SUBSCRIBE])]
 

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..errors import LocalProtocolError, ProtocolError
 from ..handshake import EngineCoreReadyResponse, EngineHandshakeMetadata, Hello, Ready
-from ..codec import decode_handshake, encode_handshake
 from ..limits import DEFAULT_LIMITS, DecodeLimits
 from ..machine import (
     CoordinatorReady, CoordinatorSubscribe, EngineHello, EngineReady, Event, FrontendConnection, Init, Mode,
@@ -81,12 +80,13 @@ class FrontendPeer:
     ``init`` is what every engine gets after its HELLO (``None`` when ``bootstrapped``: engines
     register on their inputs directly, there is no handshake socket). ``clients``: how many
     input/output pairs INIT names. ``mode`` is the machine's (``"record"``: a harness that judges
-    its engines; ``"strict"``: a violation raises and the caller fails the handshake).
+    its engines; ``"strict"``: a violation raises and the caller fails the handshake). ``codec``:
+    the release the engines speak (:func:`ecp.spec.profile.wire_codec`; vLLM 0.33's by default).
     """
 
     def __init__(self, ranks: Sequence[int], init: EngineHandshakeMetadata | None, *, clients: int = 1,
                  bootstrapped: bool = False, mode: Mode = "strict", limits: DecodeLimits = DEFAULT_LIMITS,
-                 answer_any_hello: bool = False, clock=time.monotonic) -> None:
+                 answer_any_hello: bool = False, clock=time.monotonic, codec: Any = None) -> None:
         if not bootstrapped and init is None:
             raise LocalProtocolError("a frontend that owns the handshake needs the INIT to send",
                                      clause="ECP-HS-2")
@@ -95,10 +95,10 @@ class FrontendPeer:
         self.bootstrapped = bootstrapped
         self.clients = clients
         self.machine = FrontendConnection(self.ranks, clients=clients, bootstrapped=bootstrapped, limits=limits,
-                                          mode=mode)
+                                          mode=mode, codec=codec)
         self.answer_any_hello = answer_any_hello
         self._clock = clock
-        self._init_frame = None if init is None else encode_handshake(init)
+        self._init_frame = None if init is None else self.machine.codec.encode_handshake(init)
         self._actions: list[Send] = []
         #: identity -> what it did, in the order identities first spoke
         self.progress: dict[bytes, Progress] = {}
@@ -199,12 +199,11 @@ class FrontendPeer:
         self._actions += make()
         progress.init_sent = True
 
-    @staticmethod
-    def _read(frames: Sequence[bytes]) -> Hello | Ready | None:
+    def _read(self, frames: Sequence[bytes]) -> Hello | Ready | None:
         if len(frames) != 2:
             return None
         try:
-            return decode_handshake(frames[1])
+            return self.machine.codec.decode_handshake(frames[1])
         except ProtocolError:
             return None
 

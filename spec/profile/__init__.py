@@ -3,7 +3,9 @@
 * :mod:`.types`: a layout's messages and enums as generated msgspec classes;
 * :mod:`.model`: :class:`Profile` (messages, enums, type bytes, UTILITY arities);
 * :mod:`.codec`: :class:`ProfileCodec`, the frame codec over a profile;
-* :mod:`.resolve`: ``--vllm RELEASE|PATH`` -> profile (shipped release, layout file, vLLM tree).
+* :mod:`.resolve`: ``--vllm RELEASE|PATH`` -> profile (shipped release, layout file, vLLM tree);
+* :mod:`.translate`, :mod:`.wire`: :func:`wire_codec`, the codec a peer of a release is spoken to with,
+  in 0.33's typed messages (what the protocol machines take as ``codec=``).
 
 ::
 
@@ -16,6 +18,7 @@
 
 from .model import Profile, UtilitySignature, build_profile, release_of
 from .resolve import resolve_profile, shipped_profile, shipped_releases
+from .wire import ReleaseCodec, release_of_codec, wire_codec
 
-__all__ = ["Profile", "UtilitySignature", "build_profile", "release_of", "resolve_profile", "shipped_profile",
-           "shipped_releases"]
+__all__ = ["Profile", "ReleaseCodec", "UtilitySignature", "build_profile", "release_of", "resolve_profile", "shipped_profile",
+           "shipped_releases", "release_of_codec", "wire_codec"]

@@ -47,9 +47,9 @@ class Pair:
     """Frontend machine + engine machines; :meth:`f` and :meth:`e` send and deliver."""
 
     def __init__(self, ranks: Sequence[int] = (0,), clients: int = 1, coordinator: bool = False,
-                 frontend_mode: str = "strict", engine_mode: str = "strict") -> None:
-        self.fe = FrontendConnection(ranks, mode=frontend_mode)
-        self.engines = {r: EngineConnection(r, mode=engine_mode) for r in ranks}
+                 frontend_mode: str = "strict", engine_mode: str = "strict", codec=None) -> None:
+        self.fe = FrontendConnection(ranks, mode=frontend_mode, codec=codec)
+        self.engines = {r: EngineConnection(r, mode=engine_mode, codec=codec) for r in ranks}
         self.clients = clients
         self.coordinator = coordinator
 
