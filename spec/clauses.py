@@ -47,6 +47,14 @@ HARDENED: frozenset[str] = frozenset({
     "ECP-ABORT-5",  # coalesced auto-aborts: vLLM's Python frontend sends one ABORT per stream
 })
 
+#: Clauses that hold only in the releases that have a feature (``spec/releases.py`` computes which
+#: from the shipped layouts; PROTOCOL.md renders the span beside the keyword, e.g. ``(MUST, vLLM
+#: 0.33)``). A harness testing another release reports the cases citing them UNSUPPORTED, naming
+#: the release. Every other clause holds in every shipped release.
+RELEASE_BOUND: dict[str, tuple[str, ...]] = {
+    "ECP-OUT-5": ("field:EngineCoreOutput.error", "message:RequestError"),
+}
+
 AREAS: dict[str, str] = {
     "SOCK": "Sockets and identities",
     "HS": "Startup handshake",
@@ -78,6 +86,20 @@ class Clause:
     @property
     def area(self) -> str:
         return self.id.split("-")[1]
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """What the clause needs of a release (:data:`RELEASE_BOUND`); empty: every release."""
+        return RELEASE_BOUND.get(self.id, ())
+
+    def release_span(self) -> str:
+        """The shipped releases the clause holds in: ``all``, ``0.33``, ``0.28–0.33``."""
+        from .releases import releases, releases_with, span
+
+        have = set(releases())
+        for feature in self.features:
+            have &= set(releases_with(feature))
+        return span(sorted(have))
 
 
 def _c(id: str, level: Level, title: str, text: str) -> Clause:

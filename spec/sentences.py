@@ -44,7 +44,8 @@ LEDGER = Path(__file__).resolve().parent / "sentences.txt"
 MARKER_RE = re.compile(r"<sup>(?:(?P<clause>ECP-[A-Z]+-[0-9]+)(?:\.(?P<cn>[1-9][0-9]*))?|(?P<n>[1-9][0-9]*))</sup>")
 SENTENCE_ID_RE = re.compile(r"^(?P<clause>ECP-[A-Z]+-[0-9]+)\.(?P<n>[1-9][0-9]*)$")
 KEYWORD_RE = re.compile(r"\b(MUST|SHOULD|MAY)\b")
-_HEADER_RE = re.compile(r"\*\*(?P<clause>ECP-[A-Z]+-[0-9]+)\*\* \((?P<level>MUST|SHOULD|MAY)(?:, hardened)?\) ")
+_HEADER_RE = re.compile(r"\*\*(?P<clause>ECP-[A-Z]+-[0-9]+)\*\* \((?P<level>MUST|SHOULD|MAY)(?:, hardened)?"
+                        r"(?:, vLLM [0-9.–]+)?\) ")
 _GENERATED_OPEN = re.compile(r"^<!-- (fields:[A-Za-z]+|machine:[a-z]+|utility-methods|http-routes) -->$")
 _NOTE = "vLLM 0.33: "
 #: put right before a sentence of a clause paragraph that states no requirement

@@ -100,13 +100,23 @@ def wire_shape(typ: Any) -> str:
 
 
 def render_table(name: str) -> str:
+    """A struct's field table; for a message the layouts know, column ``vLLM`` gives the
+    shipped releases that have each field (by name: its position may differ)."""
+    from .profile.wire import layout_field_names
+    from .releases import feature_span, releases_with
+
     info = mi.type_info(STRUCTS[name])
     layout = "array" if info.array_like else "map"
-    rows = ["| # | field | wire type | default |", "|---|---|---|---|"]
+    spans = None
+    if releases_with(f"message:{name}"):
+        spans = {attr: feature_span(f"field:{name}.{wire}") for attr, wire in layout_field_names(STRUCTS[name])}
+    extra = (" vLLM |", "---|") if spans else ("", "")
+    rows = ["| # | field | wire type | default |" + extra[0], "|---|---|---|---|" + extra[1]]
     if info.tag_field is not None:
-        rows.append(f"| – | `{info.tag_field}` | str `\"{info.tag}\"` | **required** (tag) |")
+        rows.append(f"| – | `{info.tag_field}` | str `\"{info.tag}\"` | **required** (tag) |" + (" all |" if spans else ""))
     for i, f in enumerate(info.fields):
-        rows.append(f"| {i} | `{f.encode_name}` | {type_name(f.type)} | {_default(f)} |")
+        cell = f" {spans[f.name]} |" if spans else ""
+        rows.append(f"| {i} | `{f.encode_name}` | {type_name(f.type)} | {_default(f)} |{cell}")
     head = f"`{name}`: msgpack **{layout}** of {wire_shape(STRUCTS[name])}."
     return head + "\n\n" + "\n".join(rows) + "\n"
 
@@ -128,8 +138,10 @@ def render_utility_methods() -> str:
     """The method table of section 8, from :data:`ecp.spec.utility_methods.UTILITY_METHODS`."""
     from .utility_methods import UTILITY_METHODS
 
-    rows = ["| Method | Args (positional) | Result | ✓ | Python 0.33 DP rule | Conforming DP rule |",
-            "|---|---|---|---|---|---|"]
+    from .releases import feature_span
+
+    rows = ["| Method | Args (positional) | Result | ✓ | Python 0.33 DP rule | Conforming DP rule | vLLM |",
+            "|---|---|---|---|---|---|---|"]
     for m in UTILITY_METHODS.values():
         if m.params is None:
             args = "(not documented)"
@@ -140,7 +152,8 @@ def render_utility_methods() -> str:
         rule = f"{m.aggregation} ({m.aggregation_clause})"
         mark = " †" if m.origin else ""
         rows.append(f"| `{m.name}`{mark} | {args.replace('|', chr(92) + '|')} | `{m.result}` "
-                    f"| {'✓' if m.observed else ''} | {m.dp_rule} | {rule} |")
+                    f"| {'✓' if m.observed else ''} | {m.dp_rule} | {rule} "
+                    f"| {feature_span(f'utility:{m.name}').replace('none', '–')} |")
     origins = sorted({m.origin for m in UTILITY_METHODS.values() if m.origin})
     notes = "".join(f"\n† {origin}: a vLLM 0.33 engine answers with a failure message.\n" for origin in origins)
     return "\n".join(rows) + "\n" + notes

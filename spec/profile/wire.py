@@ -49,7 +49,7 @@ def _fields(cls: type) -> list[tuple[str, str]]:
 
 
 @lru_cache(maxsize=None)
-def _canon(cls: type) -> list[tuple[str, str]]:
+def layout_field_names(cls: type) -> list[tuple[str, str]]:
     """Each field of ``cls`` as (attribute, name in the layouts). A generated class
     carries the layout's names; a hand-written one takes them from the 0.33 layout's
     class of the same name (by position where array-encoded)."""
@@ -97,8 +97,8 @@ class ReleaseCodec:
         self.profile = profile
         self.release = profile.release
         self._codec = profile.codec
-        self._down = Translator(profile.label, _canon)  # 0.33 -> this release
-        self._up = Translator("vLLM 0.33", _canon, fill_required=True)  # this release -> 0.33
+        self._down = Translator(profile.label, layout_field_names)  # 0.33 -> this release
+        self._up = Translator("vLLM 0.33", layout_field_names, fill_required=True)  # this release -> 0.33
         self._theirs = {label: profile.frame_message(label) for label in HAND_WRITTEN if label in profile.frames}
         self._ours_by_theirs = {cls: HAND_WRITTEN[label] for label, cls in self._theirs.items()}
         self._theirs_by_ours = {HAND_WRITTEN[label]: cls for label, cls in self._theirs.items()}

@@ -11,7 +11,7 @@ from ecp.spec.tables import PROTOCOL_MD, refresh_protocol
 
 REPO = Path(__file__).resolve().parents[2]
 ID_RE = re.compile(r"ECP-[A-Z]+-\d+")
-ANCHOR_RE = re.compile(r"\*\*(ECP-[A-Z]+-\d+)\*\* \((MUST|SHOULD|MAY)(?:, (hardened))?\)")
+ANCHOR_RE = re.compile(r"\*\*(ECP-[A-Z]+-\d+)\*\* \((MUST|SHOULD|MAY)(?:, (hardened))?(?:, vLLM ([0-9.–]+))?\)")
 SKIP_DIRS = {".git", ".venv", "venv", "build", "dist", "node_modules", "__pycache__", ".hypothesis"}
 
 TEXT = PROTOCOL_MD.read_text(encoding="utf-8")
@@ -19,15 +19,24 @@ TEXT = PROTOCOL_MD.read_text(encoding="utf-8")
 
 def test_protocol_anchors_are_the_catalogue_exactly_once():
     anchors = ANCHOR_RE.findall(TEXT)
-    counts = Counter(cid for cid, _, _ in anchors)
+    counts = Counter(cid for cid, *_ in anchors)
     assert [cid for cid, n in counts.items() if n > 1] == []
     assert set(counts) == set(clauses.CLAUSES)
 
 
 def test_protocol_levels_match_the_catalogue():
-    for cid, level, hardened in ANCHOR_RE.findall(TEXT):
+    for cid, level, hardened, _ in ANCHOR_RE.findall(TEXT):
         assert clauses.CLAUSES[cid].level == level, cid
         assert clauses.CLAUSES[cid].conformance_level == (hardened or "interop"), cid
+
+
+def test_release_spans_beside_the_keyword_are_computed_from_the_layouts():
+    """A release-bound clause shows the releases its features are in; no other clause shows one."""
+    shown = {cid: rendered for cid, _, _, rendered in ANCHOR_RE.findall(TEXT) if rendered}
+    assert shown == {cid: clauses.CLAUSES[cid].release_span() for cid in clauses.RELEASE_BOUND}
+    assert all(clauses.CLAUSES[cid].release_span() not in ("all", "none") for cid in clauses.RELEASE_BOUND)
+    assert clauses.CLAUSES["ECP-OUT-5"].release_span() == "0.33"
+    assert clauses.CLAUSES["ECP-REQ-1"].release_span() == "all"
 
 
 def test_every_hardened_clause_states_what_vllm_does():
