@@ -224,8 +224,60 @@ REASONS: dict[str, Reason] = {
 }
 
 
+class _Covered:
+    """What a clause row and a sentence row share: the roles a requirement binds, the cases
+    covering each role, and the reason standing in for a missing case."""
+
+    level: str
+    binds: tuple[str, ...]
+    cases: dict[str, list[str]]
+    reason: Reason | None
+    #: the status of a row every bound role of which has a case
+    covered = "case"
+
+    @property
+    def missing_roles(self) -> list[str]:
+        """Roles this requirement binds with neither a case nor a reason."""
+        reasoned = self.reason.roles if self.reason else ()
+        return [r for r in self.binds if not self.cases.get(r) and r not in reasoned]
+
+    @property
+    def status(self) -> str:
+        """:attr:`covered` (every bound role has a case), ``reason`` (some role is covered by a
+        reason only), or ``missing``."""
+        if self.missing_roles:
+            return "missing"
+        if any(not self.cases.get(r) for r in self.binds):
+            return "reason"
+        return self.covered
+
+    def _reason_dict(self) -> dict[str, Any] | None:
+        return None if self.reason is None else {"roles": list(self.reason.roles), "why": self.reason.why,
+                                                 "checked_by": self.reason.checked_by}
+
+
+def _binding(reason: Reason | None, binds: tuple[str, ...]) -> Reason | None:
+    """A reason counts only for a requirement binding one of its roles."""
+    return reason if reason is not None and set(reason.roles) & set(binds) else None
+
+
+def gaps(rows: Iterable[_Covered], level: str = "MUST") -> list[Any]:
+    """The rows (clauses or sentences) at ``level`` with a bound role that has neither a case
+    nor a reason."""
+    return [r for r in rows if r.level == level and r.status == "missing"]
+
+
+def _counts(rows: list[Any], key: str, covered: str) -> dict[str, Any]:
+    out: dict[str, Any] = {key: len(rows)}
+    for status in (covered, "reason", "missing"):
+        out[status] = sum(r.status == status for r in rows)
+    out["must_missing"] = len(gaps(rows, "MUST"))
+    out["should_may_missing"] = len(gaps(rows, "SHOULD")) + len(gaps(rows, "MAY"))
+    return out
+
+
 @dataclass
-class ClauseRow:
+class ClauseRow(_Covered):
     """One row of the coverage matrix."""
 
     clause: str
@@ -237,22 +289,6 @@ class ClauseRow:
     reason: Reason | None = None
     #: case id -> outcome, for the cases a run ran (empty without results)
     outcomes: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def missing_roles(self) -> list[str]:
-        """Roles this clause binds with neither a case nor a reason."""
-        reasoned = self.reason.roles if self.reason else ()
-        return [r for r in self.binds if not self.cases.get(r) and r not in reasoned]
-
-    @property
-    def status(self) -> str:
-        """``case`` (every bound role has a case), ``reason`` (some role is covered by a reason only),
-        or ``missing``."""
-        if self.missing_roles:
-            return "missing"
-        if self.reason and any(not self.cases.get(r) for r in self.binds):
-            return "reason"
-        return "case"
 
     @property
     def verdict(self) -> str:
@@ -267,10 +303,7 @@ class ClauseRow:
     def to_dict(self) -> dict[str, Any]:
         return {"clause": self.clause, "level": self.level, "title": self.title, "binds": list(self.binds),
                 "cases": {r: list(v) for r, v in self.cases.items()}, "status": self.status,
-                "missing_roles": self.missing_roles,
-                "reason": None if self.reason is None else {"roles": list(self.reason.roles),
-                                                            "why": self.reason.why,
-                                                            "checked_by": self.reason.checked_by},
+                "missing_roles": self.missing_roles, "reason": self._reason_dict(),
                 "outcomes": dict(self.outcomes), "verdict": self.verdict}
 
 
@@ -297,28 +330,17 @@ def clause_rows(cases: Iterable[Case], outcomes: Mapping[str, str] | None = None
         binds = tuple(r for r in binds if r in want)
         if not binds:
             continue
-        if reason is not None and not set(reason.roles) & set(binds):
-            reason = None
         row = ClauseRow(cl.id, cl.level, cl.title, binds,
-                        {r: ids for r, ids in by_clause.get(cl.id, {}).items() if r in binds}, reason)
+                        {r: ids for r, ids in by_clause.get(cl.id, {}).items() if r in binds}, _binding(reason, binds))
         if outcomes:
             row.outcomes = {cid: outcomes[cid] for ids in row.cases.values() for cid in ids if cid in outcomes}
         rows.append(row)
     return rows
 
 
-def gaps(rows: Iterable[ClauseRow], level: str = "MUST") -> list[ClauseRow]:
-    """The rows at ``level`` with a bound role that has neither a case nor a reason."""
-    return [r for r in rows if r.level == level and r.status == "missing"]
-
-
 def summary(rows: list[ClauseRow]) -> dict[str, Any]:
     """Counts for a report's summary line."""
-    out: dict[str, Any] = {"clauses": len(rows)}
-    for status in ("case", "reason", "missing"):
-        out[status] = sum(r.status == status for r in rows)
-    out["must_missing"] = len(gaps(rows, "MUST"))
-    out["should_may_missing"] = len(gaps(rows, "SHOULD")) + len(gaps(rows, "MAY"))
+    out = _counts(rows, "clauses", ClauseRow.covered)
     ran = [r for r in rows if r.outcomes]
     out["clauses_run"] = len(ran)
     out["clauses_passing"] = sum(r.verdict in ("PASS", "XFAIL") for r in ran)
@@ -375,7 +397,7 @@ SENTENCE_BINDS: dict[str, tuple[str, ...]] = {
 
 
 @dataclass
-class SentenceRow:
+class SentenceRow(_Covered):
     """One row of the sentence coverage: a normative sentence, the cases that check it, or a reason."""
 
     sentence: str
@@ -388,28 +410,14 @@ class SentenceRow:
     reason: Reason | None = None
     #: the id the reason is keyed by: the sentence's own, or its clause's
     reason_key: str | None = None
-
-    @property
-    def missing_roles(self) -> list[str]:
-        reasoned = self.reason.roles if self.reason else ()
-        return [r for r in self.binds if not self.cases.get(r) and r not in reasoned]
-
-    @property
-    def status(self) -> str:
-        """``check`` (a case in every bound role), ``reason`` (some role by a reason only) or ``missing``."""
-        if self.missing_roles:
-            return "missing"
-        if any(not self.cases.get(r) for r in self.binds):
-            return "reason"
-        return "check"
+    covered = "check"
 
     def to_dict(self) -> dict[str, Any]:
+        reason = self._reason_dict()
         return {"sentence": self.sentence, "clause": self.clause, "level": self.level, "text": self.text,
                 "binds": list(self.binds), "cases": {r: list(v) for r, v in self.cases.items()},
                 "status": self.status, "missing_roles": self.missing_roles,
-                "reason": None if self.reason is None else {"key": self.reason_key, "roles": list(self.reason.roles),
-                                                            "why": self.reason.why,
-                                                            "checked_by": self.reason.checked_by}}
+                "reason": None if reason is None else {"key": self.reason_key, **reason}}
 
 
 def sentence_rows(cases: Iterable[Case], roles: Iterable[str] | None = None) -> list[SentenceRow]:
@@ -433,29 +441,23 @@ def sentence_rows(cases: Iterable[Case], roles: Iterable[str] | None = None) -> 
         if not binds:
             continue
         key = sid if sid in REASONS else s.clause if s.clause in REASONS else None
-        reason = REASONS[key] if key else None
-        if reason is not None and not set(reason.roles) & set(binds):
-            reason, key = None, None
+        reason = _binding(REASONS[key] if key else None, binds)
+        key = key if reason is not None else None
         rows.append(SentenceRow(sid, s.clause, s.level, s.text, binds,
                                 {r: ids for r, ids in by_sentence.get(sid, {}).items() if r in binds}, reason, key))
     return rows
 
 
-def sentence_gaps(rows: Iterable[SentenceRow], level: str = "MUST") -> list[SentenceRow]:
-    """The sentences at ``level`` with a bound role that has neither a check nor a reason."""
-    return [r for r in rows if r.level == level and r.status == "missing"]
+#: the sentences at a level with a bound role that has neither a check nor a reason
+sentence_gaps = gaps
 
 
 def sentence_summary(rows: list[SentenceRow]) -> dict[str, Any]:
     """Counts: sentences, by status, and the MUST sentences missing per role."""
-    out: dict[str, Any] = {"sentences": len(rows)}
-    for status in ("check", "reason", "missing"):
-        out[status] = sum(r.status == status for r in rows)
-    must = sentence_gaps(rows, "MUST")
-    out["must_missing"] = len(must)
+    out = _counts(rows, "sentences", SentenceRow.covered)
+    must = gaps(rows, "MUST")
     out["must_missing_by_role"] = {role: sum(role in r.missing_roles for r in must)
                                    for role in ROLES if any(role in r.binds for r in rows)}
-    out["should_may_missing"] = len(sentence_gaps(rows, "SHOULD")) + len(sentence_gaps(rows, "MAY"))
     return out
 
 
