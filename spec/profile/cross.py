@@ -41,8 +41,6 @@ _DIRECTION_FRAMES = {
     "init": ("INIT",),
     "ready": ("ready payload",),
 }
-#: diff findings of these severities can explain a refusal
-_EXPLAINING = ("breaking", "warning")
 _UTILITY = b"\x03"
 
 
@@ -89,17 +87,14 @@ class Crossing:
 
     def _explaining(self, roots: Sequence[str]) -> list:
         """The diff findings about ``roots`` and the messages they hold (breaking first)."""
-        from ..diff.clauses import reachable
+        from ..diff.explain import explaining
 
-        names: set[str] = set()
-        for layout in (self.sender.layout, self.receiver.layout):
-            for root in roots:
-                names.update(reachable(layout, root))
-        found = [f for f in self.diff if f.severity in _EXPLAINING and f.subject.split(".")[0] in names]
-        return sorted(found, key=lambda f: _EXPLAINING.index(f.severity))
+        return explaining(self.diff, (self.sender.layout, self.receiver.layout), roots)
 
     def _about_method(self, method: str) -> list:
-        return [f for f in self.diff if f.subject == f"utility {method}" and f.severity in _EXPLAINING]
+        from ..diff.explain import about_method
+
+        return about_method(self.diff, method)
 
     def _finding(self, explained: list, shows_in: str, text: str, clause: str) -> CrossFinding:
         if not explained:
