@@ -130,3 +130,38 @@ def test_replay_with_releases_per_side_and_a_reference_that_names_no_release(tmp
     assert ecp_main(["monitor", "--replay", str(cap), "--vllm", "0.32", "--report-json", str(out), "--quiet"]) == 0
     assert ecp_main(["monitor", "--replay", str(cap), "--vllm", "9.99", "--quiet"]) == 2
     assert "--vllm" in capsys.readouterr().err
+
+
+def test_the_cross_release_benchmark_reads_each_utility_call_and_the_engines_answer(tmp_path):
+    """benchmarks/cross_release.py judges a feature by the engine's answers in the monitor's capture."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "cross_release.py"
+    spec = importlib.util.spec_from_file_location("cross_release", script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    layout = shipped_profile("0.32").layout
+    reply = wire.sample(layout, "EngineCoreOutputs", "sparse")
+    at = layout.messages["EngineCoreOutputs"].field("utility_output").index
+
+    def answer(call_id, failure):
+        value = list(reply)
+        value[at] = [call_id, failure, None]
+        return (wire.encode(value),)
+
+    cap = tmp_path / "cap.txt"
+    writer = CaptureWriter(cap)
+    frames = [("to_engine", "input", _utility(7, "pause_generation", ["abort", True])),
+              ("to_engine", "input", _utility(8, "reset_prefix_cache", [])),
+              ("to_frontend", "output", answer(8, None)),
+              ("to_frontend", "output", answer(7, "'EngineCoreProc' object has no attribute 'pause_generation'"))]
+    for i, (d, s, f) in enumerate(frames, 1):
+        writer.write(Observed(i, i / 10, d, 0, s, 0, f), control=False)
+    writer.close()
+    calls = bench.utility_calls(cap, "0.32")
+    assert calls == [{"method": "pause_generation", "args": 2, "answered": True,
+                      "failure": "'EngineCoreProc' object has no attribute 'pause_generation'"},
+                     {"method": "reset_prefix_cache", "args": 0, "answered": True, "failure": None}]
+    assert bench.observed_verdict({"calls": [], "utility": calls[:1], "route": True, "http_ok": False}) == (
+        "breaks", "UTILITY pause_generation")
