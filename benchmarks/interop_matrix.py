@@ -2,6 +2,7 @@
 
     python benchmarks/interop_matrix.py [--peer ~/.cache/vllm-peer-0.33] [--out interop-results]
                                         [--only ROW ...] [--level interop|hardened] [--list]
+    python benchmarks/interop_matrix.py --cross 0.31,0.32,0.33 [--pairs A:B ...]   # benchmarks/cross_release.py
 
 Rows, run one at a time (each real vLLM launch takes 10-30 s of CPU on a small machine):
 
@@ -218,7 +219,19 @@ def main() -> int:
     ap.add_argument("--level", choices=("interop", "hardened"), default="hardened",
                     help="conformance level of the suite rows (default hardened)")
     ap.add_argument("--list", action="store_true", help="print the rows and their commands, run nothing")
+    ap.add_argument("--cross", metavar="A,B,...",
+                    help="instead of the rows: every ordered pair of these releases, a real frontend of one in "
+                         "front of a real engine core of the other through ecp monitor (benchmarks/cross_release.py)")
+    ap.add_argument("--observed", type=Path, default=REPO / "spec" / "compat" / "observed-cross.json",
+                    help="with --cross: the results file (default spec/compat/observed-cross.json; pairs not run "
+                         "are kept)")
+    ap.add_argument("--pairs", nargs="+", metavar="A:B", help="with --cross: run only these frontend:engine pairs")
     args = ap.parse_args()
+    if args.cross:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from cross_release import run_cross
+
+        return run_cross(args.cross.split(","), args.out, args.observed, args.pairs)
     rows = conformance_rows(args.peer, args.level) + smoke_rows()
     if args.only:
         unknown = set(args.only) - {r.name for r in rows}

@@ -12,6 +12,7 @@ addresses in INIT so that input, output and coordinator traffic passes through i
 and relays every message unchanged (unless --fail-closed). It prints a live summary,
 and at exit (SIGINT/SIGTERM or --duration) a report in the conformance formats.
 --replay FILE re-checks a capture written by --record offline.
+--vllm / --frontend-vllm / --engine-vllm name the releases the two sides speak.
 Exit 0: no MUST violation (no violation at all with --strict); 1: violations;
 2: usage error or a failure of the monitor itself."""
 
@@ -35,6 +36,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--fail-closed", action="store_true",
                    help="check each message before relaying it and stop relaying at the first MUST violation")
     g.add_argument("--strict", action="store_true", help="SHOULD/MAY violations also fail (exit 1)")
+    g.add_argument("--vllm", metavar="RELEASE|PATH|auto",
+                   help="the vLLM release both sides speak: a shipped release (0.21 ... 0.33), a layout file, "
+                        "a vLLM checkout or wheel, or auto (the release each side's traffic fits best); "
+                        "default: 0.33")
+    g.add_argument("--frontend-vllm", metavar="RELEASE|PATH|auto", dest="frontend_vllm",
+                   help="the frontend's release (overrides --vllm for that side)")
+    g.add_argument("--engine-vllm", metavar="RELEASE|PATH|auto", dest="engine_vllm",
+                   help="the engines' release (overrides --vllm for that side). Each side's messages are "
+                        "decoded with its own release; one the other side's release refuses is a finding "
+                        "naming the `ecp spec diff` rule (DIFF-nnn) and the message it shows in")
     g = p.add_argument_group("output")
     g.add_argument("--record", metavar="FILE", help="write a capture of every message (readable by ecp decode --file)")
     g.add_argument("--events", metavar="FILE", help="write a JSON-lines event log")

@@ -93,10 +93,22 @@ class MonitorReport:
         out["traffic"] = self.snapshot.to_json()
         out["violations_total"] = self.session.violation_count
         out["violations"] = [v.summary() for v in self.session.violations]
+        releases = getattr(self.session.validator, "release_report", None)
+        if releases is not None:
+            out["release"] = releases()
         return out
+
+    @property
+    def release_lines(self) -> list[str]:
+        """First lines of every format: a side whose traffic fits another release better."""
+        lines = getattr(self.session.validator, "mismatch_lines", None)
+        return lines() if lines is not None else []
 
     def markdown(self) -> str:
         text = markdown(self.summary).replace("# ecp conformance: monitor role", "# ecp monitor report", 1)
+        if self.release_lines:
+            head, _, rest = text.partition("\n")
+            text = head + "\n\n" + "\n".join(f"**{line}**" for line in self.release_lines) + "\n" + rest
         lines = ["", "## Traffic", "", f"- validator: `{self.session.validator.name}`",
                  f"- engines: {', '.join('?' if r is None else str(r) for r in self.snapshot.engines) or 'none'}",
                  f"- messages: {self.snapshot.total_messages} ({self.snapshot.bytes_total} bytes), "
@@ -109,6 +121,8 @@ class MonitorReport:
 
     def write_console(self, out: TextIO) -> None:
         """The conformance console format: one block per violated clause, then one line."""
+        for line in self.release_lines:
+            out.write(f"{line}\n")
         for r in self.summary.results:
             status = r.outcome.value if r.blocking else f"{r.outcome.value} (non-strict {r.level})"
             out.write(f"{status} {r.id} [{r.clause} {r.level}] {r.requirement}\n")
@@ -162,5 +176,21 @@ def report_schema() -> dict[str, Any]:
                   "properties": {"clause": {"type": "string", "pattern": "^ECP-[A-Z]+-[1-9][0-9]*$"},
                                  "level": {"enum": ["MUST", "SHOULD", "MAY"]}}},
     }
+    side = {"type": "object",
+            "required": ["release", "vllm_version", "layout", "reference", "chosen_by", "fits", "facts", "mismatch"],
+            "properties": {"release": {"type": "string"}, "chosen_by": {"enum": ["default", "option", "traffic"]},
+                           "fits": {"type": "array", "items": {"type": "string"}},
+                           "facts": {"type": "object",
+                                     "additionalProperties": {"type": "array", "items": {"type": "string"}}},
+                           "mismatch": {"type": ["string", "null"]}}}
+    schema["properties"]["release"] = {"anyOf": [{
+        "description": "each side's vLLM release (--vllm, --frontend-vllm, --engine-vllm) with the fingerprint of "
+                       "its traffic, and every finding of a message the other side's release refuses, by DIFF rule "
+                       "and the message it shows in",
+        "type": "object", "required": ["under_test", "judged_by", "frontend", "engine", "cross"],
+        "properties": {"frontend": side, "engine": side,
+                       "cross": {"type": "array", "items": {"type": "object",
+                                                            "required": ["code", "shows_in", "count", "first"]}}},
+    }, schema["properties"]["release"]]}  # the latter: a session whose validator knows no releases
     schema["required"] = schema["required"] + ["validator", "traffic", "violations_total", "violations"]
     return schema

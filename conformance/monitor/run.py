@@ -8,19 +8,31 @@ import sys
 import threading
 import time
 
+from ecp.spec.layout.model import LayoutError
+
 from .capture import CaptureError, CaptureEvent, CaptureWriter, read_capture
 from .console import Console
 from .eventlog import EventLog
 from .relay import Relay, RelayError
+from .releases import ReleaseValidator, resolve_side
 from .report import MonitorReport
 from .session import Session
 from .transcripts import TranscriptWriter
 from .validator import make_validator
 
 
+def _validator(args: argparse.Namespace) -> ReleaseValidator:
+    """The validator ``--validator`` names, judging each side as its release speaks
+    (raises ``LayoutError`` for a release reference that names no layout)."""
+    both = getattr(args, "vllm", None)
+    return ReleaseValidator(make_validator(args.validator),
+                            resolve_side("frontend", getattr(args, "frontend_vllm", None) or both),
+                            resolve_side("engine", getattr(args, "engine_vllm", None) or both))
+
+
 def _session(args: argparse.Namespace, clock=None, record: bool = True) -> Session:
     return Session(
-        make_validator(args.validator),
+        _validator(args),
         capture=CaptureWriter(args.record) if record and getattr(args, "record", None) else None,
         events=EventLog(args.events) if args.events else None,
         transcripts=TranscriptWriter(args.transcripts, args.max_transcripts) if args.transcripts else None,
@@ -45,6 +57,8 @@ def live(args: argparse.Namespace) -> int:
         session = _session(args)
     except OSError as exc:
         return _fail(f"cannot open an output file: {exc}")
+    except LayoutError as exc:
+        return _fail(f"--vllm: {exc}")
     relay = Relay(args.listen, args.frontend, session, relay_host=args.relay_host, fail_closed=args.fail_closed)
     try:
         bound = relay.start()
@@ -63,7 +77,8 @@ def live(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     target = f"frontend {args.frontend} via monitor {bound}"
     session.note("start", listen=bound, frontend=args.frontend, validator=session.validator.name,
-                 fail_closed=args.fail_closed)
+                 fail_closed=args.fail_closed, frontend_release=session.validator.frontend.profile.release,
+                 engine_release=session.validator.engine.profile.release)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     if args.duration is not None:
@@ -76,7 +91,8 @@ def live(args: argparse.Namespace) -> int:
                           args.console_interval if args.console_interval > 0 else 5.0, session.events)
         console.start()
     print(f"ecp monitor: listening on {bound} (engines connect here), relaying to {args.frontend}; "
-          f"validator {session.validator.name}", file=sys.stderr, flush=True)
+          f"validator {session.validator.name}; frontend speaks {session.validator.frontend.profile.label}, "
+          f"engines {session.validator.engine.profile.label}", file=sys.stderr, flush=True)
     started = time.monotonic()
     problems = []
     try:
@@ -100,6 +116,8 @@ def replay(args: argparse.Namespace) -> int:
         session = _session(args, clock=lambda: last_t[0], record=False)
     except OSError as exc:
         return _fail(f"cannot open an output file: {exc}")
+    except LayoutError as exc:
+        return _fail(f"--vllm: {exc}")
     try:
         for item in read_capture(args.replay):
             last_t[0] = item.t

@@ -17,7 +17,7 @@ them behind the same interface.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 from ecp.spec import COORDINATOR_READY, DEFAULT_LIMITS, CLAUSES, DecodeLimits, ProtocolError
 from ecp.spec.frames import decode_frames
@@ -96,12 +96,16 @@ class Validator(Protocol):
 
 
 class CodecValidator:
-    """Decodes every message with ``ecp.spec`` (see the module docstring)."""
+    """Decodes every message with ``ecp.spec`` (see the module docstring), or with the
+    ``decode`` given: one release's profile codec."""
 
     name = "codec"
 
-    def __init__(self, limits: DecodeLimits = DEFAULT_LIMITS) -> None:
+    def __init__(self, limits: DecodeLimits = DEFAULT_LIMITS,
+                 decode: Callable[[Sequence[bytes], str, DecodeLimits], Any] = decode_frames) -> None:
         self.limits = limits
+        #: ``ecp.spec.frames.decode_frames``, or a release profile's ``codec.decode_frames``
+        self.decode = decode
 
     def feed(self, msg: Observed) -> Verdict:
         frames = msg.frames
@@ -116,7 +120,7 @@ class CodecValidator:
         if direction is None:  # a socket type that cannot carry this direction: nothing to decode
             return Verdict("unexpected")
         try:
-            decoded = decode_frames(frames, direction, self.limits)
+            decoded = self.decode(frames, direction, self.limits)
         except ProtocolError as exc:
             return Verdict(UNDECODABLE, (Finding.from_error(exc),))
         return Verdict(decoded.kind, (), decoded.message)

@@ -37,20 +37,26 @@ _RULE_CLAUSES = {
 _ENUM_CLAUSES = {"FinishReason": "ECP-OUT-4"}
 
 
+def reachable(layout: Layout, root: str, seen: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """``root`` and every message its fields hold, nested (breadth first), except those in ``seen``."""
+    out: list[str] = []
+    queue = [root]
+    while queue:
+        current = queue.pop(0)
+        if current in seen or current in out or current not in layout.messages:
+            continue
+        out.append(current)
+        for f in layout.messages[current].fields:
+            queue += re.findall(r"struct:(\w+)", f.type)
+    return out
+
+
 def frames_reaching(layout: Layout) -> dict[str, str]:
     """Message name -> the frame of the first payload (in layout order) that carries it."""
     out: dict[str, str] = {}
     for name, msg in layout.messages.items():
-        if msg.frame is None:
-            continue
-        stack = [name]
-        while stack:
-            current = stack.pop(0)
-            if current in out or current not in layout.messages:
-                continue
-            out[current] = msg.frame
-            for f in layout.messages[current].fields:
-                stack += re.findall(r"struct:(\w+)", f.type)
+        if msg.frame is not None:
+            out.update((m, msg.frame) for m in reachable(layout, name, out.keys()))
     return out
 
 

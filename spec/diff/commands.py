@@ -56,6 +56,10 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if --out differs from the output")
     p.add_argument("--layouts", nargs="+", metavar="REF",
                    help="layouts to pair (default: every shipped release)")
+    p.add_argument("--observed", metavar="FILE",
+                   help="the executed cross-release matrix to show beside the prediction (default, without "
+                        "--layouts: spec/compat/observed-cross.json, written by benchmarks/interop_matrix.py "
+                        "--cross; 'none': leave it out)")
     p.set_defaults(func=_compat)
 
     p = sub.add_parser(
@@ -199,5 +203,16 @@ def _compat(args: argparse.Namespace) -> int:
     except LayoutError as exc:
         print(f"ecp spec compat: {exc}", file=sys.stderr)
         return 2
-    text = render_markdown(layouts, compat_matrix(layouts)).encode()
+    from .observed import OBSERVED_PATH, load_observed
+
+    observed = None
+    try:
+        if args.observed not in (None, "none"):
+            observed = load_observed(args.observed)
+        elif args.observed is None and not args.layouts and OBSERVED_PATH.is_file():
+            observed = load_observed(OBSERVED_PATH)
+    except LayoutError as exc:
+        print(f"ecp spec compat: {exc}", file=sys.stderr)
+        return 2
+    text = render_markdown(layouts, compat_matrix(layouts), observed).encode()
     return _write_or_check(text, args.out, args.check, "the table")

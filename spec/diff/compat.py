@@ -15,10 +15,14 @@ method the frontend's release sends must mean the same to the engine.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..layout import types as wt
 from ..layout import wire
 from ..layout.model import Layout
+
+if TYPE_CHECKING:
+    from .observed import Observed
 
 #: verdict -> cell text, best first
 VERDICTS = {
@@ -65,15 +69,16 @@ def _verdict(issues: list[wire.Issue]) -> str:
     return {None: "ok", "unchecked": "ok-partial", "defaulted": "lossy", "dropped": "lossy"}.get(kind, kind or "ok")
 
 
-def check_message(sender: Layout, receiver: Layout, message: str) -> Cell:
-    """Worse of the full and sparse samples of ``message`` sent by ``sender``, read by ``receiver``."""
+def check_message(sender: Layout, receiver: Layout, message: str,
+                  modes: tuple[wire.Mode, ...] = ("full", "sparse")) -> Cell:
+    """Worst of the samples (``full`` and ``sparse``) of ``message`` sent by ``sender``, read by ``receiver``."""
     for layout in (sender, receiver):
         if message not in layout.messages and message not in layout.not_described:
             return Cell("absent")  # the release has no such payload (e.g. no UTILITY type yet)
     if message not in sender.messages or message not in receiver.messages:
         return Cell("not-compared")
     issues: list[wire.Issue] = []
-    for mode in ("full", "sparse"):
+    for mode in modes:
         data = wire.encode(wire.sample(sender, message, mode))
         for issue in wire.check(receiver, message, data, sender):
             if issue not in issues:
@@ -120,6 +125,14 @@ def check_utility(frontend: Layout, engine: Layout) -> Cell:
                     not wt.accepts(wt.parse(e), wt.parse(f)) for f, e in zip(ft, et)):
                 notes.append(f"{name}: arguments [{', '.join(ft)}] vs engine [{', '.join(et)}]")
                 verdict = "rejected"
+            for param, e in zip(em.params, et):
+                # an argument typed as one message is converted to the engine's message before the call
+                t = wt.parse(e)
+                if len(t.members) == 1 and t.members[0].kind == "struct" and t.members[0].name in engine.messages:
+                    cell = check_message(frontend, engine, t.members[0].name)
+                    if cell.verdict in ("rejected", "misaligned"):
+                        notes.append(f"{name}: argument {param.name} {cell.verdict}: {'; '.join(cell.notes[:2])}")
+                        verdict = "rejected"
         if not wt.accepts(wt.parse(fm.result), wt.parse(em.result)):
             notes.append(f"{name}: result {em.result} where the frontend expects {fm.result}")
             verdict = "rejected" if verdict == "rejected" else "lossy"
@@ -142,7 +155,12 @@ def compat_matrix(layouts: list[Layout]) -> list[PairResult]:
 
 
 # --------------------------------------------------------------------------- markdown
-def render_markdown(layouts: list[Layout], results: list[PairResult]) -> str:
+def render_markdown(layouts: list[Layout], results: list[PairResult], observed: "Observed | None" = None) -> str:
+    """``docs/compatibility.md``: the summary, the executed matrix of ``observed`` (when given),
+    the features and the message kinds of every pair."""
+    from .features import render_features
+    from .observed import render_executed
+
     columns = [k[0] for k in KINDS] + ["type bytes", "UTILITY methods"]
     lines = [
         "# Cross-version compatibility",
@@ -158,7 +176,12 @@ def render_markdown(layouts: list[Layout], results: list[PairResult]) -> str:
     for layout in layouts:
         lines.append(f"- `{layout.name}` (vLLM {layout.vllm_version}): {layout.source}")
     lines += _grid(layouts, results)
+    if observed is not None:
+        lines += render_executed(layouts, observed)
+    lines += render_features(layouts)
     lines += [
+        "",
+        "## Per pair",
         "",
         "Verdicts: **ok**; **ok (partly unchecked)**: a nested type one layout does not describe was not",
         "checked; **ok, lossy**: decodes, but the receiver ignores fields the sender wrote or fills fields",
@@ -189,29 +212,21 @@ def render_markdown(layouts: list[Layout], results: list[PairResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
-_SHORT = {"ok": "ok", "ok-partial": "ok", "lossy": "lossy", "misaligned": "MISALIGNED", "rejected": "BREAKS",
-          "not-compared": "n/c", "absent": "-"}
-
-
 def _grid(layouts: list[Layout], results: list[PairResult]) -> list[str]:
-    """Frontend release (rows) x engine release (columns): the worst cell of each pair, and
-    which message kinds break."""
-    by_pair = {(r.frontend, r.engine): r for r in results}
+    """Frontend release (rows) x engine release (columns): whether serving works and which
+    features break (:mod:`.features`; details per pair below)."""
+    from .features import predict_pair, summary_cell
+
     names = [layout.name for layout in layouts]
     lines = ["", "## Summary", "",
-             "Rows: the frontend's release; columns: the engine's release. A cell gives the worst verdict over "
-             "all message kinds and, when something breaks, the kinds that do (details per pair below).", "",
+             "Rows: the frontend's release; columns: the engine's release. A cell says whether **serving** "
+             "works (the handshake, a plain request, its outputs and ABORT) and which features break; where "
+             "each break first shows is in *Features per pair*, and what each message kind does in "
+             "*Per pair* (which also lists the UTILITY methods no route of these features calls).", "",
              "| frontend \\ engine | " + " | ".join(f"`{n}`" for n in names) + " |",
              "|---|" + "---|" * len(names)]
-    for f in names:
-        row = []
-        for e in names:
-            cells = by_pair[(f, e)].cells
-            worst = worst_verdict(list(cells.values()))
-            broken = [k for k, c in cells.items() if c.verdict in ("rejected", "misaligned")]
-            row.append(_SHORT[worst] + (f" ({', '.join(broken)})" if broken else ""))
-        lines.append(f"| `{f}` | " + " | ".join(row) + " |")
-    lines += ["", "## Per pair"]
+    for f in layouts:
+        lines.append(f"| `{f.name}` | " + " | ".join(summary_cell(predict_pair(f, e)) for e in layouts) + " |")
     return lines
 
 

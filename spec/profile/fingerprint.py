@@ -130,6 +130,10 @@ class Fingerprint:
     def _newest(self) -> Layout:
         return self.profiles()[-1].layout
 
+    def __len__(self) -> int:
+        """How many distinct facts the traffic gave so far (a verdict changes only when this grows)."""
+        return len(self._facts)
+
     def add(self, fact: str, fits: Callable[[Layout], bool]) -> None:
         """Record one fact: its wording and which layouts it fits."""
         self._facts.setdefault(fact, fits)

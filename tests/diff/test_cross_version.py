@@ -14,6 +14,7 @@ import pytest
 
 from ecp.spec import codec
 from ecp.spec.diff.compat import compat_matrix, render_markdown
+from ecp.spec.diff.observed import OBSERVED_PATH, load_observed, render_executed
 from ecp.spec.errors import ProtocolError
 from ecp.spec.layout import wire
 from ecp.spec.layout.introspect import current_layout
@@ -110,9 +111,16 @@ def test_ready_payload_of_0_22_lacks_what_a_0_33_frontend_requires():
 
 
 def test_checked_in_compatibility_table_matches_the_command():
-    # Regenerate with `ecp spec compat --out docs/compatibility.md`.
+    # Regenerate with `ecp spec compat --out docs/compatibility.md` (it reads the executed matrix,
+    # spec/compat/observed-cross.json, written by `benchmarks/interop_matrix.py --cross`).
     layouts = [load_shipped(n) for n in RELEASES]
-    assert (ROOT / "docs" / "compatibility.md").read_text() == render_markdown(layouts, compat_matrix(layouts))
+    observed = load_observed(OBSERVED_PATH)
+    assert (ROOT / "docs" / "compatibility.md").read_text() == render_markdown(layouts, compat_matrix(layouts),
+                                                                               observed)
+    # every ordered pair of the three releases ran, and the model agrees with every observation
+    assert sorted(observed.pairs) == [(f, e) for f in observed.releases for e in observed.releases]
+    assert all(p["started"] for p in observed.pairs.values())
+    assert any("disagree in 0 cell(s)" in line for line in render_executed(layouts, observed))
 
 
 def test_matrix_verdicts():
