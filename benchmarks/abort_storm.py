@@ -63,11 +63,11 @@ async def storm(streams: int, engines: int, *, idle_bound_ms: float = 200.0, adm
         aborts: dict[int, list[tuple[float, list[str]]]] = collections.defaultdict(list)
         send = client._put
 
-        async def counting_send(rank: int, frames: list[bytes]) -> None:
+        async def counting_send(rank: int, frames: list[bytes], *event: object) -> None:
             # instrumentation: see every ABORT as it leaves the client, with its ids
             if bytes(frames[0]) == b"\x01":
                 aborts[rank].append((loop.time(), list(decode_input(frames))))
-            await send(rank, frames)
+            await send(rank, frames, *event)
 
         client._put = counting_send  # type: ignore[method-assign]
         try:

@@ -30,9 +30,8 @@ from zmq.utils.monitor import parse_monitor_message
 
 from ecp.spec import (
     EngineCoreReadyResponse, EngineCoreRequest, EngineHandshakeMetadata, EngineZmqAddresses, UtilityRequest,
-    engine_identity,
 )
-from ecp.spec.machine import Event, FrontendConnection, UtilityCall
+from ecp.spec.machine import Add, Event, FrontendConnection, UtilityCall
 
 from .abort_coalescer import AbortCoalescer
 from .aggregation import UtilityAggregation
@@ -44,6 +43,7 @@ from .faults import ClientFaults
 from .handshake import STAGE_HELLO, STAGE_READY, HandshakeOwner, HandshakeResult
 from .health import Health
 from .lifecycle import RequestLifecycle
+from .outbox import Outbox
 from .registry import RequestRegistry
 from .router import Router
 from .stats import ClientStats
@@ -78,9 +78,8 @@ class EngineCoreClient(UtilityMethods):
         self._tmpdir: str | None = None
         self._handshake_sock: zmq.asyncio.Socket | None = None
         self._input: zmq.asyncio.Socket | None = None
-        #: the input socket without asyncio's futures (see _put), and awaited sends still queued
-        self._input_now: zmq.Socket | None = None
-        self._sends_waiting = 0
+        #: the input socket's sends, batched per event-loop turn (see _put)
+        self._outbox: Outbox | None = None
         self._output: zmq.asyncio.Socket | None = None
         self._monitor: zmq.asyncio.Socket | None = None
         self._coordinator: Coordinator | None = None
@@ -158,7 +157,10 @@ class EngineCoreClient(UtilityMethods):
                     zmq.ROUTER, self._pick_address(cfg.handshake_address, "handshake"))
             self._input, self.input_address = self._bind(zmq.ROUTER, self._pick_address(cfg.input_address, "input"))
             self._output, self.output_address = self._bind(zmq.PULL, self._pick_address(cfg.output_address, "output"))
-            self._input_now = zmq.Socket.shadow(self._input.underlying)
+            # the plain send is the same zmq socket without asyncio's futures: it costs a fraction
+            # of an awaited one (a future, event registration and flag arithmetic per message)
+            self._outbox = Outbox(zmq.Socket.shadow(self._input.underlying).send_multipart,
+                                  self._input.send_multipart, self._on_send_lost)
             self._monitor = self._input.get_monitor_socket(zmq.EVENT_DISCONNECTED)
             if cfg.coordinator:
                 self._coordinator = Coordinator(self._ctx, len(self._ranks),
@@ -378,36 +380,29 @@ class EngineCoreClient(UtilityMethods):
     async def _send(self, event: Event) -> None:
         """Send ``event`` through the machine (:class:`~ecp.spec.LocalProtocolError` naming the
         clause if the rules forbid it now: nothing is sent); raises :class:`EngineDisconnected`
-        when the engine is not connected (``ROUTER_MANDATORY``), e.g. in the grace period after
-        it died."""
+        when the engine is known not to be connected (an earlier send to it found it gone, e.g.
+        in the grace period after it died). The message goes out at the end of this event-loop
+        turn (:class:`~.outbox.Outbox`); if it then finds its engine gone, an ADD's stream ends
+        with :class:`EngineDisconnected` and a utility call's waiter gets that engine's failure."""
         assert self._machine is not None
         [send] = self._machine.send(event)
-        await self._put(event.rank, send.frames[1:])  # frames[0] is the engine's identity
+        await self._put(event.rank, send.frames[1:], event)  # frames[0] is the engine's identity
 
-    async def _put(self, rank: int, frames: list[bytes]) -> None:
+    async def _put(self, rank: int, frames: list[bytes], event: Event | None = None) -> None:
         """Put ``frames`` on the input ROUTER for engine ``rank`` (the wire, below the machine)."""
-        assert self._input is not None and self._input_now is not None
-        message = [engine_identity(rank), *frames]
-        try:
-            if not self._sends_waiting:
-                # A plain non-blocking send costs a fraction of an awaited one (a future, event
-                # registration and flag arithmetic per message). Only when the socket cannot
-                # take the message now is it awaited, and later messages wait behind it so
-                # that none overtakes another.
-                try:
-                    self._input_now.send_multipart(message, zmq.NOBLOCK, copy=False)
-                    return
-                except zmq.Again:
-                    pass
-            self._sends_waiting += 1
-            try:
-                await self._input.send_multipart(message, copy=False)
-            finally:
-                self._sends_waiting -= 1
-        except zmq.ZMQError as exc:
-            if exc.errno == zmq.EHOSTUNREACH:
-                raise EngineDisconnected(f"engine {rank} is not connected (send failed: {exc})") from None
-            raise
+        assert self._outbox is not None
+        self._outbox.put(rank, frames, event)
+
+    def _on_send_lost(self, rank: int, event: Event | None, error: BaseException) -> None:
+        """A queued input message found its engine gone: what waited for it ends as the send's
+        failure would have ended it, had it been sent at once."""
+        if isinstance(event, Add):
+            entry = self._registry.get(event.request.request_id)
+            if entry is not None and entry.engine_rank == rank:
+                self._registry.take(event.request.request_id)
+                entry.sink.end(error)
+        elif isinstance(event, UtilityCall):
+            self._utilities.unsent(event.call.call_id, error, event.call.method_name)
 
     # ================================================================== background loops
     async def _output_loop(self) -> None:
@@ -511,6 +506,9 @@ class EngineCoreClient(UtilityMethods):
         self._close_sockets()
 
     def _close_sockets(self) -> None:
+        if self._outbox is not None:
+            self._outbox.close()
+            self._outbox = None
         if self._input is not None and self._monitor is not None:
             try:
                 self._input.disable_monitor()
@@ -522,7 +520,6 @@ class EngineCoreClient(UtilityMethods):
         if self._coordinator is not None:
             self._coordinator.close()
         self._monitor = self._handshake_sock = self._input = self._output = None
-        self._input_now = None
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None

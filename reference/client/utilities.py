@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable, Sequence
 from ecp.spec import ProtocolError, UtilityOutput, UtilityRequest
 from ecp.spec.machine import Event, UtilityCall
 
-from .errors import EngineDisconnected, UtilityTimeout
+from .errors import UtilityTimeout
 from .stats import ClientStats
 
 log = logging.getLogger("ecp.reference.client")
@@ -76,14 +76,10 @@ class UtilityCalls:
                 try:
                     await self._send(UtilityCall(rank, UtilityRequest(self._client_index, call_id, method,
                                                                       list(args)), 0))
-                except EngineDisconnected as exc:  # that engine's failure; still wait for the others
-                    if not fut.done():
-                        fut.set_result(UtilityOutput(call_id, f"could not send {method} to engine {rank}: {exc}"))
                 except ProtocolError:
                     raise
-                except Exception as exc:  # count it as that engine's failure; still wait for the others
-                    if not fut.done():
-                        fut.set_result(UtilityOutput(call_id, f"could not send {method} to engine {rank}: {exc}"))
+                except Exception as exc:  # that engine's failure; still wait for the others
+                    self.unsent(call_id, exc, method)
             futures = [fut for _, fut in calls.values()]
             done, pending = await asyncio.wait(futures, timeout=self._timeout_s)
             errors = [fut.exception() for fut in done]  # retrieve every one: none is left unobserved
@@ -99,6 +95,18 @@ class UtilityCalls:
                 if not fut.done():
                     fut.cancel()
         return {rank: fut.result() for rank, (_, fut) in calls.items()}
+
+    def unsent(self, call_id: int, error: BaseException, method: str | None = None) -> None:
+        """The call ``call_id`` could not be sent (``error``): its engine answers with a failure
+        message, so the caller still waits for the others (a send queued for the end of the
+        event-loop turn reports here when it finds its engine gone)."""
+        pending = self.pending.get(call_id)
+        if pending is None:
+            return
+        rank, fut = pending
+        if not fut.done():
+            what = method or "the call"
+            fut.set_result(UtilityOutput(call_id, f"could not send {what} to engine {rank}: {error}"))
 
     def on_reply(self, engine_index: int, reply: UtilityOutput) -> None:
         """Complete the waiter of ``reply.call_id``; a reply nobody waits for is dropped (``ECP-UTIL-10``)."""

@@ -6,8 +6,8 @@ serve every other route, :mod:`.app`): every token of a streamed response then
 passes through as few coroutines as possible on its way to the socket.
 
 One request is one handler coroutine (parse, prepare, ADD, first delta,
-response) and one watcher task that cancels it if the client disconnects, at
-any point; the choices' ``close`` then auto-aborts them (``ECP-ABORT-7``).
+response) and one watch (:class:`DisconnectWatch`, no task of its own) that
+cancels it if the client disconnects, at any point; the choices' ``close`` then auto-aborts them (``ECP-ABORT-7``).
 A streamed response answers 200 only once the first delta is there, so a
 request the engine rejects before admission still gets an HTTP error (and the
 rejection notice); later failures become an SSE error event.
@@ -24,6 +24,7 @@ import msgspec
 from . import ids as idconv
 from .choice import EngineRequestFailed
 from .chunks import SSE_DONE, SseChunks, sse
+from .driven import Driven
 from .faults import FrontendFaults
 from .limits import CLOSE, MAX_BODY_BYTES, MAX_CONTROL_BODY_BYTES, BodyRefused, read_body, replay
 from .protocol import (
@@ -79,20 +80,11 @@ class Generate:
         ``receive`` then only says when the client leaves."""
         task = asyncio.current_task()
         assert task is not None
-        state = {"responding": True, "dropped": False}
-
-        async def watch() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            if state["responding"]:  # after the response ended, "disconnect" is what receive() says
-                state["dropped"] = True
-                task.cancel()
-
-        watcher = asyncio.ensure_future(watch())
+        watcher = DisconnectWatch(receive, task.cancel)
         try:
             await self._respond(scope, raw, send, typ)
         except asyncio.CancelledError:
-            if not state["dropped"]:
+            if not watcher.dropped:
                 raise
             # the cancellation was ours: the client left, the request ends here
             # (Python >= 3.11 counts cancellations; 3.10 has no uncancel and needs none)
@@ -100,8 +92,7 @@ class Generate:
             if uncancel is not None:
                 uncancel()
         finally:
-            state["responding"] = False
-            watcher.cancel()
+            watcher.close()
 
     def client_error(self, exc: BaseException) -> OpenAIError:
         if isinstance(exc, OpenAIError):
@@ -253,10 +244,11 @@ class Pusher:
     The choice's stream is listened to (``RequestStream.listen``): once per batch of
     output frames the client calls :meth:`on_ready`, which folds what arrived and writes it
     at once, with no task woken per token. ASGI's ``send`` is a coroutine; it is driven
-    here and normally finishes without suspending (the transport takes the bytes). When
-    it does suspend (the client reads slowly: the server applies flow control), it is
-    resumed when what it waits for is done, and later bytes queue behind it, so the
-    response keeps its order. :meth:`run` returns once the last write has finished.
+    here (:class:`~.driven.Driven`) and normally finishes without suspending (the
+    transport takes the bytes). When it does suspend (the client reads slowly: the server
+    applies flow control), it is resumed when what it waits for is done, and later bytes
+    queue behind it, so the response keeps its order. :meth:`run` returns once the last
+    write has finished.
     """
 
     def __init__(self, run: ChoiceRun, render: Callable[[list[Any]], bytes],
@@ -265,11 +257,10 @@ class Pusher:
         self.render = render
         self.last = last
         self.send = send
-        self.loop = asyncio.get_running_loop()
-        self.done: asyncio.Future[None] = self.loop.create_future()
-        self.writing: Any = None   # a send coroutine that waits for the transport
-        self.queued = b""          # bytes that wait behind it
-        self.ending = False        # the last bytes are written or queued
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.writing: Driven | None = None  # a send that waits for the transport
+        self.queued = b""                    # bytes that wait behind it
+        self.ending = False                  # the last bytes are written or queued
 
     async def run(self) -> None:
         self.choice_run.stream.listen(self.on_ready)
@@ -278,9 +269,9 @@ class Pusher:
     def stop(self) -> None:
         """Stop listening; a write still waiting for the transport is abandoned (the client left)."""
         self.choice_run.stream.listen(None)
-        coro, self.writing = self.writing, None
-        if coro is not None:
-            coro.close()
+        writing, self.writing = self.writing, None
+        if writing is not None:
+            writing.close()
 
     def on_ready(self) -> None:
         if self.ending or self.done.done():
@@ -306,36 +297,59 @@ class Pusher:
         if self.writing is not None:
             self.queued += data
             return
-        self._drive(self.send({"type": "http.response.body", "body": data, "more_body": not self.ending}))
+        writing = Driven(self.send({"type": "http.response.body", "body": data, "more_body": not self.ending}),
+                         self._written)
+        if writing.running:  # (a send that finished at once has already called _written)
+            self.writing = writing
 
-    def _drive(self, coro: Any) -> None:
-        try:
-            waiting_for = coro.send(None)
-        except StopIteration:
-            self.writing = None
-            self._written()
-            return
-        except BaseException as exc:  # the send failed: nothing more can be written
-            self.writing = None
+    def _written(self, _result: Any, exc: BaseException | None) -> None:
+        self.writing = None
+        if exc is not None:  # the send failed: nothing more can be written
             if not self.done.done():
                 self.done.set_exception(exc)
-            return
-        self.writing = coro
-        if waiting_for is None:  # a bare yield (sleep(0))
-            self.loop.call_soon(self._resume, coro)
-        else:  # an asyncio future: the coroutine reads its outcome itself when resumed
-            waiting_for.add_done_callback(lambda _: self._resume(coro))
-
-    def _resume(self, coro: Any) -> None:
-        if self.writing is coro:  # (not abandoned by stop() meanwhile)
-            self._drive(coro)
-
-    def _written(self) -> None:
-        if self.queued:
+        elif self.queued:
             data, self.queued = self.queued, b""
             self._write(data)
         elif self.ending and not self.done.done():
             self.done.set_result(None)
+
+
+class DisconnectWatch:
+    """Calls ``on_disconnect`` once if ASGI's ``receive`` says ``http.disconnect`` before
+    :meth:`close`, i.e. while the response is not complete (after it, ``disconnect`` is what
+    ``receive`` answers anyway). It waits in ``receive`` without a task of its own
+    (:class:`~.driven.Driven`): one per request, from the body read to the last byte."""
+
+    __slots__ = ("_on_disconnect", "_receive", "_waiting", "dropped")
+
+    def __init__(self, receive: Receive, on_disconnect: Callable[[], Any]) -> None:
+        self._receive = receive
+        self._on_disconnect = on_disconnect
+        self.dropped = False  #: the client left while the response was not complete
+        self._waiting: Driven | None = None
+        self._wait()
+
+    def close(self) -> None:
+        """The response ended (or the request failed): stop watching."""
+        waiting, self._waiting = self._waiting, None
+        if waiting is not None:
+            waiting.close()
+
+    def _wait(self) -> None:
+        waiting = Driven(self._receive(), self._received)
+        if waiting.running:
+            self._waiting = waiting
+
+    def _received(self, message: Any, exc: BaseException | None) -> None:
+        self._waiting = None
+        if exc is not None:  # the server's receive failed: nothing more will come from it
+            log.debug("disconnect watch ended: %r", exc)
+            return
+        if message["type"] == "http.disconnect":
+            self.dropped = True
+            self._on_disconnect()
+            return
+        self._wait()  # more body than was read (not for a read body): keep watching
 
 
 class ServeASGI:

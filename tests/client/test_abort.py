@@ -201,10 +201,10 @@ def test_explicit_abort_survives_a_send_failure_to_one_engine():
             await engines[1].recv()
             real_send = client._put
 
-            async def send(rank, frames):  # engine 0's socket path fails (as EHOSTUNREACH would)
+            async def send(rank, frames, *event):  # engine 0's socket path fails (as EHOSTUNREACH would)
                 if rank == 0:
                     raise zmq.ZMQError(zmq.EHOSTUNREACH)
-                await real_send(rank, frames)
+                await real_send(rank, frames, *event)
 
             client._put = send
             assert await client.abort(["a", "b"]) == ["a", "b"]
