@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ecp.spec import engine_identity
+from ecp.spec.profile import Profile, wire_codec
 from ecp.spec.machine import (
     Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineConnection, EngineDead, EngineHello, EngineReady,
     FrontendConnection, Init, Outputs, Registration, StartWave, UtilityCall,
@@ -87,15 +88,18 @@ class MachineValidator:
 
     name = "machines"
 
-    def __init__(self) -> None:
+    def __init__(self, profile: Profile | None = None) -> None:
+        """``profile``: the release both sides speak (vLLM 0.33's when ``None``)."""
         self._pairs: dict[int, _Pair] = {}
-        self._codec = CodecValidator()
+        self._wire = None if profile is None else wire_codec(profile)
+        self._codec = CodecValidator() if profile is None else CodecValidator(decode=profile.codec.decode_frames)
 
     def _pair(self, rank: int) -> _Pair:
         pair = self._pairs.get(rank)
         if pair is None:
-            pair = self._pairs[rank] = _Pair(FrontendConnection([rank], mode="record"),
-                                             EngineConnection(rank, mode="record"), engine_identity(rank))
+            pair = self._pairs[rank] = _Pair(FrontendConnection([rank], mode="record", codec=self._wire),
+                                             EngineConnection(rank, mode="record", codec=self._wire),
+                                             engine_identity(rank))
         return pair
 
     def feed(self, msg: Observed) -> Verdict:

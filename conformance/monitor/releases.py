@@ -8,9 +8,11 @@ other side's release reads them differently.
 :class:`ReleaseValidator` wraps the validator the monitor was given:
 
 * every message is judged as its *sender's* release writes it: by the wrapped validator
-  (the protocol machines, by default) while both sides speak the release of
-  :mod:`ecp.spec`, otherwise by the sender's profile codec (decoding only: the machines
-  speak one release, and once a side speaks another they are not fed again);
+  (the protocol machines, by default) while both sides speak the release it was built
+  for (:func:`judging`: the one both sides were given, through
+  :func:`ecp.spec.profile.wire_codec`), otherwise by the sender's profile codec
+  (decoding only: the machines speak one release at a time, and once a side speaks
+  another they are not fed again);
 * a message that the *receiver's* release would refuse is a finding naming the
   ``ecp spec diff`` rule behind it and the message it shows in
   (:class:`ecp.spec.profile.cross.Crossing`): "DIFF-052 profile arguments: ...",
@@ -76,13 +78,24 @@ def resolve_side(role: str, reference: str | None) -> Side:
     return Side(role, reference, resolve_profile(reference))
 
 
-class ReleaseValidator:
-    """See the module docstring. ``inner`` judges while both sides speak :data:`UNDER_TEST`."""
+def judging(frontend: Side, engine: Side) -> Profile | None:
+    """The release the rule-checking validator is built for: the one both sides were given,
+    when they were given the same one and it is not :mod:`ecp.spec`'s own (``None``: that)."""
+    same = frontend.profile.layout == engine.profile.layout
+    if not same or frontend.profile.layout == shipped_profile(UNDER_TEST).layout:
+        return None
+    return frontend.profile
 
-    def __init__(self, inner: Validator, frontend: Side, engine: Side) -> None:
+
+class ReleaseValidator:
+    """See the module docstring. ``inner`` judges while both sides speak ``judged`` (the
+    release of :mod:`ecp.spec` when ``None``)."""
+
+    def __init__(self, inner: Validator, frontend: Side, engine: Side, judged: Profile | None = None) -> None:
         self.inner = inner
         self.name = inner.name
         self.frontend, self.engine = frontend, engine
+        self._judged = judged or shipped_profile(UNDER_TEST)
         self._inner_on = self._both_under_test()
         self._codecs: dict[str, CodecValidator] = {}
         self._crossings: dict[tuple[str, str, str], Crossing] = {}
@@ -92,8 +105,7 @@ class ReleaseValidator:
             side.fingerprint.profiles()  # built now, not inside the first message's relay time
 
     def _both_under_test(self) -> bool:
-        return all(s.profile.release == UNDER_TEST and s.profile.layout == shipped_profile(UNDER_TEST).layout
-                   for s in (self.frontend, self.engine))
+        return all(s.profile.layout == self._judged.layout for s in (self.frontend, self.engine))
 
     @property
     def judged_by(self) -> str:

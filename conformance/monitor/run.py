@@ -14,7 +14,7 @@ from .capture import CaptureError, CaptureEvent, CaptureWriter, read_capture
 from .console import Console
 from .eventlog import EventLog
 from .relay import Relay, RelayError
-from .releases import ReleaseValidator, resolve_side
+from .releases import ReleaseValidator, judging, resolve_side
 from .report import MonitorReport
 from .session import Session
 from .transcripts import TranscriptWriter
@@ -25,9 +25,10 @@ def _validator(args: argparse.Namespace) -> ReleaseValidator:
     """The validator ``--validator`` names, judging each side as its release speaks
     (raises ``LayoutError`` for a release reference that names no layout)."""
     both = getattr(args, "vllm", None)
-    return ReleaseValidator(make_validator(args.validator),
-                            resolve_side("frontend", getattr(args, "frontend_vllm", None) or both),
-                            resolve_side("engine", getattr(args, "engine_vllm", None) or both))
+    frontend = resolve_side("frontend", getattr(args, "frontend_vllm", None) or both)
+    engine = resolve_side("engine", getattr(args, "engine_vllm", None) or both)
+    judged = judging(frontend, engine)
+    return ReleaseValidator(make_validator(args.validator, judged), frontend, engine, judged)
 
 
 def _session(args: argparse.Namespace, clock=None, record: bool = True) -> Session:

@@ -135,13 +135,14 @@ class CodecValidator:
 VALIDATORS = ("machines", "codec")
 
 
-def make_validator(name: str = "machines") -> Validator:
+def make_validator(name: str = "machines", profile: Any = None) -> Validator:
     """``machines``: the protocol machines in recording mode (every rule; the default);
-    ``codec``: decoding only (faster, catches malformed frames and refused payloads only)."""
+    ``codec``: decoding only (faster, catches malformed frames and refused payloads only).
+    ``profile``: the release both sides speak (:mod:`ecp.spec`'s when ``None``)."""
     if name == "codec":
-        return CodecValidator()
+        return CodecValidator() if profile is None else CodecValidator(decode=profile.codec.decode_frames)
     if name == "machines":
         from .machines import MachineValidator
 
-        return MachineValidator()
+        return MachineValidator(profile)
     raise ValueError(f"unknown validator {name!r}; one of {', '.join(VALIDATORS)}")

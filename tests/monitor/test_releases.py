@@ -127,7 +127,13 @@ def test_replay_with_releases_per_side_and_a_reference_that_names_no_release(tmp
     doc = json.loads(out.read_text())
     assert [v["message"] for v in doc["violations"]] == [
         "DIFF-052 profile arguments: the vLLM 0.33 frontend sends 5, vLLM 0.32 takes 0..4"]
-    assert ecp_main(["monitor", "--replay", str(cap), "--vllm", "0.32", "--report-json", str(out), "--quiet"]) == 0
+    # both sides 0.32: no cross-release finding, and the machines judge the lifecycle through 0.32's
+    # codec (this capture's output names a request no ADD admitted)
+    assert ecp_main(["monitor", "--replay", str(cap), "--vllm", "0.32", "--report-json", str(out), "--quiet"]) == 1
+    doc = json.loads(out.read_text())
+    assert doc["release"]["judged_by"] == "machines"
+    assert [v["message"] for v in doc["violations"]] == [
+        "[ECP-OUT-1] output for 's' on output[0]: an output for an id never added"]
     assert ecp_main(["monitor", "--replay", str(cap), "--vllm", "9.99", "--quiet"]) == 2
     assert "--vllm" in capsys.readouterr().err
 
