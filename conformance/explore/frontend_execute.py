@@ -327,8 +327,10 @@ class _Play:
 def scripts_for(session: Session) -> list[EngineScript]:
     """One script per scripted engine, from the session's topology."""
     topo = session.topology
+    # logprobs as asked: an engine that leaves out logprobs a request asked for breaks ECP-HS-4
+    # (it must declare that it lacks them), and a frontend may then fail the request
     return [EngineScript(hold_after=topo.hold, step_delay_s=topo.delay_ms / 1000, abort_outputs=topo.abort_outputs,
-                         output_form=topo.form) for _ in range(topo.engines)]
+                         output_form=topo.form, logprobs_asked=True) for _ in range(topo.engines)]
 
 
 def play_frontend(session: Session, manager: FrontendManager, step_timeout: float = 10.0) -> SessionResult:
