@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..frontend.cases._common import PROMPT_ABORT_S
+from ..frontend.cases.test_abort import ABORT_BY_ID_ATTEMPTS
 from ..frontend.http_driver import Reply, abort_by_ids
 from ..frontend.script import EngineScript
 from ..frontend.session import FrontendManager, FrontendUnderTest
@@ -47,6 +49,8 @@ class _Request:
     #: stalls on its engine until aborted or released (its max_tokens exceeds the session's hold)
     held: bool
     named: str | None
+    #: served as a chat completion (its response id is its external id; a completion's is ``<id>-0``)
+    chat: bool = False
     task: asyncio.Task | None = None
     sse: SseStream | None = None
     reply: Reply | None = None
@@ -139,7 +143,7 @@ class _Play:
             return False
         hold = self.session.topology.hold
         req = _Request(s["ref"], self.step, bool(s["stream"]), hold is not None and s["max_tokens"] > hold,
-                       s.get("named"))
+                       s.get("named"), chat=s["api"] == "chat" and bool(self.fe.caps and self.fe.caps.chat))
         path, body = self._body(s)
         headers = {"X-Request-Id": req.named} if req.named else None
         req.task = asyncio.ensure_future(self._run(req, path, body, headers))
@@ -177,18 +181,52 @@ class _Play:
             if req is None or not req.stream or req.named == "xr-shared" or not req.live \
                     or not await self._opened(req, True) or not req.sse.response_id:
                 continue
-            ids.append(req.sse.response_id)
+            # the abort routes take external ids (ECP-HTTP-6): a completion's prompt 0 is `<id>-0`
+            ids.append(req.sse.response_id if req.chat else f"{req.sse.response_id}-0")
             targets.append(req)
         if not ids:
             return False
         for req in targets:
             req.aborted = True
-        reply = await self._bounded(abort_by_ids(self.fe.driver, api, ids), f"POST {api.path}")
-        self.sent += 1
-        if not reply.ok:
-            self.findings.append(Finding("ECP-HTTP-7", f"POST {api.path} {ids} answered HTTP {reply.status_code}: "
-                                                       f"{reply.text[:200]}", self.step))
+        # a frontend of several client processes aborts what the process that received the call
+        # owns (ECP-ABORT-8): as FE-ABORT-8, the call is repeated on new connections until every
+        # target still running on its engine was aborted there
+        init = self.fe.engines[0].init if self.fe.engines else None
+        several = init is not None and len(init.addresses.inputs) > 1
+        owed = self._running_ids(ids) if several else []
+        for attempt in range(ABORT_BY_ID_ATTEMPTS if several else 1):
+            reply = await self._bounded(abort_by_ids(self.fe.driver, api, ids, new_connection=several),
+                                        f"POST {api.path}")
+            self.sent += 1
+            if not reply.ok:
+                self.findings.append(Finding("ECP-HTTP-7", f"POST {api.path} {ids} answered HTTP "
+                                                           f"{reply.status_code}: {reply.text[:200]}", self.step))
+                break
+            if not owed:
+                break
+            try:
+                await self.fe.until(lambda: all(self._abort_reached(e, rid) for e, rid in owed), PROMPT_ABORT_S,
+                                    "the ABORTs of the call")
+                break
+            except CaseTimeout:
+                continue
+        # a target whose ABORT never reached its engine was not aborted: no call reached the process
+        # that owns it, which ECP-ABORT-8 allows; it is judged as the open request it still is
+        missed = {rid for e, rid in owed if not self._abort_reached(e, rid)}
+        for req, ext in zip(targets, [i for i in ids if i != UNKNOWN_ID]):
+            if any(rid.startswith(ext + "-") for rid in missed):
+                req.aborted = False
         return True
+
+    @staticmethod
+    def _abort_reached(engine: Any, rid: str) -> bool:
+        return rid in engine.generation.aborted_ids or rid not in engine.generation.active
+
+    def _running_ids(self, external_ids: list[str]) -> list[tuple[Any, str]]:
+        """(engine, internal id) of every request running on the engines under one of ``external_ids``
+        (an internal id is the external id, a dash and a suffix: ECP-FRAME-10)."""
+        return [(e, rid) for e in self.fe.engines for rid in list(e.generation.active)
+                if any(rid.startswith(ext + "-") for ext in external_ids)]
 
     async def _route(self, s: dict[str, Any]) -> bool:
         method, path, body, dev = ROUTES[s["route"]]
@@ -327,8 +365,10 @@ class _Play:
 def scripts_for(session: Session) -> list[EngineScript]:
     """One script per scripted engine, from the session's topology."""
     topo = session.topology
+    # logprobs as asked: an engine that leaves out logprobs a request asked for breaks ECP-HS-4
+    # (it must declare that it lacks them), and a frontend may then fail the request
     return [EngineScript(hold_after=topo.hold, step_delay_s=topo.delay_ms / 1000, abort_outputs=topo.abort_outputs,
-                         output_form=topo.form) for _ in range(topo.engines)]
+                         output_form=topo.form, logprobs_asked=True) for _ in range(topo.engines)]
 
 
 def play_frontend(session: Session, manager: FrontendManager, step_timeout: float = 10.0) -> SessionResult:

@@ -133,6 +133,10 @@ class EngineScript:
             the token and one alternative, the token id with its lowest bit
             flipped, :data:`SCRIPTED_LOGPROB` and :data:`ALTERNATIVE_LOGPROB`,
             rank 1), asked for or not.
+        logprobs_asked: a token output carries logprobs when its request asks for
+            them (``SamplingParams.logprobs`` K): the token and K alternatives
+            (K = -1, the whole vocabulary, gets one), and none when it does not
+            -- what an engine that serves logprobs does.
     """
 
     hello_local: bool = False
@@ -152,6 +156,7 @@ class EngineScript:
     output_form: str = "full"
     finish_code: int | None = None
     logprobs: bool = False
+    logprobs_asked: bool = False
 
     def answer(self, method: str, args: list[Any]) -> tuple[str | None, Any]:
         """``(failure_message, value)`` for a utility call."""
@@ -300,7 +305,7 @@ class Generation:
                     rid, [], finish_reason=FinishReason.ERROR, error=SCRIPTED_ERROR))
             else:
                 out.add(active.client_index, EngineCoreOutput(
-                    rid, [token], new_logprobs=_logprobs(token) if script.logprobs else None,
+                    rid, [token], new_logprobs=self._logprobs_of(active, token, script),
                     finish_reason=FinishReason.LENGTH if done else None))
             if done:
                 del self.active[rid]
@@ -311,6 +316,15 @@ class Generation:
         return out
 
     @staticmethod
+    def _logprobs_of(active: ActiveRequest, token: int, script: EngineScript) -> LogprobsLists | None:
+        if script.logprobs:
+            return _logprobs(token)
+        sp = active.request.sampling_params
+        if not script.logprobs_asked or sp is None or sp.logprobs is None:
+            return None
+        return _logprobs(token, sp.logprobs if sp.logprobs >= 0 else 1)
+
+    @staticmethod
     def _token(active: ActiveRequest, script: EngineScript) -> int:
         pattern = script.tokens
         if pattern == "echo":
@@ -318,10 +332,15 @@ class Generation:
         return pattern[active.emitted % len(pattern)]
 
 
-def _logprobs(token: int) -> LogprobsLists:
-    """Sampled-token logprobs of one token: itself, then one alternative (a neighbouring id: a frontend
-    keys logprobs by token, so the alternative must differ), rank 1."""
+def _logprobs(token: int, alternatives: int = 1) -> LogprobsLists:
+    """Sampled-token logprobs of one token: itself, then ``alternatives`` others (``token ^ j`` for
+    j = 1..K: distinct ids other than the token, which a frontend needs as it keys logprobs by token;
+    for K < 4 they stay in the token's aligned block of 4, so inside a vocabulary whose size is a
+    multiple of 4), rank 1."""
+    width = 1 + alternatives
+    ids = [token] + [token ^ j for j in range(1, width)]
+    values = [SCRIPTED_LOGPROB] + [ALTERNATIVE_LOGPROB - (j - 1) for j in range(1, width)]
     return LogprobsLists(
-        Tensor("int64", (1, 2), struct.pack("<2q", token, token ^ 1)),
-        Tensor("float32", (1, 2), struct.pack("<2f", SCRIPTED_LOGPROB, ALTERNATIVE_LOGPROB)),
+        Tensor("int64", (1, width), struct.pack(f"<{width}q", *ids)),
+        Tensor("float32", (1, width), struct.pack(f"<{width}f", *values)),
         Tensor("int64", (1,), struct.pack("<q", 1)))

@@ -2,13 +2,14 @@
 frontend (``ecp serve``) with and without one of its ``--bug`` faults."""
 
 import json
+import re
 import sys
 
 import pytest
 
 from ecp.conformance.explore.frontend_generate import draw_frontend
 from ecp.conformance.explore.reproducer import read
-from ecp.conformance.explore.run import ExploreOptions, explore
+from ecp.conformance.explore.run import ExploreOptions, explore, runner_for
 from ecp.conformance.explore.session import Session
 
 SERVE = [sys.executable, "-m", "ecp.spec.cli", "serve", "--data-parallel-size-local", "0",
@@ -55,3 +56,22 @@ def test_a_frontend_fault_is_found_shrunk_and_replayed(tmp_path, run_ecp):
     assert code == 1 and "ECP-ABORT-1 again" in out
     code, out = run_ecp("conformance", "replay", str(found.path), "--step-timeout", "2s", "--", *SERVE)
     assert code == 0 and "no violation" in out
+
+
+def test_an_explicit_abort_names_a_completion_by_its_external_id(tmp_path):
+    # ECP-HTTP-6: a completion's external id is `<id>-0` (vLLM's abort route takes nothing else)
+    opts = ExploreOptions(command=SERVE, role="frontend", engine_count=1, step_timeout_s=3.0, quiet_window_s=0.1)
+    session = Session.from_dict({"role": "frontend", "topology": {"engines": 1, "hold": 2}, "steps": [
+        {"op": "request", "ref": 0, "api": "completions", "stream": True, "max_tokens": 64, "prompt_len": 3,
+         "temperature": 0.0, "logprobs": None, "named": None},
+        {"op": "abort", "targets": [0]}]})
+    runner = runner_for(opts, str(tmp_path))
+    try:
+        result = runner.play(session)
+    finally:
+        runner.close()
+    assert result.findings == [] and result.played == [0, 1]
+    calls = [e.decoded for e in result.entries
+             if e.direction == "sent" and e.channel == "http" and "/abort_requests" in e.decoded
+             and "probe" not in e.decoded]
+    assert len(calls) == 1 and re.search(r'"request_ids": \["cmpl-[^"]+-0"\]', calls[0]), calls
