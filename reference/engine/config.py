@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .faults import FAULTS
+
+if TYPE_CHECKING:
+    from ecp.spec.profile import Profile
 
 #: Bug knobs accepted by ``--bug``: the faults of :mod:`.faults` (see docs/engine.md for each)
 BUGS: dict[str, str] = {name: f"{f.clause}: {f.does}" for name, f in FAULTS.items()}
@@ -54,6 +57,8 @@ class EngineConfig:
     kv_lease_s: float = 480.0
     kv_engine_id: str | None = None
     # -- protocol surface -------------------------------------------------
+    #: the vLLM release spoken on the wire (``--vllm RELEASE|PATH``): its codec, ready payload and UTILITY table
+    vllm: str = "0.33"
     disable_log_stats: bool = False
     local: bool = False  # HELLO local=true, headless=false
     data_parallel_size: int | None = None  # None: engine_start_index + engine_count
@@ -87,9 +92,21 @@ class EngineConfig:
             raise ValueError(f"kv_role must be one of {KV_ROLES}")
         if self.scheduling_policy not in ("fcfs", "priority"):
             raise ValueError("scheduling_policy must be fcfs or priority")
+        from ecp.spec.layout.model import LayoutError
+
+        try:
+            self.profile()
+        except LayoutError as exc:
+            raise ValueError(f"--vllm: {exc}") from None
         for bug in self.bugs:
             if bug not in BUGS:
                 raise ValueError(f"unknown --bug {bug!r}; known: {', '.join(BUGS)}")
+
+    def profile(self) -> "Profile":
+        """The release profile of :attr:`vllm` (shipped releases are built once per process)."""
+        from ecp.spec.profile import resolve_profile
+
+        return resolve_profile(self.vllm)
 
     def replace(self, **changes: Any) -> "EngineConfig":
         return dataclasses.replace(self, **changes)
