@@ -314,6 +314,13 @@ def release_kv_cache_memory(core: EngineCore) -> None:
     core.scheduler.pool.reset()  # best effort: connector leases keep their blocks
     core.sleeping_tags.add("kv_cache")
 
+def compute_weight_checksums(core: EngineCore) -> list[dict[str, str]]:
+    """One map per worker (this engine has one), weight name -> checksum: the synthetic executor has no
+    weights, so its map is empty; the torch executor does not expose its weights to this layer."""
+    if core.config.executor != "synthetic":
+        raise UtilityFailure(f"weight checksums are not implemented for the {core.config.executor} executor")
+    return [{}]
+
 def execute_dummy_batch(core: EngineCore) -> None:
     return None
 
@@ -364,6 +371,7 @@ UTILITIES: dict[str, Callable[..., Any]] = {
     "pin_lora": pin_lora,
     "release_kv_cache_memory": release_kv_cache_memory,
     "execute_dummy_batch": execute_dummy_batch,
+    "compute_weight_checksums": compute_weight_checksums,
     "get_kv_connector_stats": get_kv_connector_stats,
     "get_engine_state": get_engine_state,
 }
@@ -373,7 +381,6 @@ _ELASTIC_EP = "elastic expert parallelism is not implemented (one engine per ran
 #: the spec's methods this engine does not serve, and why; a call to one is answered as an unknown
 #: method (``ECP-UTIL-3``)
 NOT_SERVED: dict[str, str] = {
-    "compute_weight_checksums": "the executor interface exposes no weights (the synthetic executor has none)",
     "save_sharded_state": "the executor interface exposes no model state (the synthetic executor has none)",
     "reinitialize_distributed": _ELASTIC_EP,
     "commit_prepared_elastic_ep": _ELASTIC_EP,
