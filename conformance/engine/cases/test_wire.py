@@ -101,7 +101,7 @@ def _full_request(fe, rid: str):
         top_k=5, min_p=0.01, seed=7, stop=["\x00never"], stop_token_ids=[31_990], ignore_eos=True, max_tokens=3,
         min_tokens=1, logprobs=1 if logprobs else None, prompt_logprobs=1 if logprobs else None,
         prompt_logprob_token_ids=_int_tensor([1, 2]) if logprobs else None, logprob_token_ids=[3] if logprobs else None,
-        detokenize=False, skip_special_tokens=False, spaces_between_special_tokens=False,
+        detokenize=True, skip_special_tokens=False, spaces_between_special_tokens=False,
         include_stop_str_in_output=True, output_kind=RequestOutputKind.DELTA, logit_bias={5: 0.5},
         allowed_token_ids=None, extra_args={"ecp": "wire-shape"}, bad_words=None, skip_reading_prefix_cache=True)
     req = fe.request(rid, max_tokens=3)
