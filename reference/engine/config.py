@@ -9,7 +9,9 @@ parses arguments itself. :func:`config_to_argv` turns a config back into
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .faults import FAULTS
@@ -103,10 +105,9 @@ class EngineConfig:
                 raise ValueError(f"unknown --bug {bug!r}; known: {', '.join(BUGS)}")
 
     def profile(self) -> "Profile":
-        """The release profile of :attr:`vllm` (shipped releases are built once per process)."""
-        from ecp.spec.profile import resolve_profile
-
-        return resolve_profile(self.vllm)
+        """The release profile of :attr:`vllm`, built once per process (a layout file or a vLLM tree
+        is read once, not per rank)."""
+        return _profile(self.vllm, os.getcwd())
 
     def replace(self, **changes: Any) -> "EngineConfig":
         return dataclasses.replace(self, **changes)
@@ -150,3 +151,12 @@ def config_to_argv(config: EngineConfig) -> list[str]:
         elif value is not None:
             argv += [flag, str(value)]
     return argv
+
+
+@lru_cache(maxsize=8)
+def _profile(reference: str, cwd: str) -> "Profile":
+    from pathlib import Path
+
+    from ecp.spec.profile import resolve_profile
+
+    return resolve_profile(reference, Path(cwd))
