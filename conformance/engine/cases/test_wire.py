@@ -44,9 +44,11 @@ VALUES = {
 }
 
 #: a failure that refuses the call's shape, not its values or the engine's state (Python's TypeError for an
-#: argument count, msgspec's for an argument's type)
+#: argument count, msgspec's for an argument's type; vLLM's own count check is a bare ``assert len(args) <=
+#: len(params)`` in EngineCoreProc._convert_msgspec_args, answered "Call to profile method failed: " with
+#: nothing after it)
 _SHAPE = re.compile(r"positional argument|takes (?:from \d+ to \d+|at most \d+|exactly \d+|\d+) "
-                    r"(?:positional )?argument|unexpected keyword|Expected `[^`]+`, got `[^`]+`")
+                    r"(?:positional )?argument|unexpected keyword|Expected `[^`]+`, got `[^`]+`|method failed: $")
 
 
 def _argument(profile, param, mode: str):
