@@ -44,3 +44,26 @@ def test_the_reference_engine_passes_its_release(run_ecp, tmp_path, release):
     if not has_pause:
         assert f"UNSUPPORTED ENG-REQ-9: pause_generation: not in vLLM {release}" in stdout
     assert all(outcomes[c] == "PASS" for c in CASES if c != "ENG-REQ-9"), outcomes
+
+
+#: the reference engine speaking an older release, judged as vLLM 0.33: the cases that must fail it (the
+#: misbehaving peers of the wire-shape cases, in the proof matrix of test_proof_matrix.py)
+RELEASE_MISMATCH: dict[str, list[str]] = {
+    # pause_generation unknown, profile refuses 5 arguments; 18-element outputs
+    "0.32": ["ENG-WIRE-1", "ENG-OUT-6"],
+    # add_lora refuses 0.33's LoRARequest; the 0.33 ADD (prompt_logprob_token_ids a tensor) is refused
+    "0.31": ["ENG-WIRE-1", "ENG-WIRE-2"],
+}
+
+
+@pytest.mark.parametrize("release", sorted(RELEASE_MISMATCH))
+def test_an_engine_of_another_release_fails_the_wire_shape_cases(run_ecp, tmp_path, release):
+    report = tmp_path / "r.json"
+    selection = [arg for cid in RELEASE_MISMATCH[release] for arg in ("--case", cid)]
+    code, stdout = run_ecp("conformance", "engine", "--adapter",
+                           f"reference_adapters:release_{release.replace('.', '_')}", *selection,
+                           "--json", str(report), *FAST)
+    assert code == 1, stdout
+    outcomes = {c["id"]: c["outcome"] for c in json.loads(report.read_text())["cases"]}
+    assert all(outcomes[c] == "FAIL" for c in RELEASE_MISMATCH[release]), stdout
+    assert stdout.splitlines()[1].startswith(f"this engine speaks vLLM {release}"), stdout
