@@ -2,6 +2,7 @@
 
     python benchmarks/interop_matrix.py [--peer ~/.cache/vllm-peer-0.33] [--out interop-results]
                                         [--only ROW ...] [--level interop|hardened] [--list]
+                                        [--release 0.32]   # engine rows: judged as that release
     python benchmarks/interop_matrix.py --cross 0.31,0.32,0.33 [--pairs A:B ...]   # benchmarks/cross_release.py
 
 Rows, run one at a time (each real vLLM launch takes 10-30 s of CPU on a small machine):
@@ -62,7 +63,7 @@ def _ecp() -> list[str]:
     return [sys.executable, "-m", "ecp.spec.cli"]
 
 
-def conformance_rows(peer: Path, level: str) -> list[Row]:
+def conformance_rows(peer: Path, level: str, release: str = "0.33") -> list[Row]:
     serve = str(peer / "run_serve.sh")
     headless = [serve, "--headless", "--data-parallel-size", "{engine_count}", "--data-parallel-size-local",
                 "{engine_count}", "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port",
@@ -81,8 +82,8 @@ def conformance_rows(peer: Path, level: str) -> list[Row]:
     for dp in (1, 2):
         rows.append(Row(f"engine-dp{dp}", f"suite (engine role) vs vLLM headless engine core, DP={dp}",
                         [*_ecp(), "conformance", "engine", "--transport", "tcp", "--engine-count", str(dp),
-                         *common, *engine_lacks, "--expected-failures", str(EXPECTED / "vllm-0.33-engine.txt"), "--",
-                         *headless],
+                         "--vllm", release, *common, *engine_lacks,
+                         "--expected-failures", str(EXPECTED / f"vllm-{release}-engine.txt"), "--", *headless],
                         {"FAKE_STEP_DELAY": FAKE_STEP_DELAY}))
     rows.append(Row("python-frontend", "suite (frontend role) vs vLLM Python frontend, DP=2",
                     [*_ecp(), "conformance", "frontend", *common, *frontend_lacks, "--expected-failures",
@@ -212,8 +213,11 @@ def run_conformance(row: Row, out: Path) -> tuple[bool, str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--peer", type=Path, default=Path("~/.cache/vllm-peer-0.33").expanduser(),
-                    help="the peer directory with run_serve.sh (default ~/.cache/vllm-peer-0.33)")
+    ap.add_argument("--release", default="0.33", metavar="X",
+                    help="the vLLM release of the peer: the engine rows run `--vllm X` with "
+                         "conformance/expected/vllm-X-engine.txt (default 0.33)")
+    ap.add_argument("--peer", type=Path, default=None,
+                    help="the peer directory with run_serve.sh (default ~/.cache/vllm-peer-RELEASE)")
     ap.add_argument("--out", type=Path, default=Path("interop-results"), help="reports and logs go here")
     ap.add_argument("--only", nargs="+", metavar="ROW", help="run only these rows")
     ap.add_argument("--level", choices=("interop", "hardened"), default="hardened",
@@ -232,7 +236,8 @@ def main() -> int:
         from cross_release import run_cross
 
         return run_cross(args.cross.split(","), args.out, args.observed, args.pairs)
-    rows = conformance_rows(args.peer, args.level) + smoke_rows()
+    args.peer = args.peer or Path(f"~/.cache/vllm-peer-{args.release}").expanduser()
+    rows = conformance_rows(args.peer, args.level, args.release) + smoke_rows()
     if args.only:
         unknown = set(args.only) - {r.name for r in rows}
         if unknown:

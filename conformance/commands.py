@@ -49,7 +49,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="declare a capability the engine lacks, one of: " + ", ".join(flag_choices("engine")) +
                           " (repeatable). Its cases are then UNSUPPORTED; an undeclared capability that a case "
                           "finds missing is a FAIL. Sleep mode is declared in the ready payload "
-                          "(enable_sleep_mode), not here")
+                          "(enable_sleep_mode) where the release has that key (vLLM 0.28 on), here before")
+    eng.add_argument("--vllm", default="0.33", metavar="RELEASE|PATH|auto",
+                     help="the vLLM release the harness speaks and judges: a shipped release (0.21 ... 0.33), a "
+                          "layout file, a vLLM checkout or wheel, or auto (the release the first ready payload's "
+                          "vllm_version names; the report says which). A case that needs what the release lacks "
+                          "is UNSUPPORTED")
     add_common_options(eng)
     eng.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the engine")
     eng.set_defaults(func=_engine)
@@ -208,7 +213,17 @@ def _engine(args: argparse.Namespace) -> int:
         print("ecp conformance engine: {handshake_host}/{handshake_port} need --transport tcp "
               "(with ipc use {handshake_address})", file=sys.stderr)
         return 2
+    if args.vllm != "auto":
+        from ecp.spec.layout.model import LayoutError
+        from ecp.spec.profile import resolve_profile
+
+        try:
+            resolve_profile(args.vllm)
+        except LayoutError as exc:
+            print(f"ecp conformance engine: --vllm: {exc}", file=sys.stderr)
+            return 2
     role_config = {
+        "vllm": args.vllm,
         "command": command, "attach": args.attach, "adapter": args.adapter, "transport": args.transport,
         "engine_count": args.engine_count, "engine_start_index": args.engine_start_index,
         "startup_timeout_s": args.startup_timeout, "quiet_window_s": args.quiet_window,

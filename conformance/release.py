@@ -88,21 +88,38 @@ class ReleaseWatch:
         return {"best": verdict.best, "facts": verdict.facts}
 
 
-def release_line(data: dict[str, Any] | None, role: str, under_test: str = UNDER_TEST) -> str | None:
-    """The report's first line: which release the peer speaks when it is not ``under_test``
-    ("this engine speaks vLLM 0.32 (EngineCoreOutput has 18 elements; no pause_generation), not
-    0.33: ..."); ``None`` when the traffic fits ``under_test`` as well as any
-    release, or told nothing."""
+def mismatch_line(data: dict[str, Any] | None, role: str, under_test: str | None = None) -> str | None:
+    """Which release the peer speaks when it is not the one under test ("this engine speaks vLLM 0.32
+    (EngineCoreOutput has 18 elements; no pause_generation), not 0.33: ..."); ``None`` when the
+    traffic fits ``under_test`` as well as any release, or told nothing."""
     if not data:
         return None
-    # the suite judges one release so far: say so rather than point at a flag it lacks
-    advice = f"this suite judges vLLM {under_test}; `ecp decode --vllm {{release}}` reads the peer's frames"
+    under_test = under_test or data.get("under_test") or UNDER_TEST
+    if data.get("how") is not None:  # this role's harness speaks a chosen release: the flag is the advice
+        advice = "rerun with --vllm {release}"
+    else:
+        advice = f"this suite judges vLLM {under_test}; `ecp decode --vllm {{release}}` reads the peer's frames"
     return Verdict(list(data.get("best", [])), dict(data.get("facts", {}))).sentence(
         peer=role, under_test=under_test, advice=advice)
 
 
-def release_report(data: dict[str, Any] | None, role: str, under_test: str = UNDER_TEST) -> dict[str, Any]:
+def release_line(data: dict[str, Any] | None, role: str, under_test: str | None = None) -> str | None:
+    """The report's first line(s): the release under test where one was chosen (``--vllm 0.32``, or
+    ``auto``: "judged as vLLM 0.32 (auto: the ready payload says vllm_version 0.32.0 ...)"), then
+    :func:`mismatch_line`; ``None`` when there is nothing to say."""
+    if not data:
+        return None
+    under_test = under_test or data.get("under_test") or UNDER_TEST
+    how = data.get("how")
+    named = how is not None and (under_test != UNDER_TEST or how.startswith("auto"))
+    lines = [f"judged as vLLM {under_test} ({how})"] if named else []
+    mismatch = mismatch_line(data, role, under_test)
+    return "\n".join(lines + ([mismatch] if mismatch else [])) or None
+
+
+def release_report(data: dict[str, Any] | None, role: str, under_test: str | None = None) -> dict[str, Any]:
     """The ``release`` field of the JSON report."""
     data = data or {}
-    return {"under_test": under_test, "fits": list(data.get("best", [])),
-            "facts": dict(data.get("facts", {})), "mismatch": release_line(data, role, under_test)}
+    under_test = under_test or data.get("under_test") or UNDER_TEST
+    return {"under_test": under_test, "how": data.get("how"), "fits": list(data.get("best", [])),
+            "facts": dict(data.get("facts", {})), "mismatch": mismatch_line(data, role, under_test)}

@@ -25,7 +25,8 @@ from .report import RunSummary, markdown, write_console, write_html, write_json,
 
 #: role -> case modules, in run order (cases that may kill the peer last)
 CASE_MODULES: dict[str, tuple[str, ...]] = {
-    "engine": ("handshake", "requests", "encoding", "abort", "reject", "utility", "dp", "robustness", "security"),
+    "engine": ("handshake", "requests", "encoding", "abort", "reject", "utility", "wire", "dp", "robustness",
+               "security"),
     "frontend": ("handshake", "requests", "outputs", "abort", "reject", "utility", "dp", "http", "robustness"),
 }
 CASE_PACKAGES = {"engine": Path(__file__).parent / "engine" / "cases",

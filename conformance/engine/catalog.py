@@ -152,6 +152,16 @@ CASES: tuple[Case, ...] = (
     _c("ENG-UTIL-7", "ECP-UTIL-9", "MUST", "supported-tasks-type",
        "get_supported_tasks answers an array of strings.",
        checks=("ECP-UTIL-9.1",)),
+    # ---------------------------------------------------- wire shapes (--vllm)
+    _c("ENG-WIRE-1", "ECP-COMPAT-4", "MUST", "utility-call-shapes",
+       "Every UTILITY method of the release under test (but those that reconfigure the deployment, write files, "
+       "run code by name or sleep) is answered when called with its fewest and with its most arguments, each of "
+       "its declared type (a LoRARequest as the release lays it out), never refused for the call's shape.",
+       checks=("ECP-COMPAT-4.3",)),
+    _c("ENG-WIRE-2", "ECP-COMPAT-4", "MUST", "add-shapes",
+       "An ADD with every optional field set that needs no declared capability, and one with every optional "
+       "field left out, both written in the release's layout, are served to LENGTH or STOP.",
+       checks=("ECP-COMPAT-4.1", "ECP-COMPAT-4.2")),
     # ------------------------------------------------------------------- DP
     _c("ENG-DP-1", "ECP-DP-1", "MUST", "distinct-identities",
        "N engines handshake with N distinct identities start..start+N-1 and each serves its own requests.",

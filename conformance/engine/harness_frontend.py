@@ -27,8 +27,7 @@ from zmq.utils.monitor import recv_monitor_message
 from ecp.spec import (
     ENGINE_DEAD, DecodeError, EngineCoreOutput, EngineCoreOutputs, EngineCoreReadyResponse, EngineCoreRequest,
     EngineHandshakeMetadata, EngineZmqAddresses, Hello, ProtocolError, Ready, SamplingParams,
-    UtilityOutput, UtilityRequest, decode_input, decode_outputs, decode_ready_response, encode_abort, encode_add,
-    encode_utility, engine_identity, recover_utility_frames,
+    UtilityOutput, UtilityRequest, engine_identity, recover_utility_frames,
 )
 from ecp.spec.enums import RequestOutputKind
 from ecp.spec.machine import CoordinatorSubscribe, EngineDead, Outputs, Registration, Violation as MachineViolation
@@ -36,6 +35,7 @@ from ecp.spec.peer import FrontendPeer
 
 from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Violation
 from ..transcript import Transcript
+from .release_choice import ReleaseChoice
 
 
 #: how long an engine that went away is given for its last frames (an ENGINE_CORE_DEAD) to arrive
@@ -120,8 +120,11 @@ class HarnessFrontend:
     """One frontend instance serving ``engine_count`` engines and ``clients`` clients."""
 
     def __init__(self, ctx: zmq.Context, addresses: Addresses, engine_count: int, start_index: int,
-                 transcript: Transcript, quiet_window_s: float = 0.3) -> None:
+                 transcript: Transcript, quiet_window_s: float = 0.3, release: ReleaseChoice | None = None) -> None:
         self.ctx = ctx
+        #: the vLLM release spoken (``--vllm``): frames as it writes them, messages as vLLM 0.33's types
+        self.release = release or ReleaseChoice()
+        self.codec = self.release.codec()
         self.engine_count = engine_count
         self.start_index = start_index
         self.transcript = transcript
@@ -221,8 +224,22 @@ class HarnessFrontend:
                 addresses=EngineZmqAddresses(inputs=self.addresses.inputs, outputs=self.addresses.outputs,
                                              coordinator_input=coord_in, coordinator_output=coord_out),
                 parallel_config={}),
-            clients=len(self.inputs), mode="record", answer_any_hello=True)
+            clients=len(self.inputs), mode="record", answer_any_hello=True, codec=self.codec)
         self.machine = self.peer.machine
+
+    @property
+    def profile(self):
+        """The release under test (:class:`ecp.spec.profile.Profile`): what the cases may ask of it."""
+        return self.release.profile
+
+    def _speak_chosen_release(self, payload: bytes) -> None:
+        """``--vllm auto``: the first ready payload picks the release; every frame after it is
+        written and read as that release's."""
+        if self.release.pending:
+            self.release.choose(payload)
+        if self.codec is not self.release.codec():  # chosen now, or by another launch of the run
+            self.codec = self.release.codec()
+            self.machine.codec = self.codec
 
     # ------------------------------------------------------------------ sockets
     def _bind(self, kind: int, address: str) -> zmq.Socket:
@@ -370,7 +387,7 @@ class HarnessFrontend:
                     self._on_coordinator(sock, frames)
                 else:  # nothing was asked yet: an output now is unsolicited
                     self.transcript.record("recv", self._channel(sock), frames,
-                                           lambda f=frames: decode_outputs(f))
+                                           lambda f=frames: self.codec.decode_outputs(f))
                     self.early_outputs.append(frames)
         self._build_route()
         if len(self.route) < self.engine_count:
@@ -476,6 +493,8 @@ class HarnessFrontend:
             rec.ready_error = str(broken[0].error) if broken else "the message is not a READY"
 
     def _on_registration(self, client: int, frames: list[bytes]) -> None:
+        if len(frames) == 2:
+            self._speak_chosen_release(frames[1])
         before = len(self.machine.violations)
         events = self.peer.receive(f"input[{client}]", frames)
         broken = self.machine.violations[before:]
@@ -498,7 +517,7 @@ class HarnessFrontend:
             rec.ready_payloads[client] = registration.response
         else:  # an identity the machine cannot attribute (recorded): read the payload here
             try:
-                rec.ready_payloads[client] = decode_ready_response(frames[1])
+                rec.ready_payloads[client] = self.codec.decode_ready_response(frames[1])
             except ProtocolError as exc:
                 rec.ready_payloads[client] = str(exc)
 
@@ -520,7 +539,7 @@ class HarnessFrontend:
         frames = [bytes(f) for f in frames]
         self._note_call_id(frames)
         self.transcript.record("sent", f"input[{client}]", frames,
-                               decode or (lambda: decode_input(frames)))
+                               decode or (lambda: self.codec.decode_input(frames)))
         self.machine.send_raw(f"input[{client}]", [self.identity(engine), *frames])
         try:
             self.inputs[client].send_multipart([self.identity(engine), *frames])
@@ -540,7 +559,7 @@ class HarnessFrontend:
         if not frames or frames[0] != b"\x03":
             return
         try:
-            msg = decode_input(frames)
+            msg = self.codec.decode_input(frames)
         except ProtocolError:
             recovered = recover_utility_frames(frames)
             if recovered is not None:
@@ -571,7 +590,7 @@ class HarnessFrontend:
             external_req_id=rid)
 
     def add(self, request: EngineCoreRequest, engine: int = 0, client: int | None = None) -> str:
-        self.send_raw(encode_add(request), engine, request.client_index if client is None else client)
+        self.send_raw(self.codec.encode_add(request), engine, request.client_index if client is None else client)
         self.added.setdefault(engine, []).append(request.request_id)
         if self._first_add is None:
             self._first_add = (request.request_id, time.monotonic())
@@ -582,13 +601,13 @@ class HarnessFrontend:
         return [rid for rid in self.added.get(engine, []) if not self.terminals(rid)]
 
     def abort(self, ids: Sequence[str], engine: int = 0, client: int = 0) -> None:
-        self.send_raw(encode_abort(ids), engine, client)
+        self.send_raw(self.codec.encode_abort(ids), engine, client)
 
     def send_utility(self, method: str, args: Sequence[Any] = (), *, engine: int = 0, client: int = 0,
                      call_id: int | None = None) -> int:
         cid = next(self._call_ids) if call_id is None else call_id
         self.methods_sent.add(method)
-        self.send_raw(encode_utility(client, cid, method, list(args)), engine, client)
+        self.send_raw(self.codec.encode_utility(client, cid, method, list(args)), engine, client)
         return cid
 
     def call(self, method: str, args: Sequence[Any] = (), *, engine: int = 0, client: int = 0,

@@ -8,7 +8,7 @@ oracle both read the raw frames with these functions.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from ecp.spec import ProtocolError, decode_any
 from ecp.spec.enums import AUX_FRAME_THRESHOLD
@@ -17,9 +17,19 @@ from ecp.spec.enums import AUX_FRAME_THRESHOLD
 OUTPUTS_LEN, OUTPUT_LEN, UTILITY_LEN = 9, 19, 3
 
 
-def short_array(frames: Sequence[bytes]) -> str | None:
-    """What is not full length in the output message ``frames`` (None: every array is, or the message
+def full_lengths(profile: Any | None) -> tuple[int, int, int]:
+    """(EngineCoreOutputs, EngineCoreOutput, UtilityOutput) lengths in a release (0.33's for ``None``)."""
+    if profile is None:
+        return OUTPUTS_LEN, OUTPUT_LEN, UTILITY_LEN
+    messages = profile.layout.messages
+    return tuple(len(messages[m].fields) for m in ("EngineCoreOutputs", "EngineCoreOutput", "UtilityOutput"))
+
+
+def short_array(frames: Sequence[bytes], profile: Any | None = None) -> str | None:
+    """What is not full length in the output message ``frames`` in the release ``profile``
+    (:class:`ecp.spec.profile.Profile`; vLLM 0.33 by default) (None: every array is, or the message
     is not an array at all -- a decode error the machine reports)."""
+    OUTPUTS_LEN, OUTPUT_LEN, UTILITY_LEN = full_lengths(profile)  # noqa: N806 - the module's names, per release
     try:
         raw = decode_any(frames[0])
     except ProtocolError:

@@ -29,6 +29,7 @@ from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Unsupported
 from ..pace import STARTUP_TIMEOUT_S, LaunchRecord, Pace
 from ..transcript import Transcript
 from .harness_frontend import Addresses, HarnessFrontend
+from .release_choice import ReleaseChoice
 
 
 @dataclass
@@ -47,6 +48,10 @@ class EngineRunConfig:
     workdir: str = ""
     #: capabilities the engine lacks, declared with ``--engine-lacks`` (ecp.conformance.capabilities)
     lacks: list[str] = field(default_factory=list)
+    #: the vLLM release the harness speaks: ``--vllm RELEASE|PATH|auto`` (ecp.conformance.engine.release_choice)
+    vllm: str = "0.33"
+    #: built from :attr:`vllm` by the manager and shared by every launch of the run (not in the JSON)
+    release: ReleaseChoice | None = field(default=None, repr=False, compare=False)
 
 
 #: shared-topology engines launched ahead in the background once the shared engine had to be
@@ -100,7 +105,7 @@ class EngineUnderTest:
         self.handshake_violations = 0
         addresses = self._addresses(launch_no, clients, coordinator)
         self.fe = HarnessFrontend(ctx, addresses, engine_count, cfg.engine_start_index, transcript,
-                                  cfg.quiet_window_s)
+                                  cfg.quiet_window_s, release=cfg.release)
         self.fe.declared_lacks = frozenset(cfg.lacks)
         try:
             self.handle = self._start(launch_no)
@@ -242,7 +247,11 @@ class EngineManager:
     """Owns the zmq context, the shared engine and every fresh engine of a run."""
 
     def __init__(self, cfg: EngineRunConfig, transcript: Transcript) -> None:
+        if cfg.release is None:
+            cfg.release = ReleaseChoice(cfg.vllm)
         self.cfg = cfg
+        #: the release under test and how it was chosen (the report's first lines)
+        self.release_under_test = cfg.release
         self.transcript = transcript
         self.ctx = zmq.Context()
         self._launches = 0

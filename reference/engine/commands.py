@@ -23,6 +23,10 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="say HELLO local=true, headless=false (default: a remote headless engine)")
     g.add_argument("--in-process", action="store_true",
                    help="run all ranks as threads of one process instead of one OS process per rank")
+    g.add_argument("--vllm", default="0.33", metavar="RELEASE|PATH",
+                   help="the vLLM release to speak: a shipped release (0.21 ... 0.33), a layout file or a vLLM "
+                        "checkout/wheel; sets the wire codec, the ready payload's fields and vllm_version, and the "
+                        "UTILITY methods and arities served (a method the release lacks is answered as unknown)")
     g.add_argument("--handshake-timeout-s", type=float, default=300.0,
                    help="give up (exit 1) when INIT or the input connection has not come in this time")
     g.add_argument("--coordinator-timeout-s", type=float, default=300.0,
@@ -98,7 +102,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 #: description, epilog and formatter of ``ecp engine`` and ``python -m ecp.reference.engine``
 PARSER_TEXT = dict(
-    description="Run reference engine cores (vLLM 0.33 protocol) as remote headless DP ranks.",
+    description="Run reference engine cores (the vLLM 0.33 protocol, or --vllm RELEASE's) as remote headless DP ranks.",
     epilog="Exit codes: 0 after a graceful stop (SIGTERM/SIGINT abort in-flight requests with ABORT outputs), "
            "1 when an engine failed to start or died, 2 for bad arguments. See docs/engine.md.",
     formatter_class=HelpFormatter)

@@ -9,10 +9,15 @@ parses arguments itself. :func:`config_to_argv` turns a config back into
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
-from typing import Any
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 from .faults import FAULTS
+
+if TYPE_CHECKING:
+    from ecp.spec.profile import Profile
 
 #: Bug knobs accepted by ``--bug``: the faults of :mod:`.faults` (see docs/engine.md for each)
 BUGS: dict[str, str] = {name: f"{f.clause}: {f.does}" for name, f in FAULTS.items()}
@@ -54,6 +59,8 @@ class EngineConfig:
     kv_lease_s: float = 480.0
     kv_engine_id: str | None = None
     # -- protocol surface -------------------------------------------------
+    #: the vLLM release spoken on the wire (``--vllm RELEASE|PATH``): its codec, ready payload and UTILITY table
+    vllm: str = "0.33"
     disable_log_stats: bool = False
     local: bool = False  # HELLO local=true, headless=false
     data_parallel_size: int | None = None  # None: engine_start_index + engine_count
@@ -87,9 +94,20 @@ class EngineConfig:
             raise ValueError(f"kv_role must be one of {KV_ROLES}")
         if self.scheduling_policy not in ("fcfs", "priority"):
             raise ValueError("scheduling_policy must be fcfs or priority")
+        from ecp.spec.layout.model import LayoutError
+
+        try:
+            self.profile()
+        except LayoutError as exc:
+            raise ValueError(f"--vllm: {exc}") from None
         for bug in self.bugs:
             if bug not in BUGS:
                 raise ValueError(f"unknown --bug {bug!r}; known: {', '.join(BUGS)}")
+
+    def profile(self) -> "Profile":
+        """The release profile of :attr:`vllm`, built once per process (a layout file or a vLLM tree
+        is read once, not per rank)."""
+        return _profile(self.vllm, os.getcwd())
 
     def replace(self, **changes: Any) -> "EngineConfig":
         return dataclasses.replace(self, **changes)
@@ -133,3 +151,12 @@ def config_to_argv(config: EngineConfig) -> list[str]:
         elif value is not None:
             argv += [flag, str(value)]
     return argv
+
+
+@lru_cache(maxsize=8)
+def _profile(reference: str, cwd: str) -> "Profile":
+    from pathlib import Path
+
+    from ecp.spec.profile import resolve_profile
+
+    return resolve_profile(reference, Path(cwd))

@@ -67,6 +67,15 @@ class EngineCore:
                  connector: ReferenceKVConnector | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
+        #: the vLLM release spoken (``--vllm``): which UTILITY methods exist and their arities
+        self.profile = config.profile()
+        #: the class an ``add_lora`` argument is read as: that release's LoRARequest
+        self.lora_type = self.profile.message("LoRARequest")
+        #: a release without a user pause (no ``pause_generation``: vLLM 0.32 and older) queues the ADDs
+        #: that arrive while it is paused or asleep and admits them when it resumes; 0.33 refuses them
+        self.queue_while_paused = "pause_generation" not in self.profile.utility_methods
+        #: those queued ADDs, in arrival order: (request, arrival client, duplicate)
+        self.held: list[tuple[EngineCoreRequest, int, bool]] = []
         self.executor = executor
         self.engine_index = engine_index
         self.num_clients = num_clients
@@ -145,6 +154,9 @@ class EngineCore:
             return
         abort_now = req.abort_immediately
         params = req.kv_transfer_params
+        if self.pause is not PauseState.UNPAUSED and not abort_now and self.queue_while_paused:
+            self.held.append((req, arrival_client, duplicate))
+            return
         if self.pause is not PauseState.UNPAUSED and not abort_now:
             self.reject(rid, client, "engine_paused", PAUSED_MESSAGE, retryable=True)
             if params and self.connector is not None:
@@ -229,6 +241,9 @@ class EngineCore:
     # ------------------------------------------------------------------ ABORT
     def abort_requests(self, request_ids: list[str]) -> int:
         """Client ABORT: end every known id without output. Returns how many ended."""
+        if self.held:  # a queued ADD the client gave up on is forgotten, as vLLM drops it from its queue
+            gone = set(request_ids)
+            self.held = [h for h in self.held if h[0].request_id not in gone]
         found = []
         seen = set()
         for rid in request_ids:
@@ -317,6 +332,10 @@ class EngineCore:
         if self.connector is not None and self.connector.leases:
             self.connector.expire()
         busy = False
+        if self.held and self.pause is PauseState.UNPAUSED:
+            held, self.held = self.held, []
+            for req, client, duplicate in held:
+                self.add_request(req, client, duplicate=duplicate)
         if self.pause is not PauseState.PAUSED_ALL and self.scheduler.has_unfinished():
             sched = self.scheduler.schedule()
             if not sched.empty:

@@ -25,12 +25,13 @@ from typing import Any
 import zmq
 
 from ecp.spec import (
-    VLLM_VERSION, EngineCoreOutputs, EngineCoreReadyResponse, EngineHandshakeMetadata, HandshakeTimeout, Hello,
-    Ready, RemoteProtocolError, decode_any, encode_outputs, encode_payload,
+    EngineCoreOutputs, EngineCoreReadyResponse, EngineHandshakeMetadata, HandshakeTimeout, Hello,
+    Ready, RemoteProtocolError, decode_any, encode_payload,
 )
 from ecp.spec.machine import COORDINATOR, Abort, Add, Event, Outputs, StartWave, UtilityCall, input_socket, output_socket
 from ecp.spec.peer import EnginePeer
 from ecp.spec.peer.zmq_io import EngineSockets
+from ecp.spec.profile import wire_codec
 
 from .config import EngineConfig
 from .core import EngineCore
@@ -91,6 +92,9 @@ class EngineServer:
         self.handshake_address = handshake_address
         self.dp_size = data_parallel_size or config.data_parallel_size or (rank + 1)
         self.stop_event = stop_event or threading.Event()
+        #: the release spoken on the wire (``--vllm``): the core thinks in vLLM 0.33's messages, the
+        #: machine's codec writes and reads them as that release does
+        self.profile = config.profile()
         self.instance_id = str(random.getrandbits(63))
         self.core: EngineCore | None = None
         #: the engine side of the protocol: the skeleton's machine sees every frame in and out (the
@@ -146,7 +150,7 @@ class EngineServer:
                                ready=self.faults.on_ready(Ready(
                                    local=cfg.local, headless=not cfg.local,
                                    parallel_config_hash=self._parallel_config_hash() if self.dp_size > 1 else None)),
-                               payload=self._on_init)
+                               payload=self._on_init, codec=wire_codec(self.profile))
         self.machine = self.peer.machine
         self.io = EngineSockets(self._ctx, self.peer, stop=self.stop_event.is_set, linger_ms={"handshake": 5000})
         try:
@@ -225,7 +229,9 @@ class EngineServer:
         kv_tokens = core.num_blocks * cfg.block_size
         return EngineCoreReadyResponse(
             max_model_len=core.max_model_len, num_gpu_blocks=core.num_blocks, block_size=cfg.block_size,
-            dp_stats_address=None, dtype=core.executor.dtype, vllm_version=VLLM_VERSION, world_size=1,
+            dp_stats_address=None, dtype=core.executor.dtype,
+            # the release's own version; the codec leaves out the fields that release's payload lacks
+            vllm_version=self.profile.vllm_version, world_size=1,
             data_parallel_size=self.dp_size, tensor_parallel_size=1, pipeline_parallel_size=1,
             decode_context_parallel_size=1, data_parallel_rank=self.rank, max_num_seqs=cfg.max_num_seqs,
             max_num_batched_tokens=cfg.max_num_batched_tokens, instance_id=self.instance_id,
@@ -364,7 +370,7 @@ class EngineServer:
                 # a deliberate fault goes out around the rules; the machine still follows it
                 socket = "coordinator_output" if client == COORDINATOR else self._output_names[client]
                 raw = ob.payload
-                frames = machine.send_raw(socket, encode_outputs(raw) if isinstance(raw, EngineCoreOutputs)
+                frames = machine.send_raw(socket, machine.codec.encode_outputs(raw) if isinstance(raw, EngineCoreOutputs)
                                           else encode_payload(raw)).frames
             else:
                 # the machine checks every message against the rules (a LocalProtocolError is a

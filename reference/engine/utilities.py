@@ -9,6 +9,13 @@ core and the call's arguments *by name*: the spec's method table
 defaults; checked at import). Every method of the spec's table is either served
 or listed in :data:`NOT_SERVED` with the reason (``tests/engine/test_engine_control.py``).
 
+The release the engine speaks (``ecp engine --vllm``) decides which of these
+methods exist and how many arguments each takes: its profile's table
+(:meth:`ecp.spec.profile.Profile.check_utility_call`). A method that release
+lacks is answered as that release answers an unknown method; a call with an
+argument count that release refuses is answered with its failure
+(``profile`` takes 0..4 arguments in vLLM 0.32, 0..5 in 0.33).
+
 A function returns the result, raises :class:`UtilityFailure` (or any exception)
 to answer with ``failure_message``, or returns :class:`Wait` to answer later,
 once the engine is idle (sleep and pause with mode ``wait``).
@@ -25,8 +32,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
 
-from ecp.spec import EngineCoreOutputs, LoRARequest, UtilityOutput, UtilityRequest, UtilityResult
-from ecp.spec.errors import UtilityArgumentError
+from ecp.spec import EngineCoreOutputs, UtilityOutput, UtilityRequest, UtilityResult
+from ecp.spec.errors import LocalProtocolError, UtilityArgumentError
 from ecp.spec.utility_methods import (
     UTILITY_METHODS, UtilityMethod, failure_message, no_such_method,
 )
@@ -78,8 +85,13 @@ class PendingUtilities:
         """Run ``call``; its reply (or a deferred reply) goes to ``client``."""
         name = call.method_name
         function = UTILITIES.get(name)
-        if function is None:
+        release = self.core.profile
+        if function is None or (name not in EXTENSIONS and name not in release.utility_methods):
             self._reply(call, client, failure=failure_message(name, no_such_method(name)))
+            return
+        refused = None if name in EXTENSIONS else _arity_error(release, name, call.args)
+        if refused is not None:
+            self._reply(call, client, failure=failure_message(name, refused))
             return
         try:
             result = function(self.core, **_METHODS[name].bind(call.args))
@@ -129,6 +141,19 @@ class PendingUtilities:
         core = self.core
         core.emit(client, EngineCoreOutputs(engine_index=core.engine_index, timestamp=core.clock(),
                                             utility_output=reply))
+
+
+def _arity_error(release: Any, name: str, args: Any) -> str | None:
+    """Why the release's method refuses ``len(args)`` arguments (as its Python call would), or None."""
+    try:
+        release.check_utility_call(name, args)
+    except LocalProtocolError:
+        sig = release.utility(name)
+        if len(args) > (sig.max_args or 0):
+            return f"{name}() takes at most {sig.max_args} positional arguments but {len(args)} were given"
+        missing = (sig.params or ())[len(args)].name or f"arg{len(args)}"
+        return f"{name}() missing required positional argument: '{missing}'"
+    return None
 
 
 # ---------------------------------------------------------------------- the methods (wire names)
@@ -250,8 +275,8 @@ def _lora_enabled(core: EngineCore) -> None:
 
 def add_lora(core: EngineCore, lora_request: Any) -> bool:
     _lora_enabled(core)
-    try:
-        lora = msgspec.convert(lora_request, LoRARequest)
+    try:  # the LoRARequest of the release spoken (0.31's has 7 fields, 0.32's 6)
+        lora = msgspec.convert(lora_request, core.lora_type)
     except msgspec.ValidationError as exc:
         raise UtilityFailure(f"invalid LoRARequest: {exc}") from None
     if lora.lora_int_id < 1:
@@ -288,6 +313,13 @@ def release_kv_cache_memory(core: EngineCore) -> None:
         raise UtilityFailure("release_kv_cache_memory() requires all executor memory to be resident")
     core.scheduler.pool.reset()  # best effort: connector leases keep their blocks
     core.sleeping_tags.add("kv_cache")
+
+def compute_weight_checksums(core: EngineCore) -> list[dict[str, str]]:
+    """One map per worker (this engine has one), weight name -> checksum: the synthetic executor has no
+    weights, so its map is empty; the torch executor does not expose its weights to this layer."""
+    if core.config.executor != "synthetic":
+        raise UtilityFailure(f"weight checksums are not implemented for the {core.config.executor} executor")
+    return [{}]
 
 def execute_dummy_batch(core: EngineCore) -> None:
     return None
@@ -339,6 +371,7 @@ UTILITIES: dict[str, Callable[..., Any]] = {
     "pin_lora": pin_lora,
     "release_kv_cache_memory": release_kv_cache_memory,
     "execute_dummy_batch": execute_dummy_batch,
+    "compute_weight_checksums": compute_weight_checksums,
     "get_kv_connector_stats": get_kv_connector_stats,
     "get_engine_state": get_engine_state,
 }
@@ -348,7 +381,6 @@ _ELASTIC_EP = "elastic expert parallelism is not implemented (one engine per ran
 #: the spec's methods this engine does not serve, and why; a call to one is answered as an unknown
 #: method (``ECP-UTIL-3``)
 NOT_SERVED: dict[str, str] = {
-    "compute_weight_checksums": "the executor interface exposes no weights (the synthetic executor has none)",
     "save_sharded_state": "the executor interface exposes no model state (the synthetic executor has none)",
     "reinitialize_distributed": _ELASTIC_EP,
     "commit_prepared_elastic_ep": _ELASTIC_EP,

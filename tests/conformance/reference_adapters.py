@@ -1,4 +1,5 @@
-"""``--adapter reference_adapters:bug_<knob>``: the reference engine in threads with one bug knob.
+"""``--adapter reference_adapters:bug_<knob>``: the reference engine in threads with one bug knob;
+``reference_adapters:release_0_32``: the reference engine in threads speaking vLLM 0.32.
 
 ``max_model_len`` is kept small so that requests "as long as the engine allows" (abort cases)
 stay short when a knob lets them run to the end; a 1 ms step keeps them from finishing before
@@ -11,6 +12,10 @@ from ecp.reference.engine.launcher import launch
 
 
 def __getattr__(name: str):
+    if name.startswith("release_"):  # release_0_32: the reference engine speaking vLLM 0.32
+        release = name[len("release_"):].replace("_", ".")
+        return lambda handshake_address, engine_count: launch(handshake_address, engine_count, mode="thread",
+                                                              vllm=release, max_model_len=512)
     if name.startswith("bug_") and name[4:] in BUGS:
         knob = name[4:]
         return lambda handshake_address, engine_count: launch(handshake_address, engine_count, mode="thread",

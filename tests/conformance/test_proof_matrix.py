@@ -65,10 +65,13 @@ PROOF: dict[str, list[str]] = {
 
 def test_every_case_is_failed_by_some_knob():
     """Each case is killed by a knob of the scripted engine (PROOF; COMMAND_KNOBS for the cases that need
-    it as a process) or a fault of the reference engine (REFERENCE_KNOBS), each run against its cases."""
+    it as a process), a fault of the reference engine (REFERENCE_KNOBS) or the reference engine speaking
+    another release (RELEASE_MISMATCH), each run against its cases."""
     from test_engine_role import COMMAND_KNOBS, REFERENCE_KNOBS
+    from test_every_release import RELEASE_MISMATCH
 
-    caught = {cid for table in (PROOF, REFERENCE_KNOBS, COMMAND_KNOBS) for ids in table.values() for cid in ids}
+    caught = {cid for table in (PROOF, REFERENCE_KNOBS, COMMAND_KNOBS, RELEASE_MISMATCH)
+              for ids in table.values() for cid in ids}
     missing = sorted(c.id for c in load_role("engine") if c.id not in caught)
     assert not missing, f"cases no misbehaving peer fails: {missing}"
 

@@ -55,6 +55,11 @@ def test_an_engine_of_0_32_is_named_and_one_of_the_release_under_test_is_not():
     assert release_line(older, "engine") == (
         "this engine speaks vLLM 0.32 (EngineCoreOutput has 18 elements; no pause_generation; "
         "vllm_version 0.32.0), not 0.33: this suite judges vLLM 0.33; `ecp decode --vllm 0.32` reads the peer's frames")
+    # a harness that speaks a chosen release points at its flag, and names a release it was told
+    told = {**older, "under_test": "0.33", "how": "--vllm 0.33"}
+    assert release_line(told, "engine").endswith("not 0.33: rerun with --vllm 0.32")
+    right = {**older, "under_test": "0.32", "how": "--vllm 0.32"}
+    assert release_line(right, "engine") == "judged as vLLM 0.32 (--vllm 0.32)"
     same = _watch("engine", _engine_traffic("0.33"))
     assert same["best"] == ["0.33"] and release_line(same, "engine") is None
     assert release_line(None, "engine") is None and release_line(_watch("engine", []), "engine") is None
@@ -74,11 +79,11 @@ def test_only_what_the_peer_sent_counts():
     assert _watch("engine", [("recv", "output[0]", [b"\xc1 not msgpack"]), ("recv", "output[0]", [])])["best"] == []
 
 
-def _run(run_ecp, tmp_path, adapter: str):
+def _run(run_ecp, tmp_path, adapter: str, *vllm: str):
     paths = {k: tmp_path / f"r.{k}" for k in ("json", "xml", "md")}
     code, stdout = run_ecp("conformance", "engine", "--adapter", adapter, "--case", "ENG-HS-1", "--case", "ENG-REQ-1",
-                           "--case", "ENG-REQ-9", "--json", str(paths["json"]), "--junit-xml", str(paths["xml"]),
-                           "--markdown", str(paths["md"]), *FAST)
+                           "--case", "ENG-REQ-9", "--case", "ENG-OUT-6", "--json", str(paths["json"]),
+                           "--junit-xml", str(paths["xml"]), "--markdown", str(paths["md"]), *vllm, *FAST)
     data = json.loads(paths["json"].read_text())
     jsonschema.validate(data, json.loads(SCHEMA_PATH.read_text()))
     return code, stdout, data, paths
@@ -89,8 +94,9 @@ def test_the_report_of_a_0_32_engine_names_it_first(run_ecp, tmp_path):
     line = "this engine speaks vLLM 0.32 (EngineCoreOutput has 18 elements; no pause_generation"
     # the run's header, then the report: its first line is the release
     assert stdout.splitlines()[1].startswith(line), stdout
-    assert stdout.splitlines()[1].endswith("not 0.33: this suite judges vLLM 0.33; `ecp decode --vllm 0.32` reads the peer's frames")
+    assert stdout.splitlines()[1].endswith("not 0.33: rerun with --vllm 0.32")
     assert code == 1 and "FAIL ENG-REQ-9" in stdout  # pause_generation is not in 0.32
+    assert "FAIL ENG-OUT-6" in stdout  # 18 elements, where 0.33 has 19
     release = data["release"]
     assert release["under_test"] == "0.33" and release["fits"] == ["0.32"]
     assert release["mismatch"] == stdout.splitlines()[1]
@@ -106,3 +112,25 @@ def test_the_report_of_an_engine_of_the_release_under_test_says_nothing(run_ecp,
     assert "speaks vLLM" not in stdout and "speaks vLLM" not in paths["md"].read_text()
     assert data["release"]["mismatch"] is None and data["release"]["fits"] == ["0.33"]
     assert not [p for p in ET.parse(paths["xml"]).getroot().iter("property") if p.get("name") == "release"]
+
+
+def test_a_0_32_engine_judged_as_0_32_passes_and_the_report_names_the_release(run_ecp, tmp_path):
+    code, stdout, data, _ = _run(run_ecp, tmp_path, "scripted_engine:bug_vllm-0.32", "--vllm", "0.32")
+    assert stdout.splitlines()[1] == "judged as vLLM 0.32 (--vllm 0.32)", stdout
+    assert "speaks vLLM" not in stdout
+    # what the release lacks is UNSUPPORTED naming the release; its 18-element outputs are full length
+    assert "UNSUPPORTED ENG-REQ-9: pause_generation: not in vLLM 0.32" in stdout
+    assert code == 0 and "FAIL" not in stdout, stdout
+    assert data["release"]["under_test"] == "0.32" and data["release"]["mismatch"] is None
+
+
+def test_auto_picks_the_release_from_the_ready_payload_and_says_so(run_ecp, tmp_path):
+    code, stdout, data, _ = _run(run_ecp, tmp_path, "scripted_engine:bug_vllm-0.32", "--vllm", "auto")
+    assert stdout.splitlines()[1] == "judged as vLLM 0.32 (auto: the ready payload says vllm_version 0.32.0)", stdout
+    assert code == 0 and "UNSUPPORTED ENG-REQ-9: pause_generation: not in vLLM 0.32" in stdout
+    assert data["release"]["how"].startswith("auto:")
+
+
+def test_an_unknown_release_is_a_usage_error(run_ecp):
+    code, _ = run_ecp("conformance", "engine", "--vllm", "0.99", "--adapter", "scripted_engine:start")
+    assert code == 2

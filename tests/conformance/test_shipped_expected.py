@@ -1,4 +1,4 @@
-"""The shipped vLLM 0.33 expected-failure files and the interop matrix script that uses them."""
+"""The shipped vLLM expected-failure files and the interop matrix script that uses them."""
 
 import subprocess
 import sys
@@ -12,7 +12,7 @@ from ecp.spec import clauses
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = {"vllm-0.33-engine.txt": "engine", "vllm-0.33-python-frontend.txt": "frontend",
-         "vllm-0.33-vllm-rs.txt": "frontend"}
+         "vllm-0.33-vllm-rs.txt": "frontend", "vllm-0.32-engine.txt": "engine", "vllm-0.31-engine.txt": "engine"}
 
 
 @pytest.mark.parametrize("name", sorted(FILES))
@@ -49,3 +49,9 @@ def test_matrix_lists_its_rows_and_refuses_a_missing_peer(tmp_path):
     assert "vllm-0.33-engine.txt" in listed.stdout and "VLLM_USE_RUST_FRONTEND=1" in listed.stdout
     missing = _matrix("--peer", str(tmp_path / "nope"), "--out", str(tmp_path / "out"))
     assert missing.returncode == 2 and "no vLLM peer" in missing.stderr
+
+
+def test_matrix_judges_the_engine_rows_as_the_release_given(tmp_path):
+    listed = _matrix("--list", "--release", "0.32", "--peer", str(tmp_path), "--only", "engine-dp1", "engine-dp2")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.count("--vllm 0.32") == 2 and listed.stdout.count("vllm-0.32-engine.txt") == 2

@@ -25,7 +25,8 @@ class Rig:
         import os
 
         d = tempfile.mkdtemp(dir=self._tmp.name)
-        fe = RawFrontend(d, transport=transport, num_clients=num_clients, coordinator=coordinator)
+        fe = RawFrontend(d, transport=transport, num_clients=num_clients, coordinator=coordinator,
+                         vllm=options.get("vllm", "0.33"))
         self.frontends.append(fe)
         options.setdefault("max_model_len", 512)
         options.setdefault("num_gpu_blocks", 512)

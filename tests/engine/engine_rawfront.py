@@ -14,7 +14,7 @@ import zmq
 from ecp.conformance.engine.harness_frontend import Addresses, HarnessFrontend
 from ecp.conformance.transcript import Transcript
 from ecp.spec import (
-    ENGINE_DEAD, EngineCoreOutputs, EngineCoreRequest, SamplingParams, encode_abort, encode_add,
+    ENGINE_DEAD, EngineCoreOutputs, EngineCoreRequest, SamplingParams,
     encode_start_dp_wave, engine_identity, rank_of_identity,
 )
 
@@ -30,7 +30,9 @@ def make_request(rid: str, prompt: list[int] | None = None, *, client_index: int
 
 class RawFrontend:
     def __init__(self, tmpdir: str, *, transport: str = "ipc", num_clients: int = 1,
-                 coordinator: bool = False) -> None:
+                 coordinator: bool = False, vllm: str = "0.33") -> None:
+        from ecp.conformance.engine.release_choice import ReleaseChoice
+
         def address(name: str) -> str:
             return f"ipc://{os.path.join(tmpdir, name)}" if transport == "ipc" else "tcp://127.0.0.1:*"
 
@@ -40,7 +42,8 @@ class RawFrontend:
                                 [address(f"out{i}") for i in range(num_clients)],
                                 (address("cin"), address("cout")) if coordinator else None),
             engine_count=0, start_index=0,
-            transcript=Transcript(max_entries=0))  # nothing reads it: keep the receive path as lean as before
+            transcript=Transcript(max_entries=0),  # nothing reads it: keep the receive path as lean as before
+            release=ReleaseChoice(vllm))
         self.h.raise_on_engine_dead = False  # tests assert on ENGINE_CORE_DEAD via dead()
         self.h.gate_delay_s = 0.0
         self.handshake_address = self.h.addresses.handshake
@@ -88,10 +91,10 @@ class RawFrontend:
         self.h.send_raw(frames, self._engine(rank), client)
 
     def add(self, rank: int, req: EngineCoreRequest, client: int = 0) -> None:
-        self.send(rank, encode_add(req), client)
+        self.send(rank, self.h.codec.encode_add(req), client)
 
     def abort(self, rank: int, ids: list[str], client: int = 0) -> None:
-        self.send(rank, encode_abort(ids), client)
+        self.send(rank, self.h.codec.encode_abort(ids), client)
 
     def start_wave(self, wave: int, exclude: int | None = None) -> None:
         self.h.coord_pub.send_multipart(encode_start_dp_wave(wave, exclude))

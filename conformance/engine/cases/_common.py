@@ -16,12 +16,14 @@ def paused(fe, engines):
     """The shared engine with generation paused (``pause_generation`` mode abort) for the block.
 
     A user pause: vLLM 0.33 refuses new ADDs with ``engine_paused`` only then (``pause_scheduler``
-    alone queues them until it resumes).
+    alone queues them until it resumes). A release without ``pause_generation`` (0.32 and older)
+    is paused with what it has, ``pause_scheduler`` (:func:`capabilities.pause_method`).
 
     A block that fails leaves it resumed where the engine still answers, so that the probe after
     the case judges the engine and not the pause; the engine is relaunched before the next case anyway."""
+    method = capabilities.pause_method(fe.profile)
     engines.mark_dirty()
-    ok_value(fe.call("pause_generation", ["abort"]), "pause_generation")
+    ok_value(fe.call(method, ["abort"]), method)
     try:
         yield
     except BaseException:
@@ -105,7 +107,7 @@ def require_feature(fe, feature: str) -> None:
     """Raise :class:`Unsupported`, naming the declaration, when the engine declared that it lacks
     ``feature`` (an :mod:`ecp.conformance.capabilities` name): in its ready payload, or with
     ``--engine-lacks``."""
-    capabilities.require(capabilities.get("engine", feature), fe.declared_lacks, _ready_payloads(fe))
+    capabilities.require(capabilities.get("engine", feature), fe.declared_lacks, _ready_payloads(fe), fe.profile)
 
 
 def feature_missing(fe, feature: str, observed: str) -> Violation:

@@ -5,6 +5,13 @@ from ecp.conformance.registry import case
 from ecp.spec import EngineCoreReadyResponse, REQUIRED_READY_KEYS, decode_any, engine_identity
 
 
+def required_ready_keys(profile) -> list[str]:
+    """The keys the release under test requires in a ready payload (vLLM 0.33's: REQUIRED_READY_KEYS)."""
+    if profile.release == "0.33":
+        return list(REQUIRED_READY_KEYS)
+    return [f.name for f in profile.layout.messages[profile.frames["ready payload"]].fields if f.required]
+
+
 def _records(engines):
     eut = engines.shared()
     engines.transcript.include([e for e in eut.fe.transcript.entries if e.channel in ("handshake",)
@@ -65,7 +72,7 @@ def test_ready_payload_keys(engines):
             if isinstance(payload, str):
                 raise Violation(f"ready payload on input[{client}] does not decode: {payload}")
             raw = decode_any(rec.registrations[client][0][0])
-            missing = [k for k in REQUIRED_READY_KEYS if k not in raw]
+            missing = [k for k in required_ready_keys(fe.profile) if k not in raw]
             if missing:
                 raise Violation(f"ready payload lacks required keys {missing}")
             assert isinstance(payload, EngineCoreReadyResponse)

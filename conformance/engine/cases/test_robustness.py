@@ -9,13 +9,13 @@ import msgspec
 
 from ecp.conformance.outcomes import Violation
 from ecp.conformance.registry import case
-from ecp.spec import FinishReason, decode_any, encode_abort, encode_add, encode_utility
+from ecp.spec import FinishReason, decode_any
 
 enc = msgspec.msgpack.encode
 
 
 def _add_payload(fe, rid: str) -> bytes:
-    return encode_add(fe.request(rid, max_tokens=2))[1]
+    return fe.codec.encode_add(fe.request(rid, max_tokens=2))[1]
 
 
 def _each_survived(fe, messages, what: str) -> None:
@@ -35,11 +35,11 @@ def _each_survived(fe, messages, what: str) -> None:
 def test_unknown_type_byte(engine):
     fe = engine
     _each_survived(fe, [
-        ("type 0x7f", [b"\x7f", encode_abort(["x"])[1]]),
+        ("type 0x7f", [b"\x7f", fe.codec.encode_abort(["x"])[1]]),
         ("type 0x04 (EXECUTOR_FAILED, engine-internal)", [b"\x04", b"\x90"]),
         ("type 0x05 (WAKEUP, engine-internal)", [b"\x05", b"\x90"]),
         ("two-byte type frame", [b"\x00\x00", _add_payload(fe, fe.new_id("twobyte"))]),
-        ("empty type frame", [b"", encode_abort(["x"])[1]]),
+        ("empty type frame", [b"", fe.codec.encode_abort(["x"])[1]]),
     ], "an unknown request type")
 
 
@@ -49,8 +49,8 @@ def test_wrong_frame_count(engine):
     _each_survived(fe, [
         ("ADD without payload", [b"\x00"]),
         ("UTILITY without payload", [b"\x03"]),
-        ("ABORT with a surplus frame", [*encode_abort(["x"]), b"surplus"]),
-        ("UTILITY with two surplus frames", [*encode_utility(0, 9, "is_sleeping"), b"a", b"b"]),
+        ("ABORT with a surplus frame", [*fe.codec.encode_abort(["x"]), b"surplus"]),
+        ("UTILITY with two surplus frames", [*fe.codec.encode_utility(0, 9, "is_sleeping"), b"a", b"b"]),
     ], "a wrong frame count")
 
 
@@ -63,8 +63,8 @@ def test_truncated_msgpack(engine):
         ("ADD missing its last byte", [b"\x00", full[:-1]]),
         ("empty ADD payload", [b"\x00", b""]),
         ("invalid marker 0xc1", [b"\x00", b"\xc1"]),
-        ("UTILITY cut short", [b"\x03", encode_utility(0, 7, "is_sleeping")[1][:5]]),
-        ("ABORT with trailing garbage", [b"\x01", encode_abort(["x"])[1] + b"\xff\xff"]),
+        ("UTILITY cut short", [b"\x03", fe.codec.encode_utility(0, 7, "is_sleeping")[1][:5]]),
+        ("ABORT with trailing garbage", [b"\x01", fe.codec.encode_abort(["x"])[1] + b"\xff\xff"]),
     ], "truncated msgpack")
 
 
@@ -106,9 +106,9 @@ def test_client_index_out_of_range(engine):
     fe = engine
     rid = fe.new_id("nowhere")
     req = msgspec.structs.replace(fe.request(rid, max_tokens=2), client_index=7)
-    fe.send_raw(encode_add(req), client=0)
+    fe.send_raw(fe.codec.encode_add(req), client=0)
     fe.serves(after="an ADD with client_index 7 (one client)")
-    fe.send_raw(encode_utility(7, 4242, "is_sleeping"), client=0)
+    fe.send_raw(fe.codec.encode_utility(7, 4242, "is_sleeping"), client=0)
     fe.serves(after="a UTILITY with client_index 7 (one client)")
     if fe.seen(rid) and any(s.client != 0 for s in fe.seen(rid)):
         raise Violation("outputs for an unroutable client_index arrived on another client's socket",

@@ -14,7 +14,7 @@ import msgspec
 
 from ecp.conformance.outcomes import FailedClosed, Violation
 from ecp.conformance.registry import case
-from ecp.spec import decode_any, encode_add
+from ecp.spec import decode_any
 from ecp.spec.enums import EXT_CLOUDPICKLE, EXT_PICKLE
 
 enc = msgspec.msgpack.encode
@@ -59,7 +59,7 @@ def test_pickle_refused(engine, engines):
     fe = engine
     m1, m2 = _marker(engines, "pickle-embeds"), _marker(engines, "pickle-abort")
     rid = fe.new_id("pickle")
-    add = decode_any(encode_add(fe.request(rid, max_tokens=1))[1])
+    add = decode_any(fe.codec.encode_add(fe.request(rid, max_tokens=1))[1])
     add[9] = ["float32", [1], msgspec.msgpack.Ext(EXT_PICKLE, marker_pickle(m1))]  # prompt_embeds
 
     def send():
@@ -92,7 +92,7 @@ def test_cloudpickle_refused(engine, engines):
 def test_unknown_ext_refused(engine):
     fe = engine
     rid = fe.new_id("ext42")
-    add = decode_any(encode_add(fe.request(rid, max_tokens=1))[1])
+    add = decode_any(fe.codec.encode_add(fe.request(rid, max_tokens=1))[1])
     add[9] = ["float32", [1], msgspec.msgpack.Ext(42, b"\x00\x00\x80\x3f")]
 
     def used():
