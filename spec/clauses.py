@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    from .layout.model import Layout
     from .sentences import Sentence
 
 Level = Literal["MUST", "SHOULD", "MAY"]
@@ -91,6 +92,14 @@ class Clause:
     def features(self) -> tuple[str, ...]:
         """What the clause needs of a release (:data:`RELEASE_BOUND`); empty: every release."""
         return RELEASE_BOUND.get(self.id, ())
+
+    def holds_in(self, layout: "Layout") -> bool:
+        """Whether the clause binds a peer of ``layout``'s release (it has every feature)."""
+        if not self.features:
+            return True
+        from .releases import features_of
+
+        return set(self.features) <= features_of(layout)
 
     def release_span(self) -> str:
         """The shipped releases the clause holds in: ``all``, ``0.33``, ``0.28–0.33``."""

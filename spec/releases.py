@@ -10,9 +10,9 @@ A *feature* is named as one of:
 
 PROTOCOL.md renders the span of every field and method in its generated
 tables (column ``vLLM``) and of every release-bound clause beside its keyword
-(:data:`ecp.spec.clauses.RELEASE_BOUND`); a harness asks :func:`lacking` to
-report a case the release under test cannot take as UNSUPPORTED, naming the
-release.
+(:data:`ecp.spec.clauses.RELEASE_BOUND`); a harness asks
+:meth:`ecp.spec.clauses.Clause.holds_in` whether the release under test is bound
+by such a clause.
 """
 
 from __future__ import annotations
@@ -82,13 +82,3 @@ def feature_span(feature: str) -> str:
 def describe(feature: str) -> str:
     """A feature as a reader knows it: ``pause_generation``, ``EngineCoreOutput.error``."""
     return feature.split(":", 1)[1]
-
-
-def lacking(features: tuple[str, ...] | list[str] | str, layout: Layout, label: str) -> str | None:
-    """``None`` when ``layout`` has every feature, else why not, naming the release:
-    ``"pause_generation: not in vLLM 0.32"``."""
-    have = features_of(layout)
-    for feature in [features] if isinstance(features, str) else features:
-        if feature not in have:
-            return f"{describe(feature)}: not in {label}"
-    return None

@@ -16,9 +16,9 @@ def test_spans_follow_the_layouts():
     assert releases.span(["0.21", "0.23"]) == "0.21, 0.23"
 
 
-def test_lacking_names_the_first_missing_feature_and_the_release():
-    layout = load_shipped("vllm-0.32")
-    assert releases.lacking("utility:pause_generation", layout, "vLLM 0.32") == "pause_generation: not in vLLM 0.32"
-    assert releases.lacking(["utility:sleep", "field:EngineCoreOutput.error"], layout, "vLLM 0.32") == (
-        "EngineCoreOutput.error: not in vLLM 0.32")
-    assert releases.lacking(("utility:sleep",), layout, "vLLM 0.32") is None
+def test_a_release_bound_clause_holds_where_its_features_are():
+    from ecp.spec import clauses
+
+    out5 = clauses.CLAUSES["ECP-OUT-5"]
+    assert out5.holds_in(load_shipped("vllm-0.33")) and not out5.holds_in(load_shipped("vllm-0.32"))
+    assert clauses.CLAUSES["ECP-REQ-1"].holds_in(load_shipped("vllm-0.21"))

@@ -7,6 +7,7 @@ from ecp.conformance import capabilities
 from ecp.conformance.outcomes import Unsupported, Violation
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason
+from ecp.spec.clauses import CLAUSES
 
 MAX_OVERLONG_PROMPT = 1 << 22  # beyond this max_model_len the case is not practical
 
@@ -17,7 +18,7 @@ def _expect_error_output(fe, rid: str, what: str) -> None:
     if out.finish_reason != FinishReason.ERROR:
         raise Violation(f"{what}: request ended with {out.finish_reason!r} after {len(fe.tokens(rid))} "
                         "token(s), expected ERROR")
-    if not fe.profile.has_field("EngineCoreOutput", "error"):
+    if not CLAUSES["ECP-OUT-5"].holds_in(fe.profile.layout):
         pass  # the release's ERROR outputs carry no RequestError (0.32 and older): the finish reason is all
     elif out.error is None or not out.error.code or not isinstance(out.error.message, str):
         raise Violation(f"{what}: ERROR output without a RequestError {{code, message, retryable}}",
@@ -126,7 +127,7 @@ def test_duplicate_id_error(engine):
     if first.output.finish_reason != FinishReason.ERROR:
         raise Violation(f"the duplicate ADD of in-flight {rid} was answered with {first.output.finish_reason!r} "
                         f"after {len(fe.tokens(rid))} token(s), expected ERROR")
-    if not fe.profile.has_field("EngineCoreOutput", "error"):
+    if not CLAUSES["ECP-OUT-5"].holds_in(fe.profile.layout):
         pass  # no RequestError in the release (0.32 and older): the finish reason is all it says
     elif first.output.error is None:
         raise Violation("the ERROR output for the duplicate ADD carries no RequestError", clause="ECP-OUT-5")
