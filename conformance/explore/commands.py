@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     eng.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
     eng.add_argument("--no-malformed", action="store_true",
                      help="leave out the steps that send a malformed input message (only legal traffic)")
+    eng.add_argument("--process-faults", action=argparse.BooleanOptionalAction, default=True,
+                     help="give some sessions one process fault: SIGSTOP/SIGCONT of one rank's process, or a "
+                          "SIGKILL of it, after which the engine must be seen dead (on)")
     eng.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the engine")
     eng.set_defaults(func=_explore_engine)
 
@@ -110,7 +113,8 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def _explore_engine(args: argparse.Namespace) -> int:
-    return _explore(args, "engine", transport=args.transport, malformed=not args.no_malformed)
+    return _explore(args, "engine", transport=args.transport, malformed=not args.no_malformed,
+                    process_faults=args.process_faults)
 
 
 def _explore_frontend(args: argparse.Namespace) -> int:

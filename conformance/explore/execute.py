@@ -6,10 +6,19 @@ frontend, whose protocol machine in recording mode judges it. The executor keeps
 state the session put each rank in (paused, asleep) and skips a step that would be illegal there,
 so a shrunk session stays a legal one. State-changing calls (pause, resume, sleep, wake-up) are
 waited for: the model then knows what the engine must answer afterwards.
+
+Process faults: a ``stop`` step SIGSTOPs a rank's process and SIGCONTs it later, while the harness
+keeps receiving; the oracle's time bounds are stretched by the time the rank stood still. A
+``kill`` step SIGKILLs a rank's process: a frontend then sees a dead engine -- ENGINE_CORE_DEAD, a
+connection the engine closed, or the engine process gone (``ECP-ROB-3``) -- and fails closed, so
+the session ends there and what the killed engines owed is not asked for; an engine that stays
+silent and connected instead hides the dead rank from every frontend (a finding under
+``ECP-ROB-3``: no frontend can fail closed on it).
 """
 
 from __future__ import annotations
 
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,13 +28,16 @@ import zmq
 
 from ecp.spec import encode_start_dp_wave
 
+from ..engine.harness_frontend import EngineStoppedReading
 from ..engine.session import EngineRunConfig, EngineUnderTest
+from ..launch import PeerHandle
 from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Violation
 from ..transcript import Entry, Transcript
 from .oracle import (
-    CallRecord, Finding, History, RequestRecord, check_calls, check_errors, check_raw_outputs, check_requests,
+    CallRecord, Finding, History, RequestRecord, Stop, check_calls, check_errors, check_raw_outputs, check_requests,
 )
-from .session import Session
+from .processes import rank_process, send
+from .session import PROCESS_FAULTS, Session
 
 #: calls whose reply the executor waits for: they change what the engine must answer next
 STATEFUL = frozenset(("pause_generation", "pause_scheduler", "resume_scheduler", "sleep", "wake_up"))
@@ -50,6 +62,8 @@ class SessionResult:
     run_s: float = 0.0
     #: the end of the peer's output, for a session with findings
     log_tail: str = ""
+    #: a process fault was played (the peer is not reused afterwards)
+    process_fault: bool = False
 
     @property
     def clauses(self) -> list[str]:
@@ -68,6 +82,10 @@ class _Stop(Exception):
         self.finding = finding
 
 
+class _Killed(Exception):
+    """A rank was killed and the harness saw the engine dead: it fails closed, the session ends."""
+
+
 @dataclass
 class _Play:
     fe: Any
@@ -79,6 +97,8 @@ class _Play:
     client_of: dict[str, int] = field(default_factory=dict)
     sent: int = 0
     step: int | None = None
+    #: the launched peer, for the process faults (None: none can be sent)
+    handle: PeerHandle | None = None
 
     # ------------------------------------------------------------------ helpers
     def _where(self, step: dict[str, Any]) -> tuple[int, int]:
@@ -259,6 +279,50 @@ class _Play:
         self.sent += 1
         return True
 
+    def _stop(self, s: dict[str, Any]) -> bool:
+        engine, _ = self._where(s)
+        pid = rank_process(self.handle, self.fe.start_index + engine)
+        if pid is None:
+            return False
+        # every rank that process runs stands still, not only the one named
+        ranks = frozenset(e for e in range(self.session.topology.engines)
+                          if e == engine or rank_process(self.handle, self.fe.start_index + e) == pid)
+        seconds = min(int(s["ms"]) / 1000, self.step_timeout / 2)
+        t0 = time.monotonic()
+        if not send(pid, signal.SIGSTOP):
+            return False
+        try:
+            self.fe.observe(seconds)  # the other ranks go on; what is in flight is received
+        finally:
+            send(pid, signal.SIGCONT)
+            self.history.stops.append(Stop(ranks, t0, time.monotonic()))
+        self.fe.observe()  # let the rank catch up before the next step
+        return True
+
+    def _kill(self, s: dict[str, Any]) -> bool:
+        engine, _ = self._where(s)
+        rank = self.fe.start_index + engine
+        pid = rank_process(self.handle, rank)
+        if pid is None:
+            return False
+        killed_at = time.monotonic()
+        if not send(pid, signal.SIGKILL):
+            return False
+        self.history.killed_at = killed_at
+        fe = self.fe
+        what = f"a sign that rank {rank} (pid {pid}) is dead after its SIGKILL"
+        try:
+            fe.wait(lambda: fe.engine_dead or (fe.input_closed is not None and fe.input_closed[1] >= killed_at),
+                    self.step_timeout, what)
+        except (FailedClosed, PeerCrashed, EngineStoppedReading):
+            pass  # ENGINE_CORE_DEAD, the process gone, or its connection closed: seen dead
+        except CaseTimeout:
+            raise _Stop(Finding("ECP-ROB-3", f"rank {rank} (pid {pid}) was SIGKILLed, and for "
+                                f"{self.step_timeout:.1f}s no frontend could tell: no ENGINE_CORE_DEAD, no "
+                                "connection closed, and the engine command still runs -- its requests "
+                                "wait forever instead of failing closed", self.step)) from None
+        raise _Killed()
+
     # ------------------------------------------------------------------ the end of a session
     def epilogue(self) -> None:
         """Wake and resume every rank the session left asleep or paused, wait for every reply and owed
@@ -301,7 +365,7 @@ def play(session: Session, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: in
         raise LaunchFailed(f"{type(exc).__name__}: {exc}") from exc
     launched = time.monotonic()
     fe = eut.fe
-    run = _Play(fe, session, step_timeout, ranks=[_Rank() for _ in range(topo.engines)])
+    run = _Play(fe, session, step_timeout, ranks=[_Rank() for _ in range(topo.engines)], handle=eut.handle)
     findings: list[Finding] = []
     played: list[int] = []
     marks: list[tuple[int, int | None]] = [(len(fe.machine.violations), None)]
@@ -313,6 +377,9 @@ def play(session: Session, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: in
                     played.append(i)
             marks.append((len(fe.machine.violations), None))
             run.epilogue()
+        except _Killed:
+            played.append(run.step)  # the kill was played; what follows it is not
+            marks.append((len(fe.machine.violations), None))
         except _Stop as stop:
             findings.append(stop.finding)
         except FailedClosed as exc:
@@ -334,6 +401,7 @@ def play(session: Session, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: in
         received = len(fe.raw_outputs) + len(fe.coordinator_messages)
         return SessionResult(findings, list(transcript.entries), played, run.sent, received,
                              launched - started, time.monotonic() - launched,
-                             eut.log_tail() if findings else "")
+                             eut.log_tail() if findings else "",
+                             process_fault=any(session.steps[i]["op"] in PROCESS_FAULTS for i in played))
     finally:
         eut.close()

@@ -47,6 +47,8 @@ class ExploreOptions:
     max_findings: int | None = None
     #: whether sessions include malformed input messages (``ECP-ROB-1``)
     malformed: bool = True
+    #: whether some sessions include a process fault (SIGSTOP/SIGCONT or SIGKILL of one rank)
+    process_faults: bool = True
     #: replays of a finding's first session (and of its shrunk session) that decide whether it reproduces
     confirm_runs: int = CONFIRM_RUNS
 
@@ -87,7 +89,8 @@ class Runner:
         self.launches = 0
 
     def draw(self, seed: int) -> Session:
-        return draw(seed, self.opts.engine_count, self.opts.max_steps, self.opts.malformed)
+        return draw(seed, self.opts.engine_count, self.opts.max_steps, self.opts.malformed,
+                    self.opts.process_faults)
 
     def play(self, session: Session) -> SessionResult:
         self.launches += 1

@@ -11,6 +11,10 @@ meaning):
 * ``call``: ``engine``, ``client``, ``method``, ``args`` (a utility call of the release's table);
 * ``start_wave``: ``engine``, ``wave``, ``exclude``;
 * ``garbage``: ``engine``, ``client``, ``frames`` (one malformed input message, each frame as hex);
+* ``stop``: ``engine``, ``ms`` -- a process fault: SIGSTOP the process of that rank, SIGCONT it
+  ``ms`` milliseconds later (:mod:`.processes` says which process runs a rank);
+* ``kill``: ``engine`` -- a process fault: SIGKILL the process of that rank; the harness, as a
+  frontend, must then see the engine dead and fails closed, so nothing after it is played;
 * ``wait``: ``until`` = ``running`` / ``terminal`` (of ``ref``), ``idle`` (every request ended) or
   ``replies`` (every utility call answered) -- the timing choices; steps with no wait between them
   go out as a burst.
@@ -41,11 +45,14 @@ ROLES = ("engine", "frontend")
 #: per role: each op with the keys it cannot do without
 REQUIRED: dict[str, dict[str, tuple[str, ...]]] = {
     "engine": {"add": ("ref", "max_tokens", "prompt_len"), "abort": ("targets",), "call": ("method",),
-               "start_wave": ("wave",), "garbage": ("frames",), "wait": ("until",)},
+               "start_wave": ("wave",), "garbage": ("frames",), "wait": ("until",), "stop": ("ms",),
+               "kill": ()},
     "frontend": {"request": ("ref", "api", "stream", "max_tokens"), "drop": ("ref",), "abort": ("targets",),
                  "route": ("route",), "wait": ("until",)},
 }
 OPS = tuple(REQUIRED["engine"])
+#: the engine role's process faults
+PROCESS_FAULTS = ("stop", "kill")
 #: per role: what a wait step may wait for, and those of them that name a request (``ref``)
 WAITS = {"engine": ("running", "terminal", "idle", "replies"), "frontend": ("first", "end", "idle")}
 WAITS_FOR_REF = ("running", "terminal", "first", "end")
@@ -112,6 +119,8 @@ class Session:
                 raise ValueError(f"step {i} waits for a request but names none (ref)")
             if step["op"] == "route" and step["route"] not in ROUTES:
                 raise ValueError(f"step {i} calls route {step['route']!r}, not one of {tuple(ROUTES)}")
+            if step["op"] == "stop" and not (isinstance(step["ms"], int) and 0 < step["ms"] <= 60_000):
+                raise ValueError(f"step {i}: ms must be an int from 1 to 60000, got {step['ms']!r}")
             if step["op"] == "garbage":
                 try:
                     [bytes.fromhex(f) for f in step["frames"]]

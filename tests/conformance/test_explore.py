@@ -4,6 +4,7 @@ reference engine (with and without one of its ``--bug`` faults)."""
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -137,4 +138,86 @@ def test_a_slow_engine_is_not_a_stalled_one(tmp_path):
     finally:
         ctx.term()
     assert result.played == [0, 1] and result.run_s > 1.2
+    assert result.findings == [], [(f.clause, f.message) for f in result.findings]
+
+
+def test_some_sessions_get_one_process_fault_and_the_rest_stays_the_same():
+    with_faults = [draw(k, 2) for k in range(200)]
+    without = [draw(k, 2, process_faults=False) for k in range(200)]
+    faulted = 0
+    for a, b in zip(with_faults, without):
+        ops = [st["op"] for st in a.steps]
+        extra = [st for st in a.steps if st["op"] in ("stop", "kill")]
+        assert len(extra) <= 1 and [st for st in a.steps if st not in extra] == b.steps
+        faulted += bool(extra)
+        if "kill" in ops:  # a SIGKILL ends what is played: it comes late
+            assert ops.index("kill") >= (len(ops) - 1) * 2 // 3
+    assert 10 <= faulted <= 60
+    assert any(st["op"] == "kill" for s in with_faults for st in s.steps)
+
+
+HIDER = [sys.executable, str(Path(__file__).with_name("dead_rank_hider.py")), "--handshake-address",
+         "{handshake_address}", "--engine-count", "{engine_count}"]
+PROCESS_RANKS = [sys.executable, "-m", "ecp.reference.engine", "--handshake-address", "{handshake_address}",
+                 "--engine-count", "{engine_count}"]
+KILL_SESSION = Session(Topology(engines=2), [
+    {"op": "add", "ref": 0, "max_tokens": 1500, "prompt_len": 4, "engine": 1},
+    {"op": "wait", "until": "running", "ref": 0},
+    {"op": "call", "method": "is_sleeping", "engine": 1},
+    {"op": "kill", "engine": 1},
+    {"op": "add", "ref": 1, "max_tokens": 2, "prompt_len": 4, "engine": 0},
+])
+
+
+def _play(session, command, tmp_path, engines=2):
+    import zmq
+
+    from ecp.conformance.engine.session import EngineRunConfig
+    from ecp.conformance.explore.execute import play
+
+    cfg = EngineRunConfig(command=command, workdir=str(tmp_path), engine_count=engines, quiet_window_s=0.1)
+    ctx = zmq.Context()
+    try:
+        return play(session, cfg, ctx, 1, step_timeout=1.5)
+    finally:
+        ctx.term()
+
+
+def test_a_killed_rank_is_seen_dead_and_nothing_more_is_asked_of_it(tmp_path):
+    """One process per rank: the supervisor takes the engine down, the harness sees it and fails
+    closed; the killed rank's running request and unanswered call are not findings."""
+    result = _play(KILL_SESSION, PROCESS_RANKS, tmp_path)
+    assert result.played == [0, 1, 2, 3] and result.process_fault
+    assert result.findings == [], [(f.clause, f.message) for f in result.findings]
+
+
+def test_an_engine_that_hides_a_dead_rank_is_a_finding(tmp_path):
+    result = _play(KILL_SESSION, HIDER, tmp_path)
+    assert [f.clause for f in result.findings] == ["ECP-ROB-3"], [(f.clause, f.message) for f in result.findings]
+    assert result.findings[0].step == 3 and "SIGKILLed" in result.findings[0].message
+
+
+def test_the_abort_bound_is_stretched_by_the_time_a_rank_stood_still():
+    from ecp.conformance.explore.oracle import History, Stop
+
+    h = History(stops=[Stop(frozenset({1}), 10.2, 11.0), Stop(frozenset({0, 1}), 11.2, 11.4),
+                       Stop(frozenset({1}), 20.0, 21.0)])
+    assert h.stretched(0, 10.0, 0.5) == 10.5  # rank 0 did not stop before 10.5
+    assert h.stretched(1, 10.0, 0.5) == pytest.approx(10.5 + 0.8 + 0.2)  # the second stop began before 11.3
+    assert h.stretched(1, 10.6, 0.5) == pytest.approx(11.1 + 0.4 + 0.2)  # only what is left of the first
+
+
+def test_a_session_with_a_stopped_rank_plays_on_after_sigcont(tmp_path):
+    """The rank stands still longer than the ABORT bound; after SIGCONT the session goes on and
+    ends as usual, with no finding."""
+    session = Session(Topology(), [
+        {"op": "add", "ref": 0, "max_tokens": 1500, "prompt_len": 4},
+        {"op": "wait", "until": "running", "ref": 0},
+        {"op": "abort", "targets": [0]},
+        {"op": "stop", "ms": 700},
+        {"op": "add", "ref": 1, "max_tokens": 8, "prompt_len": 4},
+        {"op": "wait", "until": "terminal", "ref": 1},
+    ])
+    result = _play(session, [*ENGINE, "--step-time-ms", "2"], tmp_path, engines=1)
+    assert result.played == [0, 1, 2, 3, 4, 5] and result.process_fault
     assert result.findings == [], [(f.clause, f.message) for f in result.findings]
