@@ -142,12 +142,14 @@ def _explore(args: argparse.Namespace, role: str, **extra) -> int:
     except LaunchFailed as exc:
         print(f"{name}: the {role} did not come up: {exc}", file=sys.stderr)
         return 2
-    print(f"\n{report.sessions} session(s), {report.messages} message(s) judged in {report.elapsed_s:.1f}s; "
+    cut = f" (interrupted by {report.interrupted})" if report.interrupted else ""
+    print(f"\n{report.sessions} session(s), {report.messages} message(s) judged in {report.elapsed_s:.1f}s{cut}; "
           f"{len(report.findings)} finding(s)")
     for f in report.findings:
         steps = f"{f.steps_before} -> {f.steps_after} steps" if f.steps_after is not None else \
             f"{f.steps_before} steps, not shrunk"
-        state = "reproducible" if f.reproducible else "NOT reproducible"
+        state = "reproducible" if f.reproducible else \
+            "not confirmed (interrupted)" if f.replays == "interrupted" else "NOT reproducible"
         print(f"  {f.clause:<13} after {f.found_after_s:.1f}s (seed {f.seed}), {steps}, {state} "
               f"(replays {f.replays}), seen in {f.recurrence} session(s): {f.path}")
     return 1 if report.findings else 0

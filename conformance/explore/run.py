@@ -8,7 +8,10 @@ reproducer (:mod:`.reproducer`). Later sessions showing the same clause only cou
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +78,36 @@ class ExploreReport:
     messages: int = 0
     elapsed_s: float = 0.0
     findings: list[FindingReport] = field(default_factory=list)
+    #: the signal that ended the exploration early ("SIGTERM", "SIGINT"), or None
+    interrupted: str | None = None
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT arrived: the exploration stops, its peers are stopped, the report is kept.
+    (A BaseException, like KeyboardInterrupt: the handlers that turn a failed launch or step into a
+    finding must not take it for one.)"""
+
+
+@contextlib.contextmanager
+def _interruptible():
+    """Turn the first SIGTERM or SIGINT into :class:`Interrupted` in the main thread; later ones are
+    ignored so that stopping the peers is not cut short. Elsewhere (a thread) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def handler(signum, frame):  # noqa: ARG001
+        if not caught:
+            caught.append(signum)
+            raise Interrupted(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 class Runner:
@@ -137,13 +170,16 @@ def runner_for(opts: ExploreOptions, workdir: str) -> Runner | FrontendRunner:
 
 def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> ExploreReport:
     """Explore until ``opts.budget_s`` is spent (shrinking not counted); raises :class:`LaunchFailed`
-    when the peer never comes up."""
+    when the peer never comes up. SIGTERM or SIGINT ends it early: the peers are stopped, a finding
+    being confirmed or shrunk is written as far as it got, and the report says so
+    (``report.interrupted``)."""
     report = ExploreReport()
     by_clause: dict[str, FindingReport] = {}
-    with tempfile.TemporaryDirectory(prefix="ecp-explore-") as workdir:
+    with _interruptible(), tempfile.TemporaryDirectory(prefix="ecp-explore-") as workdir:
         runner = runner_for(opts, workdir)
         started = time.monotonic()
         shrinking_s = 0.0
+        settling: tuple[Session, SessionResult, FindingReport] | None = None
         try:
             i = 0
             while time.monotonic() - started - shrinking_s < opts.budget_s:
@@ -171,10 +207,20 @@ def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> Explore
                 report.findings.append(found)
                 say(f"session {seed}: {first.clause}: {first.message}")
                 t0 = time.monotonic()
+                settling = (session, result, found)
                 _settle(runner, session, result, found, opts, say)
+                settling = None
                 shrinking_s += time.monotonic() - t0
                 if opts.max_findings is not None and len(report.findings) >= opts.max_findings:
                     break
+        except Interrupted as exc:
+            report.interrupted = str(exc)
+            if settling is not None and settling[2].path is None:
+                session, result, found = settling
+                found.replays = found.replays or "interrupted"
+                found.path = _write(opts, session, found.clause, found.message, result,
+                                    {"sessions": found.recurrence, "replays": found.replays, "reproducible": None})
+            say(f"{report.interrupted}: stopping after {report.sessions} session(s)")
         finally:
             runner.close()
             report.elapsed_s = time.monotonic() - started
