@@ -82,6 +82,9 @@ def _common_options(p: argparse.ArgumentParser, *, engines_help: str, max_steps:
                         "without any output from the peer (10s)")
     p.add_argument("--startup-timeout", type=parse_time, default=60.0, metavar="TIME",
                    help="handshake budget per launch (60s)")
+    p.add_argument("--quiet-window", type=parse_time, default=0.3, metavar="TIME",
+                   help="how long the end of a session watches for frames after the last one owed, and how "
+                        "long a request that reached max_tokens may go without its terminal output (0.3s)")
     p.add_argument("--max-findings", type=int, default=None, help="stop after this many distinct findings")
 
 
@@ -136,7 +139,8 @@ def _explore(args: argparse.Namespace, role: str, **extra) -> int:
     opts = ExploreOptions(command=command, role=role, engine_count=args.engine_count, budget_s=args.budget,
                           seed=args.seed, max_steps=args.max_steps, out_dir=args.out, shrink_runs=args.shrink_runs,
                           shrink_s=args.shrink_budget, step_timeout_s=args.step_timeout,
-                          startup_timeout_s=args.startup_timeout, max_findings=args.max_findings, **extra)
+                          startup_timeout_s=args.startup_timeout, max_findings=args.max_findings,
+                          quiet_window_s=args.quiet_window, **extra)
     try:
         report = explore(opts, say=lambda line: print(line, flush=True))
     except LaunchFailed as exc:

@@ -99,6 +99,8 @@ class _Play:
     step: int | None = None
     #: the launched peer, for the process faults (None: none can be sent)
     handle: PeerHandle | None = None
+    #: goes into every request id: unique per session played on one peer
+    tag: str = ""
 
     # ------------------------------------------------------------------ helpers
     def _where(self, step: dict[str, Any]) -> tuple[int, int]:
@@ -137,7 +139,7 @@ class _Play:
         if self.ranks[engine].asleep or s["ref"] in self.rids:
             return False
         ref = s["ref"]
-        head = f"x{ref}-"
+        head = f"x{ref}-{self.tag}"
         rid = head + "q" * max(0, int(s.get("id_len", 8)) - len(head))
         limit = (self.fe.max_model_len or 4096) - 1
         max_tokens = max(1, min(int(s["max_tokens"]), limit - 1))
@@ -345,10 +347,29 @@ class _Play:
             self.while_progressing(lambda t: fe.wait(settled, t, "every reply and owed terminal"))
         except CaseTimeout:
             pass  # the properties name what is missing
-        fe.observe()
         for engine in range(self.session.topology.engines):
             fe.serves(engine=engine, after="the session", timeout=self.step_timeout)
-        fe.observe()  # what follows a probe's terminal output (nothing may) is judged too
+        fe.observe()  # what follows the terminals and the probes' (nothing may) is judged too
+
+
+def launch(session: Session, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: int) -> EngineUnderTest:
+    """A peer of the session's topology, handshake done; :class:`LaunchFailed` when it does not
+    complete its handshake."""
+    topo = session.topology
+    try:
+        return EngineUnderTest(cfg, ctx, Transcript(max_entries=2000), launch_no, topo.clients, topo.engines,
+                               topo.coordinator)
+    except Exception as exc:  # noqa: BLE001 - whatever stopped the launch is reported as such
+        raise LaunchFailed(f"{type(exc).__name__}: {exc}") from exc
+
+
+def reusable(eut: EngineUnderTest, result: SessionResult) -> bool:
+    """Whether another session may be played on ``eut`` after ``result``: the session broke no rule
+    (so every rank served a fresh request at its end), had no process fault, and the engine is alive
+    and still reads its input."""
+    fe = eut.fe
+    return (not result.findings and not result.process_fault and eut.alive() and fe.stopped_serving is None
+            and fe.input_closed is None)
 
 
 def play(session: Session, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: int,
@@ -356,52 +377,64 @@ def play(session: Session, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: in
     """Launch a peer of the session's topology, play the session, judge it, stop the peer.
 
     Raises :class:`LaunchFailed` when the peer does not complete its handshake."""
-    topo = session.topology
-    transcript = Transcript(max_entries=2000)
     started = time.monotonic()
+    eut = launch(session, cfg, ctx, launch_no)
+    launch_s = time.monotonic() - started
     try:
-        eut = EngineUnderTest(cfg, ctx, transcript, launch_no, topo.clients, topo.engines, topo.coordinator)
-    except Exception as exc:  # noqa: BLE001 - whatever stopped the launch is reported as such
-        raise LaunchFailed(f"{type(exc).__name__}: {exc}") from exc
-    launched = time.monotonic()
-    fe = eut.fe
-    run = _Play(fe, session, step_timeout, ranks=[_Rank() for _ in range(topo.engines)], handle=eut.handle)
-    findings: list[Finding] = []
-    played: list[int] = []
-    marks: list[tuple[int, int | None]] = [(len(fe.machine.violations), None)]
-    try:
-        try:
-            for i, step in enumerate(session.steps):
-                marks.append((len(fe.machine.violations), i))
-                if run.play(i, step):
-                    played.append(i)
-            marks.append((len(fe.machine.violations), None))
-            run.epilogue()
-        except _Killed:
-            played.append(run.step)  # the kill was played; what follows it is not
-            marks.append((len(fe.machine.violations), None))
-        except _Stop as stop:
-            findings.append(stop.finding)
-        except FailedClosed as exc:
-            garbage = any(session.steps[i]["op"] == "garbage" for i in played)
-            findings.append(Finding("ECP-ROB-1", f"the engine failed closed "
-                                    f"{'after a malformed input message' if garbage else 'on legal traffic'}: {exc}",
-                                    run.step))
-        except PeerCrashed as exc:
-            findings.append(Finding("ECP-ROB-1", f"the engine died: {exc}", run.step))
-        except Violation as exc:
-            findings.append(Finding(exc.clause or "ECP-ROB-1", str(exc), run.step))
-        findings += (check_calls(fe, run.history) + check_requests(fe, run.history) + check_errors(fe, run.history)
-                     + check_raw_outputs(fe))
-        machine = []
-        for k, v in enumerate(fe.machine.violations):
-            step = next((s for n, s in reversed(marks) if n <= k), None)
-            machine.append(Finding(v.clause, f"{v.socket}: {v.error}", step))
-        findings = machine + findings
-        received = len(fe.raw_outputs) + len(fe.coordinator_messages)
-        return SessionResult(findings, list(transcript.entries), played, run.sent, received,
-                             launched - started, time.monotonic() - launched,
-                             eut.log_tail() if findings else "",
-                             process_fault=any(session.steps[i]["op"] in PROCESS_FAULTS for i in played))
+        result = play_on(eut, session, step_timeout)
     finally:
         eut.close()
+    result.launch_s = launch_s
+    return result
+
+
+def play_on(eut: EngineUnderTest, session: Session, step_timeout: float = 10.0, tag: str = "") -> SessionResult:
+    """Play the session on a launched peer of its topology and judge it; the peer is left running.
+
+    On a peer an earlier session used (:func:`reusable` said so), what the frontend received before
+    is forgotten first, and ``tag`` (unique per session) goes into the request ids, so that nothing
+    of the earlier session is judged again or taken for this one's."""
+    topo = session.topology
+    transcript = Transcript(max_entries=2000)
+    fe = eut.fe
+    fe.transcript = transcript
+    fe.forget_received()
+    launched = time.monotonic()
+    base = len(fe.machine.violations) if tag else 0  # a fresh launch's handshake is this session's
+    run = _Play(fe, session, step_timeout, ranks=[_Rank() for _ in range(topo.engines)], handle=eut.handle, tag=tag)
+    findings: list[Finding] = []
+    played: list[int] = []
+    marks: list[tuple[int, int | None]] = [(base, None)]
+    try:
+        for i, step in enumerate(session.steps):
+            marks.append((len(fe.machine.violations), i))
+            if run.play(i, step):
+                played.append(i)
+        marks.append((len(fe.machine.violations), None))
+        run.epilogue()
+    except _Killed:
+        played.append(run.step)  # the kill was played; what follows it is not
+        marks.append((len(fe.machine.violations), None))
+    except _Stop as stop:
+        findings.append(stop.finding)
+    except FailedClosed as exc:
+        garbage = any(session.steps[i]["op"] == "garbage" for i in played)
+        findings.append(Finding("ECP-ROB-1", f"the engine failed closed "
+                                f"{'after a malformed input message' if garbage else 'on legal traffic'}: {exc}",
+                                run.step))
+    except PeerCrashed as exc:
+        findings.append(Finding("ECP-ROB-1", f"the engine died: {exc}", run.step))
+    except Violation as exc:
+        findings.append(Finding(exc.clause or "ECP-ROB-1", str(exc), run.step))
+    findings += (check_calls(fe, run.history) + check_requests(fe, run.history) + check_errors(fe, run.history)
+                 + check_raw_outputs(fe))
+    machine = []
+    for k in range(base, len(fe.machine.violations)):
+        v = fe.machine.violations[k]
+        step = next((s for n, s in reversed(marks) if n <= k), None)
+        machine.append(Finding(v.clause, f"{v.socket}: {v.error}", step))
+    findings = machine + findings
+    received = len(fe.raw_outputs) + len(fe.coordinator_messages)
+    return SessionResult(findings, list(transcript.entries), played, run.sent, received,
+                         0.0, time.monotonic() - launched, eut.log_tail() if findings else "",
+                         process_fault=any(session.steps[i]["op"] in PROCESS_FAULTS for i in played))

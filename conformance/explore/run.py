@@ -13,17 +13,18 @@ import signal
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import zmq
 
-from ..engine.session import EngineRunConfig
+from ..engine.session import EngineRunConfig, EngineUnderTest
 from . import reproducer
-from .execute import LaunchFailed, SessionResult, play
+from .execute import LaunchFailed, SessionResult, launch, play_on, reusable
 from .generate import draw
-from .session import Session, describe
+from .session import Session, Topology, describe
 from .shrink import Budget, shrink
 
 #: replays of a finding's first session (and of its shrunk session) that decide whether it reproduces
@@ -111,7 +112,16 @@ def _interruptible():
 
 
 class Runner:
-    """Plays sessions of the engine role against fresh launches of one peer command."""
+    """Plays sessions of the engine role. A session of the exploration loop (``reuse=True``) runs on
+    a peer an earlier one left healthy when there is one of its topology (:func:`.execute.reusable`:
+    no finding, so every rank served a fresh request at its end, and no process fault); every other
+    session -- the confirmation, shrinking and replay of a finding -- gets a fresh launch."""
+
+    #: healthy peers kept for reuse, one per topology, the least recently used stopped first once
+    #: there are more than POOL of them or they run more than POOL_RANKS ranks in all (each rank may
+    #: be an OS process holding its memory)
+    POOL = 6
+    POOL_RANKS = 16
 
     def __init__(self, opts: ExploreOptions, workdir: str) -> None:
         self.opts = opts
@@ -120,16 +130,46 @@ class Runner:
                                    quiet_window_s=opts.quiet_window_s, workdir=workdir)
         self.ctx = zmq.Context()
         self.launches = 0
+        self.sessions = 0
+        self._idle: OrderedDict[Topology, EngineUnderTest] = OrderedDict()
 
     def draw(self, seed: int) -> Session:
         return draw(seed, self.opts.engine_count, self.opts.max_steps, self.opts.malformed,
                     self.opts.process_faults)
 
-    def play(self, session: Session) -> SessionResult:
-        self.launches += 1
-        return play(session, self.cfg, self.ctx, self.launches, self.opts.step_timeout_s)
+    def play(self, session: Session, reuse: bool = False) -> SessionResult:
+        self.sessions += 1
+        key = session.topology
+        eut = self._idle.pop(key, None) if reuse else None
+        if eut is not None and not eut.alive():
+            eut.close()
+            eut = None
+        started = time.monotonic()
+        if eut is None:
+            self.launches += 1
+            eut = launch(session, self.cfg, self.ctx, self.launches)
+            tag = ""
+        else:
+            tag = f"s{self.sessions}-"
+        launch_s = time.monotonic() - started
+        keep = False
+        try:
+            result = play_on(eut, session, self.opts.step_timeout_s, tag)
+            result.launch_s = launch_s
+            keep = reuse and reusable(eut, result)
+        finally:
+            if keep:
+                self._idle[key] = eut
+                while len(self._idle) > 1 and (len(self._idle) > self.POOL or sum(
+                        t.engines for t in self._idle) > max(self.POOL_RANKS, key.engines)):
+                    self._idle.popitem(last=False)[1].close()
+            else:
+                eut.close()
+        return result
 
     def close(self) -> None:
+        while self._idle:
+            self._idle.popitem()[1].close()
         self.ctx.term()
 
 
@@ -154,7 +194,7 @@ class FrontendRunner:
 
         return draw_frontend(seed, self.opts.engine_count, self.opts.max_steps)
 
-    def play(self, session: Session) -> SessionResult:
+    def play(self, session: Session, reuse: bool = False) -> SessionResult:  # noqa: ARG002 - always a fresh launch
         from .frontend_execute import play_frontend
 
         return play_frontend(session, self.manager, self.opts.step_timeout_s)
@@ -187,7 +227,7 @@ def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> Explore
                 i += 1
                 session = runner.draw(seed)
                 try:
-                    result = runner.play(session)
+                    result = runner.play(session, reuse=True)
                 except LaunchFailed:
                     if report.sessions == 0:
                         raise

@@ -261,3 +261,23 @@ def _children(pid: int):
                 continue
             if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
                 yield entry
+
+
+def test_a_healthy_peer_is_reused_and_a_process_fault_retires_it(tmp_path):
+    from ecp.conformance.explore.run import Runner
+
+    simple = Session(Topology(), [{"op": "add", "ref": 0, "max_tokens": 8, "prompt_len": 4},
+                                  {"op": "wait", "until": "terminal", "ref": 0}])
+    stopped = simple.with_steps([*simple.steps, {"op": "stop", "ms": 20}])
+    runner = Runner(ExploreOptions(command=ENGINE, quiet_window_s=0.1, step_timeout_s=3.0), str(tmp_path))
+    try:
+        launches = []
+        for session in (simple, simple, stopped, simple, simple):
+            result = runner.play(session, reuse=True)
+            assert result.findings == [], [(f.clause, f.message) for f in result.findings]
+            assert result.played == list(range(len(session.steps)))
+            launches.append(runner.launches)
+        runner.play(simple)  # a replay: always a fresh launch
+        assert launches == [1, 1, 1, 2, 2] and runner.launches == 3
+    finally:
+        runner.close()
