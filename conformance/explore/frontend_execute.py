@@ -15,6 +15,9 @@ history is judged too:
   still open (``ECP-ABORT-6``; ``ECP-ABORT-8`` when only explicit aborts are involved), and an
   explicitly aborted stream ends (``ECP-ABORT-8``);
 * the explicit-abort and utility routes answer 2xx (``ECP-HTTP-7``, ``ECP-HTTP-1``);
+* a request pinned to rank r (``X-data-parallel-rank``) reaches engine r: no engine is sent an ADD
+  whose ``data_parallel_rank`` names another rank, and engine r got at least as many ADDs naming
+  r as pinned requests to r were answered (``ECP-DP-2``);
 * the frontend serves a fresh request after the session (``ECP-ROB-1``: no wedge).
 """
 
@@ -28,7 +31,7 @@ from typing import Any
 from ..frontend.http_driver import Reply, abort_by_ids
 from ..frontend.script import EngineScript
 from ..frontend.session import FrontendManager, FrontendUnderTest
-from ..frontend.sse import DONE, SseStream
+from ..frontend.sse import DONE, SseStream, drop_all
 from ..outcomes import CaseTimeout, PeerCrashed, Violation
 from ..transcript import HTTP_CHANNEL, Transcript
 from .execute import LaunchFailed, SessionResult
@@ -47,6 +50,8 @@ class _Request:
     #: stalls on its engine until aborted or released (its max_tokens exceeds the session's hold)
     held: bool
     named: str | None
+    #: the global rank named in its X-data-parallel-rank header (None: not pinned)
+    pin: int | None = None
     task: asyncio.Task | None = None
     sse: SseStream | None = None
     reply: Reply | None = None
@@ -138,11 +143,14 @@ class _Play:
         if s["ref"] in self.requests:
             return False
         hold = self.session.topology.hold
+        pin = None if s.get("pin") is None else self.fe.engines[int(s["pin"]) % len(self.fe.engines)].rank
         req = _Request(s["ref"], self.step, bool(s["stream"]), hold is not None and s["max_tokens"] > hold,
-                       s.get("named"))
+                       s.get("named"), pin)
         path, body = self._body(s)
-        headers = {"X-Request-Id": req.named} if req.named else None
-        req.task = asyncio.ensure_future(self._run(req, path, body, headers))
+        headers = {"X-Request-Id": req.named} if req.named else {}
+        if pin is not None:
+            headers["X-data-parallel-rank"] = str(pin)
+        req.task = asyncio.ensure_future(self._run(req, path, body, headers or None))
         self.requests[req.ref] = req
         self.sent += 1
         return True
@@ -161,6 +169,22 @@ class _Play:
             return False
         req.dropped = True
         req.sse.drop()
+        return True
+
+    async def _crowd(self, s: dict[str, Any]) -> bool:
+        first = s.get("after") == "first"
+        crowd = []
+        for ref in dict.fromkeys(s["refs"]):
+            req = self.requests.get(ref)
+            if req is not None and req.stream and req.live and await self._opened(req, first):
+                crowd.append(req)
+        crowd = [req for req in crowd if req.live]  # one may have ended while the others opened
+        if len(crowd) < 2:
+            return False
+        for req in crowd:
+            req.dropped = True
+        with self.fe.frozen():  # the whole crowd leaves in the same instant, as the frontend sees it
+            drop_all([req.sse for req in crowd])
         return True
 
     async def _abort(self, s: dict[str, Any]) -> bool:
@@ -258,7 +282,31 @@ class _Play:
         for req in self.requests.values():
             self._judge(req)
         self._aborts_to_owners()
+        self._pins()
         await self._fresh()
+
+    def _pins(self) -> None:
+        """Pinned requests reached their rank (ECP-DP-2)."""
+        answered: dict[int, int] = {}
+        for req in self.requests.values():
+            if req.pin is not None and req.ended and req.failure is None and not req.dropped and not req.aborted \
+                    and (req.reply.ok if req.reply is not None else req.sse is not None and req.sse.done):
+                answered[req.pin] = answered.get(req.pin, 0) + 1
+        for engine in self.fe.engines:
+            adds = [req for _, req in engine.recorder.adds(include_notices=False)]
+            strays = [req.request_id for req in adds
+                      if req.data_parallel_rank is not None and req.data_parallel_rank != engine.rank]
+            if strays:
+                self.findings.append(Finding("ECP-DP-2", f"engine {engine.rank} was sent ADDs pinned to another "
+                                                         f"rank: {strays[:4]}"))
+                return
+            mine = sum(1 for req in adds if req.data_parallel_rank == engine.rank)
+            if mine < answered.get(engine.rank, 0):
+                self.findings.append(Finding("ECP-DP-2", f"{answered[engine.rank]} request(s) pinned to rank "
+                                                         f"{engine.rank} (X-data-parallel-rank) were answered, but "
+                                                         f"engine {engine.rank} got {mine} ADD(s) with "
+                                                         f"data_parallel_rank {engine.rank}"))
+                return
 
     def _aborts_to_owners(self) -> None:
         """Every id an engine is sent in an ABORT is one that engine was sent an ADD for."""

@@ -24,8 +24,12 @@ The frontend role's (:mod:`.frontend_execute`):
 * ``request``: ``ref``, ``api`` (``completions`` / ``chat``), ``stream``, ``max_tokens``,
   ``prompt_len`` (words), ``temperature``, ``logprobs``, ``named`` (an ``X-Request-Id`` header, or
   null; two requests may share one);
+* ``request`` may also carry ``pin``: a rank (by number in the session) named in an
+  ``X-data-parallel-rank`` header, or null;
 * ``drop``: ``ref`` (a stream), ``after`` (``open``: right after its response head; ``first``:
   after its first event) -- the client goes away;
+* ``crowd``: ``refs`` (streams), ``after`` -- every one of them still open goes away at once, while
+  the frontend's process is stopped, so that it sees them leave in the same instant;
 * ``abort``: ``targets`` (streams, by the response id of their first event, that the explicit-abort
   route is given; -1 is an id never sent);
 * ``route``: ``route`` (a utility route of :data:`ROUTES`);
@@ -47,7 +51,8 @@ REQUIRED: dict[str, dict[str, tuple[str, ...]]] = {
     "engine": {"add": ("ref", "max_tokens", "prompt_len"), "abort": ("targets",), "call": ("method",),
                "start_wave": ("wave",), "garbage": ("frames",), "wait": ("until",), "stop": ("ms",),
                "kill": ()},
-    "frontend": {"request": ("ref", "api", "stream", "max_tokens"), "drop": ("ref",), "abort": ("targets",),
+    "frontend": {"request": ("ref", "api", "stream", "max_tokens"), "drop": ("ref",), "crowd": ("refs",),
+                 "abort": ("targets",),
                  "route": ("route",), "wait": ("until",)},
 }
 OPS = tuple(REQUIRED["engine"])

@@ -25,7 +25,7 @@ SIMPLER_ADD: tuple[dict[str, Any], ...] = (
 )
 #: simpler values tried for each field of a frontend role's HTTP request, in order
 SIMPLER_REQUEST: tuple[dict[str, Any], ...] = (
-    {"logprobs": None}, {"named": None}, {"api": "completions"}, {"stream": False}, {"temperature": 0.0},
+    {"logprobs": None}, {"named": None}, {"pin": None}, {"api": "completions"}, {"stream": False}, {"temperature": 0.0},
     {"prompt_len": 1}, {"max_tokens": 2}, {"max_tokens": 8}, {"max_tokens": 64},
 )
 #: per op, the simpler values tried

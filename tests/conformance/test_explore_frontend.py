@@ -9,7 +9,7 @@ import pytest
 from ecp.conformance.explore.frontend_generate import draw_frontend
 from ecp.conformance.explore.reproducer import read
 from ecp.conformance.explore.run import ExploreOptions, explore
-from ecp.conformance.explore.session import Session
+from ecp.conformance.explore.session import Session, Topology
 
 SERVE = [sys.executable, "-m", "ecp.spec.cli", "serve", "--data-parallel-size-local", "0",
          "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", "{handshake_port}",
@@ -22,7 +22,9 @@ def test_frontend_sessions_are_drawn_from_their_seed_and_round_trip():
     again = Session.from_dict(json.loads(json.dumps(a.to_dict())))
     assert again.to_dict() == a.to_dict() and again.role == "frontend"
     ops = {st["op"] for k in range(30) for st in draw_frontend(k, 2).steps}
-    assert ops == {"request", "drop", "abort", "route", "wait"}
+    assert ops == {"request", "drop", "crowd", "abort", "route", "wait"}
+    pins = [st.get("pin") for k in range(30) for st in draw_frontend(k, 2).steps if st["op"] == "request"]
+    assert set(pins) == {None, 0, 1}
 
 
 def test_a_step_of_the_other_role_is_refused():
@@ -55,3 +57,45 @@ def test_a_frontend_fault_is_found_shrunk_and_replayed(tmp_path, run_ecp):
     assert code == 1 and "ECP-ABORT-1 again" in out
     code, out = run_ecp("conformance", "replay", str(found.path), "--step-timeout", "2s", "--", *SERVE)
     assert code == 0 and "no violation" in out
+
+
+def _play(session, command, tmp_path):
+    from ecp.conformance.explore.run import FrontendRunner
+
+    runner = FrontendRunner(ExploreOptions(command=command, role="frontend", engine_count=2, step_timeout_s=3.0,
+                                           quiet_window_s=0.1), str(tmp_path))
+    try:
+        return runner.play(session)
+    finally:
+        runner.close()
+
+
+#: a stream stalls on one engine; then one request pinned to each rank: a frontend that sends them
+#: to the least-loaded engine instead sends one of them to the wrong rank
+PINNED = Session(Topology(engines=2, hold=2), [
+    {"op": "request", "ref": 0, "api": "completions", "stream": True, "max_tokens": 64, "pin": None},
+    {"op": "wait", "until": "first", "ref": 0},
+    {"op": "request", "ref": 1, "api": "completions", "stream": False, "max_tokens": 1, "pin": 0},
+    {"op": "wait", "until": "end", "ref": 1},
+    {"op": "request", "ref": 2, "api": "chat", "stream": False, "max_tokens": 1, "pin": 1},
+    {"op": "wait", "until": "end", "ref": 2},
+], role="frontend")
+
+
+@pytest.mark.parametrize("bug", [None, "pinned-rank-ignored"])
+def test_a_pinned_request_must_reach_its_rank(tmp_path, bug):
+    result = _play(PINNED, SERVE + (["--bug", bug] if bug else []), tmp_path)
+    assert result.played == [0, 1, 2, 3, 4, 5]
+    clauses = [(f.clause, f.message) for f in result.findings]
+    assert [c for c, _ in clauses] == (["ECP-DP-2"] if bug else []), clauses
+
+
+def test_a_crowd_of_dropped_streams_is_aborted_exactly(tmp_path):
+    session = Session(Topology(engines=2, hold=2), [
+        *({"op": "request", "ref": k, "api": "completions", "stream": True, "max_tokens": 64,
+           "pin": k % 2} for k in range(5)),
+        {"op": "crowd", "refs": [0, 1, 2, 3, 4], "after": "first"},
+    ], role="frontend")
+    result = _play(session, SERVE, tmp_path)
+    assert result.played == [0, 1, 2, 3, 4, 5]
+    assert result.findings == [], [(f.clause, f.message) for f in result.findings]
