@@ -199,6 +199,8 @@ class _Play:
             expect = rank.asleep
         elif method == "reset_prefix_cache" and not rank.paused and not rank.asleep and self._idle(engine):
             expect = True
+        if method == "resume_scheduler":
+            self._refusals_answered(engine)
         cid = self._send_call(engine, client, method, args, expect)
         if method in STATEFUL and self._answered(cid, method):
             if method == "sleep":
@@ -210,6 +212,16 @@ class _Play:
             else:
                 rank.paused = (method.removeprefix("pause_"), str(args[0]) if args else "abort")
         return True
+
+    def _refusals_answered(self, engine: int) -> None:
+        """Wait for the answers to the ADDs sent to ``engine`` while its generation was paused, before
+        it is resumed: an ADD on one client's socket and a resume on another's reach the engine in
+        either order, and a resume that overtook the ADD would let it run (legally, but not as the
+        session's model says)."""
+        pending = [r.rid for r in self.history.requests.values()
+                   if r.engine == engine and r.while_paused and not r.abort_immediately]
+        self._until(lambda: all(self.fe.terminals(rid) for rid in pending),
+                    f"the engine_paused ERROR of {pending}", "ECP-REQ-7")
 
     def _wait(self, s: dict[str, Any]) -> bool:
         until = s["until"]
@@ -336,6 +348,7 @@ class _Play:
                 self._answered(self._send_call(engine, 0, "wake_up", [None]), "wake_up")
                 rank.asleep = False
             if rank.paused:
+                self._refusals_answered(engine)
                 self._answered(self._send_call(engine, 0, "resume_scheduler", []), "resume_scheduler")
                 rank.paused = None
 

@@ -281,3 +281,17 @@ def test_a_healthy_peer_is_reused_and_a_process_fault_retires_it(tmp_path):
         assert launches == [1, 1, 1, 2, 2] and runner.launches == 3
     finally:
         runner.close()
+
+
+def test_a_paused_rank_is_resumed_only_after_it_refused_what_was_added(tmp_path):
+    """The ADD goes on client 1's socket, the session's closing resume on client 0's: they reach the
+    engine in either order, so the resume waits for the ADD's engine_paused ERROR."""
+    session = Session(Topology(clients=2), [
+        {"op": "call", "client": 1, "method": "pause_generation", "args": ["wait", True]},
+        {"op": "add", "ref": 0, "client": 1, "max_tokens": 2, "prompt_len": 1},
+    ])
+    result = _play(session, ENGINE, tmp_path, engines=1)
+    assert result.findings == [], [(f.clause, f.message) for f in result.findings]
+    order = [(e.direction, "resume" if "resume_scheduler" in str(e.decoded) else "refusal")
+             for e in result.entries if "resume_scheduler" in str(e.decoded) or "engine_paused" in str(e.decoded)]
+    assert order[:2] == [("recv", "refusal"), ("sent", "resume")], order
