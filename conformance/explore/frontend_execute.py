@@ -18,6 +18,8 @@ history is judged too:
 * a request pinned to rank r (``X-data-parallel-rank``) reaches engine r: no engine is sent an ADD
   whose ``data_parallel_rank`` names another rank, and engine r got at least as many ADDs naming
   r as pinned requests to r were answered (``ECP-DP-2``);
+* a request its engine ended with ERROR (the session's engines fail longer requests) reaches the
+  client as an error, never as a normal finish (``ECP-OUT-5``);
 * the frontend serves a fresh request after the session (``ECP-ROB-1``: no wedge).
 """
 
@@ -52,6 +54,8 @@ class _Request:
     named: str | None
     #: the global rank named in its X-data-parallel-rank header (None: not pinned)
     pin: int | None = None
+    #: its engine ends it with an ERROR output (the session's engines fail longer requests)
+    fails: bool = False
     task: asyncio.Task | None = None
     sse: SseStream | None = None
     reply: Reply | None = None
@@ -142,10 +146,14 @@ class _Play:
     async def _request(self, s: dict[str, Any]) -> bool:
         if s["ref"] in self.requests:
             return False
-        hold = self.session.topology.hold
+        topo = self.session.topology
+        hold, error_after, max_tokens = topo.hold, topo.error_after, int(s["max_tokens"])
+        # whichever comes first: the stall (lifted at the session's end, when the engines fail nothing
+        # more) or the ERROR
+        held = hold is not None and max_tokens > hold and (error_after is None or hold <= error_after)
+        fails = error_after is not None and max_tokens > error_after and not held
         pin = None if s.get("pin") is None else self.fe.engines[int(s["pin"]) % len(self.fe.engines)].rank
-        req = _Request(s["ref"], self.step, bool(s["stream"]), hold is not None and s["max_tokens"] > hold,
-                       s.get("named"), pin)
+        req = _Request(s["ref"], self.step, bool(s["stream"]), held, s.get("named"), pin, fails)
         path, body = self._body(s)
         headers = {"X-Request-Id": req.named} if req.named else {}
         if pin is not None:
@@ -275,6 +283,7 @@ class _Play:
                     f"explicitly aborted and not every one was aborted on its engine"))
         for engine in fe.engines:
             engine.script.hold_after = None
+            engine.script.error_after = None
             engine.release()
         tasks = [r.task for r in self.requests.values() if r.task is not None]
         if tasks:
@@ -336,6 +345,9 @@ class _Play:
                 self.findings.append(Finding("ECP-ABORT-8", f"{what}: the stream ended without data: [DONE] "
                                                             "after its explicit abort", req.step))
             return
+        if req.fails:
+            self._judge_failed(req, what)
+            return
         if not req.stream:
             reply = req.reply
             choices = reply.body.get("choices") if reply.ok and isinstance(reply.body, dict) else None
@@ -359,6 +371,28 @@ class _Play:
                                                        f"{'[DONE]' if sse.done else 'no [DONE]'}"
                                                        f"{f', error event {errors[0]}' if errors else ''}", req.step))
 
+    def _judge_failed(self, req: _Request, what: str) -> None:
+        """A request its engine ended with ERROR reaches the client as an error: an error status, an
+        error event or finish_reason error, never a normal finish (ECP-OUT-5, as FE-OUT-2 judges it)."""
+        if req.reply is not None:
+            reply = req.reply
+            finish = [c.get("finish_reason") for c in (reply.body.get("choices") or []) if isinstance(c, dict)] \
+                if reply.ok and isinstance(reply.body, dict) else []
+            if reply.ok and "error" not in finish and not (isinstance(reply.body, dict) and "error" in reply.body):
+                self.findings.append(Finding("ECP-OUT-5", f"{what}: its engine ended it with ERROR, the client got "
+                                                          f"HTTP {reply.status_code} with finish_reason {finish}",
+                                             req.step))
+            return
+        sse = req.sse
+        if sse is None or sse.status_code != 200:
+            return  # an error status
+        errors = [e for e in sse.events if "error" in e]
+        finishes = [c.get("finish_reason") for e in sse.events for c in (e.get("choices") or [])
+                    if isinstance(c, dict) and c.get("finish_reason")]
+        if not errors and "error" not in finishes and sse.done:
+            self.findings.append(Finding("ECP-OUT-5", f"{what}: its engine ended it with ERROR, the stream ended "
+                                                      f"normally with finish reasons {finishes}", req.step))
+
     async def _fresh(self) -> None:
         try:
             reply = await asyncio.wait_for(self.fe.driver.complete("ecp explore fresh", 2), self.step_timeout)
@@ -376,6 +410,7 @@ def scripts_for(session: Session) -> list[EngineScript]:
     """One script per scripted engine, from the session's topology."""
     topo = session.topology
     return [EngineScript(hold_after=topo.hold, step_delay_s=topo.delay_ms / 1000, abort_outputs=topo.abort_outputs,
+                         error_after=topo.error_after,
                          output_form=topo.form) for _ in range(topo.engines)]
 
 

@@ -86,6 +86,9 @@ class Topology:
     delay_ms: int = 0
     abort_outputs: bool = False
     hold: int | None = None
+    #: frontend role: the scripted engines end every request that would emit more than this many
+    #: tokens with an ERROR output instead (None: they fail nothing)
+    error_after: int | None = None
 
 
 @dataclass

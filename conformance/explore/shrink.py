@@ -33,7 +33,7 @@ SIMPLER: dict[str, tuple[dict[str, Any], ...]] = {"add": SIMPLER_ADD, "request":
 #: simpler topologies, tried one change at a time
 SIMPLER_TOPOLOGY: tuple[dict[str, Any], ...] = (
     {"engines": 1}, {"clients": 1}, {"coordinator": False}, {"form": "full"}, {"delay_ms": 0},
-    {"abort_outputs": False},
+    {"abort_outputs": False}, {"error_after": None},
 )
 
 

@@ -25,6 +25,7 @@ def test_frontend_sessions_are_drawn_from_their_seed_and_round_trip():
     assert ops == {"request", "drop", "crowd", "abort", "route", "wait"}
     pins = [st.get("pin") for k in range(30) for st in draw_frontend(k, 2).steps if st["op"] == "request"]
     assert set(pins) == {None, 0, 1}
+    assert {draw_frontend(k, 2).topology.error_after for k in range(30)} >= {None, 0, 1, 3}
 
 
 def test_a_step_of_the_other_role_is_refused():
@@ -82,20 +83,35 @@ PINNED = Session(Topology(engines=2, hold=2), [
 ], role="frontend")
 
 
-@pytest.mark.parametrize("bug", [None, "pinned-rank-ignored"])
-def test_a_pinned_request_must_reach_its_rank(tmp_path, bug):
-    result = _play(PINNED, SERVE + (["--bug", bug] if bug else []), tmp_path)
+def test_a_pinned_request_must_reach_its_rank(tmp_path):
+    result = _play(PINNED, [*SERVE, "--bug", "pinned-rank-ignored"], tmp_path)
     assert result.played == [0, 1, 2, 3, 4, 5]
-    clauses = [(f.clause, f.message) for f in result.findings]
-    assert [c for c, _ in clauses] == (["ECP-DP-2"] if bug else []), clauses
+    assert [f.clause for f in result.findings] == ["ECP-DP-2"], [(f.clause, f.message) for f in result.findings]
 
 
-def test_a_crowd_of_dropped_streams_is_aborted_exactly(tmp_path):
-    session = Session(Topology(engines=2, hold=2), [
-        *({"op": "request", "ref": k, "api": "completions", "stream": True, "max_tokens": 64,
-           "pin": k % 2} for k in range(5)),
-        {"op": "crowd", "refs": [0, 1, 2, 3, 4], "after": "first"},
-    ], role="frontend")
+def test_pinned_requests_and_a_crowd_of_dropped_streams_against_the_fault_free_frontend(tmp_path):
+    """The pinned session, then a crowd of 5 stalled streams over both engines dropped at once:
+    every one is aborted on its engine (ECP-ABORT-6), and no finding."""
+    crowd = [{"op": "request", "ref": 10 + k, "api": "completions", "stream": True, "max_tokens": 64,
+              "pin": k % 2} for k in range(5)]
+    session = PINNED.with_steps([*PINNED.steps, *crowd,
+                                 {"op": "crowd", "refs": [0, 10, 11, 12, 13, 14], "after": "first"}])
     result = _play(session, SERVE, tmp_path)
-    assert result.played == [0, 1, 2, 3, 4, 5]
+    assert result.played == list(range(len(session.steps)))
     assert result.findings == [], [(f.clause, f.message) for f in result.findings]
+
+
+FAILING = Session(Topology(engines=1, error_after=1), [
+    {"op": "request", "ref": 0, "api": "completions", "stream": False, "max_tokens": 8},
+    {"op": "request", "ref": 1, "api": "chat", "stream": True, "max_tokens": 8},
+    {"op": "request", "ref": 2, "api": "completions", "stream": False, "max_tokens": 1},
+    {"op": "wait", "until": "idle"},
+], role="frontend")
+
+
+@pytest.mark.parametrize("bug", [None, "error-output-as-stop"])
+def test_a_request_its_engine_failed_must_reach_the_client_as_an_error(tmp_path, bug):
+    result = _play(FAILING, SERVE + (["--bug", bug] if bug else []), tmp_path)
+    assert result.played == [0, 1, 2, 3]
+    clauses = [(f.clause, f.message) for f in result.findings]
+    assert {c for c, _ in clauses} == ({"ECP-OUT-5"} if bug else set()), clauses
