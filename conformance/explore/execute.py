@@ -199,6 +199,8 @@ class _Play:
             expect = rank.asleep
         elif method == "reset_prefix_cache" and not rank.paused and not rank.asleep and self._idle(engine):
             expect = True
+        if method in STATEFUL:
+            self._calls_answered(engine)
         if method == "resume_scheduler":
             self._refusals_answered(engine)
         cid = self._send_call(engine, client, method, args, expect)
@@ -212,6 +214,15 @@ class _Play:
             else:
                 rank.paused = (method.removeprefix("pause_"), str(args[0]) if args else "abort")
         return True
+
+    def _calls_answered(self, engine: int) -> None:
+        """Wait for the replies to every call sent to ``engine`` before its state changes: a call on
+        one client's socket and a state change on another's reach the engine in either order, and
+        their replies come back on different sockets, so the order they were answered in cannot be
+        told (an ``is_sleeping`` answered before a wake-up may arrive after its reply)."""
+        pending = [cid for cid, call in self.history.calls.items() if call.engine == engine]
+        self._until(lambda: all(self.fe.replies.get(cid) for cid in pending),
+                    f"the replies to call_ids {pending} before a state change", "ECP-UTIL-1")
 
     def _refusals_answered(self, engine: int) -> None:
         """Wait for the answers to the ADDs sent to ``engine`` while its generation was paused, before
@@ -344,6 +355,8 @@ class _Play:
         self.step = None
         fe = self.fe
         for engine, rank in enumerate(self.ranks):
+            if rank.asleep or rank.paused:
+                self._calls_answered(engine)
             if rank.asleep:
                 self._answered(self._send_call(engine, 0, "wake_up", [None]), "wake_up")
                 rank.asleep = False

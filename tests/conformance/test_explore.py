@@ -295,3 +295,18 @@ def test_a_paused_rank_is_resumed_only_after_it_refused_what_was_added(tmp_path)
     order = [(e.direction, "resume" if "resume_scheduler" in str(e.decoded) else "refusal")
              for e in result.entries if "resume_scheduler" in str(e.decoded) or "engine_paused" in str(e.decoded)]
     assert order[:2] == [("recv", "refusal"), ("sent", "resume")], order
+
+
+def test_a_rank_changes_state_only_after_every_call_to_it_was_answered(tmp_path):
+    """is_sleeping goes on client 1's socket, the session's closing wake-up on client 0's: the
+    wake-up waits for the is_sleeping reply, whose value then says asleep."""
+    session = Session(Topology(clients=2), [
+        {"op": "call", "client": 0, "method": "sleep", "args": [1, "wait"]},
+        {"op": "call", "client": 1, "method": "is_sleeping", "args": []},
+    ])
+    result = _play(session, ENGINE, tmp_path, engines=1)
+    assert result.findings == [], [(f.clause, f.message) for f in result.findings]
+    order = [(e.direction, "wake_up" if "wake_up" in str(e.decoded) else "is_sleeping")
+             for e in result.entries if e.direction == "sent" and "wake_up" in str(e.decoded)
+             or e.direction == "recv" and e.channel == "output[1]" and "utility_output=UtilityOutput" in str(e.decoded)]
+    assert order[:2] == [("recv", "is_sleeping"), ("sent", "wake_up")], order
