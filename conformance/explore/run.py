@@ -228,10 +228,10 @@ def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> Explore
                 session = runner.draw(seed)
                 try:
                     result = runner.play(session, reuse=True)
-                except LaunchFailed:
+                except LaunchFailed as exc:
                     if report.sessions == 0:
                         raise
-                    say(f"session {seed}: the peer did not come up; skipped")
+                    say(f"session {seed}: the peer did not come up ({exc}); skipped")
                     continue
                 report.sessions += 1
                 report.messages += result.frames_sent + result.frames_received
