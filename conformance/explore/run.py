@@ -49,6 +49,8 @@ class ExploreOptions:
     quiet_window_s: float = 0.3
     #: stop after this many distinct findings (None: explore until the budget is spent)
     max_findings: int | None = None
+    #: stop after this many sessions (None: explore until the budget is spent)
+    max_sessions: int | None = None
     #: whether sessions include malformed input messages (``ECP-ROB-1``)
     malformed: bool = True
     #: whether some sessions include a process fault (SIGSTOP/SIGCONT or SIGKILL of one rank)
@@ -222,7 +224,8 @@ def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> Explore
         settling: tuple[Session, SessionResult, FindingReport] | None = None
         try:
             i = 0
-            while time.monotonic() - started - shrinking_s < opts.budget_s:
+            while time.monotonic() - started - shrinking_s < opts.budget_s and (
+                    opts.max_sessions is None or i < opts.max_sessions):
                 seed = opts.seed + i
                 i += 1
                 session = runner.draw(seed)
