@@ -16,7 +16,6 @@ import sys
 import tempfile
 import time
 
-from ecp.conformance.explore.generate import draw
 from ecp.conformance.explore.run import ExploreOptions, Runner
 
 ENGINE = [sys.executable, "-m", "ecp.reference.engine", "--handshake-address", "{handshake_address}",
@@ -28,8 +27,9 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=40)
     ap.add_argument("--engine-count", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quiet-window", type=float, default=0.3, help="seconds, as explore's --quiet-window (0.3)")
     args = ap.parse_args()
-    opts = ExploreOptions(command=ENGINE, engine_count=args.engine_count)
+    opts = ExploreOptions(command=ENGINE, engine_count=args.engine_count, quiet_window_s=args.quiet_window)
     messages = findings = 0
     launch = play = 0.0
     with tempfile.TemporaryDirectory() as workdir:
@@ -37,7 +37,7 @@ def main() -> int:
         cpu0, wall0 = time.process_time(), time.monotonic()
         try:
             for k in range(args.sessions):
-                r = runner.play(draw(args.seed + k, args.engine_count))
+                r = runner.play(runner.draw(args.seed + k), reuse=True)
                 messages += r.frames_sent + r.frames_received
                 findings += bool(r.findings)
                 launch += r.launch_s

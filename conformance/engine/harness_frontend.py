@@ -680,6 +680,13 @@ class HarnessFrontend:
             self.replies.setdefault(msg.utility_output.call_id, []).append(
                 Reply(client, msg.engine_index, msg.utility_output, now))
 
+    def forget_received(self) -> None:
+        """Drop the output messages, utility replies and coordinator messages received so far, and
+        the views of them, for a caller that plays an unrelated run on this launch next and judges
+        only what comes after; the protocol machine keeps its state and its violations."""
+        self.messages, self.raw_outputs, self.by_request, self.replies = [], [], {}, {}
+        self.coordinator_messages, self.dp_control_on_outputs = [], []
+
     def wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
         """Pump until ``predicate()`` holds; raise :class:`CaseTimeout` naming ``what`` if it never does."""
         end = time.monotonic() + timeout

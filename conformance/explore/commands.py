@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     eng.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
     eng.add_argument("--no-malformed", action="store_true",
                      help="leave out the steps that send a malformed input message (only legal traffic)")
+    eng.add_argument("--process-faults", action=argparse.BooleanOptionalAction, default=True,
+                     help="give some sessions one process fault: SIGSTOP/SIGCONT of one rank's process, or a "
+                          "SIGKILL of it, after which the engine must be seen dead (on)")
     eng.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the engine")
     eng.set_defaults(func=_explore_engine)
 
@@ -79,6 +82,9 @@ def _common_options(p: argparse.ArgumentParser, *, engines_help: str, max_steps:
                         "without any output from the peer (10s)")
     p.add_argument("--startup-timeout", type=parse_time, default=60.0, metavar="TIME",
                    help="handshake budget per launch (60s)")
+    p.add_argument("--quiet-window", type=parse_time, default=0.3, metavar="TIME",
+                   help="how long the end of a session watches for frames after the last one owed, and how "
+                        "long a request that reached max_tokens may go without its terminal output (0.3s)")
     p.add_argument("--max-findings", type=int, default=None, help="stop after this many distinct findings")
 
 
@@ -110,7 +116,8 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def _explore_engine(args: argparse.Namespace) -> int:
-    return _explore(args, "engine", transport=args.transport, malformed=not args.no_malformed)
+    return _explore(args, "engine", transport=args.transport, malformed=not args.no_malformed,
+                    process_faults=args.process_faults)
 
 
 def _explore_frontend(args: argparse.Namespace) -> int:
@@ -132,18 +139,21 @@ def _explore(args: argparse.Namespace, role: str, **extra) -> int:
     opts = ExploreOptions(command=command, role=role, engine_count=args.engine_count, budget_s=args.budget,
                           seed=args.seed, max_steps=args.max_steps, out_dir=args.out, shrink_runs=args.shrink_runs,
                           shrink_s=args.shrink_budget, step_timeout_s=args.step_timeout,
-                          startup_timeout_s=args.startup_timeout, max_findings=args.max_findings, **extra)
+                          startup_timeout_s=args.startup_timeout, max_findings=args.max_findings,
+                          quiet_window_s=args.quiet_window, **extra)
     try:
         report = explore(opts, say=lambda line: print(line, flush=True))
     except LaunchFailed as exc:
         print(f"{name}: the {role} did not come up: {exc}", file=sys.stderr)
         return 2
-    print(f"\n{report.sessions} session(s), {report.messages} message(s) judged in {report.elapsed_s:.1f}s; "
+    cut = f" (interrupted by {report.interrupted})" if report.interrupted else ""
+    print(f"\n{report.sessions} session(s), {report.messages} message(s) judged in {report.elapsed_s:.1f}s{cut}; "
           f"{len(report.findings)} finding(s)")
     for f in report.findings:
         steps = f"{f.steps_before} -> {f.steps_after} steps" if f.steps_after is not None else \
             f"{f.steps_before} steps, not shrunk"
-        state = "reproducible" if f.reproducible else "NOT reproducible"
+        state = "reproducible" if f.reproducible else \
+            "not confirmed (interrupted)" if f.replays == "interrupted" else "NOT reproducible"
         print(f"  {f.clause:<13} after {f.found_after_s:.1f}s (seed {f.seed}), {steps}, {state} "
               f"(replays {f.replays}), seen in {f.recurrence} session(s): {f.path}")
     return 1 if report.findings else 0

@@ -6,10 +6,19 @@ frontend, whose protocol machine in recording mode judges it. The executor keeps
 state the session put each rank in (paused, asleep) and skips a step that would be illegal there,
 so a shrunk session stays a legal one. State-changing calls (pause, resume, sleep, wake-up) are
 waited for: the model then knows what the engine must answer afterwards.
+
+Process faults: a ``stop`` step SIGSTOPs a rank's process and SIGCONTs it later, while the harness
+keeps receiving; the oracle's time bounds are stretched by the time the rank stood still. A
+``kill`` step SIGKILLs a rank's process: a frontend then sees a dead engine -- ENGINE_CORE_DEAD, a
+connection the engine closed, or the engine process gone (``ECP-ROB-3``) -- and fails closed, so
+the session ends there and what the killed engines owed is not asked for; an engine that stays
+silent and connected instead hides the dead rank from every frontend (a finding under
+``ECP-ROB-3``: no frontend can fail closed on it).
 """
 
 from __future__ import annotations
 
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,13 +28,16 @@ import zmq
 
 from ecp.spec import encode_start_dp_wave
 
+from ..engine.harness_frontend import EngineStoppedReading
 from ..engine.session import EngineRunConfig, EngineUnderTest
+from ..launch import PeerHandle
 from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Violation
 from ..transcript import Entry, Transcript
 from .oracle import (
-    CallRecord, Finding, History, RequestRecord, check_calls, check_errors, check_raw_outputs, check_requests,
+    CallRecord, Finding, History, RequestRecord, Stop, check_calls, check_errors, check_raw_outputs, check_requests,
 )
-from .session import Session
+from .processes import rank_process, send
+from .session import PROCESS_FAULTS, Session
 
 #: calls whose reply the executor waits for: they change what the engine must answer next
 STATEFUL = frozenset(("pause_generation", "pause_scheduler", "resume_scheduler", "sleep", "wake_up"))
@@ -50,6 +62,8 @@ class SessionResult:
     run_s: float = 0.0
     #: the end of the peer's output, for a session with findings
     log_tail: str = ""
+    #: a process fault was played (the peer is not reused afterwards)
+    process_fault: bool = False
 
     @property
     def clauses(self) -> list[str]:
@@ -68,6 +82,10 @@ class _Stop(Exception):
         self.finding = finding
 
 
+class _Killed(Exception):
+    """A rank was killed and the harness saw the engine dead: it fails closed, the session ends."""
+
+
 @dataclass
 class _Play:
     fe: Any
@@ -79,6 +97,10 @@ class _Play:
     client_of: dict[str, int] = field(default_factory=dict)
     sent: int = 0
     step: int | None = None
+    #: the launched peer, for the process faults (None: none can be sent)
+    handle: PeerHandle | None = None
+    #: goes into every request id: unique per session played on one peer
+    tag: str = ""
 
     # ------------------------------------------------------------------ helpers
     def _where(self, step: dict[str, Any]) -> tuple[int, int]:
@@ -117,7 +139,7 @@ class _Play:
         if self.ranks[engine].asleep or s["ref"] in self.rids:
             return False
         ref = s["ref"]
-        head = f"x{ref}-"
+        head = f"x{ref}-{self.tag}"
         rid = head + "q" * max(0, int(s.get("id_len", 8)) - len(head))
         limit = (self.fe.max_model_len or 4096) - 1
         max_tokens = max(1, min(int(s["max_tokens"]), limit - 1))
@@ -177,6 +199,10 @@ class _Play:
             expect = rank.asleep
         elif method == "reset_prefix_cache" and not rank.paused and not rank.asleep and self._idle(engine):
             expect = True
+        if method in STATEFUL:
+            self._calls_answered(engine)
+        if method == "resume_scheduler":
+            self._refusals_answered(engine)
         cid = self._send_call(engine, client, method, args, expect)
         if method in STATEFUL and self._answered(cid, method):
             if method == "sleep":
@@ -188,6 +214,25 @@ class _Play:
             else:
                 rank.paused = (method.removeprefix("pause_"), str(args[0]) if args else "abort")
         return True
+
+    def _calls_answered(self, engine: int) -> None:
+        """Wait for the replies to every call sent to ``engine`` before its state changes: a call on
+        one client's socket and a state change on another's reach the engine in either order, and
+        their replies come back on different sockets, so the order they were answered in cannot be
+        told (an ``is_sleeping`` answered before a wake-up may arrive after its reply)."""
+        pending = [cid for cid, call in self.history.calls.items() if call.engine == engine]
+        self._until(lambda: all(self.fe.replies.get(cid) for cid in pending),
+                    f"the replies to call_ids {pending} before a state change", "ECP-UTIL-1")
+
+    def _refusals_answered(self, engine: int) -> None:
+        """Wait for the answers to the ADDs sent to ``engine`` while its generation was paused, before
+        it is resumed: an ADD on one client's socket and a resume on another's reach the engine in
+        either order, and a resume that overtook the ADD would let it run (legally, but not as the
+        session's model says)."""
+        pending = [r.rid for r in self.history.requests.values()
+                   if r.engine == engine and r.while_paused and not r.abort_immediately]
+        self._until(lambda: all(self.fe.terminals(rid) for rid in pending),
+                    f"the engine_paused ERROR of {pending}", "ECP-REQ-7")
 
     def _wait(self, s: dict[str, Any]) -> bool:
         until = s["until"]
@@ -259,6 +304,50 @@ class _Play:
         self.sent += 1
         return True
 
+    def _stop(self, s: dict[str, Any]) -> bool:
+        engine, _ = self._where(s)
+        pid = rank_process(self.handle, self.fe.start_index + engine)
+        if pid is None:
+            return False
+        # every rank that process runs stands still, not only the one named
+        ranks = frozenset(e for e in range(self.session.topology.engines)
+                          if e == engine or rank_process(self.handle, self.fe.start_index + e) == pid)
+        seconds = min(int(s["ms"]) / 1000, self.step_timeout / 2)
+        t0 = time.monotonic()
+        if not send(pid, signal.SIGSTOP):
+            return False
+        try:
+            self.fe.observe(seconds)  # the other ranks go on; what is in flight is received
+        finally:
+            send(pid, signal.SIGCONT)
+            self.history.stops.append(Stop(ranks, t0, time.monotonic()))
+        self.fe.observe()  # let the rank catch up before the next step
+        return True
+
+    def _kill(self, s: dict[str, Any]) -> bool:
+        engine, _ = self._where(s)
+        rank = self.fe.start_index + engine
+        pid = rank_process(self.handle, rank)
+        if pid is None:
+            return False
+        killed_at = time.monotonic()
+        if not send(pid, signal.SIGKILL):
+            return False
+        self.history.killed_at = killed_at
+        fe = self.fe
+        what = f"a sign that rank {rank} (pid {pid}) is dead after its SIGKILL"
+        try:
+            fe.wait(lambda: fe.engine_dead or (fe.input_closed is not None and fe.input_closed[1] >= killed_at),
+                    self.step_timeout, what)
+        except (FailedClosed, PeerCrashed, EngineStoppedReading):
+            pass  # ENGINE_CORE_DEAD, the process gone, or its connection closed: seen dead
+        except CaseTimeout:
+            raise _Stop(Finding("ECP-ROB-3", f"rank {rank} (pid {pid}) was SIGKILLed, and for "
+                                f"{self.step_timeout:.1f}s no frontend could tell: no ENGINE_CORE_DEAD, no "
+                                "connection closed, and the engine command still runs -- its requests "
+                                "wait forever instead of failing closed", self.step)) from None
+        raise _Killed()
+
     # ------------------------------------------------------------------ the end of a session
     def epilogue(self) -> None:
         """Wake and resume every rank the session left asleep or paused, wait for every reply and owed
@@ -266,10 +355,13 @@ class _Play:
         self.step = None
         fe = self.fe
         for engine, rank in enumerate(self.ranks):
+            if rank.asleep or rank.paused:
+                self._calls_answered(engine)
             if rank.asleep:
                 self._answered(self._send_call(engine, 0, "wake_up", [None]), "wake_up")
                 rank.asleep = False
             if rank.paused:
+                self._refusals_answered(engine)
                 self._answered(self._send_call(engine, 0, "resume_scheduler", []), "resume_scheduler")
                 rank.paused = None
 
@@ -281,10 +373,29 @@ class _Play:
             self.while_progressing(lambda t: fe.wait(settled, t, "every reply and owed terminal"))
         except CaseTimeout:
             pass  # the properties name what is missing
-        fe.observe()
         for engine in range(self.session.topology.engines):
             fe.serves(engine=engine, after="the session", timeout=self.step_timeout)
-        fe.observe()  # what follows a probe's terminal output (nothing may) is judged too
+        fe.observe()  # what follows the terminals and the probes' (nothing may) is judged too
+
+
+def launch(session: Session, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: int) -> EngineUnderTest:
+    """A peer of the session's topology, handshake done; :class:`LaunchFailed` when it does not
+    complete its handshake."""
+    topo = session.topology
+    try:
+        return EngineUnderTest(cfg, ctx, Transcript(max_entries=2000), launch_no, topo.clients, topo.engines,
+                               topo.coordinator)
+    except Exception as exc:  # noqa: BLE001 - whatever stopped the launch is reported as such
+        raise LaunchFailed(f"{type(exc).__name__}: {exc}") from exc
+
+
+def reusable(eut: EngineUnderTest, result: SessionResult) -> bool:
+    """Whether another session may be played on ``eut`` after ``result``: the session broke no rule
+    (so every rank served a fresh request at its end), had no process fault, and the engine is alive
+    and still reads its input."""
+    fe = eut.fe
+    return (not result.findings and not result.process_fault and eut.alive() and fe.stopped_serving is None
+            and fe.input_closed is None)
 
 
 def play(session: Session, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: int,
@@ -292,48 +403,64 @@ def play(session: Session, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: in
     """Launch a peer of the session's topology, play the session, judge it, stop the peer.
 
     Raises :class:`LaunchFailed` when the peer does not complete its handshake."""
-    topo = session.topology
-    transcript = Transcript(max_entries=2000)
     started = time.monotonic()
+    eut = launch(session, cfg, ctx, launch_no)
+    launch_s = time.monotonic() - started
     try:
-        eut = EngineUnderTest(cfg, ctx, transcript, launch_no, topo.clients, topo.engines, topo.coordinator)
-    except Exception as exc:  # noqa: BLE001 - whatever stopped the launch is reported as such
-        raise LaunchFailed(f"{type(exc).__name__}: {exc}") from exc
-    launched = time.monotonic()
-    fe = eut.fe
-    run = _Play(fe, session, step_timeout, ranks=[_Rank() for _ in range(topo.engines)])
-    findings: list[Finding] = []
-    played: list[int] = []
-    marks: list[tuple[int, int | None]] = [(len(fe.machine.violations), None)]
-    try:
-        try:
-            for i, step in enumerate(session.steps):
-                marks.append((len(fe.machine.violations), i))
-                if run.play(i, step):
-                    played.append(i)
-            marks.append((len(fe.machine.violations), None))
-            run.epilogue()
-        except _Stop as stop:
-            findings.append(stop.finding)
-        except FailedClosed as exc:
-            garbage = any(session.steps[i]["op"] == "garbage" for i in played)
-            findings.append(Finding("ECP-ROB-1", f"the engine failed closed "
-                                    f"{'after a malformed input message' if garbage else 'on legal traffic'}: {exc}",
-                                    run.step))
-        except PeerCrashed as exc:
-            findings.append(Finding("ECP-ROB-1", f"the engine died: {exc}", run.step))
-        except Violation as exc:
-            findings.append(Finding(exc.clause or "ECP-ROB-1", str(exc), run.step))
-        findings += (check_calls(fe, run.history) + check_requests(fe, run.history) + check_errors(fe, run.history)
-                     + check_raw_outputs(fe))
-        machine = []
-        for k, v in enumerate(fe.machine.violations):
-            step = next((s for n, s in reversed(marks) if n <= k), None)
-            machine.append(Finding(v.clause, f"{v.socket}: {v.error}", step))
-        findings = machine + findings
-        received = len(fe.raw_outputs) + len(fe.coordinator_messages)
-        return SessionResult(findings, list(transcript.entries), played, run.sent, received,
-                             launched - started, time.monotonic() - launched,
-                             eut.log_tail() if findings else "")
+        result = play_on(eut, session, step_timeout)
     finally:
         eut.close()
+    result.launch_s = launch_s
+    return result
+
+
+def play_on(eut: EngineUnderTest, session: Session, step_timeout: float = 10.0, tag: str = "") -> SessionResult:
+    """Play the session on a launched peer of its topology and judge it; the peer is left running.
+
+    On a peer an earlier session used (:func:`reusable` said so), what the frontend received before
+    is forgotten first, and ``tag`` (unique per session) goes into the request ids, so that nothing
+    of the earlier session is judged again or taken for this one's."""
+    topo = session.topology
+    transcript = Transcript(max_entries=2000)
+    fe = eut.fe
+    fe.transcript = transcript
+    fe.forget_received()
+    launched = time.monotonic()
+    base = len(fe.machine.violations) if tag else 0  # a fresh launch's handshake is this session's
+    run = _Play(fe, session, step_timeout, ranks=[_Rank() for _ in range(topo.engines)], handle=eut.handle, tag=tag)
+    findings: list[Finding] = []
+    played: list[int] = []
+    marks: list[tuple[int, int | None]] = [(base, None)]
+    try:
+        for i, step in enumerate(session.steps):
+            marks.append((len(fe.machine.violations), i))
+            if run.play(i, step):
+                played.append(i)
+        marks.append((len(fe.machine.violations), None))
+        run.epilogue()
+    except _Killed:
+        played.append(run.step)  # the kill was played; what follows it is not
+        marks.append((len(fe.machine.violations), None))
+    except _Stop as stop:
+        findings.append(stop.finding)
+    except FailedClosed as exc:
+        garbage = any(session.steps[i]["op"] == "garbage" for i in played)
+        findings.append(Finding("ECP-ROB-1", f"the engine failed closed "
+                                f"{'after a malformed input message' if garbage else 'on legal traffic'}: {exc}",
+                                run.step))
+    except PeerCrashed as exc:
+        findings.append(Finding("ECP-ROB-1", f"the engine died: {exc}", run.step))
+    except Violation as exc:
+        findings.append(Finding(exc.clause or "ECP-ROB-1", str(exc), run.step))
+    findings += (check_calls(fe, run.history) + check_requests(fe, run.history) + check_errors(fe, run.history)
+                 + check_raw_outputs(fe))
+    machine = []
+    for k in range(base, len(fe.machine.violations)):
+        v = fe.machine.violations[k]
+        step = next((s for n, s in reversed(marks) if n <= k), None)
+        machine.append(Finding(v.clause, f"{v.socket}: {v.error}", step))
+    findings = machine + findings
+    received = len(fe.raw_outputs) + len(fe.coordinator_messages)
+    return SessionResult(findings, list(transcript.entries), played, run.sent, received,
+                         0.0, time.monotonic() - launched, eut.log_tail() if findings else "",
+                         process_fault=any(session.steps[i]["op"] in PROCESS_FAULTS for i in played))

@@ -15,6 +15,11 @@ history is judged too:
   still open (``ECP-ABORT-6``; ``ECP-ABORT-8`` when only explicit aborts are involved), and an
   explicitly aborted stream ends (``ECP-ABORT-8``);
 * the explicit-abort and utility routes answer 2xx (``ECP-HTTP-7``, ``ECP-HTTP-1``);
+* a request pinned to rank r (``X-data-parallel-rank``) reaches engine r: no engine is sent an ADD
+  whose ``data_parallel_rank`` names another rank, and engine r got at least as many ADDs naming
+  r as pinned requests to r were answered (``ECP-DP-2``);
+* a request its engine ended with ERROR (the session's engines fail longer requests) reaches the
+  client as an error, never as a normal finish (``ECP-OUT-5``);
 * the frontend serves a fresh request after the session (``ECP-ROB-1``: no wedge).
 """
 
@@ -30,7 +35,7 @@ from ..frontend.cases.test_abort import ABORT_BY_ID_ATTEMPTS
 from ..frontend.http_driver import Reply, abort_by_ids
 from ..frontend.script import EngineScript
 from ..frontend.session import FrontendManager, FrontendUnderTest
-from ..frontend.sse import DONE, SseStream
+from ..frontend.sse import DONE, SseStream, drop_all
 from ..outcomes import CaseTimeout, PeerCrashed, Violation
 from ..transcript import HTTP_CHANNEL, Transcript
 from .execute import LaunchFailed, SessionResult
@@ -49,6 +54,10 @@ class _Request:
     #: stalls on its engine until aborted or released (its max_tokens exceeds the session's hold)
     held: bool
     named: str | None
+    #: the global rank named in its X-data-parallel-rank header (None: not pinned)
+    pin: int | None = None
+    #: its engine ends it with an ERROR output (the session's engines fail longer requests)
+    fails: bool = False
     #: served as a chat completion (its response id is its external id; a completion's is ``<id>-0``)
     chat: bool = False
     task: asyncio.Task | None = None
@@ -141,12 +150,20 @@ class _Play:
     async def _request(self, s: dict[str, Any]) -> bool:
         if s["ref"] in self.requests:
             return False
-        hold = self.session.topology.hold
-        req = _Request(s["ref"], self.step, bool(s["stream"]), hold is not None and s["max_tokens"] > hold,
-                       s.get("named"), chat=s["api"] == "chat" and bool(self.fe.caps and self.fe.caps.chat))
+        topo = self.session.topology
+        hold, error_after, max_tokens = topo.hold, topo.error_after, int(s["max_tokens"])
+        # whichever comes first: the stall (lifted at the session's end, when the engines fail nothing
+        # more) or the ERROR
+        held = hold is not None and max_tokens > hold and (error_after is None or hold <= error_after)
+        fails = error_after is not None and max_tokens > error_after and not held
+        pin = None if s.get("pin") is None else self.fe.engines[int(s["pin"]) % len(self.fe.engines)].rank
+        req = _Request(s["ref"], self.step, bool(s["stream"]), held, s.get("named"), pin, fails,
+                       chat=s["api"] == "chat" and bool(self.fe.caps and self.fe.caps.chat))
         path, body = self._body(s)
-        headers = {"X-Request-Id": req.named} if req.named else None
-        req.task = asyncio.ensure_future(self._run(req, path, body, headers))
+        headers = {"X-Request-Id": req.named} if req.named else {}
+        if pin is not None:
+            headers["X-data-parallel-rank"] = str(pin)
+        req.task = asyncio.ensure_future(self._run(req, path, body, headers or None))
         self.requests[req.ref] = req
         self.sent += 1
         return True
@@ -165,6 +182,22 @@ class _Play:
             return False
         req.dropped = True
         req.sse.drop()
+        return True
+
+    async def _crowd(self, s: dict[str, Any]) -> bool:
+        first = s.get("after") == "first"
+        crowd = []
+        for ref in dict.fromkeys(s["refs"]):
+            req = self.requests.get(ref)
+            if req is not None and req.stream and req.live and await self._opened(req, first):
+                crowd.append(req)
+        crowd = [req for req in crowd if req.live]  # one may have ended while the others opened
+        if len(crowd) < 2:
+            return False
+        for req in crowd:
+            req.dropped = True
+        with self.fe.frozen():  # the whole crowd leaves in the same instant, as the frontend sees it
+            drop_all([req.sse for req in crowd])
         return True
 
     async def _abort(self, s: dict[str, Any]) -> bool:
@@ -289,6 +322,7 @@ class _Play:
                     f"explicitly aborted and not every one was aborted on its engine"))
         for engine in fe.engines:
             engine.script.hold_after = None
+            engine.script.error_after = None
             engine.release()
         tasks = [r.task for r in self.requests.values() if r.task is not None]
         if tasks:
@@ -296,7 +330,31 @@ class _Play:
         for req in self.requests.values():
             self._judge(req)
         self._aborts_to_owners()
+        self._pins()
         await self._fresh()
+
+    def _pins(self) -> None:
+        """Pinned requests reached their rank (ECP-DP-2)."""
+        answered: dict[int, int] = {}
+        for req in self.requests.values():
+            if req.pin is not None and req.ended and req.failure is None and not req.dropped and not req.aborted \
+                    and (req.reply.ok if req.reply is not None else req.sse is not None and req.sse.done):
+                answered[req.pin] = answered.get(req.pin, 0) + 1
+        for engine in self.fe.engines:
+            adds = [req for _, req in engine.recorder.adds(include_notices=False)]
+            strays = [req.request_id for req in adds
+                      if req.data_parallel_rank is not None and req.data_parallel_rank != engine.rank]
+            if strays:
+                self.findings.append(Finding("ECP-DP-2", f"engine {engine.rank} was sent ADDs pinned to another "
+                                                         f"rank: {strays[:4]}"))
+                return
+            mine = sum(1 for req in adds if req.data_parallel_rank == engine.rank)
+            if mine < answered.get(engine.rank, 0):
+                self.findings.append(Finding("ECP-DP-2", f"{answered[engine.rank]} request(s) pinned to rank "
+                                                         f"{engine.rank} (X-data-parallel-rank) were answered, but "
+                                                         f"engine {engine.rank} got {mine} ADD(s) with "
+                                                         f"data_parallel_rank {engine.rank}"))
+                return
 
     def _aborts_to_owners(self) -> None:
         """Every id an engine is sent in an ABORT is one that engine was sent an ADD for."""
@@ -326,6 +384,9 @@ class _Play:
                 self.findings.append(Finding("ECP-ABORT-8", f"{what}: the stream ended without data: [DONE] "
                                                             "after its explicit abort", req.step))
             return
+        if req.fails:
+            self._judge_failed(req, what)
+            return
         if not req.stream:
             reply = req.reply
             choices = reply.body.get("choices") if reply.ok and isinstance(reply.body, dict) else None
@@ -349,6 +410,28 @@ class _Play:
                                                        f"{'[DONE]' if sse.done else 'no [DONE]'}"
                                                        f"{f', error event {errors[0]}' if errors else ''}", req.step))
 
+    def _judge_failed(self, req: _Request, what: str) -> None:
+        """A request its engine ended with ERROR reaches the client as an error: an error status, an
+        error event or finish_reason error, never a normal finish (ECP-OUT-5, as FE-OUT-2 judges it)."""
+        if req.reply is not None:
+            reply = req.reply
+            finish = [c.get("finish_reason") for c in (reply.body.get("choices") or []) if isinstance(c, dict)] \
+                if reply.ok and isinstance(reply.body, dict) else []
+            if reply.ok and "error" not in finish and not (isinstance(reply.body, dict) and "error" in reply.body):
+                self.findings.append(Finding("ECP-OUT-5", f"{what}: its engine ended it with ERROR, the client got "
+                                                          f"HTTP {reply.status_code} with finish_reason {finish}",
+                                             req.step))
+            return
+        sse = req.sse
+        if sse is None or sse.status_code != 200:
+            return  # an error status
+        errors = [e for e in sse.events if "error" in e]
+        finishes = [c.get("finish_reason") for e in sse.events for c in (e.get("choices") or [])
+                    if isinstance(c, dict) and c.get("finish_reason")]
+        if not errors and "error" not in finishes and sse.done:
+            self.findings.append(Finding("ECP-OUT-5", f"{what}: its engine ended it with ERROR, the stream ended "
+                                                      f"normally with finish reasons {finishes}", req.step))
+
     async def _fresh(self) -> None:
         try:
             reply = await asyncio.wait_for(self.fe.driver.complete("ecp explore fresh", 2), self.step_timeout)
@@ -368,7 +451,8 @@ def scripts_for(session: Session) -> list[EngineScript]:
     # logprobs as asked: an engine that leaves out logprobs a request asked for breaks ECP-HS-4
     # (it must declare that it lacks them), and a frontend may then fail the request
     return [EngineScript(hold_after=topo.hold, step_delay_s=topo.delay_ms / 1000, abort_outputs=topo.abort_outputs,
-                         output_form=topo.form, logprobs_asked=True) for _ in range(topo.engines)]
+                         error_after=topo.error_after, output_form=topo.form, logprobs_asked=True)
+            for _ in range(topo.engines)]
 
 
 def play_frontend(session: Session, manager: FrontendManager, step_timeout: float = 10.0) -> SessionResult:

@@ -5,11 +5,15 @@ few tokens for longer requests) and sends concurrent HTTP requests -- completion
 streaming or not, with varied parameters and sometimes a shared ``X-Request-Id`` -- drops streams
 right after their head or after their first event, calls the explicit-abort route and utility
 routes, and waits now and then (the timing choices). The executor skips a step that has nothing
-to act on (a drop of a request that is not a stream).
+to act on (a drop of a request that is not a stream). Some requests are pinned to a rank
+(``X-data-parallel-rank``), some sessions drop a crowd of streams at once, and in some the engines
+end every request longer than a few tokens with an ERROR output; these are drawn from a stream of
+their own, so the rest of the session is the same either way.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -57,7 +61,35 @@ def draw_frontend(seed: int, max_engines: int = 1, max_steps: int = 16) -> Sessi
             if until != "idle":
                 step["ref"] = r.randrange(refs)
             steps.append(step)
+    forms = random.Random(f"frontend-forms-{seed}")
+    _routing_and_crowds(forms, topo, steps)
+    if forms.random() < ERROR_P:
+        topo = dataclasses.replace(topo, error_after=forms.choice(ERROR_AFTER))
     return Session(topo, steps, seed, role="frontend")
+
+
+#: the share of requests pinned to a rank, and of sessions given a crowd drop
+PIN_P = 0.25
+CROWD_P = 0.3
+#: the share of sessions whose engines fail requests with ERROR, and after how many tokens
+ERROR_P = 0.15
+ERROR_AFTER = (0, 1, 3)
+
+
+def _routing_and_crowds(r: random.Random, topo: Topology, steps: list[dict[str, Any]]) -> None:
+    """Pin some requests to a rank; in some sessions, drop every stream opened so far at once, at
+    a point where at least two are open."""
+    streams: list[tuple[int, int]] = []  # (step index, ref)
+    for i, step in enumerate(steps):
+        if step["op"] == "request":
+            step["pin"] = r.randrange(topo.engines) if r.random() < PIN_P else None
+            if step["stream"]:
+                streams.append((i, step["ref"]))
+    if len(streams) < 2 or r.random() >= CROWD_P:
+        return
+    at = r.randint(streams[1][0] + 1, len(steps))
+    refs = [ref for i, ref in streams if i < at]
+    steps.insert(at, {"op": "crowd", "refs": refs, "after": r.choice(("open", "first"))})
 
 
 def _request(r: random.Random, ref: int) -> dict[str, Any]:

@@ -52,9 +52,20 @@ GARBAGE = (
 )
 
 
-def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool = True) -> Session:
+#: the share of sessions given one process fault, and of those the share whose fault is a SIGKILL
+PROCESS_FAULT_P = 0.15
+KILL_P = 0.3
+#: how long a SIGSTOPped rank stays stopped (ms)
+STOP_MS = (20, 100, 400, 1500)
+
+
+def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool = True,
+         process_faults: bool = True) -> Session:
     """The session of ``seed`` for a peer launched with up to ``max_engines`` ranks; without
-    ``malformed`` the steps that would send a malformed message wait for every reply instead."""
+    ``malformed`` the steps that would send a malformed message wait for every reply instead;
+    with ``process_faults`` some sessions get one process fault (a SIGSTOP/SIGCONT of one rank, or
+    a SIGKILL of one rank), drawn from a stream of its own so the rest of the session is the same
+    either way."""
     r = random.Random(seed)
     engines = max_engines if max_engines == 1 or r.random() < 0.7 else r.randint(1, max_engines)
     topo = Topology(engines=engines, clients=r.choice((1, 1, 2)), coordinator=engines > 1 and r.random() < 0.5)
@@ -97,7 +108,21 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
             frames = r.choice(GARBAGE)  # drawn either way: the rest of the session stays the same
             steps.append({"op": "garbage", "engine": engine, "client": client, "frames": frames} if malformed
                          else {"op": "wait", "until": "replies"})
+    if process_faults:
+        _process_fault(random.Random(f"process-fault-{seed}"), topo, steps)
     return Session(topo, steps, seed)
+
+
+def _process_fault(r: random.Random, topo: Topology, steps: list[dict[str, Any]]) -> None:
+    """Insert one process fault into ``steps``, in some sessions. A SIGKILL ends what is played,
+    so it goes into the last third."""
+    if r.random() >= PROCESS_FAULT_P:
+        return
+    engine = r.randrange(topo.engines)
+    if r.random() < KILL_P:
+        steps.insert(r.randint(len(steps) * 2 // 3, len(steps)), {"op": "kill", "engine": engine})
+    else:
+        steps.insert(r.randint(0, len(steps)), {"op": "stop", "engine": engine, "ms": r.choice(STOP_MS)})
 
 
 def _add(r: random.Random, ref: int, engine: int, client: int, topo: Topology, wave: int,

@@ -21,6 +21,10 @@ history of a session -- what was sent when, and in which state the session had p
   buffers of 256 bytes or more in aux frames (``ECP-FRAME-8``) -- rules the machine's tolerant
   decoding cannot see;
 * the peer serves a fresh request on every rank after the session (``ECP-ROB-1``: no wedge).
+
+Process faults: the time a rank stood still (SIGSTOP to SIGCONT) is added to the bounds that
+measure it. After a SIGKILL the harness, as a frontend, fails closed (``ECP-ROB-3``): what the
+engines still owed (terminals, utility replies) is failed by the frontend, not asked of them.
 """
 
 from __future__ import annotations
@@ -78,10 +82,31 @@ class CallRecord:
     expect: Any = None
 
 
+@dataclass(frozen=True)
+class Stop:
+    """Engines (by number in the session) that stood still from ``t0`` to ``t1`` (SIGSTOP..SIGCONT)."""
+
+    engines: frozenset[int]
+    t0: float
+    t1: float
+
+
 @dataclass
 class History:
     requests: dict[str, RequestRecord] = field(default_factory=dict)
     calls: dict[int, CallRecord] = field(default_factory=dict)
+    stops: list[Stop] = field(default_factory=list)
+    #: when a rank was SIGKILLed (None: none was); the harness failed closed then
+    killed_at: float | None = None
+
+    def stretched(self, engine: int, start: float, bound: float) -> float:
+        """The end of a bound of ``bound`` seconds from ``start`` on ``engine``, stretched by every
+        stop of that engine that began before it ended."""
+        end = start + bound
+        for stop in sorted(self.stops, key=lambda s: s.t0):
+            if engine in stop.engines and stop.t1 > start and stop.t0 < end:
+                end += stop.t1 - max(stop.t0, start)
+        return end
 
 
 def _type_ok(kind: str, value: Any) -> bool:
@@ -105,9 +130,11 @@ def check_calls(fe, history: History) -> list[Finding]:
     for cid, call in history.calls.items():
         replies = fe.replies.get(cid, [])
         name = f"{call.method}{tuple(call.args)!r} (call_id {cid}) to rank {fe.start_index + call.engine}"
-        if len(replies) != 1:
+        if len(replies) > 1 or (not replies and history.killed_at is None):
             found.append(Finding("ECP-UTIL-1", f"{name} was answered {len(replies)} times", call.step))
             continue
+        if not replies:
+            continue  # the harness failed closed before the reply came
         u = replies[0].utility
         if u.failure_message is not None or u.result is None:
             continue  # a failure (ECP-UTIL-3) is a legal answer; a missing envelope is the machine's
@@ -138,12 +165,13 @@ def check_requests(fe, history: History) -> list[Finding]:
             produced.setdefault(out.request_id, []).append((msg.timestamp, out))
     for rid, rec in history.requests.items():
         terminals = fe.terminals(rid)
-        if rec.owes_terminal and not terminals:
+        if rec.owes_terminal and not terminals and history.killed_at is None:
             found.append(Finding("ECP-OUT-1", f"request {rid} (max_tokens={rec.max_tokens}) never got a terminal "
                                               f"output ({len(fe.tokens(rid))} tokens)", rec.step))
         if rec.aborted_running_at is None:
             continue
-        late = [out for ts, out in produced.get(rid, []) if ts > rec.aborted_running_at + ABORT_GRACE_S
+        bound = history.stretched(rec.engine, rec.aborted_running_at, ABORT_GRACE_S)
+        late = [out for ts, out in produced.get(rid, []) if ts > bound
                 and (out.new_token_ids or out.finish_reason not in (None, FinishReason.ABORT))]
         if late:
             ended = late[-1].finish_reason

@@ -8,19 +8,23 @@ reproducer (:mod:`.reproducer`). Later sessions showing the same clause only cou
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import tempfile
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import zmq
 
-from ..engine.session import EngineRunConfig
+from ..engine.session import EngineRunConfig, EngineUnderTest
 from . import reproducer
-from .execute import LaunchFailed, SessionResult, play
+from .execute import LaunchFailed, SessionResult, launch, play_on, reusable
 from .generate import draw
-from .session import Session, describe
+from .session import Session, Topology, describe
 from .shrink import Budget, shrink
 
 #: replays of a finding's first session (and of its shrunk session) that decide whether it reproduces
@@ -45,8 +49,12 @@ class ExploreOptions:
     quiet_window_s: float = 0.3
     #: stop after this many distinct findings (None: explore until the budget is spent)
     max_findings: int | None = None
+    #: stop after this many sessions (None: explore until the budget is spent)
+    max_sessions: int | None = None
     #: whether sessions include malformed input messages (``ECP-ROB-1``)
     malformed: bool = True
+    #: whether some sessions include a process fault (SIGSTOP/SIGCONT or SIGKILL of one rank)
+    process_faults: bool = True
     #: replays of a finding's first session (and of its shrunk session) that decide whether it reproduces
     confirm_runs: int = CONFIRM_RUNS
 
@@ -73,10 +81,49 @@ class ExploreReport:
     messages: int = 0
     elapsed_s: float = 0.0
     findings: list[FindingReport] = field(default_factory=list)
+    #: the signal that ended the exploration early ("SIGTERM", "SIGINT"), or None
+    interrupted: str | None = None
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT arrived: the exploration stops, its peers are stopped, the report is kept.
+    (A BaseException, like KeyboardInterrupt: the handlers that turn a failed launch or step into a
+    finding must not take it for one.)"""
+
+
+@contextlib.contextmanager
+def _interruptible():
+    """Turn the first SIGTERM or SIGINT into :class:`Interrupted` in the main thread; later ones are
+    ignored so that stopping the peers is not cut short. Elsewhere (a thread) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def handler(signum, frame):  # noqa: ARG001
+        if not caught:
+            caught.append(signum)
+            raise Interrupted(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 class Runner:
-    """Plays sessions of the engine role against fresh launches of one peer command."""
+    """Plays sessions of the engine role. A session of the exploration loop (``reuse=True``) runs on
+    a peer an earlier one left healthy when there is one of its topology (:func:`.execute.reusable`:
+    no finding, so every rank served a fresh request at its end, and no process fault); every other
+    session -- the confirmation, shrinking and replay of a finding -- gets a fresh launch."""
+
+    #: healthy peers kept for reuse, one per topology, the least recently used stopped first once
+    #: there are more than POOL of them or they run more than POOL_RANKS ranks in all (each rank may
+    #: be an OS process holding its memory)
+    POOL = 6
+    POOL_RANKS = 16
 
     def __init__(self, opts: ExploreOptions, workdir: str) -> None:
         self.opts = opts
@@ -85,15 +132,46 @@ class Runner:
                                    quiet_window_s=opts.quiet_window_s, workdir=workdir)
         self.ctx = zmq.Context()
         self.launches = 0
+        self.sessions = 0
+        self._idle: OrderedDict[Topology, EngineUnderTest] = OrderedDict()
 
     def draw(self, seed: int) -> Session:
-        return draw(seed, self.opts.engine_count, self.opts.max_steps, self.opts.malformed)
+        return draw(seed, self.opts.engine_count, self.opts.max_steps, self.opts.malformed,
+                    self.opts.process_faults)
 
-    def play(self, session: Session) -> SessionResult:
-        self.launches += 1
-        return play(session, self.cfg, self.ctx, self.launches, self.opts.step_timeout_s)
+    def play(self, session: Session, reuse: bool = False) -> SessionResult:
+        self.sessions += 1
+        key = session.topology
+        eut = self._idle.pop(key, None) if reuse else None
+        if eut is not None and not eut.alive():
+            eut.close()
+            eut = None
+        started = time.monotonic()
+        if eut is None:
+            self.launches += 1
+            eut = launch(session, self.cfg, self.ctx, self.launches)
+            tag = ""
+        else:
+            tag = f"s{self.sessions}-"
+        launch_s = time.monotonic() - started
+        keep = False
+        try:
+            result = play_on(eut, session, self.opts.step_timeout_s, tag)
+            result.launch_s = launch_s
+            keep = reuse and reusable(eut, result)
+        finally:
+            if keep:
+                self._idle[key] = eut
+                while len(self._idle) > 1 and (len(self._idle) > self.POOL or sum(
+                        t.engines for t in self._idle) > max(self.POOL_RANKS, key.engines)):
+                    self._idle.popitem(last=False)[1].close()
+            else:
+                eut.close()
+        return result
 
     def close(self) -> None:
+        while self._idle:
+            self._idle.popitem()[1].close()
         self.ctx.term()
 
 
@@ -118,7 +196,7 @@ class FrontendRunner:
 
         return draw_frontend(seed, self.opts.engine_count, self.opts.max_steps)
 
-    def play(self, session: Session) -> SessionResult:
+    def play(self, session: Session, reuse: bool = False) -> SessionResult:  # noqa: ARG002 - always a fresh launch
         from .frontend_execute import play_frontend
 
         return play_frontend(session, self.manager, self.opts.step_timeout_s)
@@ -134,25 +212,29 @@ def runner_for(opts: ExploreOptions, workdir: str) -> Runner | FrontendRunner:
 
 def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> ExploreReport:
     """Explore until ``opts.budget_s`` is spent (shrinking not counted); raises :class:`LaunchFailed`
-    when the peer never comes up."""
+    when the peer never comes up. SIGTERM or SIGINT ends it early: the peers are stopped, a finding
+    being confirmed or shrunk is written as far as it got, and the report says so
+    (``report.interrupted``)."""
     report = ExploreReport()
     by_clause: dict[str, FindingReport] = {}
-    with tempfile.TemporaryDirectory(prefix="ecp-explore-") as workdir:
+    with _interruptible(), tempfile.TemporaryDirectory(prefix="ecp-explore-") as workdir:
         runner = runner_for(opts, workdir)
         started = time.monotonic()
         shrinking_s = 0.0
+        settling: tuple[Session, SessionResult, FindingReport] | None = None
         try:
             i = 0
-            while time.monotonic() - started - shrinking_s < opts.budget_s:
+            while time.monotonic() - started - shrinking_s < opts.budget_s and (
+                    opts.max_sessions is None or i < opts.max_sessions):
                 seed = opts.seed + i
                 i += 1
                 session = runner.draw(seed)
                 try:
-                    result = runner.play(session)
-                except LaunchFailed:
+                    result = runner.play(session, reuse=True)
+                except LaunchFailed as exc:
                     if report.sessions == 0:
                         raise
-                    say(f"session {seed}: the peer did not come up; skipped")
+                    say(f"session {seed}: the peer did not come up ({exc}); skipped")
                     continue
                 report.sessions += 1
                 report.messages += result.frames_sent + result.frames_received
@@ -168,10 +250,20 @@ def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> Explore
                 report.findings.append(found)
                 say(f"session {seed}: {first.clause}: {first.message}")
                 t0 = time.monotonic()
+                settling = (session, result, found)
                 _settle(runner, session, result, found, opts, say)
+                settling = None
                 shrinking_s += time.monotonic() - t0
                 if opts.max_findings is not None and len(report.findings) >= opts.max_findings:
                     break
+        except Interrupted as exc:
+            report.interrupted = str(exc)
+            if settling is not None and settling[2].path is None:
+                session, result, found = settling
+                found.replays = found.replays or "interrupted"
+                found.path = _write(opts, session, found.clause, found.message, result,
+                                    {"sessions": found.recurrence, "replays": found.replays, "reproducible": None})
+            say(f"{report.interrupted}: stopping after {report.sessions} session(s)")
         finally:
             runner.close()
             report.elapsed_s = time.monotonic() - started

@@ -11,6 +11,10 @@ meaning):
 * ``call``: ``engine``, ``client``, ``method``, ``args`` (a utility call of the release's table);
 * ``start_wave``: ``engine``, ``wave``, ``exclude``;
 * ``garbage``: ``engine``, ``client``, ``frames`` (one malformed input message, each frame as hex);
+* ``stop``: ``engine``, ``ms`` -- a process fault: SIGSTOP the process of that rank, SIGCONT it
+  ``ms`` milliseconds later (:mod:`.processes` says which process runs a rank);
+* ``kill``: ``engine`` -- a process fault: SIGKILL the process of that rank; the harness, as a
+  frontend, must then see the engine dead and fails closed, so nothing after it is played;
 * ``wait``: ``until`` = ``running`` / ``terminal`` (of ``ref``), ``idle`` (every request ended) or
   ``replies`` (every utility call answered) -- the timing choices; steps with no wait between them
   go out as a burst.
@@ -20,8 +24,12 @@ The frontend role's (:mod:`.frontend_execute`):
 * ``request``: ``ref``, ``api`` (``completions`` / ``chat``), ``stream``, ``max_tokens``,
   ``prompt_len`` (words), ``temperature``, ``logprobs``, ``named`` (an ``X-Request-Id`` header, or
   null; two requests may share one);
+* ``request`` may also carry ``pin``: a rank (by number in the session) named in an
+  ``X-data-parallel-rank`` header, or null;
 * ``drop``: ``ref`` (a stream), ``after`` (``open``: right after its response head; ``first``:
   after its first event) -- the client goes away;
+* ``crowd``: ``refs`` (streams), ``after`` -- every one of them still open goes away at once, while
+  the frontend's process is stopped, so that it sees them leave in the same instant;
 * ``abort``: ``targets`` (streams, by the response id of their first event, that the explicit-abort
   route is given; -1 is an id never sent);
 * ``route``: ``route`` (a utility route of :data:`ROUTES`);
@@ -41,11 +49,15 @@ ROLES = ("engine", "frontend")
 #: per role: each op with the keys it cannot do without
 REQUIRED: dict[str, dict[str, tuple[str, ...]]] = {
     "engine": {"add": ("ref", "max_tokens", "prompt_len"), "abort": ("targets",), "call": ("method",),
-               "start_wave": ("wave",), "garbage": ("frames",), "wait": ("until",)},
-    "frontend": {"request": ("ref", "api", "stream", "max_tokens"), "drop": ("ref",), "abort": ("targets",),
+               "start_wave": ("wave",), "garbage": ("frames",), "wait": ("until",), "stop": ("ms",),
+               "kill": ()},
+    "frontend": {"request": ("ref", "api", "stream", "max_tokens"), "drop": ("ref",), "crowd": ("refs",),
+                 "abort": ("targets",),
                  "route": ("route",), "wait": ("until",)},
 }
 OPS = tuple(REQUIRED["engine"])
+#: the engine role's process faults
+PROCESS_FAULTS = ("stop", "kill")
 #: per role: what a wait step may wait for, and those of them that name a request (``ref``)
 WAITS = {"engine": ("running", "terminal", "idle", "replies"), "frontend": ("first", "end", "idle")}
 WAITS_FOR_REF = ("running", "terminal", "first", "end")
@@ -74,6 +86,9 @@ class Topology:
     delay_ms: int = 0
     abort_outputs: bool = False
     hold: int | None = None
+    #: frontend role: the scripted engines end every request that would emit more than this many
+    #: tokens with an ERROR output instead (None: they fail nothing)
+    error_after: int | None = None
 
 
 @dataclass
@@ -112,6 +127,8 @@ class Session:
                 raise ValueError(f"step {i} waits for a request but names none (ref)")
             if step["op"] == "route" and step["route"] not in ROUTES:
                 raise ValueError(f"step {i} calls route {step['route']!r}, not one of {tuple(ROUTES)}")
+            if step["op"] == "stop" and not (isinstance(step["ms"], int) and 0 < step["ms"] <= 60_000):
+                raise ValueError(f"step {i}: ms must be an int from 1 to 60000, got {step['ms']!r}")
             if step["op"] == "garbage":
                 try:
                     [bytes.fromhex(f) for f in step["frames"]]

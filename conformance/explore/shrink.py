@@ -25,7 +25,7 @@ SIMPLER_ADD: tuple[dict[str, Any], ...] = (
 )
 #: simpler values tried for each field of a frontend role's HTTP request, in order
 SIMPLER_REQUEST: tuple[dict[str, Any], ...] = (
-    {"logprobs": None}, {"named": None}, {"api": "completions"}, {"stream": False}, {"temperature": 0.0},
+    {"logprobs": None}, {"named": None}, {"pin": None}, {"api": "completions"}, {"stream": False}, {"temperature": 0.0},
     {"prompt_len": 1}, {"max_tokens": 2}, {"max_tokens": 8}, {"max_tokens": 64},
 )
 #: per op, the simpler values tried
@@ -33,7 +33,7 @@ SIMPLER: dict[str, tuple[dict[str, Any], ...]] = {"add": SIMPLER_ADD, "request":
 #: simpler topologies, tried one change at a time
 SIMPLER_TOPOLOGY: tuple[dict[str, Any], ...] = (
     {"engines": 1}, {"clients": 1}, {"coordinator": False}, {"form": "full"}, {"delay_ms": 0},
-    {"abort_outputs": False},
+    {"abort_outputs": False}, {"error_after": None},
 )
 
 

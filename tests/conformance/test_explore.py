@@ -3,7 +3,11 @@ reference engine (with and without one of its ``--bug`` faults)."""
 
 import argparse
 import json
+import signal
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -90,10 +94,10 @@ def test_a_file_that_is_not_a_reproducer_is_refused(tmp_path, run_ecp):
 
 
 def test_no_finding_against_the_fault_free_engine(tmp_path):
-    opts = ExploreOptions(command=ENGINE, engine_count=2, budget_s=2.5, seed=11, out_dir=tmp_path,
-                          quiet_window_s=0.1)
+    opts = ExploreOptions(command=ENGINE, engine_count=2, budget_s=60, max_sessions=4, seed=11, max_steps=12,
+                          out_dir=tmp_path, quiet_window_s=0.1)
     report = explore(opts, say=lambda line: None)
-    assert report.sessions >= 2 and report.messages > 0
+    assert report.sessions == 4 and report.messages > 0
     assert report.findings == [], [(f.clause, f.message) for f in report.findings]
 
 
@@ -138,3 +142,171 @@ def test_a_slow_engine_is_not_a_stalled_one(tmp_path):
         ctx.term()
     assert result.played == [0, 1] and result.run_s > 1.2
     assert result.findings == [], [(f.clause, f.message) for f in result.findings]
+
+
+def test_some_sessions_get_one_process_fault_and_the_rest_stays_the_same():
+    with_faults = [draw(k, 2) for k in range(200)]
+    without = [draw(k, 2, process_faults=False) for k in range(200)]
+    faulted = 0
+    for a, b in zip(with_faults, without):
+        ops = [st["op"] for st in a.steps]
+        extra = [st for st in a.steps if st["op"] in ("stop", "kill")]
+        assert len(extra) <= 1 and [st for st in a.steps if st not in extra] == b.steps
+        faulted += bool(extra)
+        if "kill" in ops:  # a SIGKILL ends what is played: it comes late
+            assert ops.index("kill") >= (len(ops) - 1) * 2 // 3
+    assert 10 <= faulted <= 60
+    assert any(st["op"] == "kill" for s in with_faults for st in s.steps)
+
+
+HIDER = [sys.executable, str(Path(__file__).with_name("dead_rank_hider.py")), "--handshake-address",
+         "{handshake_address}", "--engine-count", "{engine_count}"]
+PROCESS_RANKS = [sys.executable, "-m", "ecp.reference.engine", "--handshake-address", "{handshake_address}",
+                 "--engine-count", "{engine_count}"]
+KILL_SESSION = Session(Topology(engines=2), [
+    {"op": "add", "ref": 0, "max_tokens": 1500, "prompt_len": 4, "engine": 1},
+    {"op": "wait", "until": "running", "ref": 0},
+    {"op": "call", "method": "is_sleeping", "engine": 1},
+    {"op": "kill", "engine": 1},
+    {"op": "add", "ref": 1, "max_tokens": 2, "prompt_len": 4, "engine": 0},
+])
+
+
+def _play(session, command, tmp_path, engines=2):
+    import zmq
+
+    from ecp.conformance.engine.session import EngineRunConfig
+    from ecp.conformance.explore.execute import play
+
+    cfg = EngineRunConfig(command=command, workdir=str(tmp_path), engine_count=engines, quiet_window_s=0.1)
+    ctx = zmq.Context()
+    try:
+        return play(session, cfg, ctx, 1, step_timeout=1.5)
+    finally:
+        ctx.term()
+
+
+def test_a_killed_rank_is_seen_dead_and_nothing_more_is_asked_of_it(tmp_path):
+    """One process per rank: the supervisor takes the engine down, the harness sees it and fails
+    closed; the killed rank's running request and unanswered call are not findings."""
+    result = _play(KILL_SESSION, PROCESS_RANKS, tmp_path)
+    assert result.played == [0, 1, 2, 3] and result.process_fault
+    assert result.findings == [], [(f.clause, f.message) for f in result.findings]
+
+
+def test_an_engine_that_hides_a_dead_rank_is_a_finding(tmp_path):
+    result = _play(KILL_SESSION, HIDER, tmp_path)
+    assert [f.clause for f in result.findings] == ["ECP-ROB-3"], [(f.clause, f.message) for f in result.findings]
+    assert result.findings[0].step == 3 and "SIGKILLed" in result.findings[0].message
+
+
+def test_the_abort_bound_is_stretched_by_the_time_a_rank_stood_still():
+    from ecp.conformance.explore.oracle import History, Stop
+
+    h = History(stops=[Stop(frozenset({1}), 10.2, 11.0), Stop(frozenset({0, 1}), 11.2, 11.4),
+                       Stop(frozenset({1}), 20.0, 21.0)])
+    assert h.stretched(0, 10.0, 0.5) == 10.5  # rank 0 did not stop before 10.5
+    assert h.stretched(1, 10.0, 0.5) == pytest.approx(10.5 + 0.8 + 0.2)  # the second stop began before 11.3
+    assert h.stretched(1, 10.6, 0.5) == pytest.approx(11.1 + 0.4 + 0.2)  # only what is left of the first
+
+
+def test_a_session_with_a_stopped_rank_plays_on_after_sigcont(tmp_path):
+    """The rank stands still longer than the ABORT bound; after SIGCONT the session goes on and
+    ends as usual, with no finding."""
+    session = Session(Topology(), [
+        {"op": "add", "ref": 0, "max_tokens": 1500, "prompt_len": 4},
+        {"op": "wait", "until": "running", "ref": 0},
+        {"op": "abort", "targets": [0]},
+        {"op": "stop", "ms": 700},
+        {"op": "add", "ref": 1, "max_tokens": 8, "prompt_len": 4},
+        {"op": "wait", "until": "terminal", "ref": 1},
+    ])
+    result = _play(session, [*ENGINE, "--step-time-ms", "2"], tmp_path, engines=1)
+    assert result.played == [0, 1, 2, 3, 4, 5] and result.process_fault
+    assert result.findings == [], [(f.clause, f.message) for f in result.findings]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_peer_and_keeps_the_report(tmp_path, signum):
+    """The explorer, stopped with SIGTERM or SIGINT while a session runs, stops the engine it launched
+    and still prints its summary."""
+    explorer = subprocess.Popen(
+        [sys.executable, "-m", "ecp.spec.cli", "conformance", "explore", "engine", "--budget", "60s",
+         "--out", str(tmp_path), "--", *ENGINE, "--step-time-ms", "5"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        engines: list[int] = []
+        while not engines and time.monotonic() < deadline and explorer.poll() is None:
+            engines = [int(p.name) for p in _children(explorer.pid)]
+            time.sleep(0.1)  # polling /proc: there is no event for a process appearing
+        assert engines, "the explorer launched no engine"
+        explorer.send_signal(signum)
+        out, _ = explorer.communicate(timeout=60)
+    finally:
+        if explorer.poll() is None:
+            explorer.kill()
+            explorer.wait()
+    assert f"interrupted by {signal.Signals(signum).name}" in out, out
+    assert explorer.returncode in (0, 1)
+    assert not [pid for pid in engines if Path(f"/proc/{pid}").exists()]
+
+
+def _children(pid: int):
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+                yield entry
+
+
+def test_a_healthy_peer_is_reused_and_a_process_fault_retires_it(tmp_path):
+    from ecp.conformance.explore.run import Runner
+
+    simple = Session(Topology(), [{"op": "add", "ref": 0, "max_tokens": 8, "prompt_len": 4},
+                                  {"op": "wait", "until": "terminal", "ref": 0}])
+    stopped = simple.with_steps([*simple.steps, {"op": "stop", "ms": 20}])
+    runner = Runner(ExploreOptions(command=ENGINE, quiet_window_s=0.1, step_timeout_s=3.0), str(tmp_path))
+    try:
+        launches = []
+        for session in (simple, simple, stopped, simple, simple):
+            result = runner.play(session, reuse=True)
+            assert result.findings == [], [(f.clause, f.message) for f in result.findings]
+            assert result.played == list(range(len(session.steps)))
+            launches.append(runner.launches)
+        runner.play(simple)  # a replay: always a fresh launch
+        assert launches == [1, 1, 1, 2, 2] and runner.launches == 3
+    finally:
+        runner.close()
+
+
+def test_a_paused_rank_is_resumed_only_after_it_refused_what_was_added(tmp_path):
+    """The ADD goes on client 1's socket, the session's closing resume on client 0's: they reach the
+    engine in either order, so the resume waits for the ADD's engine_paused ERROR."""
+    session = Session(Topology(clients=2), [
+        {"op": "call", "client": 1, "method": "pause_generation", "args": ["wait", True]},
+        {"op": "add", "ref": 0, "client": 1, "max_tokens": 2, "prompt_len": 1},
+    ])
+    result = _play(session, ENGINE, tmp_path, engines=1)
+    assert result.findings == [], [(f.clause, f.message) for f in result.findings]
+    order = [(e.direction, "resume" if "resume_scheduler" in str(e.decoded) else "refusal")
+             for e in result.entries if "resume_scheduler" in str(e.decoded) or "engine_paused" in str(e.decoded)]
+    assert order[:2] == [("recv", "refusal"), ("sent", "resume")], order
+
+
+def test_a_rank_changes_state_only_after_every_call_to_it_was_answered(tmp_path):
+    """is_sleeping goes on client 1's socket, the session's closing wake-up on client 0's: the
+    wake-up waits for the is_sleeping reply, whose value then says asleep."""
+    session = Session(Topology(clients=2), [
+        {"op": "call", "client": 0, "method": "sleep", "args": [1, "wait"]},
+        {"op": "call", "client": 1, "method": "is_sleeping", "args": []},
+    ])
+    result = _play(session, ENGINE, tmp_path, engines=1)
+    assert result.findings == [], [(f.clause, f.message) for f in result.findings]
+    order = [(e.direction, "wake_up" if "wake_up" in str(e.decoded) else "is_sleeping")
+             for e in result.entries if e.direction == "sent" and "wake_up" in str(e.decoded)
+             or e.direction == "recv" and e.channel == "output[1]" and "utility_output=UtilityOutput" in str(e.decoded)]
+    assert order[:2] == [("recv", "is_sleeping"), ("sent", "wake_up")], order

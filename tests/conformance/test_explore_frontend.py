@@ -10,7 +10,7 @@ import pytest
 from ecp.conformance.explore.frontend_generate import draw_frontend
 from ecp.conformance.explore.reproducer import read
 from ecp.conformance.explore.run import ExploreOptions, explore, runner_for
-from ecp.conformance.explore.session import Session
+from ecp.conformance.explore.session import Session, Topology
 
 SERVE = [sys.executable, "-m", "ecp.spec.cli", "serve", "--data-parallel-size-local", "0",
          "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", "{handshake_port}",
@@ -23,7 +23,10 @@ def test_frontend_sessions_are_drawn_from_their_seed_and_round_trip():
     again = Session.from_dict(json.loads(json.dumps(a.to_dict())))
     assert again.to_dict() == a.to_dict() and again.role == "frontend"
     ops = {st["op"] for k in range(30) for st in draw_frontend(k, 2).steps}
-    assert ops == {"request", "drop", "abort", "route", "wait"}
+    assert ops == {"request", "drop", "crowd", "abort", "route", "wait"}
+    pins = [st.get("pin") for k in range(30) for st in draw_frontend(k, 2).steps if st["op"] == "request"]
+    assert set(pins) == {None, 0, 1}
+    assert {draw_frontend(k, 2).topology.error_after for k in range(30)} >= {None, 0, 1, 3}
 
 
 def test_a_step_of_the_other_role_is_refused():
@@ -35,10 +38,10 @@ def test_a_step_of_the_other_role_is_refused():
 
 
 def test_no_finding_against_the_fault_free_frontend(tmp_path):
-    opts = ExploreOptions(command=SERVE, role="frontend", engine_count=2, budget_s=3.0, seed=0, max_steps=12,
-                          out_dir=tmp_path, step_timeout_s=3.0, quiet_window_s=0.1)
+    opts = ExploreOptions(command=SERVE, role="frontend", engine_count=2, budget_s=60, max_sessions=2, seed=0,
+                          max_steps=12, out_dir=tmp_path, step_timeout_s=3.0, quiet_window_s=0.1)
     report = explore(opts, say=lambda line: None)
-    assert report.sessions >= 2 and report.messages > 0
+    assert report.sessions == 2 and report.messages > 0
     assert report.findings == [], [(f.clause, f.message) for f in report.findings]
 
 
@@ -75,3 +78,60 @@ def test_an_explicit_abort_names_a_completion_by_its_external_id(tmp_path):
              if e.direction == "sent" and e.channel == "http" and "/abort_requests" in e.decoded
              and "probe" not in e.decoded]
     assert len(calls) == 1 and re.search(r'"request_ids": \["cmpl-[^"]+-0"\]', calls[0]), calls
+
+
+def _play(session, command, tmp_path):
+    from ecp.conformance.explore.run import FrontendRunner
+
+    runner = FrontendRunner(ExploreOptions(command=command, role="frontend", engine_count=2, step_timeout_s=3.0,
+                                           quiet_window_s=0.1), str(tmp_path))
+    try:
+        return runner.play(session)
+    finally:
+        runner.close()
+
+
+#: a stream stalls on one engine; then one request pinned to each rank: a frontend that sends them
+#: to the least-loaded engine instead sends one of them to the wrong rank
+PINNED = Session(Topology(engines=2, hold=2), [
+    {"op": "request", "ref": 0, "api": "completions", "stream": True, "max_tokens": 64, "pin": None},
+    {"op": "wait", "until": "first", "ref": 0},
+    {"op": "request", "ref": 1, "api": "completions", "stream": False, "max_tokens": 1, "pin": 0},
+    {"op": "wait", "until": "end", "ref": 1},
+    {"op": "request", "ref": 2, "api": "chat", "stream": False, "max_tokens": 1, "pin": 1},
+    {"op": "wait", "until": "end", "ref": 2},
+], role="frontend")
+
+
+def test_a_pinned_request_must_reach_its_rank(tmp_path):
+    result = _play(PINNED, [*SERVE, "--bug", "pinned-rank-ignored"], tmp_path)
+    assert result.played == [0, 1, 2, 3, 4, 5]
+    assert [f.clause for f in result.findings] == ["ECP-DP-2"], [(f.clause, f.message) for f in result.findings]
+
+
+def test_pinned_requests_and_a_crowd_of_dropped_streams_against_the_fault_free_frontend(tmp_path):
+    """The pinned session, then a crowd of 5 stalled streams over both engines dropped at once:
+    every one is aborted on its engine (ECP-ABORT-6), and no finding."""
+    crowd = [{"op": "request", "ref": 10 + k, "api": "completions", "stream": True, "max_tokens": 64,
+              "pin": k % 2} for k in range(5)]
+    session = PINNED.with_steps([*PINNED.steps, *crowd,
+                                 {"op": "crowd", "refs": [0, 10, 11, 12, 13, 14], "after": "first"}])
+    result = _play(session, SERVE, tmp_path)
+    assert result.played == list(range(len(session.steps)))
+    assert result.findings == [], [(f.clause, f.message) for f in result.findings]
+
+
+FAILING = Session(Topology(engines=1, error_after=1), [
+    {"op": "request", "ref": 0, "api": "completions", "stream": False, "max_tokens": 8},
+    {"op": "request", "ref": 1, "api": "chat", "stream": True, "max_tokens": 8},
+    {"op": "request", "ref": 2, "api": "completions", "stream": False, "max_tokens": 1},
+    {"op": "wait", "until": "idle"},
+], role="frontend")
+
+
+@pytest.mark.parametrize("bug", [None, "error-output-as-stop"])
+def test_a_request_its_engine_failed_must_reach_the_client_as_an_error(tmp_path, bug):
+    result = _play(FAILING, SERVE + (["--bug", bug] if bug else []), tmp_path)
+    assert result.played == [0, 1, 2, 3]
+    clauses = [(f.clause, f.message) for f in result.findings]
+    assert {c for c, _ in clauses} == ({"ECP-OUT-5"} if bug else set()), clauses
