@@ -17,7 +17,6 @@ For vLLM 0.33 itself (the shipped layout) :func:`wire_codec` returns the module
 from __future__ import annotations
 
 from functools import lru_cache
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Sequence, Union
 
 import msgspec
