@@ -38,8 +38,10 @@ class ReleaseWatch:
     messages, ready payloads and outputs count) or ``frontend`` (the peer is a frontend:
     the inputs it sent the harness's engines count)."""
 
-    def __init__(self, role: str) -> None:
+    def __init__(self, role: str, under_test: str = "") -> None:
         self.role = role
+        #: the release the run judges the peer as (``--vllm``; the suite's own by default)
+        self.under_test = under_test or UNDER_TEST
         self.fingerprint = Fingerprint()
         # build the releases' profiles now, not inside the first frame a case records (a cost
         # there would be taken for the peer's answer time, which sets the case budgets)
@@ -64,6 +66,8 @@ class ReleaseWatch:
             self._engine_role(direction, socket, frames)
         elif direction == "recv" and socket == "input":
             self.fingerprint.observe(frames, "input")
+        elif direction == "recv" and socket == "http" and len(frames) == 1:  # GET /version's "version"
+            self.fingerprint.observe_version(frames[0].decode("utf-8", "replace"))
 
     def _engine_role(self, direction: str, socket: str, frames: list[bytes]) -> None:
         fp = self.fingerprint
@@ -85,24 +89,28 @@ class ReleaseWatch:
         first) and ``facts`` (each fact -> the releases it fits)."""
         with self._lock:
             verdict = self.fingerprint.verdict()
-        return {"best": verdict.best, "facts": verdict.facts}
+        return {"best": verdict.best, "facts": verdict.facts, "under_test": self.under_test}
 
 
-def release_line(data: dict[str, Any] | None, role: str, under_test: str = UNDER_TEST) -> str | None:
+def release_line(data: dict[str, Any] | None, role: str, under_test: str | None = None) -> str | None:
     """The report's first line: which release the peer speaks when it is not ``under_test``
     ("this engine speaks vLLM 0.32 (EngineCoreOutput has 18 elements; no pause_generation), not
     0.33: ..."); ``None`` when the traffic fits ``under_test`` as well as any
     release, or told nothing."""
     if not data:
         return None
-    # the suite judges one release so far: say so rather than point at a flag it lacks
-    advice = f"this suite judges vLLM {under_test}; `ecp decode --vllm {{release}}` reads the peer's frames"
+    under_test = under_test or data.get("under_test") or UNDER_TEST
+    if role == "frontend":  # the frontend role's engines speak any release (ecp conformance frontend --vllm)
+        advice = "rerun with --vllm {release}"
+    else:
+        advice = f"this suite judges vLLM {under_test}; `ecp decode --vllm {{release}}` reads the peer's frames"
     return Verdict(list(data.get("best", [])), dict(data.get("facts", {}))).sentence(
         peer=role, under_test=under_test, advice=advice)
 
 
-def release_report(data: dict[str, Any] | None, role: str, under_test: str = UNDER_TEST) -> dict[str, Any]:
+def release_report(data: dict[str, Any] | None, role: str, under_test: str | None = None) -> dict[str, Any]:
     """The ``release`` field of the JSON report."""
     data = data or {}
+    under_test = under_test or data.get("under_test") or UNDER_TEST
     return {"under_test": under_test, "fits": list(data.get("best", [])),
             "facts": dict(data.get("facts", {})), "mismatch": release_line(data, role, under_test)}

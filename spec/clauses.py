@@ -339,6 +339,9 @@ _CLAUSES: tuple[Clause, ...] = (
        a conforming sender produces what both accept (full-length arrays, the result envelope, a terminal
        output for every admitted request, a non-empty ready payload) and a conforming receiver accepts
        what either sends."""),
+    _c("ECP-COMPAT-4", "MUST", "Every shape of its release", """A receiver reads every output message its
+       release's layout allows: one with every optional field set and one with every optional field absent
+       are served as the same message without them."""),
     # ---------------------------------------------------------------- HTTP
     _c("ECP-HTTP-1", "MUST", "Generation routes", """``POST /v1/completions`` (and ``/v1/chat/completions``
        where served) take OpenAI bodies naming a served model; ``stream: true`` answers server-sent events
