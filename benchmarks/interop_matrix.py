@@ -2,6 +2,7 @@
 
     python benchmarks/interop_matrix.py [--peer ~/.cache/vllm-peer-0.33] [--out interop-results]
                                         [--only ROW ...] [--level interop|hardened] [--list]
+                                        [--release 0.32 --peer ~/.cache/vllm-peer-0.32]
 
 Rows, run one at a time (each real vLLM launch takes 10-30 s of CPU on a small machine):
 
@@ -61,7 +62,7 @@ def _ecp() -> list[str]:
     return [sys.executable, "-m", "ecp.spec.cli"]
 
 
-def conformance_rows(peer: Path, level: str) -> list[Row]:
+def conformance_rows(peer: Path, level: str, release: str = "0.33") -> list[Row]:
     serve = str(peer / "run_serve.sh")
     headless = [serve, "--headless", "--data-parallel-size", "{engine_count}", "--data-parallel-size-local",
                 "{engine_count}", "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port",
@@ -75,7 +76,8 @@ def conformance_rows(peer: Path, level: str) -> list[Row]:
     # what these peers lack, declared (docs/interop.md): the model-free executor returns no logprobs,
     # and vLLM 0.33 runs DP waves for MoE models only
     engine_lacks = ["--engine-lacks", "logprobs", "--engine-lacks", "dp_waves"]
-    frontend_lacks = ["--frontend-lacks", "dp_waves"]
+    # the frontend rows judge the peer as its release, with that release's expected failures (--release)
+    frontend_lacks = ["--frontend-lacks", "dp_waves", "--vllm", release]
     rows = []
     for dp in (1, 2):
         rows.append(Row(f"engine-dp{dp}", f"suite (engine role) vs vLLM headless engine core, DP={dp}",
@@ -85,10 +87,10 @@ def conformance_rows(peer: Path, level: str) -> list[Row]:
                         {"FAKE_STEP_DELAY": FAKE_STEP_DELAY}))
     rows.append(Row("python-frontend", "suite (frontend role) vs vLLM Python frontend, DP=2",
                     [*_ecp(), "conformance", "frontend", *common, *frontend_lacks, "--expected-failures",
-                     str(EXPECTED / "vllm-0.33-python-frontend.txt"), "--", *frontend]))
+                     str(EXPECTED / f"vllm-{release}-python-frontend.txt"), "--", *frontend]))
     rows.append(Row("vllm-rs", "suite (frontend role) vs vllm-rs, DP=2",
                     [*_ecp(), "conformance", "frontend", *common, *frontend_lacks, "--expected-failures",
-                     str(EXPECTED / "vllm-0.33-vllm-rs.txt"), "--", *frontend],
+                     str(EXPECTED / f"vllm-{release}-vllm-rs.txt"), "--", *frontend],
                     {"VLLM_USE_RUST_FRONTEND": "1"}))
     return rows
 
@@ -218,8 +220,11 @@ def main() -> int:
     ap.add_argument("--level", choices=("interop", "hardened"), default="hardened",
                     help="conformance level of the suite rows (default hardened)")
     ap.add_argument("--list", action="store_true", help="print the rows and their commands, run nothing")
+    ap.add_argument("--release", default="0.33",
+                    help="the vLLM release of the peer: the frontend rows run with --vllm RELEASE and "
+                         "conformance/expected/vllm-RELEASE-*.txt (default 0.33)")
     args = ap.parse_args()
-    rows = conformance_rows(args.peer, args.level) + smoke_rows()
+    rows = conformance_rows(args.peer, args.level, args.release) + smoke_rows()
     if args.only:
         unknown = set(args.only) - {r.name for r in rows}
         if unknown:
