@@ -61,3 +61,15 @@ def test_reference_frontend_speaks_the_release(release_runs, release):
     assert code == 0
     # the first line names the release under test
     assert output.splitlines()[0].endswith(f"as vLLM {release}"), output.splitlines()[0]
+
+
+def test_auto_names_the_release_the_frontend_speaks(tmp_path):
+    """``--vllm auto``: one request case with 0.33 engines, then the suite as the release the frontend's
+    traffic fits (here its ``GET /version``), said in the first line."""
+    argv = [sys.executable, "-m", "ecp.spec.cli", "conformance", "frontend", "--vllm", "auto", "--case", "FE-REQ-1",
+            "--", sys.executable, *SERVE, "--vllm", "0.31"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("--vllm auto: this frontend speaks vLLM 0.31 (") and \
+        lines[0].endswith("; judging it as vLLM 0.31"), proc.stdout[-2000:]
+    assert lines[1].endswith("as vLLM 0.31") and proc.returncode == 0, proc.stdout[-2000:]
