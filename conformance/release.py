@@ -29,6 +29,8 @@ MAX_FRAME_BYTES = 1 << 20
 #: "input[0]", "engine1/input[0]", "engine0/handshake": the socket part of a transcript channel
 _CHANNEL = re.compile(r"^(?:engine\d+/)?([a-z_]+)")
 _UTILITY = b"\x03"
+#: the transcript channel of the frontend's ``GET /version`` answer (its ``version``, one frame)
+VERSION_CHANNEL = "http/version"
 
 
 class ReleaseWatch:
@@ -51,6 +53,11 @@ class ReleaseWatch:
     def observe(self, direction: str, channel: str, frames: Sequence[bytes]) -> None:
         """One frame set as the transcript records it (``sent`` by the harness, ``recv`` from the
         peer); never raises: what cannot be read is left to the cases."""
+        if channel == VERSION_CHANNEL:
+            if self.role == "frontend" and len(frames) == 1 and len(frames[0]) < 64:
+                with self._lock:
+                    self.fingerprint.observe_version(bytes(frames[0]).decode("utf-8", "replace"))
+            return
         m = _CHANNEL.match(channel)
         if m is None or any(len(f) > MAX_FRAME_BYTES for f in frames):
             return
@@ -66,8 +73,6 @@ class ReleaseWatch:
             self._engine_role(direction, socket, frames)
         elif direction == "recv" and socket == "input":
             self.fingerprint.observe(frames, "input")
-        elif direction == "recv" and socket == "http" and len(frames) == 1:  # GET /version's "version"
-            self.fingerprint.observe_version(frames[0].decode("utf-8", "replace"))
 
     def _engine_role(self, direction: str, socket: str, frames: list[bytes]) -> None:
         fp = self.fingerprint

@@ -30,6 +30,7 @@ import zmq.asyncio
 from ..launch import CommandPeer, LaunchError, PeerHandle
 from ..outcomes import CaseTimeout, PeerCrashed, Unsupported, Violation
 from ..pace import STARTUP_TIMEOUT_S, LaunchRecord, Pace
+from ..release import VERSION_CHANNEL
 from ..transcript import Transcript
 from .engine_release import EngineRelease, engine_release
 from .scripted_engines import EngineHandshakeFailed, ScriptedEngine
@@ -231,7 +232,7 @@ class FrontendUnderTest:
         except Exception:  # noqa: BLE001 - a fact for the fingerprint, never a case's failure
             return
         if reply.ok and isinstance(reply.body, dict) and isinstance(reply.body.get("version"), str):
-            self.transcript.record("recv", "http/version", [reply.body["version"].encode()],
+            self.transcript.record("recv", VERSION_CHANNEL, [reply.body["version"].encode()],
                                    lambda: f"GET /version: {reply.body['version']}")
 
     async def serving(self, timeout: float) -> None:

@@ -106,3 +106,20 @@ def test_the_report_of_an_engine_of_the_release_under_test_says_nothing(run_ecp,
     assert "speaks vLLM" not in stdout and "speaks vLLM" not in paths["md"].read_text()
     assert data["release"]["mismatch"] is None and data["release"]["fits"] == ["0.33"]
     assert not [p for p in ET.parse(paths["xml"]).getroot().iter("property") if p.get("name") == "release"]
+
+
+def test_frontend_version_is_a_fact_and_the_advice_is_the_flag():
+    """In the frontend role GET /version's answer (recorded on ``http/version``) counts, the run's
+    release under test travels with the verdict, and the advice is ``--vllm``: the role has it."""
+    from ecp.conformance.release import ReleaseWatch, release_line
+
+    watch = ReleaseWatch("frontend", "0.33")
+    watch.observe("recv", "http/version", [b"0.32.0"])
+    watch.observe("recv", "http", [b"not a version channel"])  # HTTP lines are no facts
+    data = watch.to_dict()
+    assert data["best"] == ["0.32"] and data["under_test"] == "0.33"
+    assert release_line(data, "frontend") == \
+        "this frontend speaks vLLM 0.32 (vllm_version 0.32.0), not 0.33: rerun with --vllm 0.32"
+    judged = ReleaseWatch("frontend", "0.32")
+    judged.observe("recv", "http/version", [b"0.32.0"])
+    assert release_line(judged.to_dict(), "frontend") is None
