@@ -24,6 +24,10 @@ from ecp.spec.profile import shipped_releases
 
 from test_self_proof import SERVE
 
+#: the 13 runs share one fixture: its time (about 10 s on 2 idle cores) counts against the first test,
+#: so the module's bound is above the default 120 s a loaded machine can exceed
+pytestmark = pytest.mark.timeout(600)
+
 RELEASE_CASES = ("FE-HS-1", "FE-REQ-1", "FE-OUT-4", "FE-OUT-9", "FE-UTIL-4")
 #: releases checked at a time (each run is mostly two Python processes starting)
 WORKERS = 4
@@ -35,7 +39,7 @@ def _run(tmp: Path, release: str) -> tuple[int, dict[str, str], str]:
     for c in RELEASE_CASES:
         argv += ["--case", c]
     argv += ["--", sys.executable, *SERVE, "--vllm", release]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
     return proc.returncode, {r["id"]: r["outcome"] for r in report["cases"]}, proc.stdout + json.dumps(
@@ -68,7 +72,7 @@ def test_auto_names_the_release_the_frontend_speaks(tmp_path):
     traffic fits (here its ``GET /version``), said in the first line."""
     argv = [sys.executable, "-m", "ecp.spec.cli", "conformance", "frontend", "--vllm", "auto", "--case", "FE-REQ-1",
             "--", sys.executable, *SERVE, "--vllm", "0.31"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("--vllm auto: this frontend speaks vLLM 0.31 (") and \
         lines[0].endswith("; judging it as vLLM 0.31"), proc.stdout[-2000:]
