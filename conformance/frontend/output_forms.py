@@ -293,11 +293,17 @@ class OutputForm:
         return _cut(raw, outputs_fields), aux
 
     def _overlay(self, raw: list, mode: str) -> list:
-        """``raw`` with every field outside :data:`BOUND` replaced by the release's ``mode`` sample."""
+        """``raw`` with every field outside :data:`BOUND` replaced by the release's ``mode`` sample;
+        in the full sample, scheduler stats are those a real engine sent (:data:`PYTHON_SCHEDULER_STATS`,
+        the release's keys): the layouts type some of their map keys as strings where vLLM decodes an
+        enum (``prefix_cache_stats.hits_by_source``), so their sample is no message vLLM could send."""
         layout = self._layout()
         for out in raw[_OUTPUTS]:
             _put(out, layout, "EngineCoreOutput", mode)
         _put(raw, layout, "EngineCoreOutputs", mode)
+        if mode == "full" and len(raw) > _STATS:
+            keys = {f.name for f in layout.messages["SchedulerStats"].fields}
+            raw[_STATS] = {k: v for k, v in PYTHON_SCHEDULER_STATS.items() if k in keys}
         return raw
 
     def _layout(self) -> Any:
