@@ -77,7 +77,8 @@ def conformance_rows(peer: Path, level: str, release: str = "0.33") -> list[Row]
     # what these peers lack, declared (docs/interop.md): the model-free executor returns no logprobs,
     # and vLLM 0.33 runs DP waves for MoE models only
     engine_lacks = ["--engine-lacks", "logprobs", "--engine-lacks", "dp_waves"]
-    frontend_lacks = ["--frontend-lacks", "dp_waves"]
+    # the frontend rows judge the peer as its release, with that release's expected failures (--release)
+    frontend_lacks = ["--frontend-lacks", "dp_waves", "--vllm", release]
     rows = []
     for dp in (1, 2):
         rows.append(Row(f"engine-dp{dp}", f"suite (engine role) vs vLLM headless engine core, DP={dp}",
@@ -87,10 +88,10 @@ def conformance_rows(peer: Path, level: str, release: str = "0.33") -> list[Row]
                         {"FAKE_STEP_DELAY": FAKE_STEP_DELAY}))
     rows.append(Row("python-frontend", "suite (frontend role) vs vLLM Python frontend, DP=2",
                     [*_ecp(), "conformance", "frontend", *common, *frontend_lacks, "--expected-failures",
-                     str(EXPECTED / "vllm-0.33-python-frontend.txt"), "--", *frontend]))
+                     str(EXPECTED / f"vllm-{release}-python-frontend.txt"), "--", *frontend]))
     rows.append(Row("vllm-rs", "suite (frontend role) vs vllm-rs, DP=2",
                     [*_ecp(), "conformance", "frontend", *common, *frontend_lacks, "--expected-failures",
-                     str(EXPECTED / "vllm-0.33-vllm-rs.txt"), "--", *frontend],
+                     str(EXPECTED / f"vllm-{release}-vllm-rs.txt"), "--", *frontend],
                     {"VLLM_USE_RUST_FRONTEND": "1"}))
     return rows
 
@@ -214,8 +215,8 @@ def run_conformance(row: Row, out: Path) -> tuple[bool, str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--release", default="0.33", metavar="X",
-                    help="the vLLM release of the peer: the engine rows run `--vllm X` with "
-                         "conformance/expected/vllm-X-engine.txt (default 0.33)")
+                    help="the vLLM release of the peer: the suite rows run `--vllm X` with "
+                         "conformance/expected/vllm-X-*.txt (default 0.33)")
     ap.add_argument("--peer", type=Path, default=None,
                     help="the peer directory with run_serve.sh (default ~/.cache/vllm-peer-RELEASE)")
     ap.add_argument("--out", type=Path, default=Path("interop-results"), help="reports and logs go here")

@@ -83,6 +83,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="declare a capability the frontend lacks, one of: " + ", ".join(flag_choices("frontend")) +
                          " (repeatable; vLLM 0.33 runs DP waves for MoE models only). Its cases are then "
                          "UNSUPPORTED; an undeclared capability that a case finds missing is a FAIL")
+    fe.add_argument("--vllm", default="0.33", metavar="RELEASE|PATH|auto",
+                    help="the vLLM release the scripted engines speak and the frontend is judged as: a shipped "
+                         "release (0.21 ... 0.33), a layout file, a vLLM checkout or wheel, or auto (one request "
+                         "case first; the release the frontend's traffic fits is named, then used) (%(default)s)")
     add_common_options(fe)
     fe.set_defaults(case_timeout=30.0)
     fe.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the frontend")
@@ -269,4 +273,20 @@ def _frontend(args: argparse.Namespace) -> int:
         "startup_timeout_s": args.startup_timeout, "quiet_window_s": args.quiet_window,
     }
     target = shlex.join(command) if command else f"--attach {args.attach} --http-url {args.http_url}"
-    return run("frontend", args, role_config, target)
+    reference = args.vllm
+    if reference == "auto":
+        from .frontend.auto_release import pick
+
+        chosen = pick(args, role_config, target, run)
+        print(chosen.sentence, flush=True)
+        reference = chosen.release
+    from ecp.spec.layout.model import LayoutError
+
+    from .frontend.engine_release import engine_release
+
+    try:
+        release = engine_release(reference)
+    except LayoutError as exc:
+        print(f"ecp conformance frontend: --vllm: {exc}", file=sys.stderr)
+        return 2
+    return run("frontend", args, {**role_config, "vllm": reference}, target, release.release)

@@ -392,6 +392,8 @@ SENTENCE_BINDS: dict[str, tuple[str, ...]] = {
     "ECP-DP-5.5": _ENG, "ECP-DP-5.6": _ENG, "ECP-OUT-5.2": _ENG, "ECP-OUT-5.3": _ENG,
     "ECP-FRAME-8.2": _BOTH,
     # what a frontend (or its coordinator) does with what it received
+    # a release's own shapes: the engine's part, the frontend's part
+    "ECP-COMPAT-4.2": _ENG, "ECP-COMPAT-4.3": _ENG, "ECP-COMPAT-4.4": _FE,
     "ECP-HS-6.2": _FE, "ECP-SOCK-2.3": _FE, "ECP-HS-1.5": _FE, "ECP-ROB-1.4": _FE, "ECP-FRAME-8.3": _FE, "ECP-REQ-1.3": _ENG,
 }
 

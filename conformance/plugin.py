@@ -57,7 +57,7 @@ class RunState:
         self.catalogue = {c.id: c for c in load_role(self.role)}
         self.transcript = Transcript()
         #: which release the peer speaks, from its traffic; written to ``release_path`` at the end
-        self.release = ReleaseWatch(self.role)
+        self.release = ReleaseWatch(self.role, config.get("under_test") or "")
         self.transcript.observer = self.release.observe
         self.results_path = Path(config["results_path"])
         self.results_path.write_text("")

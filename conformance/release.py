@@ -29,6 +29,8 @@ MAX_FRAME_BYTES = 1 << 20
 #: "input[0]", "engine1/input[0]", "engine0/handshake": the socket part of a transcript channel
 _CHANNEL = re.compile(r"^(?:engine\d+/)?([a-z_]+)")
 _UTILITY = b"\x03"
+#: the transcript channel of the frontend's ``GET /version`` answer (its ``version``, one frame)
+VERSION_CHANNEL = "http/version"
 
 
 class ReleaseWatch:
@@ -38,8 +40,10 @@ class ReleaseWatch:
     messages, ready payloads and outputs count) or ``frontend`` (the peer is a frontend:
     the inputs it sent the harness's engines count)."""
 
-    def __init__(self, role: str) -> None:
+    def __init__(self, role: str, under_test: str = "") -> None:
         self.role = role
+        #: the release the run judges the peer as (``--vllm``; the suite's own by default)
+        self.under_test = under_test or UNDER_TEST
         self.fingerprint = Fingerprint()
         # build the releases' profiles now, not inside the first frame a case records (a cost
         # there would be taken for the peer's answer time, which sets the case budgets)
@@ -49,6 +53,11 @@ class ReleaseWatch:
     def observe(self, direction: str, channel: str, frames: Sequence[bytes]) -> None:
         """One frame set as the transcript records it (``sent`` by the harness, ``recv`` from the
         peer); never raises: what cannot be read is left to the cases."""
+        if channel == VERSION_CHANNEL:
+            if self.role == "frontend" and len(frames) == 1 and len(frames[0]) < 64:
+                with self._lock:
+                    self.fingerprint.observe_version(bytes(frames[0]).decode("utf-8", "replace"))
+            return
         m = _CHANNEL.match(channel)
         if m is None or any(len(f) > MAX_FRAME_BYTES for f in frames):
             return
@@ -85,7 +94,7 @@ class ReleaseWatch:
         first) and ``facts`` (each fact -> the releases it fits)."""
         with self._lock:
             verdict = self.fingerprint.verdict()
-        return {"best": verdict.best, "facts": verdict.facts}
+        return {"best": verdict.best, "facts": verdict.facts, "under_test": self.under_test}
 
 
 def mismatch_line(data: dict[str, Any] | None, role: str, under_test: str | None = None) -> str | None:
@@ -95,7 +104,8 @@ def mismatch_line(data: dict[str, Any] | None, role: str, under_test: str | None
     if not data:
         return None
     under_test = under_test or data.get("under_test") or UNDER_TEST
-    if data.get("how") is not None:  # this role's harness speaks a chosen release: the flag is the advice
+    # the harness speaks a chosen release, or (frontend role) its engines speak any release: the flag is the advice
+    if data.get("how") is not None or role == "frontend":
         advice = "rerun with --vllm {release}"
     else:
         advice = f"this suite judges vLLM {under_test}; `ecp decode --vllm {{release}}` reads the peer's frames"

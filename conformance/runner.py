@@ -60,8 +60,11 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output too")
 
 
-def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target: str) -> int:
-    """Run ``role``'s cases; print the summary; return the exit code (0/1/2)."""
+def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target: str,
+        under_test: str | None = None) -> int:
+    """Run ``role``'s cases; print the summary; return the exit code (0/1/2). ``under_test``: the vLLM
+    release the peer is judged as (``--vllm``), named in the first line; the suite's own by default."""
+    from .release import UNDER_TEST
     try:
         catalogue = load_role(role)
         entries = xf.load(args.expected_failures) if args.expected_failures else []
@@ -76,7 +79,8 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
     except (RegistryError, xf.ExpectedFailuresError, UsageError) as exc:
         print(f"ecp conformance: {exc}", file=sys.stderr)
         return 2
-    print(f"ecp conformance {role}: {len(selected)} case(s) at level {args.level} against {target}", flush=True)
+    print(f"ecp conformance {role}: {len(selected)} case(s) at level {args.level} against {target} "
+          f"as vLLM {under_test or UNDER_TEST}", flush=True)
 
     workdir = Path(tempfile.mkdtemp(prefix="ecp-conf-"))
     started = time.monotonic()
@@ -87,7 +91,7 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
         release_path = workdir / "release.json"  # the peer's release fingerprint (ecp.conformance.release)
         config = {"role": role, "results_path": str(results_path), "launches_path": str(launches_path),
                   "cases": args.case,
-                  "strict": args.strict, "level": args.level, role: role_config,
+                  "strict": args.strict, "level": args.level, role: role_config, "under_test": under_test,
                   "release_path": str(release_path)}
         config_path = workdir / "config.json"
         config_path.write_text(json.dumps(config))

@@ -370,11 +370,12 @@ _CLAUSES: tuple[Clause, ...] = (
        a conforming sender produces what both accept (full-length arrays, the result envelope, a terminal
        output for every admitted request, a non-empty ready payload) and a conforming receiver accepts
        what either sends."""),
-    _c("ECP-COMPAT-4", "MUST", "A release's own shapes", """An engine that speaks a vLLM release serves an ADD
-       in that release's layout with every optional field set (that needs no capability it lacks) and with every
-       optional field left out, and answers each of the release's UTILITY methods called with its fewest and
-       its most arguments without refusing the call for its shape (argument count, argument type, unknown
-       method)."""),
+    _c("ECP-COMPAT-4", "MUST", "Every shape of its release", """A peer that speaks a vLLM release reads that
+       release's messages in every shape its layout allows: an engine serves an ADD in that layout with every
+       optional field set (that needs no capability it lacks) and with every optional field left out, and
+       answers each of the release's UTILITY methods called with its fewest and its most arguments without
+       refusing the call for its shape; a frontend serves outputs with every optional field set, or none,
+       as it serves the same outputs without them."""),
     # ---------------------------------------------------------------- HTTP
     _c("ECP-HTTP-1", "MUST", "Generation routes", """``POST /v1/completions`` (and ``/v1/chat/completions``
        where served) take OpenAI bodies naming a served model; ``stream: true`` answers server-sent events

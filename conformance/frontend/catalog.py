@@ -185,6 +185,12 @@ CASES: tuple[Case, ...] = (
        "finish.",
        also=("ECP-HTTP-1", "ECP-HTTP-2"),
        checks=("ECP-OUT-4.1",)),
+    _c("FE-OUT-9", "ECP-COMPAT-4", "MUST", "release-output-shapes",
+       "Outputs of the release under test with every optional field set (its full sample, outside the fields "
+       "bound to the request) and with none (its sparse sample, arrays cut to their required elements) are "
+       "served like plain ones.",
+       also=("ECP-HTTP-1",),
+       checks=("ECP-COMPAT-4.1", "ECP-COMPAT-4.4")),
     # ------------------------------------------------- rejection notification
     _c("FE-REJECT-1", "ECP-REJECT-2", "MUST", "rejection-notice-shape",
        "A rejected request with do_remote_prefill yields one abort_immediately ADD: prompt [0], max_tokens 1, "

@@ -22,10 +22,20 @@ form                clause          what changes
                                     fixmap headers
 ``tensors-inline``  ECP-FRAME-7     every tensor buffer inline (msgpack ext 3), whatever its size
 ``tensors-aux``     ECP-FRAME-7     every tensor buffer in an aux frame, whatever its size
+``sample-full``     ECP-COMPAT-4    every field of the release's ``EngineCoreOutputs`` and
+                                    ``EngineCoreOutput`` that is not bound to the request (:data:`BOUND`)
+                                    set, to the value of the release's full sample
+                                    (:func:`ecp.spec.layout.wire.sample`, as ``ecp spec diff`` tries them)
+``sample-sparse``   ECP-COMPAT-4    those fields at the release's defaults and both arrays cut after their
+                                    last required element: nothing optional on the wire
 ==================  ==============  ===================================================================
 
 ``finish_code`` (any form): a terminal LENGTH output carries this raw ``finish_reason``
 instead (``ECP-OUT-4``: a value outside 0..4 is a decode error for the receiver).
+``codec`` (any form): the release the engine speaks (:func:`ecp.spec.profile.wire_codec`): the
+frames every form starts from are that release's, and ``short`` cuts by that release's defaults.
+The elements the forms rewrite (``outputs``, ``scheduler_stats``, ``timestamp``; ``new_logprobs``,
+``finish_reason``, ``events``) sit at the same index in every shipped release.
 Sans-IO: frames in, frames out.
 """
 
@@ -37,13 +47,25 @@ from typing import Any, Callable
 
 import msgspec
 
-from ecp.spec import EngineCoreOutput, EngineCoreOutputs, FinishReason, encode_outputs
+from ecp.spec import EngineCoreOutput, EngineCoreOutputs, FinishReason
+from ecp.spec import codec as codec_033
 
 #: the forms :class:`OutputForm` knows, each with the clause it exercises
 FORMS: dict[str, str] = {
     "full": "ECP-FRAME-3", "short": "ECP-FRAME-4", "long": "ECP-FRAME-4", "scalars": "ECP-FRAME-5",
     "python": "ECP-COMPAT-2", "rust": "ECP-COMPAT-2", "tensors-inline": "ECP-FRAME-7",
-    "tensors-aux": "ECP-FRAME-7",
+    "tensors-aux": "ECP-FRAME-7", "sample-full": "ECP-COMPAT-4", "sample-sparse": "ECP-COMPAT-4",
+}
+
+#: fields the sample forms leave as the engine wrote them: they say what the output means for its request
+#: (its id, tokens, end, the logprobs or tensors it asked for, an error) or are DP control for the
+#: coordinator (``ECP-DP-5``), so a sample value there would change the request, not its message's shape
+BOUND: dict[str, frozenset[str]] = {
+    "EngineCoreOutputs": frozenset({"engine_index", "outputs", "utility_output", "finished_requests",
+                                    "wave_complete", "start_wave"}),
+    "EngineCoreOutput": frozenset({"request_id", "new_token_ids", "new_logprobs", "new_prompt_logprobs_tensors",
+                                   "pooling_output", "finish_reason", "stop_reason", "routed_experts",
+                                   "new_sampling_mask", "prompt_token_id_logprobs", "error"}),
 }
 
 #: what the ``long`` form appends to every array struct (elements a future release might add)
@@ -189,11 +211,16 @@ class OutputForm:
     """One engine's writer of output messages in the form ``name`` (stateful: the ``python`` form
     marks each request's first output, the ``scalars`` form alternates the timestamp's type)."""
 
-    def __init__(self, name: str = "full", finish_code: int | None = None) -> None:
+    def __init__(self, name: str = "full", finish_code: int | None = None, codec: Any = None) -> None:
         if name not in FORMS:
             raise ValueError(f"unknown output form {name!r} (known: {', '.join(FORMS)})")
         self.name = name
         self.finish_code = finish_code
+        self._encode = (codec or codec_033).encode_outputs
+        profile = getattr(codec, "profile", None)
+        self._fields = ((_defaults(profile.messages["EngineCoreOutputs"]), _defaults(profile.messages["EngineCoreOutput"]))
+                        if profile is not None else (_OUTPUTS_FIELDS, _OUTPUT_FIELDS))
+        self._profile = profile
         self._seen: set[str] = set()
         self._count = 0
         self._rewrite: Callable[[list, list[bytes]], tuple[Any, list[bytes]]] = getattr(
@@ -201,7 +228,7 @@ class OutputForm:
 
     def frames(self, msg: EngineCoreOutputs) -> list[bytes]:
         """The frames of ``msg`` in this form."""
-        frames = encode_outputs(msg)
+        frames = self._encode(msg)
         if self.name == "full" and self.finish_code is None:
             return frames
         self._count += 1
@@ -218,8 +245,9 @@ class OutputForm:
         return raw, aux
 
     def _short(self, raw: list, aux: list[bytes]) -> tuple[Any, list[bytes]]:
-        raw[_OUTPUTS] = [_cut(out, _OUTPUT_FIELDS) for out in raw[_OUTPUTS]]
-        return _cut(raw, _OUTPUTS_FIELDS), aux
+        outputs_fields, output_fields = self._fields
+        raw[_OUTPUTS] = [_cut(out, output_fields) for out in raw[_OUTPUTS]]
+        return _cut(raw, outputs_fields), aux
 
     def _long(self, raw: list, aux: list[bytes]) -> tuple[Any, list[bytes]]:
         raw[_OUTPUTS] = [[*out, *TRAILING] for out in raw[_OUTPUTS]]
@@ -255,9 +283,50 @@ class OutputForm:
                 tensor[2] = msgspec.msgpack.Ext(3, frames[tensor[2]])
         return msgspec.msgpack.encode(raw), []
 
+    def _sample_full(self, raw: list, aux: list[bytes]) -> tuple[Any, list[bytes]]:
+        return self._overlay(raw, "full"), aux
+
+    def _sample_sparse(self, raw: list, aux: list[bytes]) -> tuple[Any, list[bytes]]:
+        outputs_fields, output_fields = self._fields
+        raw = self._overlay(raw, "sparse")
+        raw[_OUTPUTS] = [_cut(out, output_fields) for out in raw[_OUTPUTS]]
+        return _cut(raw, outputs_fields), aux
+
+    def _overlay(self, raw: list, mode: str) -> list:
+        """``raw`` with every field outside :data:`BOUND` replaced by the release's ``mode`` sample;
+        in the full sample, scheduler stats are those a real engine sent (:data:`PYTHON_SCHEDULER_STATS`,
+        the release's keys): the layouts type some of their map keys as strings where vLLM decodes an
+        enum (``prefix_cache_stats.hits_by_source``), so their sample is no message vLLM could send."""
+        layout = self._layout()
+        for out in raw[_OUTPUTS]:
+            _put(out, layout, "EngineCoreOutput", mode)
+        _put(raw, layout, "EngineCoreOutputs", mode)
+        if mode == "full" and len(raw) > _STATS:
+            keys = {f.name for f in layout.messages["SchedulerStats"].fields}
+            raw[_STATS] = {k: v for k, v in PYTHON_SCHEDULER_STATS.items() if k in keys}
+        return raw
+
+    def _layout(self) -> Any:
+        if self._profile is not None:
+            return self._profile.layout
+        from ecp.spec.profile import shipped_profile
+
+        return shipped_profile("0.33").layout
+
     def _tensors_aux(self, raw: list, aux: list[bytes]) -> tuple[Any, list[bytes]]:
         for tensor in _tensors(raw):
             if isinstance(tensor[2], msgspec.msgpack.Ext):
                 aux.append(tensor[2].data)
                 tensor[2] = len(aux)   # index 0 is the payload frame
         return msgspec.msgpack.encode(raw), aux
+
+
+def _put(array: list, layout: Any, message: str, mode: str) -> None:
+    """Overwrite, in place, each element of the array struct ``message`` outside :data:`BOUND` with its value
+    in the layout's ``mode`` sample."""
+    from ecp.spec.layout.wire import sample
+
+    values = sample(layout, message, mode)  # type: ignore[arg-type]
+    for f in layout.messages[message].fields:
+        if f.name not in BOUND[message] and f.index < len(array):
+            array[f.index] = values[f.index]

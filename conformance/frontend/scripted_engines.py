@@ -31,8 +31,7 @@ import zmq.asyncio
 
 from ecp.spec import (
     ENGINE_CORE_DEAD, EngineCoreOutputs, EngineCoreRequest, EngineHandshakeMetadata, Hello, ProtocolError, Ready,
-    HandshakeTimeout, StartDPWave, UtilityOutput, UtilityRequest, UtilityResult, encode_engine_dead,
-    decode_handshake, decode_init, decode_ready_response, encode_handshake, encode_payload,
+    HandshakeTimeout, StartDPWave, UtilityOutput, UtilityRequest, UtilityResult, encode_engine_dead, encode_payload,
 )
 
 from ecp.spec.handshake import COORDINATOR_READY, XSUB_SUBSCRIBE
@@ -40,6 +39,7 @@ from ecp.spec.machine import COORDINATOR, Outputs, Send, StartWave, input_socket
 from ecp.spec.peer import Deviation, EnginePeer, Stage, Step
 from ecp.spec.peer.zmq_io import AsyncEngineSockets
 
+from .engine_release import EngineRelease, engine_release
 from .output_forms import OutputForm
 from .recorder import FrameRecord, Recorder
 from .script import HANDSHAKE_FAULTS, EngineScript, Generation, StepOutputs, default_ready_payload
@@ -53,8 +53,12 @@ class ScriptedEngine:
     """One engine played by the harness (global DP rank ``rank``)."""
 
     def __init__(self, ctx: zmq.asyncio.Context, rank: int, engine_count: int, handshake_address: str,
-                 script: EngineScript | None = None, recorder: Recorder | None = None) -> None:
+                 script: EngineScript | None = None, recorder: Recorder | None = None,
+                 release: EngineRelease | None = None) -> None:
+        """``release``: the vLLM release this engine speaks (its frames, its ready payload); 0.33 by default."""
         self.ctx = ctx
+        self.speaks = release or engine_release()
+        self.codec = self.speaks.codec
         self.rank = rank
         self.engine_count = engine_count
         self.handshake_address = handshake_address
@@ -75,7 +79,7 @@ class ScriptedEngine:
         self.peer = EnginePeer(rank, hello=Hello(local=script.hello_local, headless=script.hello_headless),
                                ready=Ready(local=script.hello_local, headless=script.hello_headless),
                                payload=self._payload, mode="record", hold_ready=not script.send_ready,
-                               deviate=self._deviate)
+                               deviate=self._deviate, codec=self.codec)
         self.machine = self.peer.machine
         self.io = AsyncEngineSockets(ctx, self.peer, linger_ms={"handshake": 0, "output": 0, "coordinator_output": 0},
                                      observe=self._observe)
@@ -173,7 +177,9 @@ class ScriptedEngine:
     def _payload(self, init: EngineHandshakeMetadata) -> bytes:
         # the script's map, exactly as written (extra or missing keys on purpose): around the machine
         payload = self.script.ready_payload
-        [frame] = encode_payload(default_ready_payload(self.rank, self.engine_count) if payload is None else payload)
+        if payload is None:
+            payload = default_ready_payload(self.rank, self.engine_count)
+        [frame] = encode_payload(self.speaks.ready_payload(payload))
         return frame  # a ready payload carries no tensor: one frame
 
     def _deviate(self, step: Step, index: int | None) -> Deviation | None:
@@ -184,13 +190,13 @@ class ScriptedEngine:
         script = self.script
         if step is Step.HELLO and fault in ("ready-first", "unknown-status"):
             if fault == "ready-first":
-                frame = encode_handshake(Ready(local=script.hello_local, headless=script.hello_headless))
+                frame = self.codec.encode_handshake(Ready(local=script.hello_local, headless=script.hello_headless))
             else:
                 frame = msgspec.msgpack.encode({"status": "HOWDY", "local": script.hello_local,
                                                 "headless": script.hello_headless})
             return Deviation(before=(Send("handshake", [frame]),))
         if step is Step.REGISTRATION and index == 0 and fault == "hello-twice":
-            frame = encode_handshake(Hello(local=script.hello_local, headless=script.hello_headless))
+            frame = self.codec.encode_handshake(Hello(local=script.hello_local, headless=script.hello_headless))
             return Deviation(before=(Send("handshake", [frame]),))
         return None
 
@@ -209,7 +215,7 @@ class ScriptedEngine:
             event = outcome[0]
             message = getattr(event, "init", None) or getattr(event, "wave", None)
         if message is None and error is None and frames:
-            message = _handshake_view(direction, channel, frames[-1])
+            message = _handshake_view(self.codec, direction, channel, frames[-1])
         self._record(direction, channel, index, frames, message=message, error=error)
 
     # -- serving ---------------------------------------------------------------------
@@ -309,7 +315,7 @@ class ScriptedEngine:
         """The writer of the current script's output form (a case may reprogram the engine)."""
         script, form = self.script, self._form
         if form is None or (form.name, form.finish_code) != (script.output_form, script.finish_code):
-            form = self._form = OutputForm(script.output_form, script.finish_code)
+            form = self._form = OutputForm(script.output_form, script.finish_code, codec=self.codec)
         return form
 
     def _record(self, direction: str, channel: str, client_index: int | None, frames: list[bytes],
@@ -327,7 +333,7 @@ class _Named(str):
 _GATE_FRAMES = {XSUB_SUBSCRIBE: _Named("subscription (01)"), COORDINATOR_READY: _Named("the coordinator's READY")}
 
 
-def _handshake_view(direction: str, channel: str, frame: bytes) -> Any:
+def _handshake_view(codec: Any, direction: str, channel: str, frame: bytes) -> Any:
     """What a handshake-time frame says, for the transcript: the engine's HELLO or READY and its
     ready payload (they are the engine's own, so they decode), the frontend's INIT when the machine
     did not hand it over, the coordinator gate's raw frames and ENGINE_CORE_DEAD by name; ``None`` for
@@ -338,9 +344,9 @@ def _handshake_view(direction: str, channel: str, frame: bytes) -> Any:
         return _Named("ENGINE_CORE_DEAD")
     try:
         if channel == "handshake":
-            return decode_handshake(frame) if direction == "out" else decode_init(frame)
+            return codec.decode_handshake(frame) if direction == "out" else codec.decode_init(frame)
         if channel == "input" and direction == "out":
-            return decode_ready_response(frame)
+            return codec.decode_ready_response(frame)
     except ProtocolError:
         return None   # a fault the script injected on purpose: its bytes are in the record
     return None

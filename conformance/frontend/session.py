@@ -30,7 +30,9 @@ import zmq.asyncio
 from ..launch import CommandPeer, LaunchError, PeerHandle
 from ..outcomes import CaseTimeout, PeerCrashed, Unsupported, Violation
 from ..pace import STARTUP_TIMEOUT_S, LaunchRecord, Pace
+from ..release import VERSION_CHANNEL
 from ..transcript import Transcript
+from .engine_release import EngineRelease, engine_release
 from .scripted_engines import EngineHandshakeFailed, ScriptedEngine
 from .http_driver import HttpDriver
 from .launcher import Placeholders, has_kv_connector, without_kv_connector
@@ -65,6 +67,8 @@ class FrontendRunConfig:
     workdir: str = ""
     #: capabilities the frontend lacks, declared with ``--frontend-lacks`` (ecp.conformance.capabilities)
     lacks: list[str] = field(default_factory=list)
+    #: the vLLM release the scripted engines speak (``--vllm``: a shipped release, a layout file, a vLLM tree)
+    vllm: str = "0.33"
 
 
 class LoopThread:
@@ -152,9 +156,11 @@ class FrontendUnderTest:
             to_transcript(rec)
             self._changed.set()
 
+        #: the release every scripted engine of this launch speaks
+        self.release: EngineRelease = engine_release(cfg.vllm)
         self.engines = [
             ScriptedEngine(ctx, rank, engine_count, self.placeholders.handshake_address,
-                           scripts[rank] if scripts else None)
+                           scripts[rank] if scripts else None, release=self.release)
             for rank in range(engine_count)
         ]
         for engine in self.engines:
@@ -211,10 +217,23 @@ class FrontendUnderTest:
             try:
                 self.caps = await probe(self.driver, kv_connector=self.kv_connector)
                 self.probe_s = time.monotonic() - started
+                await self._announce_version()
             finally:
                 self.driver.attributing = attributing
             self.transcript.note(f"capabilities: {self.caps.describe()}")
         return self.caps
+
+    async def _announce_version(self) -> None:
+        """``GET /version``'s answer, to the transcript's ``http/version`` channel: the release the frontend
+        announces is one fact of its fingerprint (:mod:`ecp.conformance.release`); a frontend without the
+        route says nothing."""
+        try:
+            reply = await self.driver.request("GET", "/version")
+        except Exception:  # noqa: BLE001 - a fact for the fingerprint, never a case's failure
+            return
+        if reply.ok and isinstance(reply.body, dict) and isinstance(reply.body.get("version"), str):
+            self.transcript.record("recv", VERSION_CHANNEL, [reply.body["version"].encode()],
+                                   lambda: f"GET /version: {reply.body['version']}")
 
     async def serving(self, timeout: float) -> None:
         """Wait until ``GET /health`` answers 200, then probe: for a launch started without waiting for
@@ -225,7 +244,8 @@ class FrontendUnderTest:
     def stranger(self, rank: int, script: Any = None) -> ScriptedEngine:
         """A scripted engine with a rank outside the configured ones (``ECP-HS-11``), started: it says
         HELLO on the frontend's handshake socket and follows whatever the frontend answers."""
-        engine = ScriptedEngine(self.ctx, rank, self.engine_count, self.placeholders.handshake_address, script)
+        engine = ScriptedEngine(self.ctx, rank, self.engine_count, self.placeholders.handshake_address, script,
+                                release=self.release)
         engine.recorder.sink = self._sink
         self.strangers.append(engine)
         engine.start(self.cfg.startup_timeout_s)
@@ -425,6 +445,8 @@ class FrontendManager:
         self.bursts: dict[int, Any] = {}
         #: the longest time a launch of this run took from its last engine's READY to GET /health 200
         self.healthy_after_s: float | None = None
+        #: the release the scripted engines speak (``--vllm``): cases ask it what the release has
+        self.release: EngineRelease = engine_release(cfg.vllm)
 
     # -- running case bodies -------------------------------------------------------
     def run(self, body: Callable[["FrontendManager"], Awaitable[T]]) -> T:
@@ -574,6 +596,10 @@ class FrontendManager:
             self._dirty = True
             raise
         return self._shared
+
+    def mark_broken(self) -> None:
+        """The harness broke mid-case (a case ERROR): the shared frontend's state is unknown."""
+        self.mark_dirty()
 
     def mark_dirty(self) -> None:
         """The shared frontend may be in a state later cases must not see: relaunch before reuse."""

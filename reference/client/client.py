@@ -44,6 +44,7 @@ from .handshake import STAGE_HELLO, STAGE_READY, HandshakeOwner, HandshakeResult
 from .health import Health
 from .lifecycle import RequestLifecycle
 from .outbox import Outbox
+from .release import ClientRelease
 from .registry import RequestRegistry
 from .router import Router
 from .stats import ClientStats
@@ -70,6 +71,8 @@ class EngineCoreClient(UtilityMethods):
     def __init__(self, config: ClientConfig | None = None) -> None:
         self.config = config or ClientConfig()
         self._ranks = self.config.engine_ranks
+        #: the release the engines speak: the machine's codec and the UTILITY methods it has
+        self.release = ClientRelease(self.config.vllm)
         self._health = Health()
         self._closed = False
         self._bound = False
@@ -197,7 +200,8 @@ class EngineCoreClient(UtilityMethods):
         self._check_open()
         cfg = self.config
         owner = self._faults.handshake(HandshakeOwner(self._ranks, None if cfg.bootstrapped else self._init_message(),
-                                                      bootstrapped=cfg.bootstrapped, limits=cfg.decode_limits))
+                                                      bootstrapped=cfg.bootstrapped, limits=cfg.decode_limits,
+                                                      codec=self.release.codec))
         poller = zmq.asyncio.Poller()
         assert self._input is not None
         poller.register(self._input, zmq.POLLIN)
@@ -364,9 +368,12 @@ class EngineCoreClient(UtilityMethods):
         Waits for every engine (``ECP-UTIL-7``), bounded by
         ``utility_timeout_s``. Raises :class:`UtilityCallFailed`,
         :class:`UtilityResultDecode`, :class:`InconsistentUtilityResults`,
-        :class:`UtilityTimeout` or the client's sticky error.
+        :class:`UtilityTimeout` or the client's sticky error; :class:`~ecp.spec.LocalProtocolError`
+        naming the release (nothing sent) for a method or arity the engines' release lacks
+        (``ClientConfig.vllm``).
         """
         self._check_ready()
+        args = self.release.fit(method, args)  # the release's method table: nothing sent that it lacks
         replies = await self._utilities.call(method, args, self._aggregation.targets(method, self._ranks))
         self._check_open()
         return self._aggregation.aggregate(method, replies, each=each)

@@ -45,6 +45,9 @@ class ClientConfig:
             above the longest single engine step (a large prefill).
         decode_limits: limits applied to every output message before decoding
             (``ECP-FRAME-9``).
+        vllm: the vLLM release the engines speak (``0.32``, a layout file or a vLLM tree, as
+            ``--vllm`` takes it; :mod:`.release`): frames are written and read as that release
+            does, and a UTILITY method it lacks is refused before it is sent. Default: 0.33.
         bugs: deliberate faults for the conformance self-proof (the names of
             :data:`ecp.reference.client.faults.FAULTS`); other names are
             ignored here so the frontend can pass its whole set.
@@ -67,6 +70,7 @@ class ClientConfig:
     peer_loss_grace_s: float = 0.1
     liveness_timeout_s: float | None = None
     decode_limits: DecodeLimits = DEFAULT_LIMITS
+    vllm: str = "0.33"
     bugs: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:

@@ -21,7 +21,7 @@ the minimum ``max_model_len`` (``ECP-HS-9``).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from ecp.spec import DEFAULT_LIMITS, DecodeLimits, EngineHandshakeMetadata, HandshakeError
 from ecp.spec.machine import Registration
@@ -41,8 +41,9 @@ class HandshakeOwner(FrontendPeer):
     """The client's handshake with N engines: the frontend skeleton (strict) and the client's policy."""
 
     def __init__(self, ranks: Sequence[int], init: EngineHandshakeMetadata | None,
-                 *, bootstrapped: bool = False, limits: DecodeLimits = DEFAULT_LIMITS) -> None:
-        super().__init__(ranks, init, clients=1, bootstrapped=bootstrapped, limits=limits)
+                 *, bootstrapped: bool = False, limits: DecodeLimits = DEFAULT_LIMITS, codec: Any = None) -> None:
+        """``codec``: the release the engines speak (:func:`ecp.spec.profile.wire_codec`; 0.33's by default)."""
+        super().__init__(ranks, init, clients=1, bootstrapped=bootstrapped, limits=limits, codec=codec)
         self._lora: tuple[int, tuple[bool, int]] | None = None
 
     def _check_identity(self, identity: bytes, where: str) -> None:

@@ -21,8 +21,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ecp.spec import VLLM_VERSION
 
+from ..client.release import NotInRelease
 from .faults import FrontendFaults
 from .generate import GENERATE_ROUTES, Generate, ServeASGI
 from .limits import abort_ids
@@ -124,7 +124,7 @@ class ServeApp:
             ecp_version = version("engine-core-protocol")
         except PackageNotFoundError:  # pragma: no cover - running from a checkout
             ecp_version = "unknown"
-        return json_response({"version": VLLM_VERSION, "ecp_version": ecp_version})
+        return json_response({"version": self.frontend.config.vllm_version, "ecp_version": ecp_version})
 
     async def load(self, request: Request) -> Response:
         load = len(self.frontend.index)
@@ -187,15 +187,24 @@ class ServeApp:
         carry the per-engine values (``ECP-UTIL-4``, ``ECP-UTIL-3``)."""
         try:
             return await call()
+        except NotInRelease as exc:
+            # the engines' release lacks the method or its arguments: nothing was sent (ecp serve --vllm)
+            raise _UtilityHTTPError(json_response(
+                {"error": {"message": exc.message, "type": "not_implemented", "param": None, "code": 501,
+                           "clause": exc.clause}}, 501)) from None
         except Exception as exc:
-            err = OpenAIError(500, str(exc), "server_error")
-            body = err.body()
-            for attr in ("values", "failures", "results"):
-                v = getattr(exc, attr, None)
-                if isinstance(v, dict):
-                    body["error"][attr] = {str(k): _jsonable(x) for k, x in v.items()}
-            body["error"]["clause"] = getattr(exc, "clause", None)
-            raise _UtilityHTTPError(json_response(body, 500)) from None
+            raise _UtilityHTTPError(self._utility_error(exc)) from None
+
+    @staticmethod
+    def _utility_error(exc: BaseException) -> Response:
+        """A failed utility call as a 500 carrying the per-engine values."""
+        body = OpenAIError(500, str(exc), "server_error").body()
+        for attr in ("values", "failures", "results"):
+            v = getattr(exc, attr, None)
+            if isinstance(v, dict):
+                body["error"][attr] = {str(k): _jsonable(x) for k, x in v.items()}
+        body["error"]["clause"] = getattr(exc, "clause", None)
+        return json_response(body, 500)
 
     async def _dev(self, request: Request, handler: Callable[[], Awaitable[Response]]) -> Response:
         try:

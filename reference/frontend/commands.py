@@ -46,6 +46,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--http", choices=("auto", "httptools", "h11"), default="auto",
                    help="HTTP/1.1 implementation: httptools (C parser, lean response path; the 'serve' extra "
                         "installs it) or h11 (pure Python); auto = httptools when installed (default)")
+    p.add_argument("--vllm", default="0.33", metavar="RELEASE|PATH",
+                   help="the vLLM release the engines speak: a shipped release (0.21 ... 0.33), a layout file or a "
+                        "vLLM checkout or wheel (default %(default)s). Frames are written and read as that release "
+                        "does; a dev route whose utility method the release lacks answers 501 naming the release")
     p.add_argument("--log-level", default="warning")
     p.set_defaults(func=_serve)
 

@@ -22,7 +22,7 @@ from typing import Any, Sequence, Union
 
 import msgspec
 
-from ecp.spec import EngineCoreOutput, EngineCoreRequest, FinishReason
+from ecp.spec import VLLM_VERSION, EngineCoreOutput, EngineCoreRequest, FinishReason
 
 from ..tokenizer import Tokenizer
 from . import ids as idconv
@@ -46,6 +46,8 @@ class FrontendConfig:
     kv_connector: str | None = None
     bugs: frozenset[str] = frozenset()
     dev_mode: bool = False
+    #: what ``GET /version`` reports: the vLLM release the engines speak (``ecp serve --vllm``)
+    vllm_version: str = VLLM_VERSION
 
 
 @dataclass

@@ -129,7 +129,7 @@ class Translator:
             return lambda v: build(_none_or(item, x) for x in v)
         if origin is dict:
             value = self.converter(args[1]) if len(args) == 2 else _plain
-            return lambda v: {k: _none_or(value, x) for k, x in v.items()}
+            return lambda v: {k: _none_or(value, x) for k, x in _as_map(v).items()}
         if origin is typing.Union or origin is types.UnionType:
             members = [a for a in args if a is not type(None)]
             if len(members) == 1:
@@ -177,6 +177,14 @@ _KEEP = object()
 _REFUSE = object()
 _INT_FORMATS = {"int64": "q", "<i8": "q", "int32": "i", "<i4": "i", "int16": "h", "<i2": "h", "int8": "b",
                 "|i1": "b", "uint8": "B", "|u1": "B", "uint32": "I", "<u4": "I", "uint64": "Q", "<u8": "Q"}
+
+
+def _as_map(value: Any) -> Any:
+    """A message where the target keeps a plain map (0.33's ``EngineCoreOutput.spec_decode_metrics``, a
+    ``RequestSpecDecodeMetrics`` of 0.29..0.32) as that map, keyed by the layout's field names."""
+    if isinstance(value, msgspec.Struct):
+        return {f.encode_name: getattr(value, f.name) for f in msgspec.structs.fields(value)}
+    return value
 
 
 def _nil_default(info: Any) -> Any:

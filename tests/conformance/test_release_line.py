@@ -134,3 +134,20 @@ def test_auto_picks_the_release_from_the_ready_payload_and_says_so(run_ecp, tmp_
 def test_an_unknown_release_is_a_usage_error(run_ecp):
     code, _ = run_ecp("conformance", "engine", "--vllm", "0.99", "--adapter", "scripted_engine:start")
     assert code == 2
+
+
+def test_frontend_version_is_a_fact_and_the_advice_is_the_flag():
+    """In the frontend role GET /version's answer (recorded on ``http/version``) counts, the run's
+    release under test travels with the verdict, and the advice is ``--vllm``: the role has it."""
+    from ecp.conformance.release import ReleaseWatch, release_line
+
+    watch = ReleaseWatch("frontend", "0.33")
+    watch.observe("recv", "http/version", [b"0.32.0"])
+    watch.observe("recv", "http", [b"not a version channel"])  # HTTP lines are no facts
+    data = watch.to_dict()
+    assert data["best"] == ["0.32"] and data["under_test"] == "0.33"
+    assert release_line(data, "frontend") == \
+        "this frontend speaks vLLM 0.32 (vllm_version 0.32.0), not 0.33: rerun with --vllm 0.32"
+    judged = ReleaseWatch("frontend", "0.32")
+    judged.observe("recv", "http/version", [b"0.32.0"])
+    assert release_line(judged.to_dict(), "frontend") is None

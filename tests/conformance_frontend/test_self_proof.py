@@ -54,7 +54,7 @@ KNOB_CASES: dict[str, tuple[str, ...]] = {
     "sampling-params-array": ("FE-REQ-8",),
     "abort-every-engine": ("FE-ABORT-11", "FE-ABORT-1", "FE-ABORT-2"),
     "abort-external-id": ("FE-ABORT-12", "FE-ABORT-7", "FE-ABORT-8", "FE-ABORT-9", "FE-ABORT-10"),
-    "strict-output-arrays": ("FE-OUT-4",),
+    "strict-output-arrays": ("FE-OUT-4", "FE-OUT-9"),
     "int-for-float-refused": ("FE-OUT-5",),
     "aux-frames-dropped": ("FE-OUT-6",),
     "timestamps-compared": ("FE-OUT-7",),

@@ -140,3 +140,20 @@ def test_machines_speak_a_release_end_to_end(release):
     p.call(0, 5, "reset_prefix_cache")
     got = p.output(0, reply(0, 5, True))
     assert got and not p.fe.violations
+
+
+def test_a_release_s_message_where_033_keeps_a_map():
+    """0.29..0.32 send ``EngineCoreOutput.spec_decode_metrics`` as a ``RequestSpecDecodeMetrics`` message;
+    0.33's class holds it as a plain map: the translation gives that map, keyed by the layout's names."""
+    import msgspec
+
+    from ecp.spec.layout.wire import sample
+    from ecp.spec.profile import shipped_profile, wire_codec
+
+    for release in ("0.29", "0.32"):
+        profile = shipped_profile(release)
+        raw = sample(profile.layout, "EngineCoreOutputs", "full")
+        raw[4] = None   # the sample's utility result is no value a caller could have asked for
+        out = wire_codec(profile).decode_outputs([msgspec.msgpack.encode(raw)]).outputs[0]
+        assert isinstance(out.spec_decode_metrics, dict), release
+        assert out.spec_decode_metrics["num_spec_tokens"] == 7, (release, out.spec_decode_metrics)

@@ -198,6 +198,7 @@ async def unexpected_identity_rejected(m: FrontendManager) -> None:
 
 async def lora_disagreement_rejected(m: FrontendManager) -> None:
     """FE-HS-8."""
+    m.release.require(field=("EngineCoreReadyResponse", "supports_lora"))  # no LoRA in the ready payload before 0.29
     window = await m.refusal_window()
     n = max(2, m.cfg.engine_count)
     scripts = []

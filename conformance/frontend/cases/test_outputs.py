@@ -160,6 +160,11 @@ async def python_and_rust_output_forms(m: FrontendManager) -> None:
     await _served_alike(await m.shared(), ("python", "rust"))
 
 
+async def release_output_shapes(m: FrontendManager) -> None:
+    """FE-OUT-9: the release's full and sparse samples (``--vllm``: the engines write that release's frames)."""
+    await _served_alike(await m.shared(), ("sample-full", "sample-sparse"))
+
+
 async def unknown_finish_reason_not_normal(m: FrontendManager) -> None:
     """FE-OUT-8: in a launch of its own, since refusing the message may end the frontend."""
     scripts = [EngineScript(finish_code=UNKNOWN_FINISH_REASON) for _ in range(m.cfg.engine_count)]
@@ -214,3 +219,8 @@ def test_python_and_rust_output_forms(frontends):
 @case("FE-OUT-8")
 def test_unknown_finish_reason_not_normal(frontends):
     frontends.run(unknown_finish_reason_not_normal)
+
+
+@case("FE-OUT-9")
+def test_release_output_shapes(frontends):
+    frontends.run(release_output_shapes)
