@@ -5,7 +5,7 @@
 A supervisor starts one process per rank (``--engine-count 1 --engine-start-index K``, as ``ecp
 engine`` does), and keeps running when a rank dies. Each rank process serves its rank (the
 reference engine, in a thread) and, once ready, forks a child that holds the rank's connections
-open and does nothing. A SIGKILL of the rank's process then closes no connection, sends no
+open and does nothing (forked by the engine thread as it becomes ready, before it serves). A SIGKILL of the rank's process then closes no connection, sends no
 ENGINE_CORE_DEAD and exits no command: no frontend can tell the rank is dead. SIGTERM stops it all.
 """
 
@@ -33,23 +33,38 @@ def _keep_connections(watch: int) -> None:
             os._exit(0)
 
 
+class _ForkOnReady(threading.Event):
+    """The engine thread sets its ``ready`` event once READY went out and before it serves
+    anything: the child is forked right there, so every connection is held by it before the
+    frontend's first request can be answered (a fork from the main thread would race the session)."""
+
+    def __init__(self, watch: int) -> None:
+        super().__init__()
+        self._watch = watch
+
+    def set(self) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # forking a threaded process: the child only sleeps
+            if os.fork() == 0:
+                _keep_connections(self._watch)
+        super().set()
+
+
 def rank(address: str, index: int, size: int) -> int:
-    from ecp.reference.engine.launcher import launch
+    from ecp.reference.engine.config import config_from_options
+    from ecp.reference.engine.server import EngineServer
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    handle = launch(address, 1, index, mode="thread", data_parallel_size=size)
-    if not handle.wait_ready(60):
-        handle.stop(5)
-        return 1
-    supervisor = os.getppid()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # forking a threaded process: the child only sleeps
-        if os.fork() == 0:
-            _keep_connections(supervisor)
-    while not stop.wait(0.2) and handle.alive():
+    server = EngineServer(config_from_options(), rank=index, handshake_address=address, data_parallel_size=size,
+                          local_index=0, stop_event=stop)
+    server.ready = _ForkOnReady(os.getppid())
+    thread = threading.Thread(target=server.run, name=f"hider-engine-{index}", daemon=True)
+    thread.start()
+    while not stop.wait(0.2) and thread.is_alive():
         pass
-    handle.stop(5)
+    stop.set()
+    thread.join(5)
     return 0
 
 
