@@ -38,6 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     eng.add_argument("--process-faults", action=argparse.BooleanOptionalAction, default=True,
                      help="give some sessions one process fault: SIGSTOP/SIGCONT of one rank's process, or a "
                           "SIGKILL of it, after which the engine must be seen dead (on)")
+    from ..capabilities import flag_choices
+
+    eng.add_argument("--engine-lacks", action="append", default=[], metavar="CAP", choices=flag_choices("engine"),
+                     help="declare a capability the engine lacks, as for `ecp conformance engine` (repeatable): "
+                          "with logprobs, a request that asked for logprobs may get none (ECP-HS-4)")
     eng.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the engine")
     eng.set_defaults(func=_explore_engine)
 
@@ -117,7 +122,7 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 def _explore_engine(args: argparse.Namespace) -> int:
     return _explore(args, "engine", transport=args.transport, malformed=not args.no_malformed,
-                    process_faults=args.process_faults)
+                    process_faults=args.process_faults, engine_lacks=tuple(args.engine_lacks))
 
 
 def _explore_frontend(args: argparse.Namespace) -> int:

@@ -95,6 +95,8 @@ class _Play:
     ranks: list[_Rank] = field(default_factory=list)
     rids: dict[int, str] = field(default_factory=dict)
     client_of: dict[str, int] = field(default_factory=dict)
+    #: request id -> its prompt (a repeat of a greedy ADD sends the same one)
+    prompts: dict[str, list[int]] = field(default_factory=dict)
     sent: int = 0
     step: int | None = None
     #: the launched peer, for the process faults (None: none can be sent)
@@ -145,8 +147,21 @@ class _Play:
         max_tokens = max(1, min(int(s["max_tokens"]), limit - 1))
         prompt_len = limit + 2 if s.get("oversize") else max(1, min(int(s["prompt_len"]), limit - max_tokens))
         sampling = {k: s[k] for k in ("temperature", "logprobs", "prompt_logprobs") if s.get(k) is not None}
-        req = self.fe.request(rid, max_tokens=max_tokens, prompt=[1 + (ref + j) % 97 for j in range(prompt_len)],
-                              client=client, **sampling)
+        prompt = [1 + (ref + j) % 97 for j in range(prompt_len)]
+        stop_token = None
+        first = self.rids.get(s.get("same_prompt_as", -1))
+        if first is not None:  # a repeat of a greedy ADD: its k-th token, if it came, is the stop token
+            prompt = self.prompts[first]
+            # the twin's k-th token is what the repeat stops on: wait for it (or its end), bounded
+            deadline = time.monotonic() + self.step_timeout / 2
+            while len(self.fe.tokens(first)) <= int(s["stop_at"]) and not self.fe.terminals(first) \
+                    and time.monotonic() < deadline:
+                self.fe.observe(0.01)
+            produced = self.fe.tokens(first)
+            if len(produced) > int(s["stop_at"]):
+                stop_token = produced[int(s["stop_at"])]
+                sampling["stop_token_ids"] = [stop_token]
+        req = self.fe.request(rid, max_tokens=max_tokens, prompt=prompt, client=client, **sampling)
         changes: dict[str, Any] = {}
         if s.get("abort_immediately"):
             changes["abort_immediately"] = True
@@ -157,12 +172,14 @@ class _Play:
         self.fe.add(req, engine)
         self.sent += 1
         self.rids[ref] = rid
+        self.prompts[rid] = prompt
         self.client_of[rid] = client
         paused = self.ranks[engine].paused
         self.history.requests[rid] = RequestRecord(
             rid, engine, max_tokens, self.step, owes_terminal=not s.get("abort_immediately"),
             wave=changes.get("current_wave"), while_paused=paused is not None and paused[0] == "generation",
-            abort_immediately=bool(s.get("abort_immediately")))
+            abort_immediately=bool(s.get("abort_immediately")), stop_token=stop_token,
+            logprobs=s.get("logprobs"))
         return True
 
     def _abort(self, s: dict[str, Any]) -> bool:

@@ -108,9 +108,32 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
             frames = r.choice(GARBAGE)  # drawn either way: the rest of the session stays the same
             steps.append({"op": "garbage", "engine": engine, "client": client, "frames": frames} if malformed
                          else {"op": "wait", "until": "replies"})
+    _stop_repeats(random.Random(f"stop-repeat-{seed}"), steps, refs)
     if process_faults:
         _process_fault(random.Random(f"process-fault-{seed}"), topo, steps)
     return Session(topo, steps, seed)
+
+
+#: the share of greedy ADDs that are repeated with one of their own tokens as a stop token
+STOP_REPEAT_P = 0.3
+
+
+def _stop_repeats(r: random.Random, steps: list[dict[str, Any]], refs: int) -> None:
+    """Repeat some greedy ADDs (same prompt, same engine) with ``stop_token_ids`` naming the k-th
+    token the first one produced: the repeat must end there with STOP and ``stop_reason`` that
+    token (ECP-REQ-5), also when that token is its last allowed one. Drawn from a stream of its
+    own, so the rest of the session is unchanged."""
+    greedy = [i for i, st in enumerate(steps) if st["op"] == "add" and st["temperature"] == 0.0
+              and not st["oversize"] and not st["abort_immediately"] and st["max_tokens"] >= 3]
+    for i in reversed(greedy):
+        if r.random() >= STOP_REPEAT_P:
+            continue
+        first = steps[i]
+        k = r.choice((0, 1, 2))
+        repeat = {**first, "ref": refs, "same_prompt_as": first["ref"], "stop_at": k,
+                  "max_tokens": r.choice((k + 1, 8, 32)), "logprobs": None, "prompt_logprobs": None, "wave": None}
+        refs += 1
+        steps.insert(r.randint(i + 1, len(steps)), repeat)
 
 
 def _process_fault(r: random.Random, topo: Topology, steps: list[dict[str, Any]]) -> None:

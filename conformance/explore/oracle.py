@@ -69,6 +69,10 @@ class RequestRecord:
     #: added while its rank's generation was paused (the reply to the pause had come)
     while_paused: bool = False
     abort_immediately: bool = False
+    #: the one id in its stop_token_ids: a token a greedy twin of it produced (None: no stop token)
+    stop_token: int | None = None
+    #: the logprobs it asked for (None: none)
+    logprobs: int | None = None
 
 
 @dataclass
@@ -168,6 +172,7 @@ def check_requests(fe, history: History) -> list[Finding]:
         if rec.owes_terminal and not terminals and history.killed_at is None:
             found.append(Finding("ECP-OUT-1", f"request {rid} (max_tokens={rec.max_tokens}) never got a terminal "
                                               f"output ({len(fe.tokens(rid))} tokens)", rec.step))
+        found += _stop_and_logprobs(fe, rec, terminals)
         if rec.aborted_running_at is None:
             continue
         bound = history.stretched(rec.engine, rec.aborted_running_at, ABORT_GRACE_S)
@@ -194,6 +199,34 @@ def check_requests(fe, history: History) -> list[Finding]:
                 found.append(Finding("ECP-DP-5", f"rank {rank} finished a request stamped current_wave={wave} "
                                                  f"and then reported wave_complete={msg.wave_complete}", step))
                 break
+    return found
+
+
+def _stop_and_logprobs(fe, rec: RequestRecord, terminals: list[Any]) -> list[Finding]:
+    """A stop token ends its request with STOP and that token as stop_reason, also when it is the
+    last token allowed (ECP-REQ-5); a request that asked for logprobs gets them with every token
+    unless the engine declared that it lacks them (ECP-HS-4)."""
+    found = []
+    rid = rec.rid
+    if rec.logprobs is not None and "logprobs" not in fe.declared_lacks:
+        bare = [out for _client, msg in fe.messages if hasattr(msg, "outputs")
+                for out in msg.outputs if out.request_id == rid and out.new_token_ids and out.new_logprobs is None]
+        if bare:
+            found.append(Finding("ECP-HS-4", f"request {rid} asked for logprobs={rec.logprobs} and got "
+                                             f"{sum(len(o.new_token_ids) for o in bare)} token(s) without them, "
+                                             "from an engine that did not declare that it lacks logprobs", rec.step))
+    if rec.stop_token is None or not terminals:
+        return found
+    tokens = fe.tokens(rid)
+    end = terminals[0].output
+    if rec.stop_token not in tokens or end.finish_reason in (FinishReason.ABORT, FinishReason.ERROR):
+        return found
+    at = tokens.index(rec.stop_token)
+    if len(tokens) > at + 1 or end.finish_reason != FinishReason.STOP or end.stop_reason != rec.stop_token:
+        found.append(Finding("ECP-REQ-5", f"request {rid} produced its stop token {rec.stop_token} as token "
+                                          f"{at + 1} of {len(tokens)} (max_tokens={rec.max_tokens}) and ended with "
+                                          f"{end.finish_reason!r}, stop_reason={end.stop_reason!r}; expected STOP there, "
+                                          f"stop_reason={rec.stop_token}", rec.step))
     return found
 
 

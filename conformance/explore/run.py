@@ -55,6 +55,8 @@ class ExploreOptions:
     malformed: bool = True
     #: whether some sessions include a process fault (SIGSTOP/SIGCONT or SIGKILL of one rank)
     process_faults: bool = True
+    #: capabilities the engine was declared to lack (``--engine-lacks``, ecp.conformance.capabilities)
+    engine_lacks: tuple[str, ...] = ()
     #: replays of a finding's first session (and of its shrunk session) that decide whether it reproduces
     confirm_runs: int = CONFIRM_RUNS
 
@@ -129,7 +131,8 @@ class Runner:
         self.opts = opts
         self.cfg = EngineRunConfig(command=list(opts.command), transport=opts.transport,
                                    engine_count=opts.engine_count, startup_timeout_s=opts.startup_timeout_s,
-                                   quiet_window_s=opts.quiet_window_s, workdir=workdir)
+                                   quiet_window_s=opts.quiet_window_s, workdir=workdir,
+                                   lacks=list(opts.engine_lacks))
         self.ctx = zmq.Context()
         self.launches = 0
         self.sessions = 0
