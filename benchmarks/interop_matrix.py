@@ -114,6 +114,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_healthy(client: "httpx.Client", group: "Group", end: float) -> str | None:
+    """Poll ``GET /health`` until it answers 200 (None) or the group's processes die or the
+    monotonic deadline ``end`` passes (what went wrong)."""
+    while True:
+        if group.dead():
+            return "; ".join(group.dead())
+        try:
+            if client.get("/health", timeout=2.0).status_code == 200:
+                return None
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > end:
+            return f"/health never answered 200 within {START_BUDGET_S:g}s"
+        time.sleep(0.5)  # polling a server that is starting: there is no event to wait on
+
+
 class Group:
     """Processes started for one smoke row, each in its own process group, all stopped at the end."""
 
@@ -165,17 +181,9 @@ def run_smoke(row: Row, peer: Path, logdir: Path) -> tuple[bool, str]:
         base = f"http://127.0.0.1:{http}"
         end = time.monotonic() + START_BUDGET_S
         with httpx.Client(base_url=base, timeout=30.0) as client:
-            while True:
-                if group.dead():
-                    return False, "; ".join(group.dead())
-                try:
-                    if client.get("/health", timeout=2.0).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > end:
-                    return False, f"/health never answered 200 within {START_BUDGET_S:g}s"
-                time.sleep(0.5)  # polling a server that is starting: there is no event to wait on
+            problem = wait_healthy(client, group, end)
+            if problem:
+                return False, problem
             model = client.get("/v1/models").json()["data"][0]["id"]
             done = []
             for k in range(2 * dp):  # enough requests to reach every engine

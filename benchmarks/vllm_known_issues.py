@@ -40,7 +40,7 @@ import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from interop_matrix import START_BUDGET_S, Group, free_port  # noqa: E402
+from interop_matrix import START_BUDGET_S, Group, free_port, wait_healthy  # noqa: E402
 from procstat import tree_cpu_seconds  # noqa: E402
 
 #: per decode step of the model-free executor (as the interop matrix runs it)
@@ -134,19 +134,10 @@ def main() -> int:
             base = f"http://127.0.0.1:{http}"
             end = time.monotonic() + START_BUDGET_S
             with httpx.Client(base_url=base, timeout=60.0) as client:
-                while True:
-                    if group.dead():
-                        print("start-up:", "; ".join(group.dead()))
-                        return 1
-                    try:
-                        if client.get("/health", timeout=2.0).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    if time.monotonic() > end:
-                        print(f"start-up: /health never answered 200 within {START_BUDGET_S:g}s")
-                        return 1
-                    time.sleep(0.5)  # polling a server that is starting: there is no event to wait on
+                problem = wait_healthy(client, group, end)
+                if problem:
+                    print("start-up:", problem)
+                    return 1
                 name = client.get("/v1/models").json()["data"][0]["id"]
 
                 def step(label: str, action) -> None:
