@@ -35,20 +35,21 @@ _RULE_CLAUSES = {
     "DIFF-054": "ECP-UTIL-9", "DIFF-055": "ECP-UTIL-9", "DIFF-056": "ECP-UTIL-9",
 }
 _ENUM_CLAUSES = {"FinishReason": "ECP-OUT-4"}
+_STRUCT_REF = re.compile(r"struct:(\w+)")
 
 
 def reachable(layout: Layout, root: str, seen: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """``root`` and every message its fields hold, nested (breadth first), except those in ``seen``."""
-    out: list[str] = []
+    out: dict[str, None] = {}  # insertion-ordered set
     queue = [root]
     while queue:
         current = queue.pop(0)
         if current in seen or current in out or current not in layout.messages:
             continue
-        out.append(current)
+        out[current] = None
         for f in layout.messages[current].fields:
-            queue += re.findall(r"struct:(\w+)", f.type)
-    return out
+            queue += _STRUCT_REF.findall(f.type)
+    return list(out)
 
 
 def frames_reaching(layout: Layout) -> dict[str, str]:
