@@ -26,7 +26,8 @@ from test_self_proof import SERVE
 
 #: the 13 runs share one fixture: its time (about 10 s on 2 idle cores) counts against the first test,
 #: so the module's bound is above the default 120 s a loaded machine can exceed
-pytestmark = pytest.mark.timeout(600)
+# one xdist worker runs the module, so its module fixture (13 launches) runs once
+pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("frontend-release-runs")]
 
 RELEASE_CASES = ("FE-HS-1", "FE-REQ-1", "FE-OUT-4", "FE-OUT-9", "FE-UTIL-4")
 #: releases checked at a time (each run is mostly two Python processes starting)

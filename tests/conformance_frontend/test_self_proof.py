@@ -139,6 +139,10 @@ def knob_runs(tmp_path_factory) -> dict[str, tuple[int, dict[str, dict], str]]:
         return {knob: run.result() for knob, run in runs.items()}
 
 
+# one xdist worker computes the module fixture, once; it is 42 harness runs (about 60 s on two idle
+# cores, beside the other worker), which the first test's setup pays within its timeout
+@pytest.mark.xdist_group("frontend-knob-runs")
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("knob", sorted(KNOB_CASES))
 def test_bug_knob_fails_its_named_cases(knob_runs, knob):
     named = KNOB_CASES[knob]

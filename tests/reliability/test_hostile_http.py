@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 import hostile_http as hh
 
-pytestmark = pytest.mark.slow
+# one xdist worker runs the module, so its module fixture (a served app) starts once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile-http-app")]
 
 
 def test_a_short_seeded_campaign_meets_every_criterion():
