@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..frontend.cases._common import PROMPT_ABORT_S
-from ..frontend.cases.test_abort import ABORT_BY_ID_ATTEMPTS
+from ..frontend.cases.test_abort import ABORT_ATTEMPTS
 from ..frontend.http_driver import Reply, abort_by_ids
 from ..frontend.script import EngineScript
 from ..frontend.session import FrontendManager, FrontendUnderTest
@@ -227,7 +227,7 @@ class _Play:
         init = self.fe.engines[0].init if self.fe.engines else None
         several = init is not None and len(init.addresses.inputs) > 1
         owed = self._running_ids(ids) if several else []
-        for attempt in range(ABORT_BY_ID_ATTEMPTS if several else 1):
+        for attempt in range(ABORT_ATTEMPTS if several else 1):
             reply = await self._bounded(abort_by_ids(self.fe.driver, api, ids, new_connection=several),
                                         f"POST {api.path}")
             self.sent += 1

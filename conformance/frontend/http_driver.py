@@ -208,5 +208,7 @@ async def abort_by_ids(driver: HttpDriver, api: AbortApi, ids: list[str], *,
                                 headers={"Connection": "close"} if new_connection else None)
 
 
-async def abort_all(driver: HttpDriver, api: AbortApi) -> Reply:
-    return await driver.request("POST", api.path, json_body=dict(api.all_body))
+async def abort_all(driver: HttpDriver, api: AbortApi, *, new_connection: bool = False) -> Reply:
+    """``new_connection``: as for :func:`abort_by_ids`."""
+    return await driver.request("POST", api.path, json_body=dict(api.all_body),
+                                headers={"Connection": "close"} if new_connection else None)

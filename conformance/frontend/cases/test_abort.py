@@ -23,8 +23,36 @@ from ecp.conformance.outcomes import CaseTimeout, Violation
 from ecp.conformance.registry import case
 
 
-#: How many times FE-ABORT-8 makes its abort call to a frontend of several API server processes.
-ABORT_BY_ID_ATTEMPTS = 6
+#: How many times FE-ABORT-8/9 make their abort call to a frontend of several API server processes.
+ABORT_ATTEMPTS = 6
+
+
+async def _until_some_process_acts(fe, call, acted, what: str) -> tuple[bool, list[str], int]:
+    """Make the explicit abort ``call(new_connection)`` until ``acted()`` holds.
+
+    A frontend made of several API server processes (its INIT lists several clients) aborts what the
+    process that received the call knows (ECP-ABORT-8 sentence 3), and each new connection goes to
+    whichever process accepts it: the call is repeated, each time on a new connection, until one
+    reaches a process that acts, at most ``ABORT_ATTEMPTS`` times. A frontend of one client gets one
+    call. Returns whether it acted, the answers ("HTTP 200 '...'") and how many calls were allowed."""
+    init = fe.engines[0].init
+    clients = len(init.addresses.inputs) if init is not None else 1
+    attempts = ABORT_ATTEMPTS if clients > 1 else 1
+    answers: list[str] = []
+    for attempt in range(attempts):
+        reply = await call(clients > 1)
+        expect(reply.ok, f"POST {fe.require_abort_api().path} answered HTTP {reply.status_code}: {reply.text[:200]}")
+        answers.append(f"HTTP {reply.status_code} {reply.text[:80]!r}")
+        try:
+            await fe.until(acted, EXPECT_S if attempt == 0 else PROMPT_ABORT_S, what)
+            return True, answers, attempts
+        except CaseTimeout:
+            continue
+    return False, answers, attempts
+
+
+def _calls_made(attempts: int) -> str:
+    return f" ({attempts} calls on new connections: the frontend has several clients)" if attempts > 1 else ""
 
 
 async def single_drop_aborted_promptly(m: FrontendManager) -> None:
@@ -61,31 +89,16 @@ async def explicit_abort_by_id(m: FrontendManager) -> None:
     target = (await open_held(fe, 1, chat=chat))[0]
     (target_rid, target_engine), = [(rid, e) for e in fe.engines for rid in e.generation.active]
     bystander = (await open_held(fe, 1, chat=chat))[0]
-    # a frontend of several API server processes (one client each: INIT lists several inputs) aborts
-    # what the process that received the call knows (ECP-ABORT-8): the call is repeated, each time on a
-    # new connection, until one reaches the process that owns the request
-    init = target_engine.init
-    clients = len(init.addresses.inputs) if init is not None else 1
-    attempts = ABORT_BY_ID_ATTEMPTS if clients > 1 else 1
     try:
         expect(target.response_id, "the stream carried no response id to abort by")
-        answers = []
-        for attempt in range(attempts):
-            reply = await abort_by_ids(fe.driver, api, [target.response_id], new_connection=clients > 1)
-            expect(reply.ok, f"POST {api.path} answered HTTP {reply.status_code}: {reply.text[:200]}")
-            answers.append(f"HTTP {reply.status_code} {reply.text[:80]!r}")
-            try:
-                await fe.until(lambda: target_rid in target_engine.generation.aborted_ids,
-                               EXPECT_S if attempt == 0 else PROMPT_ABORT_S,
-                               "the ABORT of the request named in the abort call")
-                break
-            except CaseTimeout:
-                continue
-        else:
+        acted, answers, attempts = await _until_some_process_acts(
+            fe, lambda new: abort_by_ids(fe.driver, api, [target.response_id], new_connection=new),
+            lambda: target_rid in target_engine.generation.aborted_ids,
+            "the ABORT of the request named in the abort call")
+        if not acted:
             raise Violation(f"POST {api.path} {json.dumps(api.ids_body([target.response_id]))} answered "
                             f"{'; '.join(answers)} but sent no ABORT for {target_rid!r} to engine "
-                            f"{target_engine.rank}" + (f" ({attempts} calls on new connections: the frontend has "
-                                                       f"{clients} clients)" if attempts > 1 else ""))
+                            f"{target_engine.rank}" + _calls_made(attempts))
         await _abort_stream_ends(target, "explicitly aborted stream")
         bystanders = [rid for e in fe.engines for rid in e.generation.aborted_ids if rid != target_rid]
         expect(not bystanders, f"aborting one request also aborted {bystanders}")
@@ -99,7 +112,9 @@ async def explicit_abort_all(m: FrontendManager) -> None:
     "All" is what the process that received the HTTP call knows: a frontend made of several API
     server processes (vLLM's Python frontend runs one per DP rank, each its own client with its own
     input socket) aborts the requests of that one client. So the requests that must be aborted are
-    those of every client that sent an ABORT for the call, and at least one client must."""
+    those of every client that sent an ABORT for the call, and at least one client must; a call that
+    reached a process with no open request sends none, so it is repeated on new connections as
+    FE-ABORT-8's is."""
     fe = await m.shared()
     api = fe.require_abort_api()
     program(fe, held_script())
@@ -116,17 +131,18 @@ async def explicit_abort_all(m: FrontendManager) -> None:
         return {rank: {rid for rid in ids if client_of.get(rid) in clients} for rank, ids in running.items()}
 
     try:
-        reply = await abort_all(fe.driver, api)
-        sent = f"POST {api.path} {json.dumps(dict(api.all_body))} (abort-all, ECP-HTTP-7)"
-        expect(reply.ok, f"{sent} answered HTTP {reply.status_code}: {reply.text[:200]}")
-        sent += f" answered HTTP {reply.status_code} {reply.text[:100]!r}"
+        acted, answers, attempts = await _until_some_process_acts(
+            fe, lambda new: abort_all(fe.driver, api, new_connection=new), lambda: bool(aborting()),
+            "an ABORT after the abort-all call")
+        sent = (f"POST {api.path} {json.dumps(dict(api.all_body))} (abort-all, ECP-HTTP-7) answered "
+                f"{'; '.join(answers)}")
+        if not acted:
+            raise Violation(f"{sent}, but the frontend sent no ABORT although "
+                            f"{sum(map(len, running.values()))} requests were open" + _calls_made(attempts))
         try:
-            await fe.until(lambda: aborting() and all(due()[e.rank] <= e.generation.aborted_ids for e in fe.engines),
+            await fe.until(lambda: all(due()[e.rank] <= e.generation.aborted_ids for e in fe.engines),
                            EXPECT_S, "ABORTs for every open request of the client that received the call")
         except CaseTimeout:
-            if not aborting():
-                raise Violation(f"{sent}, but the frontend sent no ABORT although "
-                                f"{sum(map(len, running.values()))} requests were open") from None
             left = {e.rank: sorted(due()[e.rank] - e.generation.aborted_ids) for e in fe.engines}
             raise Violation(f"{sent}, but it left requests of client(s) {sorted(aborting())} running at "
                             f"their engines: {left}") from None
