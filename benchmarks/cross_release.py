@@ -23,9 +23,7 @@ prediction in ``docs/compatibility.md``. Never in CI: each pair starts two real 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,7 +31,11 @@ from typing import Any
 
 import httpx
 
+from ecp.conformance.frontend.launcher import free_port
 from ecp.spec.sse import DONE, SseDecoder
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script, or loaded by file path in tests
+from interop_matrix import Group, wait_healthy  # noqa: E402
 
 #: seconds a pair gets to come up (two vLLM processes importing on a small machine)
 START_BUDGET_S = 300.0
@@ -91,45 +93,6 @@ def utility_calls(capture: Path, engine: str) -> list[dict[str, Any]]:
             if out is not None and out.call_id in calls:
                 calls[out.call_id].update(failure=out.failure_message, answered=True)
     return list(calls.values())
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class _Procs:
-    """The pair's processes, each in its own process group; stopped in reverse order."""
-
-    def __init__(self, logdir: Path) -> None:
-        self.logdir = logdir
-        self.procs: list[tuple[str, subprocess.Popen]] = []
-
-    def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
-        log = open(self.logdir / f"{name}.log", "wb")
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, env={**os.environ, **env})
-        self.procs.append((name, proc))
-        return proc
-
-    def dead(self) -> list[str]:
-        return [f"{n} exited with status {p.returncode}" for n, p in self.procs if p.poll() is not None]
-
-    def stop(self, proc: subprocess.Popen, sig: int = signal.SIGTERM, wait_s: float = 30.0) -> None:
-        if proc.poll() is None:
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(wait_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-
-    def stop_all(self) -> None:
-        for _, proc in reversed(self.procs):
-            self.stop(proc)
 
 
 class _Findings:
@@ -222,10 +185,10 @@ def run_pair(frontend: str, engine: str, peers: dict[str, Path], out: Path, lora
     name = f"{frontend}-{engine}"
     logdir = out / f"cross-{name}"
     logdir.mkdir(parents=True, exist_ok=True)
-    hs, mon, http = _free_port(), _free_port(), _free_port()
+    hs, mon, http = free_port(), free_port(), free_port()
     events = logdir / "monitor-events.jsonl"
     events.unlink(missing_ok=True)
-    procs = _Procs(logdir)
+    procs = Group(logdir)
     result: dict[str, Any] = {"frontend": frontend, "engine": engine, "started": False, "features": {},
                               "problem": None}
     lora_env = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "TMO": "1200", "FAKE_STEP_DELAY": "0.002"}
@@ -248,20 +211,9 @@ def run_pair(frontend: str, engine: str, peers: dict[str, Path], out: Path, lora
                                "--data-parallel-size-local", "1", *lora_args], lora_env)
         findings = _Findings(events)
         with httpx.Client(base_url=f"http://127.0.0.1:{http}", timeout=CALL_TIMEOUT_S) as client:
-            end = time.monotonic() + START_BUDGET_S
-            while True:
-                if procs.dead():
-                    result["problem"] = "; ".join(procs.dead())
-                    return result
-                try:
-                    if client.get("/health", timeout=2.0).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > end:
-                    result["problem"] = f"/health never answered 200 within {START_BUDGET_S:g}s"
-                    return result
-                time.sleep(0.5)  # polling a server that is starting: there is no event to wait on
+            result["problem"] = wait_healthy(client, procs, START_BUDGET_S)
+            if result["problem"]:
+                return result
             result["started"] = True
             model = client.get("/v1/models").json()["data"][0]["id"]
             startup = findings.take()
@@ -283,8 +235,8 @@ def run_pair(frontend: str, engine: str, peers: dict[str, Path], out: Path, lora
                                                "http_ok": all(_ok(c) for c in calls)}
     finally:
         if monitor is not None:
-            procs.stop(monitor, signal.SIGINT)  # the monitor writes its report at SIGINT
-        procs.stop_all()
+            procs.stop_one(monitor, signal.SIGINT, wait_s=30.0)  # the monitor writes its report at SIGINT
+        procs.stop()
     if (logdir / "capture.txt").exists():
         for call in utility_calls(logdir / "capture.txt", engine):
             feature = result["features"].get(METHODS.get(call["method"], "serving"))
@@ -321,6 +273,10 @@ def _lora_adapter(out: Path) -> Path:
     return d
 
 
+def _version(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in release.split("."))
+
+
 def run_cross(releases: list[str], out: Path, observed: Path, only: list[str] | None = None) -> int:
     peers = {r: Path(f"~/.cache/vllm-peer-{r}").expanduser() for r in releases}
     missing = [r for r, p in peers.items() if not (p / "run_serve.sh").exists()]
@@ -342,10 +298,10 @@ def run_cross(releases: list[str], out: Path, observed: Path, only: list[str] | 
             pairs[(f, e)] = result
             summary = {k: observed_verdict(v)[0] for k, v in result["features"].items()}
             print(f"{f} frontend, {e} engine: {result['problem'] or summary} ({result['seconds']}s)", flush=True)
-            doc = {"releases": releases, "features": {k: v[0] for k, v in FEATURES.items()},
-                   "pairs": [pairs[k] for k in sorted(pairs, key=lambda k: (releases.index(k[0]),
-                                                                             releases.index(k[1])))
-                             if k[0] in releases and k[1] in releases]}
+            # the pairs not run this time are kept, with their releases
+            known = sorted({*doc.get("releases", []), *releases}, key=_version)
+            doc = {"releases": known, "features": {k: v[0] for k, v in FEATURES.items()},
+                   "pairs": [pairs[k] for k in sorted(pairs, key=lambda k: (_version(k[0]), _version(k[1])))]}
             observed.parent.mkdir(parents=True, exist_ok=True)
             observed.write_text(json.dumps(doc, indent=1) + "\n")
     return 0 if all(p.get("started") for p in pairs.values()) else 1

@@ -407,6 +407,8 @@ async def _vllm_main(args: argparse.Namespace, data: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------ orchestrator = raw engine
 def _free_port() -> int:
+    # not ecp.conformance.frontend.launcher.free_port: this file also runs in the vLLM peer's venv,
+    # where ecp is not installed (the vllm receiver), so it imports nothing of ecp at module level
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

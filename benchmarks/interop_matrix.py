@@ -30,7 +30,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ from pathlib import Path
 
 import httpx
 
+from ecp.conformance.frontend.launcher import free_port
 from ecp.spec.sse import DONE, SseDecoder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,15 +108,10 @@ def smoke_rows() -> list[Row]:
     ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(client: "httpx.Client", group: "Group", end: float) -> str | None:
-    """Poll ``GET /health`` until it answers 200 (None) or the group's processes die or the
-    monotonic deadline ``end`` passes (what went wrong)."""
+def wait_healthy(client: "httpx.Client", group: "Group", budget_s: float = START_BUDGET_S) -> str | None:
+    """Poll ``GET /health`` until it answers 200 (None) or the group's processes die or ``budget_s``
+    passes (what went wrong)."""
+    end = time.monotonic() + budget_s
     while True:
         if group.dead():
             return "; ".join(group.dead())
@@ -126,36 +121,45 @@ def wait_healthy(client: "httpx.Client", group: "Group", end: float) -> str | No
         except httpx.HTTPError:
             pass
         if time.monotonic() > end:
-            return f"/health never answered 200 within {START_BUDGET_S:g}s"
+            return f"/health never answered 200 within {budget_s:g}s"
         time.sleep(0.5)  # polling a server that is starting: there is no event to wait on
 
 
 class Group:
-    """Processes started for one smoke row, each in its own process group, all stopped at the end."""
+    """Processes started for one row or pair, each in its own process group (its log in ``logdir``),
+    all stopped at the end; ``benchmarks/cross_release.py`` and ``vllm_known_issues.py`` use it too."""
 
     def __init__(self, logdir: Path) -> None:
         self.logdir = logdir
         self.procs: list[tuple[str, subprocess.Popen]] = []
 
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.logdir / f"{name}.log", "wb")
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, env={**os.environ, **(env or {})})
         self.procs.append((name, proc))
+        return proc
 
     def dead(self) -> list[str]:
         return [f"{n} exited with status {p.returncode}" for n, p in self.procs if p.poll() is not None]
 
+    @staticmethod
+    def stop_one(proc: subprocess.Popen, sig: int = signal.SIGTERM, wait_s: float = 10.0) -> None:
+        """``sig`` to the process's group, then SIGKILL if it has not exited within ``wait_s``."""
+        if proc.poll() is None:
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
     def stop(self) -> None:
-        for _, proc in self.procs:
+        for _, proc in self.procs:  # every group signalled first, so that they stop side by side
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
         for _, proc in self.procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+            self.stop_one(proc)
 
 
 def run_smoke(row: Row, peer: Path, logdir: Path) -> tuple[bool, str]:
@@ -179,9 +183,8 @@ def run_smoke(row: Row, peer: Path, logdir: Path) -> tuple[bool, str]:
                                          "--data-parallel-size-local", str(dp), "--data-parallel-address",
                                          "127.0.0.1", "--data-parallel-rpc-port", str(hs)])
         base = f"http://127.0.0.1:{http}"
-        end = time.monotonic() + START_BUDGET_S
         with httpx.Client(base_url=base, timeout=30.0) as client:
-            problem = wait_healthy(client, group, end)
+            problem = wait_healthy(client, group)
             if problem:
                 return False, problem
             model = client.get("/v1/models").json()["data"][0]["id"]

@@ -41,8 +41,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -56,17 +54,13 @@ LABELS = {"vllm": "vLLM 0.33 Python", "vllm-rs": "vllm-rs (Rust)", "ecp": "`ecp 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from procstat import tree_cpu_seconds  # noqa: E402
 
+from ecp.conformance.frontend.launcher import free_port  # noqa: E402
+
 
 def label(kind: str) -> str:
     """``ecp:2`` is ``ecp serve --api-server-count 2``."""
     base, _, count = kind.partition(":")
     return LABELS[base] + (f" ×{count} API servers" if count and count != "1" else "")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def default_peer() -> Path:
