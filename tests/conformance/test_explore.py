@@ -117,6 +117,17 @@ def test_a_fault_is_found_shrunk_and_replayed(tmp_path, run_ecp):
     assert code == 0 and "no violation" in out
 
 
+def test_a_handshake_fault_is_found_shrunk_and_replayed(tmp_path):
+    """The short seeded run for a rule the cases judge on the handshake (ECP-HS-1): found in the
+    first session, shrunk to at most 10 steps, and the shrunk session shows it again."""
+    opts = ExploreOptions(command=[*ENGINE, "--bug", "ready-flags-differ"], engine_count=2, budget_s=20.0, seed=5,
+                          max_steps=4, max_sessions=1, out_dir=tmp_path, shrink_runs=1, confirm_runs=1,
+                          max_findings=1, step_timeout_s=2.0, quiet_window_s=0.1)
+    [found] = explore(opts, say=lambda line: None).findings
+    assert found.clause == "ECP-HS-1" and found.reproducible and found.replays == "1/1"
+    assert found.steps_after is not None and found.steps_after <= 10 and "READY says" in found.message
+
+
 def test_values_only_get_simpler():
     session = Session(Topology(), [{"op": "add", "ref": 0, "max_tokens": 1500, "prompt_len": 300, "id_len": 70}])
     best = shrink(session, lambda s: bool(s.steps), Budget(runs=100, seconds=30))
@@ -196,8 +207,14 @@ def test_a_killed_rank_is_seen_dead_and_nothing_more_is_asked_of_it(tmp_path):
 
 def test_an_engine_that_hides_a_dead_rank_is_a_finding(tmp_path):
     # Known open nondeterminism: in about 1 play in 6 the SIGKILL is played but the harness does not
-    # report the hidden rank (seen alone and in full runs; cause not found yet). Up to 3 plays, each
-    # on a fresh launch; every play that reports must report exactly this finding.
+    # report the hidden rank. Likely cause (measured in part): ZMQ connects in the background, so a
+    # connection the rank makes after the double forks its holder is the rank process's alone (its
+    # /proc/PID/fd held sockets the holder's did not in 5 of 12 launches, which ones not identified);
+    # when one is its input connection, the SIGKILL closes it and the harness's input ROUTER sees it
+    # close: the rank is seen dead, no finding. Forking only once every connect's monitor said
+    # EVENT_CONNECTED left about 1 launch in 5 without a handshake (not understood), so the double
+    # still forks at READY. Up to 3 plays, each on a fresh launch; every play that reports must
+    # report exactly this finding.
     plays = []
     for attempt in range(3):
         workdir = tmp_path / str(attempt)
