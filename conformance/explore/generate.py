@@ -129,6 +129,7 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
                          else {"op": "wait", "until": "replies"})
     _stop_repeats(random.Random(f"stop-repeat-{seed}"), steps, refs)
     _busy_calls(random.Random(f"busy-call-{seed}"), steps)
+    _idle_reset(random.Random(f"idle-reset-{seed}"), topo, steps)
     _refusals(random.Random(f"refusal-{seed}"), topo, steps, malformed)
     if process_faults:
         _process_fault(random.Random(f"process-fault-{seed}"), topo, steps)
@@ -195,6 +196,21 @@ def _busy_calls(r: random.Random, steps: list[dict[str, Any]]) -> None:
                "prompt_logprobs": None, "abort_immediately": False, "wave": None, "oversize": False}
         steps[i:i] = [add, {"op": "wait", "until": "running", "ref": ref}]
         ref += 1
+
+
+#: the share of sessions given a reset_prefix_cache once every request ended
+IDLE_RESET_P = 0.25
+
+
+def _idle_reset(r: random.Random, topo: Topology, steps: list[dict[str, Any]]) -> None:
+    """In some sessions, in their second half, a wait until every request ended and then a
+    reset_prefix_cache: on an idle rank it succeeds (ECP-UTIL-9). Drawn from a stream of its own."""
+    if r.random() >= IDLE_RESET_P:
+        return
+    at = r.randint(len(steps) // 2, len(steps))
+    steps[at:at] = [{"op": "wait", "until": "idle"},
+                    {"op": "call", "engine": r.randrange(topo.engines), "client": r.randrange(topo.clients),
+                     "method": "reset_prefix_cache", "args": r.choice([[], [False, False]])}]
 
 
 def _refusals(r: random.Random, topo: Topology, steps: list[dict[str, Any]], malformed: bool) -> None:
