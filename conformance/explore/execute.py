@@ -36,7 +36,7 @@ from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Violation
 from ..transcript import Entry, Transcript
 from .oracle import (
     CallRecord, Finding, History, RequestRecord, Stop, check_calls, check_errors, check_raw_outputs, check_requests,
-    own_terminals,
+    own_outputs, own_terminals,
 )
 from .processes import rank_process, send
 from .session import PROCESS_FAULTS, Session
@@ -124,13 +124,18 @@ class _Play:
         # the requests running on this rank and client now: a call that ends them must do so before its reply
         running = tuple(r.rid for r in self.history.requests.values()
                         if r.engine == engine and self.client_of.get(r.rid) == client and r.owes_terminal
-                        and self.fe.seen(r.rid) and not self._ended(r.rid))
+                        and self._running(r.rid))
         sent_at = time.monotonic()
         cid = self.fe.send_utility(method, args, engine=engine, client=client)
         self.sent += 1
         self.history.calls[cid] = CallRecord(cid, method, list(args), engine, self.step, expect, client, sent_at,
                                              running, refused)
         return cid
+
+    def _running(self, rid: str) -> bool:
+        """Whether request ``rid`` itself produced an output and has not ended."""
+        outputs = own_outputs(self.fe, self.history.requests[rid])
+        return bool(outputs) and not any(s.output.finish_reason is not None for s in outputs)
 
     def _ended(self, rid: str) -> bool:
         """Whether request ``rid`` itself had its terminal output (the answer to a duplicate ADD of it
@@ -235,7 +240,7 @@ class _Play:
                 continue
             # a client aborts its own requests, on the engine that owns them (ECP-ABORT-1)
             groups.setdefault((rec.engine, self.client_of[rid]), []).append(rid)
-            if rec.owes_terminal and self.fe.seen(rid) and not self._ended(rid) \
+            if rec.owes_terminal and self._running(rid) \
                     and not self.ranks[rec.engine].paused and rec.aborted_running_at is None:
                 rec.aborted_running_at, rec.abort_step = now, self.step
             rec.owes_terminal = False  # ECP-ABORT-4: an ABORT terminal is optional
@@ -323,7 +328,7 @@ class _Play:
         if rec is None or not rec.owes_terminal or not self._moving(rec.engine):
             return False
         if until == "running":
-            self._until(lambda: bool(fe.seen(rid)), f"a first output of {rid}", "ECP-OUT-1")
+            self._until(lambda: bool(own_outputs(fe, rec)), f"a first output of {rid}", "ECP-OUT-1")
         else:
             self._finished(rid)
         return True

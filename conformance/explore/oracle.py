@@ -147,10 +147,15 @@ def duplicate_answer(fe, rec: RequestRecord) -> Any:
                  and s.output.finish_reason == FinishReason.ERROR), None)
 
 
+def own_outputs(fe, rec: RequestRecord) -> list[Any]:
+    """The outputs of ``rec`` itself: those for its id but the answer to its duplicate."""
+    answer = duplicate_answer(fe, rec)
+    return [s for s in fe.seen(rec.rid) if s is not answer]
+
+
 def own_terminals(fe, rec: RequestRecord) -> list[Any]:
     """The terminal outputs of ``rec`` itself: those for its id but the answer to its duplicate."""
-    answer = duplicate_answer(fe, rec)
-    return [s for s in fe.terminals(rec.rid) if s is not answer]
+    return [s for s in own_outputs(fe, rec) if s.output.finish_reason is not None]
 
 
 #: the calls whose mode (argument 0, or 1 for sleep) may end running requests, and where the mode is
