@@ -26,8 +26,9 @@ from typing import Any
 import msgspec
 import zmq
 
-from ecp.spec import encode_start_dp_wave
+from ecp.spec import encode_start_dp_wave, recover_utility_frames
 
+from ..engine.checks import hello_violation, ready_hash_violation, wave_complete_violation
 from ..engine.harness_frontend import EngineStoppedReading
 from ..engine.session import EngineRunConfig, EngineUnderTest
 from ..launch import PeerHandle
@@ -35,6 +36,7 @@ from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Violation
 from ..transcript import Entry, Transcript
 from .oracle import (
     CallRecord, Finding, History, RequestRecord, Stop, check_calls, check_errors, check_raw_outputs, check_requests,
+    own_outputs, own_terminals,
 )
 from .processes import rank_process, send
 from .session import PROCESS_FAULTS, Session
@@ -103,6 +105,8 @@ class _Play:
     handle: PeerHandle | None = None
     #: goes into every request id: unique per session played on one peer
     tag: str = ""
+    #: the last step played
+    previous: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ helpers
     def _where(self, step: dict[str, Any]) -> tuple[int, int]:
@@ -115,30 +119,55 @@ class _Play:
         except CaseTimeout as exc:
             raise _Stop(Finding(clause, str(exc), self.step)) from None
 
-    def _send_call(self, engine: int, client: int, method: str, args: list[Any], expect: Any = None) -> int:
+    def _send_call(self, engine: int, client: int, method: str, args: list[Any], expect: Any = None,
+                   refused: bool = False) -> int:
+        # the requests running on this rank and client now: a call that ends them must do so before its reply
+        running = tuple(r.rid for r in self.history.requests.values()
+                        if r.engine == engine and self.client_of.get(r.rid) == client and r.owes_terminal
+                        and self._running(r.rid))
+        sent_at = time.monotonic()
         cid = self.fe.send_utility(method, args, engine=engine, client=client)
         self.sent += 1
-        self.history.calls[cid] = CallRecord(cid, method, list(args), engine, self.step, expect)
+        self.history.calls[cid] = CallRecord(cid, method, list(args), engine, self.step, expect, client, sent_at,
+                                             running, refused)
         return cid
+
+    def _running(self, rid: str) -> bool:
+        """Whether request ``rid`` itself produced an output and has not ended."""
+        outputs = own_outputs(self.fe, self.history.requests[rid])
+        return bool(outputs) and not any(s.output.finish_reason is not None for s in outputs)
+
+    def _ended(self, rid: str) -> bool:
+        """Whether request ``rid`` itself had its terminal output (the answer to a duplicate ADD of it
+        is not one)."""
+        return bool(own_terminals(self.fe, self.history.requests[rid]))
 
     def _answered(self, cid: int, method: str) -> bool:
         """Wait for the reply to ``cid``; whether the call succeeded."""
-        self._until(lambda: bool(self.fe.replies.get(cid)), f"the reply to {method} (call_id {cid})", "ECP-UTIL-1")
+        # a pause with mode wait is answered once the running requests ended: waited for while they progress
+        try:
+            self.while_progressing(lambda t: self.fe.wait(lambda: bool(self.fe.replies.get(cid)), t,
+                                                          f"the reply to {method} (call_id {cid})"))
+        except CaseTimeout as exc:
+            raise _Stop(Finding("ECP-UTIL-1", str(exc), self.step)) from None
         u = self.fe.replies[cid][0].utility
         return u.failure_message is None
 
     def _idle(self, engine: int) -> bool:
-        return all(self.fe.terminals(r.rid) for r in self.history.requests.values() if r.engine == engine)
+        return all(self._ended(r.rid) for r in self.history.requests.values() if r.engine == engine)
 
     # ------------------------------------------------------------------ steps
     def play(self, i: int, step: dict[str, Any]) -> bool:
         """Play step ``i``; False when it is skipped as illegal in the state reached."""
         self.step = i
-        return getattr(self, "_" + step["op"])(step)
+        played = getattr(self, "_" + step["op"])(step)
+        if played:
+            self.previous = step
+        return played
 
     def _add(self, s: dict[str, Any]) -> bool:
         engine, client = self._where(s)
-        if self.ranks[engine].asleep or s["ref"] in self.rids:
+        if s["ref"] in self.rids:
             return False
         ref = s["ref"]
         head = f"x{ref}-{self.tag}"
@@ -179,7 +208,24 @@ class _Play:
             rid, engine, max_tokens, self.step, owes_terminal=not s.get("abort_immediately"),
             wave=changes.get("current_wave"), while_paused=paused is not None and paused[0] == "generation",
             abort_immediately=bool(s.get("abort_immediately")), stop_token=stop_token,
-            logprobs=s.get("logprobs"))
+            logprobs=s.get("logprobs"), oversize=bool(s.get("oversize")), while_asleep=self.ranks[engine].asleep)
+        return True
+
+    def _duplicate(self, s: dict[str, Any]) -> bool:
+        """An ADD with the id of a request in flight (ECP-REQ-2: answered with ERROR, the original runs
+        on), sent right behind that request's own ADD on the same socket, so that it surely reaches
+        the engine while the original is in flight: a long request, with no step played between."""
+        rid = self.rids.get(s["ref"])
+        rec = self.history.requests.get(rid) if rid else None
+        if rec is None or self.previous is None or self.previous.get("op") != "add" \
+                or self.previous.get("ref") != s["ref"] or rec.duplicate_at is not None or not rec.owes_terminal \
+                or rec.max_tokens < 200 or not self._moving(rec.engine) or self._ended(rid):
+            return False
+        client = self.client_of[rid]
+        req = self.fe.request(rid, max_tokens=rec.max_tokens, prompt=self.prompts[rid], client=client)
+        rec.duplicate_at, rec.duplicate_step = time.monotonic(), self.step
+        self.fe.add(req, rec.engine)
+        self.sent += 1
         return True
 
     def _abort(self, s: dict[str, Any]) -> bool:
@@ -194,7 +240,7 @@ class _Play:
                 continue
             # a client aborts its own requests, on the engine that owns them (ECP-ABORT-1)
             groups.setdefault((rec.engine, self.client_of[rid]), []).append(rid)
-            if rec.owes_terminal and self.fe.seen(rid) and not self.fe.terminals(rid) \
+            if rec.owes_terminal and self._running(rid) \
                     and not self.ranks[rec.engine].paused and rec.aborted_running_at is None:
                 rec.aborted_running_at, rec.abort_step = now, self.step
             rec.owes_terminal = False  # ECP-ABORT-4: an ABORT terminal is optional
@@ -207,6 +253,9 @@ class _Play:
         engine, client = self._where(s)
         method, args = s["method"], list(s.get("args") or [])
         rank = self.ranks[engine]
+        if s.get("refused"):  # an unknown method or surplus arguments: answered with a failure (ECP-UTIL-3)
+            self._send_call(engine, client, method, args, refused=True)
+            return True
         if method in ("pause_generation", "pause_scheduler") and (rank.paused or rank.asleep):
             return False
         if method == "sleep" and (rank.asleep or rank.paused):
@@ -220,6 +269,8 @@ class _Play:
             self._calls_answered(engine)
         if method == "resume_scheduler":
             self._refusals_answered(engine)
+        if method == "wake_up":
+            self._woken(engine)
         cid = self._send_call(engine, client, method, args, expect)
         if method in STATEFUL and self._answered(cid, method):
             if method == "sleep":
@@ -231,6 +282,13 @@ class _Play:
             else:
                 rank.paused = (method.removeprefix("pause_"), str(args[0]) if args else "abort")
         return True
+
+    def _woken(self, engine: int) -> None:
+        """A wake_up leaves for ``engine`` now: the ADDs sent while it slept may run from here on."""
+        now = time.monotonic()
+        for rec in self.history.requests.values():
+            if rec.engine == engine and rec.while_asleep and rec.woken_at is None:
+                rec.woken_at = now
 
     def _calls_answered(self, engine: int) -> None:
         """Wait for the replies to every call sent to ``engine`` before its state changes: a call on
@@ -270,7 +328,7 @@ class _Play:
         if rec is None or not rec.owes_terminal or not self._moving(rec.engine):
             return False
         if until == "running":
-            self._until(lambda: bool(fe.seen(rid)), f"a first output of {rid}", "ECP-OUT-1")
+            self._until(lambda: bool(own_outputs(fe, rec)), f"a first output of {rid}", "ECP-OUT-1")
         else:
             self._finished(rid)
         return True
@@ -283,7 +341,10 @@ class _Play:
     def _finished(self, rid: str) -> None:
         rec = self.history.requests[rid]
         try:
-            self.while_progressing(lambda t: self.fe.wait_finished(rid, t, max_tokens=rec.max_tokens))
+            if rec.duplicate_at is not None:  # the answer to its duplicate is not its end
+                self.while_progressing(lambda t: self.fe.wait(lambda: self._ended(rid), t, f"the end of {rid}"))
+            else:
+                self.while_progressing(lambda t: self.fe.wait_finished(rid, t, max_tokens=rec.max_tokens))
         except CaseTimeout as exc:
             raise _Stop(Finding("ECP-OUT-1", str(exc), self.step)) from None
 
@@ -316,8 +377,11 @@ class _Play:
 
     def _garbage(self, s: dict[str, Any]) -> bool:
         engine, client = self._where(s)
-        self.fe.send_raw([bytes.fromhex(f) for f in s["frames"]], engine=engine, client=client,
-                         decode=lambda: "(a malformed message, on purpose)")
+        frames = [bytes.fromhex(f) for f in s["frames"]]
+        recovered = recover_utility_frames(frames) if frames and frames[0] == b"\x03" else None
+        if recovered is not None:  # a refused UTILITY whose call id can be read: its failure may answer it
+            self.history.refused_ids.add(recovered.call_id)
+        self.fe.send_raw(frames, engine=engine, client=client, decode=lambda: "(a malformed message, on purpose)")
         self.sent += 1
         return True
 
@@ -375,6 +439,7 @@ class _Play:
             if rank.asleep or rank.paused:
                 self._calls_answered(engine)
             if rank.asleep:
+                self._woken(engine)
                 self._answered(self._send_call(engine, 0, "wake_up", [None]), "wake_up")
                 rank.asleep = False
             if rank.paused:
@@ -384,7 +449,7 @@ class _Play:
 
         def settled() -> bool:
             return all(fe.replies.get(c) for c in self.history.calls) and all(
-                fe.terminals(r.rid) for r in self.history.requests.values() if r.owes_terminal)
+                self._ended(r.rid) for r in self.history.requests.values() if r.owes_terminal)
 
         try:
             self.while_progressing(lambda t: fe.wait(settled, t, "every reply and owed terminal"))
@@ -393,6 +458,16 @@ class _Play:
         for engine in range(self.session.topology.engines):
             fe.serves(engine=engine, after="the session", timeout=self.step_timeout)
         fe.observe()  # what follows the terminals and the probes' (nothing may) is judged too
+
+
+def _rules_of_the_cases(fe, fresh: bool) -> list[Finding]:
+    """The rules the conformance cases judge on what the harness recorded (``conformance/engine/checks.py``):
+    the handshake of a fresh launch (``ECP-HS-1``, ``ECP-HS-5``), and who sent ``wave_complete``
+    (``ECP-DP-5``)."""
+    violations = [hello_violation(rec) for rec in fe.records.values() if rec.hello_raw is not None] if fresh else []
+    violations += [ready_hash_violation(rec) for rec in fe.records.values()] if fresh else []
+    violations.append(wave_complete_violation(fe))
+    return [Finding(v.clause, str(v)) for v in violations if v is not None]
 
 
 def launch(session: Session, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: int) -> EngineUnderTest:
@@ -470,7 +545,7 @@ def play_on(eut: EngineUnderTest, session: Session, step_timeout: float = 10.0, 
     except Violation as exc:
         findings.append(Finding(exc.clause or "ECP-ROB-1", str(exc), run.step))
     findings += (check_calls(fe, run.history) + check_requests(fe, run.history) + check_errors(fe, run.history)
-                 + check_raw_outputs(fe))
+                 + check_raw_outputs(fe) + _rules_of_the_cases(fe, fresh=not tag))
     machine = []
     for k in range(base, len(fe.machine.violations)):
         v = fe.machine.violations[k]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
+import msgspec
+
 from .session import Session, Topology
 
 MAX_TOKENS = (1, 2, 3, 8, 32, 200, 1500, 1500)
@@ -35,12 +37,28 @@ UTILITIES: dict[str, Args] = {
     "get_weight_version": lambda r: [],
     "set_weight_version": lambda r: [f"v{r.randrange(100)}"],
     "list_loras": lambda r: [],
-    "pause_generation": lambda r: [r.choice(["abort", "wait", "keep"]), r.choice([True, False])],
-    "pause_scheduler": lambda r: [r.choice(["abort", "wait", "keep"]), r.choice([True, False])],
+    # a pause or sleep sometimes leaves its arguments out: the engine applies the table's defaults
+    # (mode abort, ECP-UTIL-8)
+    "pause_generation": lambda r: [] if r.random() < 0.25 else [r.choice(["abort", "wait", "keep"]),
+                                                                r.choice([True, False])],
+    "pause_scheduler": lambda r: [] if r.random() < 0.25 else [r.choice(["abort", "wait", "keep"]),
+                                                               r.choice([True, False])],
     "resume_scheduler": lambda r: [],
-    "sleep": lambda r: [1, r.choice(["abort", "wait"])],
+    "sleep": lambda r: list(r.choice(([1, "abort"], [1, "wait"], [], [1]))),
     "wake_up": lambda r: [None],
 }
+
+#: the calls whose mode decides what becomes of the requests running on their rank
+MODE_CALLS = ("sleep", "pause_generation", "pause_scheduler")
+
+#: calls the engine must refuse with a failure (ECP-UTIL-3): an unknown method, more arguments than
+#: the method table lists
+REFUSED_CALLS: tuple[tuple[str, list[Any]], ...] = (
+    ("ecp_no_such_method", [1, "x"]), ("is_sleeping", [1, 2]), ("get_supported_tasks", [True]),
+)
+#: the call id of a malformed UTILITY whose id is readable (ECP-ROB-1.2: a failure or nothing answers
+#: it, never a result), plus the step's index: far from the harness's own call ids
+REFUSED_CALL_ID = 0x7EC0_0000
 
 #: malformed input messages (ECP-ROB-1: each is rejected and the engine keeps serving)
 #: (frames as hex, the type byte first)
@@ -91,7 +109,8 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
             method = r.choice(list(UTILITIES))
             steps.append({"op": "call", "engine": engine, "client": client, "method": method,
                           "args": UTILITIES[method](r)})
-            if method.startswith("pause_") and r.random() < 0.6:  # what a paused rank does with an ADD
+            # what a paused or sleeping rank does with an ADD
+            if (method.startswith("pause_") or method == "sleep") and r.random() < 0.6:
                 steps.append(_add(r, refs, engine, client, topo, 0, abort_immediately=0.3))
                 refs += 1
         elif roll < 0.93:
@@ -109,8 +128,12 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
             steps.append({"op": "garbage", "engine": engine, "client": client, "frames": frames} if malformed
                          else {"op": "wait", "until": "replies"})
     _stop_repeats(random.Random(f"stop-repeat-{seed}"), steps, refs)
+    _busy_calls(random.Random(f"busy-call-{seed}"), steps)
+    _idle_reset(random.Random(f"idle-reset-{seed}"), topo, steps)
+    _refusals(random.Random(f"refusal-{seed}"), topo, steps, malformed)
     if process_faults:
         _process_fault(random.Random(f"process-fault-{seed}"), topo, steps)
+    _duplicates(random.Random(f"duplicate-{seed}"), steps)  # last: nothing comes between an ADD and its duplicate
     return Session(topo, steps, seed)
 
 
@@ -134,6 +157,77 @@ def _stop_repeats(r: random.Random, steps: list[dict[str, Any]], refs: int) -> N
                   "max_tokens": r.choice((k + 1, 8, 32)), "logprobs": None, "prompt_logprobs": None, "wave": None}
         refs += 1
         steps.insert(r.randint(i + 1, len(steps)), repeat)
+
+
+#: the share of long ADDs that are followed, once they run, by an ADD of the same id
+DUPLICATE_P = 0.15
+#: the share of sessions given a refused call, and of those the share whose refusal is a malformed UTILITY
+REFUSAL_P = 0.25
+MALFORMED_CALL_P = 0.5
+
+
+def _duplicates(r: random.Random, steps: list[dict[str, Any]]) -> None:
+    """Right after some long ADDs, an ADD with the same id (ECP-REQ-2: an ERROR answers it, which must
+    not list the id as finished, ECP-OUT-5). Drawn from a stream of its own, so the rest of the
+    session is unchanged."""
+    long = [i for i, st in enumerate(steps) if st["op"] == "add" and st["max_tokens"] >= 1500
+            and not st["oversize"] and not st["abort_immediately"]]
+    for i in reversed(long):
+        if r.random() < DUPLICATE_P:
+            ref = steps[i]["ref"]
+            steps.insert(i + 1, {"op": "duplicate", "ref": ref})
+
+
+#: the share of sleeps and pauses that find a long request of their rank and client running
+BUSY_CALL_P = 0.5
+
+
+def _busy_calls(r: random.Random, steps: list[dict[str, Any]]) -> None:
+    """Before some sleeps and pauses, a long ADD on the same rank and client and a wait until it runs:
+    what the call's mode (given, or left out: abort) does to a running request is then judged
+    (ECP-ABORT-9, ECP-UTIL-8). Drawn from a stream of its own, so the rest of the session is unchanged."""
+    ref = 1 + max((st["ref"] for st in steps if st["op"] == "add"), default=-1)
+    for i in reversed([i for i, st in enumerate(steps) if st["op"] == "call" and st["method"] in MODE_CALLS]):
+        if r.random() >= BUSY_CALL_P:
+            continue
+        call = steps[i]
+        add = {"op": "add", "ref": ref, "engine": call["engine"], "client": call["client"], "max_tokens": 1500,
+               "prompt_len": r.choice(PROMPT_LENS), "id_len": 8, "temperature": 0.0, "logprobs": None,
+               "prompt_logprobs": None, "abort_immediately": False, "wave": None, "oversize": False}
+        steps[i:i] = [add, {"op": "wait", "until": "running", "ref": ref}]
+        ref += 1
+
+
+#: the share of sessions given a reset_prefix_cache once every request ended
+IDLE_RESET_P = 0.25
+
+
+def _idle_reset(r: random.Random, topo: Topology, steps: list[dict[str, Any]]) -> None:
+    """In some sessions, in their second half, a wait until every request ended and then a
+    reset_prefix_cache: on an idle rank it succeeds (ECP-UTIL-9). Drawn from a stream of its own."""
+    if r.random() >= IDLE_RESET_P:
+        return
+    at = r.randint(len(steps) // 2, len(steps))
+    steps[at:at] = [{"op": "wait", "until": "idle"},
+                    {"op": "call", "engine": r.randrange(topo.engines), "client": r.randrange(topo.clients),
+                     "method": "reset_prefix_cache", "args": r.choice([[], [False, False]])}]
+
+
+def _refusals(r: random.Random, topo: Topology, steps: list[dict[str, Any]], malformed: bool) -> None:
+    """In some sessions, one call the engine must refuse: a call of an unknown method or with surplus
+    arguments (a failure answers it, ECP-UTIL-3), or a malformed UTILITY whose call id can be read (a
+    failure or nothing answers it, never a result: ECP-ROB-1). Drawn from a stream of its own."""
+    if r.random() >= REFUSAL_P:
+        return
+    at = r.randint(0, len(steps))
+    engine, client = r.randrange(topo.engines), r.randrange(topo.clients)
+    if malformed and r.random() < MALFORMED_CALL_P:
+        payload = msgspec.msgpack.encode([client, REFUSED_CALL_ID + at, "is_sleeping", "not an array"])
+        steps.insert(at, {"op": "garbage", "engine": engine, "client": client, "frames": ["03", payload.hex()]})
+    else:
+        method, args = r.choice(REFUSED_CALLS)
+        steps.insert(at, {"op": "call", "engine": engine, "client": client, "method": method, "args": list(args),
+                          "refused": True})
 
 
 def _process_fault(r: random.Random, topo: Topology, steps: list[dict[str, Any]]) -> None:

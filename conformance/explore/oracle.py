@@ -8,13 +8,22 @@ history of a session -- what was sent when, and in which state the session had p
 * a running request that was aborted produces nothing later than ``ABORT_GRACE_S`` after the
   ABORT left, and any terminal it gets then is ABORT (``ECP-ABORT-2``);
 * every ERROR output carries ``{code, message, retryable}`` and lists its id in
-  ``finished_requests`` (``ECP-OUT-5``); an ADD refused while paused gets ``engine_paused``,
-  ``retryable: true`` (``ECP-REQ-7``), and an ``abort_immediately`` ADD is never refused so
-  (``ECP-REJECT-5``);
+  ``finished_requests``, but the ERROR answering a duplicate ADD of a running request, which must
+  not list it; an ERROR refusing an ADD (a prompt over ``max_model_len``, a duplicate id) says
+  ``retryable: false`` unless its code is ``engine_paused`` (``ECP-OUT-5``); an ADD refused while
+  paused gets ``engine_paused``, ``retryable: true`` (``ECP-REQ-7``), and an ``abort_immediately``
+  ADD is never refused so (``ECP-REJECT-5``);
+* an ADD sent while its rank sleeps produces no token before the ``wake_up`` left, and is not
+  dropped: it gets a terminal output, an ERROR being ``engine_paused``, ``retryable: true``
+  (``ECP-UTIL-8``);
 * every utility call is answered exactly once (``ECP-UTIL-1``), with a result of the table's type
   (``ECP-UTIL-9``); ``get_supported_tasks`` names ``generate`` (``ECP-HS-13``); ``is_sleeping``
   follows the sleeps and wake-ups the session sent that rank (``ECP-UTIL-8``);
   ``reset_prefix_cache`` on an idle rank succeeds (``ECP-UTIL-9``, as ``ENG-UTIL-5`` checks it);
+  an unknown method, or more arguments than the method table lists, is answered with a failure
+  (``ECP-UTIL-3``); a ``sleep`` or pause whose mode is ``abort`` ends, before its reply, every
+  request that was running on that rank and client when it was sent (``ECP-ABORT-9``; ``ECP-UTIL-8``
+  when the mode was left out, whose default is ``abort``);
 * a rank that was sent requests stamped ``current_wave`` W and finished them reports no
   ``wave_complete`` below W afterwards (``ECP-DP-5``);
 * output messages carry their array-like structs at full length (``ECP-FRAME-3``) and tensor
@@ -73,6 +82,14 @@ class RequestRecord:
     stop_token: int | None = None
     #: the logprobs it asked for (None: none)
     logprobs: int | None = None
+    #: its prompt is longer than max_model_len: an ERROR refusing it is owed
+    oversize: bool = False
+    #: sent while its rank slept (after the reply to a sleep), and when the wake_up for it left
+    while_asleep: bool = False
+    woken_at: float | None = None
+    #: when a duplicate ADD (same id) was sent while it ran, and at which step (None: none was)
+    duplicate_at: float | None = None
+    duplicate_step: int | None = None
 
 
 @dataclass
@@ -84,6 +101,12 @@ class CallRecord:
     step: int
     #: what the session's model says the answer must be (None: no expectation)
     expect: Any = None
+    client: int = 0
+    #: when it left, and the requests that were running on its rank and client then
+    sent_at: float = 0.0
+    running: tuple[str, ...] = ()
+    #: it must be refused with a failure (an unknown method, surplus arguments: ECP-UTIL-3)
+    refused: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,6 +125,8 @@ class History:
     stops: list[Stop] = field(default_factory=list)
     #: when a rank was SIGKILLed (None: none was); the harness failed closed then
     killed_at: float | None = None
+    #: call ids of the malformed UTILITY messages sent (their id recoverable): a reply may carry them
+    refused_ids: set[int] = field(default_factory=set)
 
     def stretched(self, engine: int, start: float, bound: float) -> float:
         """The end of a bound of ``bound`` seconds from ``start`` on ``engine``, stretched by every
@@ -111,6 +136,30 @@ class History:
             if engine in stop.engines and stop.t1 > start and stop.t0 < end:
                 end += stop.t1 - max(stop.t0, start)
         return end
+
+
+def duplicate_answer(fe, rec: RequestRecord) -> Any:
+    """The ERROR output answering the duplicate ADD of ``rec`` (the first ERROR for its id received
+    after the duplicate left), or None."""
+    if rec.duplicate_at is None:
+        return None
+    return next((s for s in fe.seen(rec.rid) if s.t >= rec.duplicate_at
+                 and s.output.finish_reason == FinishReason.ERROR), None)
+
+
+def own_outputs(fe, rec: RequestRecord) -> list[Any]:
+    """The outputs of ``rec`` itself: those for its id but the answer to its duplicate."""
+    answer = duplicate_answer(fe, rec)
+    return [s for s in fe.seen(rec.rid) if s is not answer]
+
+
+def own_terminals(fe, rec: RequestRecord) -> list[Any]:
+    """The terminal outputs of ``rec`` itself: those for its id but the answer to its duplicate."""
+    return [s for s in own_outputs(fe, rec) if s.output.finish_reason is not None]
+
+
+#: the calls whose mode (argument 0, or 1 for sleep) may end running requests, and where the mode is
+MODE_AT = {"sleep": 1, "pause_generation": 0, "pause_scheduler": 0}
 
 
 def _type_ok(kind: str, value: Any) -> bool:
@@ -140,8 +189,14 @@ def check_calls(fe, history: History) -> list[Finding]:
         if not replies:
             continue  # the harness failed closed before the reply came
         u = replies[0].utility
+        if call.refused and u.failure_message is None:
+            found.append(Finding("ECP-UTIL-3", f"{name} was answered with a result, not a failure: an unknown "
+                                               "method, or more arguments than the method table lists, is refused",
+                                 call.step))
+            continue
         if u.failure_message is not None or u.result is None:
             continue  # a failure (ECP-UTIL-3) is a legal answer; a missing envelope is the machine's
+        found += _ended_before_reply(fe, history, call, replies[0])
         value = u.result.value
         kind = UTILITY_METHODS[call.method].result if call.method in UTILITY_METHODS else "any"
         if not _type_ok(kind, value):
@@ -152,10 +207,32 @@ def check_calls(fe, history: History) -> list[Finding]:
             clause = "ECP-UTIL-8" if call.method == "is_sleeping" else "ECP-UTIL-9"
             found.append(Finding(clause, f"{name} returned {value!r}; the session's model expects "
                                          f"{call.expect!r}", call.step))
-    strays = sorted(k for k in fe.replies if k not in history.calls)
+    strays = sorted(k for k in fe.replies if k not in history.calls and k not in history.refused_ids)
     if strays:
         found.append(Finding("ECP-UTIL-1", f"replies carry call_id(s) {strays} that were never sent"))
     return found
+
+
+def _ended_before_reply(fe, history: History, call: CallRecord, reply: Any) -> list[Finding]:
+    """A successful sleep or pause whose mode is ``abort`` (given, or left out: the method table's
+    default) ended every request running on its rank and client when it left before its reply: their
+    terminal outputs and the reply share one output socket (ECP-ABORT-9, ECP-UTIL-8)."""
+    at = MODE_AT.get(call.method)
+    if at is None or not call.running:
+        return []
+    defaulted = len(call.args) <= at
+    if (call.args[at] if not defaulted else "abort") != "abort":
+        return []
+    late = [rid for rid in call.running if rid in history.requests and history.requests[rid].owes_terminal
+            and not any(s.t <= reply.t for s in own_terminals(fe, history.requests[rid]))]
+    if not late:
+        return []
+    args = ", ".join(map(repr, call.args))
+    return [Finding("ECP-UTIL-8" if defaulted else "ECP-ABORT-9",
+                    f"{call.method}({args}) to rank {fe.start_index + call.engine} replied before running request(s) "
+                    f"{late} got a terminal output" + ("; a mode left out is abort (the method table's default)"
+                                                       if defaulted else "; mode abort ends them before the reply"),
+                    call.step)]
 
 
 def check_requests(fe, history: History) -> list[Finding]:
@@ -168,15 +245,27 @@ def check_requests(fe, history: History) -> list[Finding]:
         for out in msg.outputs:
             produced.setdefault(out.request_id, []).append((msg.timestamp, out))
     for rid, rec in history.requests.items():
-        terminals = fe.terminals(rid)
-        if rec.owes_terminal and not terminals and history.killed_at is None:
+        terminals = own_terminals(fe, rec)
+        if rec.while_asleep and rec.owes_terminal and not terminals and history.killed_at is None:
+            found.append(Finding("ECP-UTIL-8", f"request {rid}, sent while its rank slept, was dropped: neither an "
+                                               f"engine_paused ERROR nor a terminal output after the wake_up "
+                                               f"({len(fe.tokens(rid))} tokens)", rec.step))
+        elif rec.owes_terminal and not terminals and history.killed_at is None:
             found.append(Finding("ECP-OUT-1", f"request {rid} (max_tokens={rec.max_tokens}) never got a terminal "
                                               f"output ({len(fe.tokens(rid))} tokens)", rec.step))
+        if rec.while_asleep:
+            early = [s for s in fe.seen(rid) if s.output.new_token_ids
+                     and (rec.woken_at is None or s.t < rec.woken_at)]
+            if early:
+                found.append(Finding("ECP-UTIL-8", f"request {rid}, sent while its rank slept, produced "
+                                                   f"{sum(len(s.output.new_token_ids) for s in early)} token(s) "
+                                                   "before any wake_up was sent", rec.step))
         found += _stop_and_logprobs(fe, rec, terminals)
         if rec.aborted_running_at is None:
             continue
         bound = history.stretched(rec.engine, rec.aborted_running_at, ABORT_GRACE_S)
-        late = [out for ts, out in produced.get(rid, []) if ts > bound
+        answer = duplicate_answer(fe, rec)
+        late = [out for ts, out in produced.get(rid, []) if ts > bound and (answer is None or out is not answer.output)
                 and (out.new_token_ids or out.finish_reason not in (None, FinishReason.ABORT))]
         if late:
             ended = late[-1].finish_reason
@@ -186,9 +275,9 @@ def check_requests(fe, history: History) -> list[Finding]:
     # waves: after a rank finished a request stamped W, it reports no wave_complete below W
     done_at: dict[int, tuple[float, int, int]] = {}
     for rid, rec in history.requests.items():
-        if rec.wave is None or not fe.terminals(rid):
+        if rec.wave is None or not own_terminals(fe, rec):
             continue
-        t = fe.terminals(rid)[0].t
+        t = own_terminals(fe, rec)[0].t
         rank = fe.start_index + rec.engine
         if rank not in done_at or rec.wave > done_at[rank][1]:
             done_at[rank] = (t, rec.wave, rec.step)
@@ -245,10 +334,26 @@ def check_raw_outputs(fe) -> list[Finding]:
 
 
 def check_errors(fe, history: History) -> list[Finding]:
-    """The shape of every ERROR output, and what a paused rank answers an ADD with."""
+    """The shape of every ERROR output, what a refused ADD is answered with, and what a paused or
+    sleeping rank answers an ADD with."""
     found = []
     for rid, rec in history.requests.items():
-        for seen in fe.terminals(rid):
+        answer = duplicate_answer(fe, rec)
+        if answer is not None:
+            e = answer.output.error
+            if e is None or not isinstance(e.code, str) or not e.code or not isinstance(e.message, str) \
+                    or not isinstance(e.retryable, bool):
+                found.append(Finding("ECP-OUT-5", f"the ERROR answering the duplicate ADD of running request {rid} "
+                                                  f"carries error={e!r}", rec.duplicate_step))
+            elif answer.finished_requests and rid in answer.finished_requests:
+                found.append(Finding("ECP-OUT-5", f"the ERROR answering the duplicate ADD of running request {rid} "
+                                                  f"lists it in finished_requests={answer.finished_requests!r}; the "
+                                                  "original still runs", rec.duplicate_step))
+            elif e.retryable and e.code != "engine_paused":
+                found.append(Finding("ECP-OUT-5", f"the ERROR answering the duplicate ADD of running request {rid} "
+                                                  f"says code={e.code!r}, retryable: true; a refused ADD is not "
+                                                  "retryable", rec.duplicate_step))
+        for seen in own_terminals(fe, rec):
             out = seen.output
             if out.finish_reason != FinishReason.ERROR:
                 continue
@@ -266,4 +371,13 @@ def check_errors(fe, history: History) -> list[Finding]:
                 found.append(Finding("ECP-REQ-7", f"ADD {rid} sent while paused got error code={e.code!r}, "
                                                   f"retryable={e.retryable!r}; expected engine_paused, retryable: "
                                                   "true", rec.step))
+            elif rec.while_asleep and not rec.oversize and not rec.abort_immediately \
+                    and (e.code != "engine_paused" or e.retryable is not True):
+                found.append(Finding("ECP-UTIL-8", f"ADD {rid} sent while its rank slept got error code={e.code!r}, "
+                                                   f"retryable={e.retryable!r}; it is queued, or refused with "
+                                                   "engine_paused, retryable: true", rec.step))
+            elif rec.oversize and e.retryable and e.code != "engine_paused":
+                found.append(Finding("ECP-OUT-5", f"the ERROR refusing ADD {rid} (a prompt over max_model_len) says "
+                                                  f"code={e.code!r}, retryable: true; a refused ADD is not retryable",
+                                     rec.step))
     return found

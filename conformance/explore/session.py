@@ -8,7 +8,11 @@ meaning):
   ``abort_immediately``, ``wave`` (``current_wave`` stamped on the ADD, or null), ``oversize`` (a
   prompt longer than the engine's ``max_model_len``: an ERROR output is owed);
 * ``abort``: ``client``, ``engine`` (where unknown ids go), ``targets`` (refs; -1 is an id never added);
-* ``call``: ``engine``, ``client``, ``method``, ``args`` (a utility call of the release's table);
+* ``duplicate``: ``ref`` -- an ADD with the id of that request while it is in flight (played only
+  right behind that request's own ADD, so that it surely is: ``ECP-REQ-2`` owes an ERROR that
+  leaves it running);
+* ``call``: ``engine``, ``client``, ``method``, ``args`` (a utility call of the release's table;
+  ``refused``: an unknown method or more arguments than the table lists, answered with a failure);
 * ``start_wave``: ``engine``, ``wave``, ``exclude``;
 * ``garbage``: ``engine``, ``client``, ``frames`` (one malformed input message, each frame as hex);
 * ``stop``: ``engine``, ``ms`` -- a process fault: SIGSTOP the process of that rank, SIGCONT it
@@ -48,7 +52,8 @@ from typing import Any
 ROLES = ("engine", "frontend")
 #: per role: each op with the keys it cannot do without
 REQUIRED: dict[str, dict[str, tuple[str, ...]]] = {
-    "engine": {"add": ("ref", "max_tokens", "prompt_len"), "abort": ("targets",), "call": ("method",),
+    "engine": {"add": ("ref", "max_tokens", "prompt_len"), "abort": ("targets",), "duplicate": ("ref",),
+               "call": ("method",),
                "start_wave": ("wave",), "garbage": ("frames",), "wait": ("until",), "stop": ("ms",),
                "kill": ()},
     "frontend": {"request": ("ref", "api", "stream", "max_tokens"), "drop": ("ref",), "crowd": ("refs",),

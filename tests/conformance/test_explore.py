@@ -117,6 +117,17 @@ def test_a_fault_is_found_shrunk_and_replayed(tmp_path, run_ecp):
     assert code == 0 and "no violation" in out
 
 
+def test_a_handshake_fault_is_found_shrunk_and_replayed(tmp_path):
+    """The short seeded run for a rule the cases judge on the handshake (ECP-HS-1): found in the
+    first session, shrunk to at most 10 steps, and the shrunk session shows it again."""
+    opts = ExploreOptions(command=[*ENGINE, "--bug", "ready-flags-differ"], engine_count=2, budget_s=20.0, seed=5,
+                          max_steps=4, max_sessions=1, out_dir=tmp_path, shrink_runs=1, confirm_runs=1,
+                          max_findings=1, step_timeout_s=2.0, quiet_window_s=0.1)
+    [found] = explore(opts, say=lambda line: None).findings
+    assert found.clause == "ECP-HS-1" and found.reproducible and found.replays == "1/1"
+    assert found.steps_after is not None and found.steps_after <= 10 and "READY says" in found.message
+
+
 def test_values_only_get_simpler():
     session = Session(Topology(), [{"op": "add", "ref": 0, "max_tokens": 1500, "prompt_len": 300, "id_len": 70}])
     best = shrink(session, lambda s: bool(s.steps), Budget(runs=100, seconds=30))
@@ -172,7 +183,7 @@ KILL_SESSION = Session(Topology(engines=2), [
 ])
 
 
-def _play(session, command, tmp_path, engines=2):
+def _play(session, command, tmp_path, engines=2, step_timeout=1.5):
     import zmq
 
     from ecp.conformance.engine.session import EngineRunConfig
@@ -181,7 +192,7 @@ def _play(session, command, tmp_path, engines=2):
     cfg = EngineRunConfig(command=command, workdir=str(tmp_path), engine_count=engines, quiet_window_s=0.1)
     ctx = zmq.Context()
     try:
-        return play(session, cfg, ctx, 1, step_timeout=1.5)
+        return play(session, cfg, ctx, 1, step_timeout=step_timeout)
     finally:
         ctx.term()
 
@@ -196,8 +207,14 @@ def test_a_killed_rank_is_seen_dead_and_nothing_more_is_asked_of_it(tmp_path):
 
 def test_an_engine_that_hides_a_dead_rank_is_a_finding(tmp_path):
     # Known open nondeterminism: in about 1 play in 6 the SIGKILL is played but the harness does not
-    # report the hidden rank (seen alone and in full runs; cause not found yet). Up to 3 plays, each
-    # on a fresh launch; every play that reports must report exactly this finding.
+    # report the hidden rank. Likely cause (measured in part): ZMQ connects in the background, so a
+    # connection the rank makes after the double forks its holder is the rank process's alone (its
+    # /proc/PID/fd held sockets the holder's did not in 5 of 12 launches, which ones not identified);
+    # when one is its input connection, the SIGKILL closes it and the harness's input ROUTER sees it
+    # close: the rank is seen dead, no finding. Forking only once every connect's monitor said
+    # EVENT_CONNECTED left about 1 launch in 5 without a handshake (not understood), so the double
+    # still forks at READY. Up to 3 plays, each on a fresh launch; every play that reports must
+    # report exactly this finding.
     plays = []
     for attempt in range(3):
         workdir = tmp_path / str(attempt)
@@ -320,3 +337,84 @@ def test_a_rank_changes_state_only_after_every_call_to_it_was_answered(tmp_path)
              for e in result.entries if e.direction == "sent" and "wake_up" in str(e.decoded)
              or e.direction == "recv" and e.channel == "output[1]" and "utility_output=UtilityOutput" in str(e.decoded)]
     assert order[:2] == [("recv", "is_sleeping"), ("sent", "wake_up")], order
+
+
+#: one session that meets every rule the explorer judges beyond the machine's frame by frame (and
+#: beyond what the sessions judged before): a duplicate ADD of a request in flight, an oversize
+#: prompt, a rank other than 0 going idle under a coordinator, a sleep and a pause with their mode
+#: left out while a request runs, an ADD while asleep, a malformed UTILITY whose call id is readable
+RULES_SESSION = Session(Topology(engines=2, coordinator=True), [
+    {"op": "add", "ref": 0, "max_tokens": 1500, "prompt_len": 4, "engine": 0},
+    {"op": "duplicate", "ref": 0},
+    {"op": "add", "ref": 1, "max_tokens": 2, "prompt_len": 4, "engine": 0, "oversize": True},
+    {"op": "add", "ref": 2, "max_tokens": 8, "prompt_len": 4, "engine": 1},
+    {"op": "wait", "until": "terminal", "ref": 2},
+    {"op": "add", "ref": 3, "max_tokens": 1500, "prompt_len": 4, "engine": 1},
+    {"op": "wait", "until": "running", "ref": 3},
+    {"op": "call", "method": "pause_scheduler", "args": [], "engine": 1},
+    {"op": "wait", "until": "running", "ref": 0},
+    {"op": "call", "method": "sleep", "args": [], "engine": 0},
+    {"op": "add", "ref": 4, "max_tokens": 2, "prompt_len": 4, "engine": 0},
+    {"op": "garbage", "frames": ["03", "9400ce7ec00001ab69735f736c656570696e67a3737472"]},
+    {"op": "call", "method": "ecp_no_such_method", "args": [1], "engine": 1, "refused": True},
+])
+#: the faults of ``ecp engine`` RULES_SESSION shows, each with the clause and words of its finding
+RULES_FAULTS = {
+    "ready-flags-differ": ("ECP-HS-1", "READY says"),
+    "no-parallel-config-hash": ("ECP-HS-5", "without a parallel_config_hash"),
+    "wave-complete-from-every-rank": ("ECP-DP-5", "sent wave_complete"),
+    "duplicate-error-finished": ("ECP-OUT-5", "duplicate ADD of running request"),
+    "rejected-add-retryable": ("ECP-OUT-5", "over max_model_len"),
+    "sleep-default-keep": ("ECP-UTIL-8", "sleep() to rank 0 replied before"),
+    "pause-default-keep": ("ECP-UTIL-8", "pause_scheduler() to rank 1 replied before"),
+    "drop-adds-while-asleep": ("ECP-UTIL-8", "was dropped"),
+    "refused-utility-succeeds": ("ECP-ROB-1", "refused call was answered with a result"),
+}
+
+
+def test_the_rules_session_finds_nothing_against_the_fault_free_engine(tmp_path):
+    result = _play(RULES_SESSION, ENGINE, tmp_path)
+    assert result.played == list(range(len(RULES_SESSION.steps)))
+    assert result.findings == [], [(f.clause, f.message) for f in result.findings]
+
+
+def test_the_rules_session_finds_each_fault_of_one_engine_that_has_them_all(tmp_path):
+    """One launch with every fault at once: each shows as its own finding (its clause, its words)."""
+    command = [*ENGINE, *(arg for fault in RULES_FAULTS for arg in ("--bug", fault))]
+    result = _play(RULES_SESSION, command, tmp_path, step_timeout=0.5)
+    found = [(f.clause, f.message) for f in result.findings]
+    missing = [fault for fault, (clause, words) in RULES_FAULTS.items()
+               if not any(c == clause and words in m for c, m in found)]
+    assert not missing, (missing, found)
+
+
+def test_a_refused_call_answered_with_a_result_is_a_finding():
+    from ecp.conformance.explore.oracle import CallRecord, History, check_calls
+    from ecp.spec import UtilityOutput, UtilityResult
+
+    class Fe:
+        start_index = 0
+        replies = {7: [argparse.Namespace(utility=UtilityOutput(7, None, UtilityResult(None, None)))],
+                   8: [argparse.Namespace(utility=UtilityOutput(8, "Call to x method failed: unknown", None))],
+                   0x7EC00001: [argparse.Namespace(utility=UtilityOutput(0x7EC00001, "refused", None))]}
+
+    history = History(calls={7: CallRecord(7, "ecp_no_such_method", [1], 0, 3, refused=True),
+                             8: CallRecord(8, "is_sleeping", [1, 2], 0, 4, refused=True)},
+                      refused_ids={0x7EC00001})
+    assert [(f.clause, f.step) for f in check_calls(Fe(), history)] == [("ECP-UTIL-3", 3)]
+
+
+def test_the_draw_holds_the_new_steps():
+    """Duplicates come right behind a long ADD; some sessions refuse a call; pauses and sleeps
+    sometimes leave their arguments out, and an ADD sometimes follows a sleep."""
+    sessions = [draw(k, 2) for k in range(300)]
+    steps = [(s, i, st) for s in sessions for i, st in enumerate(s.steps)]
+    dups = [(s, i) for s, i, st in steps if st["op"] == "duplicate"]
+    assert dups and all(s.steps[i - 1]["op"] == "add" and s.steps[i - 1]["ref"] == s.steps[i]["ref"]
+                        and s.steps[i - 1]["max_tokens"] >= 200 for s, i in dups)
+    assert any(st.get("refused") for _, _, st in steps)
+    assert any(st["op"] == "garbage" and st["frames"][0] == "03" and len(st["frames"]) == 2 for _, _, st in steps)
+    assert any(st["op"] == "call" and st["method"] == "sleep" and len(st["args"]) < 2 for _, _, st in steps)
+    assert any(st["op"] == "call" and st["method"].startswith("pause_") and not st["args"] for _, _, st in steps)
+    assert any(st["op"] == "call" and st["method"] == "sleep" and s.steps[i + 1]["op"] == "add"
+               for s, i, st in steps if i + 1 < len(s.steps))

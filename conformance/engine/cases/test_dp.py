@@ -1,10 +1,11 @@
 """Engine-role data-parallel cases: N engines behind one harness frontend."""
 
 from ecp.conformance import capabilities
+from ecp.conformance.engine.checks import ready_hash_violation, wave_complete_violation
 from ecp.conformance.engine.cases._common import expect_bool, feature_missing, ok_value, require_feature
 from ecp.conformance.outcomes import CaseTimeout, Violation
 from ecp.conformance.registry import case
-from ecp.spec import EngineCoreReadyResponse, encode_start_dp_wave, engine_identity
+from ecp.spec import encode_start_dp_wave, engine_identity
 
 DP_ENGINES = 2
 
@@ -25,16 +26,9 @@ def test_distinct_identities(engines):
             raise Violation(f"{n} engines registered with identities {[i.hex() for i in got]}, expected "
                             f"{[i.hex() for i in expected]}")
         for rec in fe.records.values():
-            # the engine's own DP size, as its ready payload says (vLLM's dense DP ranks are independent
-            # engines of size 1; its MoE ranks one group of size N)
-            sizes = {p.data_parallel_size for p in rec.ready_payloads.values()
-                     if isinstance(p, EngineCoreReadyResponse)}
-            if rec.ready is not None and max(sizes, default=1) > 1 \
-                    and not isinstance(rec.ready.parallel_config_hash, str):
-                raise Violation(f"engine {rec.identity.hex()} says data_parallel_size {max(sizes)} in its ready "
-                                f"payload but sent READY without a parallel_config_hash (got "
-                                f"{rec.ready.parallel_config_hash!r}); at data_parallel_size > 1 it must carry one "
-                                "(a coordinated-DP frontend refuses the engine)", clause="ECP-HS-5")
+            violation = ready_hash_violation(rec)
+            if violation is not None:
+                raise violation
         for k in range(n):
             rid = fe.new_id(f"rank{start + k}")
             fe.add(fe.request(rid, max_tokens=2), engine=k)
@@ -114,12 +108,9 @@ def test_dp_control_to_coordinator(engines):
             raise Violation(f"rank {msg.engine_index} sent a DP control message (wave_complete={msg.wave_complete}, "
                             f"start_wave={msg.start_wave}) to client output[{client}]")
         # the wave is the whole group's: only global rank 0 reports it, so a launch without rank 0 reports none
-        others = sorted({msg.engine_index for msg in fe.coordinator_messages
-                         if msg.wave_complete is not None and msg.engine_index != 0})
-        if others:
-            raise Violation(f"rank(s) {others} of a launch of ranks {fe.start_index}..{fe.start_index + n - 1} sent "
-                            "wave_complete to the coordinator; only global rank 0 reports that every engine is "
-                            "idle", clause="ECP-DP-5")
+        violation = wave_complete_violation(fe)
+        if violation is not None:
+            raise violation
 
 
 #: a wave well ahead of any an engine reached in the cases before (each finished wave adds one)

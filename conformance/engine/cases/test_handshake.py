@@ -1,5 +1,6 @@
 """Engine-role handshake cases (HELLO, identities, ready payloads, READY, clients)."""
 
+from ecp.conformance.engine.checks import hello_violation
 from ecp.conformance.outcomes import Violation
 from ecp.conformance.registry import case
 from ecp.spec import EngineCoreReadyResponse, REQUIRED_READY_KEYS, decode_any, engine_identity
@@ -24,24 +25,9 @@ def _records(engines):
 def test_hello_fields(engines):
     fe, records = _records(engines)
     for rec in records:
-        if rec.hello_error:
-            raise Violation(f"identity {rec.identity.hex()}: bad HELLO: {rec.hello_error}")
-        raw = decode_any(rec.hello_raw)
-        if not isinstance(raw, dict) or raw.get("status") != "HELLO":
-            raise Violation(f"identity {rec.identity.hex()}: first handshake message is {raw!r}, not a HELLO map")
-        for key in ("local", "headless"):
-            if not isinstance(raw.get(key), bool):
-                raise Violation(f"HELLO key {key!r} is {raw.get(key)!r}, expected a bool")
-        # the deployments: co-located (local, not headless), headless remote (not local, headless),
-        # hybrid or external LB toward rank 0 (neither); never both
-        hello = (raw["local"], raw["headless"])
-        if hello == (True, True):
-            raise Violation(f"identity {rec.identity.hex()}: HELLO says local=true and headless=true; an engine "
-                            "co-located with its frontend is not headless")
-        if rec.ready is not None and (rec.ready.local, rec.ready.headless) != hello:
-            raise Violation(f"identity {rec.identity.hex()}: HELLO says local={hello[0]}, headless={hello[1]} but "
-                            f"READY says local={rec.ready.local}, headless={rec.ready.headless}; both carry the "
-                            "engine's one deployment")
+        violation = hello_violation(rec)
+        if violation is not None:
+            raise violation
 
 
 @case("ENG-HS-2")
