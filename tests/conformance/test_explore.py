@@ -379,8 +379,12 @@ def test_the_rules_session_finds_nothing_against_the_fault_free_engine(tmp_path)
 
 
 def test_the_rules_session_finds_each_fault_of_one_engine_that_has_them_all(tmp_path):
-    """One launch with every fault at once: each shows as its own finding (its clause, its words)."""
-    command = [*ENGINE, *(arg for fault in RULES_FAULTS for arg in ("--bug", fault))]
+    """One launch with every fault at once: each shows as its own finding (its clause, its words).
+
+    A 1 ms step: the default-mode faults show only while a 1,500-token request still runs when the
+    sleep or pause reaches its rank, and a flat-out engine can finish it first when the harness is
+    descheduled on a loaded machine (sleep-default-keep was missed so in a 3-worker run)."""
+    command = [*ENGINE, "--step-time-ms", "1", *(arg for fault in RULES_FAULTS for arg in ("--bug", fault))]
     result = _play(RULES_SESSION, command, tmp_path, step_timeout=0.5)
     found = [(f.clause, f.message) for f in result.findings]
     missing = [fault for fault, (clause, words) in RULES_FAULTS.items()
