@@ -197,6 +197,20 @@ def _play(session, command, tmp_path, engines=2, step_timeout=1.5):
         ctx.term()
 
 
+def test_a_resume_of_a_sleeping_rank_is_not_played(tmp_path):
+    """The fault-free exploration once shrank to: sleep, resume_scheduler, ADD on one rank. The reference
+    engine (as vLLM 0.33) ran the ADD after the resume, which the ADD-while-asleep rule (ECP-UTIL-8)
+    took for tokens produced while asleep; the protocol defines no resume of a sleeping engine."""
+    session = Session(Topology(engines=1), [
+        {"op": "call", "engine": 0, "client": 0, "method": "sleep", "args": [1, "abort"]},
+        {"op": "call", "engine": 0, "client": 0, "method": "resume_scheduler", "args": []},
+        {"op": "add", "ref": 0, "engine": 0, "client": 0, "max_tokens": 2, "prompt_len": 1},
+    ])
+    result = _play(session, ENGINE, tmp_path, engines=1)
+    assert result.played == [0, 2]
+    assert result.findings == [], [(f.clause, f.message) for f in result.findings]
+
+
 def test_a_killed_rank_is_seen_dead_and_nothing_more_is_asked_of_it(tmp_path):
     """One process per rank: the supervisor takes the engine down, the harness sees it and fails
     closed; the killed rank's running request and unanswered call are not findings."""
