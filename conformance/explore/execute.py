@@ -469,8 +469,10 @@ def _rules_of_the_cases(fe, fresh: bool) -> list[Finding]:
     """The rules the conformance cases judge on what the harness recorded (``conformance/engine/checks.py``):
     the handshake of a fresh launch (``ECP-HS-1``, ``ECP-HS-5``), and who sent ``wave_complete``
     (``ECP-DP-5``)."""
-    violations = [hello_violation(rec) for rec in fe.records.values() if rec.hello_raw is not None] if fresh else []
-    violations += [ready_hash_violation(rec) for rec in fe.records.values()] if fresh else []
+    violations = []
+    if fresh:
+        violations += [hello_violation(rec) for rec in fe.records.values() if rec.hello_raw is not None]
+        violations += [ready_hash_violation(rec) for rec in fe.records.values()]
     violations.append(wave_complete_violation(fe))
     return [Finding(v.clause, str(v)) for v in violations if v is not None]
 

@@ -158,8 +158,9 @@ def own_terminals(fe, rec: RequestRecord) -> list[Any]:
     return [s for s in own_outputs(fe, rec) if s.output.finish_reason is not None]
 
 
-#: the calls whose mode (argument 0, or 1 for sleep) may end running requests, and where the mode is
-MODE_AT = {"sleep": 1, "pause_generation": 0, "pause_scheduler": 0}
+#: the calls whose mode may end running requests: where the method table puts the mode, and its default
+MODE_AT = {name: next((k, p.default) for k, p in enumerate(UTILITY_METHODS[name].params) if p.name == "mode")
+           for name in ("sleep", "pause_generation", "pause_scheduler")}
 
 
 def _type_ok(kind: str, value: Any) -> bool:
@@ -217,11 +218,11 @@ def _ended_before_reply(fe, history: History, call: CallRecord, reply: Any) -> l
     """A successful sleep or pause whose mode is ``abort`` (given, or left out: the method table's
     default) ended every request running on its rank and client when it left before its reply: their
     terminal outputs and the reply share one output socket (ECP-ABORT-9, ECP-UTIL-8)."""
-    at = MODE_AT.get(call.method)
-    if at is None or not call.running:
+    if call.method not in MODE_AT or not call.running:
         return []
+    at, default = MODE_AT[call.method]
     defaulted = len(call.args) <= at
-    if (call.args[at] if not defaulted else "abort") != "abort":
+    if (default if defaulted else call.args[at]) != "abort":
         return []
     late = [rid for rid in call.running if rid in history.requests and history.requests[rid].owes_terminal
             and not any(s.t <= reply.t for s in own_terminals(fe, history.requests[rid]))]
