@@ -92,8 +92,10 @@ def _results(path):
 
 def test_reference_engine_passes_every_case(run_ecp, tmp_path):
     out = tmp_path / "ref.json"
+    # a correct engine always comes up: 30 s for its launches, which share the cores with the other
+    # test workers (5 s ran out once for a two-rank launch under -n 3)
     code, stdout = run_ecp("conformance", "engine", "--adapter", "reference_adapters:paced",
-                           "--json", str(out), *FAST)
+                           "--json", str(out), *FAST, "--startup-timeout", "30")
     data, cases = _results(out)
     assert code == 0, stdout
     assert sorted(cases) == sorted(c.id for c in load_role("engine"))
