@@ -22,6 +22,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import traceback
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -62,6 +64,11 @@ class PeerHandle:
 
     def stop(self, grace_s: float = 3.0) -> None:
         """Stop the peer; a process gets ``grace_s`` after SIGTERM before SIGKILL."""
+
+    def stall_detail(self) -> str:
+        """Where a peer that sent nothing is stuck, when the harness can see it (in-process
+        adapters); empty otherwise."""
+        return ""
 
     def terminate(self) -> bool:
         """Ask the peer to shut down gracefully (SIGTERM), without waiting or killing; False when this
@@ -181,16 +188,34 @@ class AdapterPeer(PeerHandle):
                 raise LaunchError(f"adapter {spec!r} takes no engine_start_index; --engine-start-index "
                                   f"{engine_start_index} cannot be honoured")
             kwargs["engine_start_index"] = engine_start_index
+        before = set(threading.enumerate())
         try:
             self.obj = func(handshake_address, engine_count, **kwargs)
         except Exception as exc:  # noqa: BLE001 - any adapter failure is a launch failure
             raise LaunchError(f"adapter {spec!r} failed to start: {exc!r}") from exc
+        #: the threads the adapter started (its engines, when it runs them in this process)
+        self.threads = [t for t in threading.enumerate() if t not in before]
         if not callable(getattr(self.obj, "stop", None)):
             raise LaunchError(f"adapter {spec!r} returned {type(self.obj).__name__} without .stop()")
 
     def alive(self) -> bool:
         probe = getattr(self.obj, "alive", None)
         return bool(probe()) if callable(probe) else True
+
+    def stall_detail(self) -> str:
+        """The innermost frames of each thread the adapter started, so that an engine that never
+        said HELLO shows where it waits."""
+        frames = sys._current_frames()
+        lines = []
+        for t in self.threads:
+            frame = frames.get(t.ident) if t.is_alive() else None
+            if frame is None:
+                lines.append(f"thread {t.name}: exited")
+                continue
+            stack = traceback.extract_stack(frame)[-3:]
+            where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(stack))
+            lines.append(f"thread {t.name}: {where}")
+        return "; ".join(lines)
 
     def stop(self, grace_s: float = 3.0) -> None:
         self.obj.stop()

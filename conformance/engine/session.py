@@ -122,12 +122,13 @@ class EngineUnderTest:
             raise
         except CaseTimeout as exc:
             never = not self.fe.records
+            stall = self.handle.stall_detail() if never and self.handle is not None else ""
             self.close()
             if never:
                 raise EngineNeverConnected(
                     f"{exc}: nothing connected to the handshake socket; check that COMMAND passes "
                     "{handshake_address} (or {handshake_host}/{handshake_port} with --transport tcp) "
-                    "to the engine") from exc
+                    "to the engine" + (f" (the adapter's threads were at: {stall})" if stall else "")) from exc
             raise
         except BaseException:
             self.close()

@@ -29,3 +29,26 @@ def paced(handshake_address: str, engine_count: int):
     (4,096 tokens) then lasts >= 1 s, so the abort cases can judge even when the harness is
     descheduled for a while on a loaded machine (flat out it can finish in well under 100 ms)."""
     return launch(handshake_address, engine_count, mode="thread", step_time_ms=0.25)
+
+
+class _Stuck:
+    """What ``stuck`` returns: one thread that waits until stopped, never connecting."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._release = threading.Event()
+        self._thread = threading.Thread(target=self._wait_for_nothing, name="stuck-engine", daemon=True)
+        self._thread.start()
+
+    def _wait_for_nothing(self) -> None:
+        self._release.wait(60)
+
+    def stop(self) -> None:
+        self._release.set()
+        self._thread.join(5)
+
+
+def stuck(handshake_address: str, engine_count: int):
+    """An adapter whose engine thread never says HELLO (the report must show where it waits)."""
+    return _Stuck()

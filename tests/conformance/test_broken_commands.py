@@ -32,6 +32,16 @@ def test_command_that_never_connects_waits_once_per_run(run_ecp, tmp_path):
     assert "{handshake_address}" in stdout
 
 
+def test_an_adapter_that_never_connects_shows_where_its_threads_wait(run_ecp):
+    code, stdout = run_ecp("conformance", "engine", "--case", "ENG-HS-1", "--startup-timeout", "1",
+                           "--adapter", "reference_adapters:stuck")
+    assert code == 1, stdout
+    assert "nothing connected to the handshake socket" in stdout, stdout
+    # the thread's innermost frame is the wait, then the adapter's own function that called it
+    assert "the adapter's threads were at: thread stuck-engine:" in stdout, stdout
+    assert "_wait_for_nothing" in stdout, stdout
+
+
 def test_reports_go_into_folders_that_do_not_exist_yet(run_ecp, tmp_path):
     out = tmp_path / "new" / "deeper"
     code, stdout = run_ecp("conformance", "engine", "--case", "ENG-UTIL-2", "--adapter",
