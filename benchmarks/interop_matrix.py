@@ -8,7 +8,8 @@
 Rows, run one at a time (each real vLLM launch takes 10-30 s of CPU on a small machine):
 
 * ``engine-dp1``, ``engine-dp2``: ``ecp conformance engine`` against vLLM's headless engine core
-  (real ``EngineCoreProc``, model-free executor), with ``conformance/expected/vllm-0.33-engine.txt``;
+  (real ``EngineCoreProc``, model-free executor), with ``conformance/expected/vllm-0.33-engine.txt``
+  (``--forked``: the engine cores forked by ``benchmarks/vllm_forked_serve.sh``, not spawned);
 * ``python-frontend``, ``vllm-rs``: ``ecp conformance frontend`` against vLLM's Python frontend and
   against vllm-rs, with their expected-failure files;
 * ``ecp-engine-behind-vllm-dp1``, ``…-dp2``, ``ecp-engine-behind-vllm-rs``: vLLM's frontend serving
@@ -63,9 +64,11 @@ def _ecp() -> list[str]:
     return [sys.executable, "-m", "ecp.spec.cli"]
 
 
-def conformance_rows(peer: Path, level: str, release: str = "0.33") -> list[Row]:
+def conformance_rows(peer: Path, level: str, release: str = "0.33", forked: bool = False) -> list[Row]:
     serve = str(peer / "run_serve.sh")
-    headless = [serve, "--headless", "--data-parallel-size", "{engine_count}", "--data-parallel-size-local",
+    # --forked: the same engine core started by vllm_forked_serve.sh, which forks it instead of spawning it
+    engine_serve = str(REPO / "benchmarks" / "vllm_forked_serve.sh") if forked else serve
+    headless = [engine_serve, "--headless", "--data-parallel-size", "{engine_count}", "--data-parallel-size-local",
                 "{engine_count}", "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port",
                 "{handshake_port}"]
     frontend = [serve, "--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
@@ -85,7 +88,7 @@ def conformance_rows(peer: Path, level: str, release: str = "0.33") -> list[Row]
                         [*_ecp(), "conformance", "engine", "--transport", "tcp", "--engine-count", str(dp),
                          "--vllm", release, *common, *engine_lacks,
                          "--expected-failures", str(EXPECTED / f"vllm-{release}-engine.txt"), "--", *headless],
-                        {"FAKE_STEP_DELAY": FAKE_STEP_DELAY}))
+                        {"FAKE_STEP_DELAY": FAKE_STEP_DELAY, **({"PEER": str(peer)} if forked else {})}))
     rows.append(Row("python-frontend", "suite (frontend role) vs vLLM Python frontend, DP=2",
                     [*_ecp(), "conformance", "frontend", *common, *frontend_lacks, "--expected-failures",
                      str(EXPECTED / f"vllm-{release}-python-frontend.txt"), "--", *frontend]))
@@ -234,6 +237,9 @@ def main() -> int:
     ap.add_argument("--only", nargs="+", metavar="ROW", help="run only these rows")
     ap.add_argument("--level", choices=("interop", "hardened"), default="hardened",
                     help="conformance level of the suite rows (default hardened)")
+    ap.add_argument("--forked", action="store_true",
+                    help="engine rows: start vLLM's engine cores with benchmarks/vllm_forked_serve.sh (forked from "
+                         "`vllm serve`, not spawned: half the CPU per launch; the same engine core)")
     ap.add_argument("--list", action="store_true", help="print the rows and their commands, run nothing")
     ap.add_argument("--cross", metavar="A,B,...",
                     help="instead of the rows: every ordered pair of these releases, a real frontend of one in "
@@ -249,7 +255,7 @@ def main() -> int:
 
         return run_cross(args.cross.split(","), args.out, args.observed, args.pairs)
     args.peer = args.peer or Path(f"~/.cache/vllm-peer-{args.release}").expanduser()
-    rows = conformance_rows(args.peer, args.level, args.release) + smoke_rows()
+    rows = conformance_rows(args.peer, args.level, args.release, args.forked) + smoke_rows()
     if args.only:
         unknown = set(args.only) - {r.name for r in rows}
         if unknown:

@@ -30,7 +30,8 @@ _STATE_KEY = pytest.StashKey["RunState"]()
 
 #: role -> (module, manager class, config class) of the peer manager of that role. A peer
 #: manager starts/stops the peers under test and offers begin_case(), plan(ids) (the ids of the
-#: selected cases that follow the current one), case_budget() (seconds, ecp.conformance.pace), set_deadline(t),
+#: selected cases that follow the current one), optionally a static run_phase(case) -> int (the order the
+#: cases run in, phase by phase), case_budget() (seconds, ecp.conformance.pace), set_deadline(t),
 #: case_crashed(), after_failure() (keep or drop the peers a failed case used; evidence or None),
 #: mark_dirty(), mark_broken(), log_tail(), launches() (the launch records) and close() to this plugin.
 PEER_MANAGERS: dict[str, tuple[str, str, str]] = {
@@ -152,6 +153,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+    # the role's manager may run the cases in phases (its run_phase(case) -> int; a stable sort keeps
+    # the catalogue order within each): only the order of execution changes, never the reports'
+    import importlib
+
+    module, manager_cls, _ = PEER_MANAGERS[state.role]
+    phase = getattr(getattr(importlib.import_module(module), manager_cls), "run_phase", None)
+    if phase is not None:
+        items.sort(key=lambda i: phase(state.catalogue[_case_id(i)]))  # type: ignore[index]
     state.order = [(i.nodeid, _case_id(i)) for i in items]
 
 

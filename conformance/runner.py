@@ -23,7 +23,7 @@ from .outcomes import CaseResult, Outcome
 from .registry import RegistryError, load_role
 from .report import RunSummary, markdown, write_console, write_html, write_json, write_junit, write_transcripts
 
-#: role -> case modules, in run order (cases that may kill the peer last)
+#: role -> case modules, in catalogue order (a role's manager may run them in phases: run_phase)
 CASE_MODULES: dict[str, tuple[str, ...]] = {
     "engine": ("handshake", "requests", "encoding", "abort", "reject", "utility", "wire", "dp", "robustness",
                "security"),
@@ -119,6 +119,9 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
                 os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = saved
         results = [CaseResult.from_dict(json.loads(line))
                    for line in results_path.read_text().splitlines() if line.strip()]
+        # a role may run its cases in another order (its manager's run_phase): reports list the catalogue's
+        position = {c.id: k for k, c in enumerate(catalogue)}
+        results.sort(key=lambda r: position.get(r.id, len(position)))
         if int(code) not in (0, 1) or (not results and not args.case):
             print(f"ecp conformance: the harness could not run the cases (pytest exit {int(code)}); "
                   "rerun with -v for details", file=sys.stderr)

@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import zmq
 
@@ -77,6 +77,9 @@ TOPOLOGY_HINTS: dict[str, Callable[[int], tuple[int, int, bool]]] = {
     **{cid: (lambda n: (1, max(2, n), True)) for cid in ("ENG-DP-4", "ENG-DP-5", "ENG-DP-6")},
 }
 
+
+#: clause families whose cases send what a correct frontend never sends or end their engine (run last)
+HOSTILE_CLAUSES = ("ECP-ROB-", "ECP-SEC-")
 
 #: a topology: (clients, engines, with a coordinator)
 Topology = tuple[int, int, bool]
@@ -246,6 +249,22 @@ class Spare:
 
 class EngineManager:
     """Owns the zmq context, the shared engine and every fresh engine of a run."""
+
+    @staticmethod
+    def run_phase(case: Any) -> int:
+        """Where a case runs (cases keep their catalogue order within a phase; reports keep it too):
+
+        0. interop-level cases on the shared engine;
+        1. cases with a topology of their own (:data:`TOPOLOGY_HINTS`): their launch starts in the
+           background once the first one came up, and phase 0 runs meanwhile;
+        2. the cases most likely to leave an engine unable to serve: hardened-level ones and those of
+           the robustness and security clauses (input a correct frontend never sends, a pickle payload,
+           a SIGTERM). Run together, each replacement and the spares behind it start side by side
+           (:data:`SPARES`), instead of relaunches interrupting the cases a working engine serves.
+        """
+        if case.conformance_level == "hardened" or case.clause.startswith(HOSTILE_CLAUSES):
+            return 2
+        return 1 if case.id in TOPOLOGY_HINTS else 0
 
     def __init__(self, cfg: EngineRunConfig, transcript: Transcript) -> None:
         if cfg.release is None:

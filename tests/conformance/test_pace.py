@@ -152,3 +152,34 @@ def test_every_topology_hint_is_what_its_case_asks_for(run_ecp, tmp_path):
     assert len(launches) == 4 and topologies == {
         "1 engine(s), 1 client(s)": False, "1 engine(s), 2 client(s)": True, "2 engine(s), 1 client(s)": True,
         "2 engine(s), 1 client(s), a DP coordinator": True}, launches
+
+
+def test_every_case_that_ends_its_engine_runs_in_the_last_phase():
+    """The cases whose code asks for a dedicated launch (they end that engine) run with the hostile ones."""
+    import re
+
+    from ecp.conformance.engine.session import EngineManager
+    from ecp.conformance.registry import load_role
+    from ecp.conformance.runner import CASE_PACKAGES
+
+    catalogue = {c.id: c for c in load_role("engine")}
+    dedicated = set()
+    for path in CASE_PACKAGES["engine"].glob("test_*.py"):
+        for block in re.split(r"\n(?=@case\()", path.read_text()):
+            m = re.match(r'@case\("([A-Z0-9-]+)"\)', block)
+            if m and "engines.dedicated(" in block:
+                dedicated.add(m.group(1))
+    assert dedicated and all(EngineManager.run_phase(catalogue[cid]) == 2 for cid in dedicated), dedicated
+    assert EngineManager.run_phase(catalogue["ENG-SEC-1"]) == 2  # interop level, but a pickle payload
+
+
+def test_the_engine_role_runs_interop_cases_then_topologies_then_hostile_input(run_ecp, tmp_path):
+    """The run order (EngineManager.run_phase), seen in the transcript's case order; the report keeps the
+    catalogue's order."""
+    code, stdout, doc, _ = _run(run_ecp, tmp_path, "--case", "ENG-ROB-1", "--case", "ENG-HS-6",
+                                "--case", "ENG-SEC-1", "--case", "ENG-REQ-1", "--", *SCRIPTED)
+    assert code == 0, stdout
+    assert [c["id"] for c in doc["cases"]] == ["ENG-HS-6", "ENG-REQ-1", "ENG-ROB-1", "ENG-SEC-1"]
+    launches = doc["launches"]["launches"]
+    # REQ-1 first, on the first launch (the run order, whatever order the report lists)
+    assert [r["case"] for r in launches][:2] == ["ENG-REQ-1", "ENG-HS-6"], launches
