@@ -16,6 +16,7 @@ changes nothing. When active it:
 from __future__ import annotations
 
 import fnmatch
+import importlib
 import json
 import time
 import traceback
@@ -77,8 +78,6 @@ class RunState:
     def peer_manager(self) -> Any:
         """The role's peer manager, created on first use."""
         if self.manager is None:
-            import importlib
-
             module, manager_cls, config_cls = PEER_MANAGERS[self.role]
             mod = importlib.import_module(module)
             cfg = getattr(mod, config_cls)(**self.config[self.role])
@@ -155,8 +154,6 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         items[:] = keep
     # the role's manager may run the cases in phases (its run_phase(case) -> int; a stable sort keeps
     # the catalogue order within each): only the order of execution changes, never the reports'
-    import importlib
-
     module, manager_cls, _ = PEER_MANAGERS[state.role]
     phase = getattr(getattr(importlib.import_module(module), manager_cls), "run_phase", None)
     if phase is not None:
