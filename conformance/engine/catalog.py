@@ -47,8 +47,9 @@ CASES: tuple[Case, ...] = (
        "No stop condition applies before min_tokens tokens were produced.",
        checks=("ECP-REQ-5.1",)),
     _c("ENG-REQ-4", "ECP-REQ-2", "MUST", "duplicate-id-error",
-       "An ADD whose id is in flight gets an ERROR output with a RequestError; the running request keeps running.",
-       checks=("ECP-REQ-2.1", "ECP-OUT-5.1", "ECP-OUT-5.2")),
+       "An ADD whose id is in flight gets an ERROR output with a RequestError; the running request keeps running; "
+       "once it ended, an ADD with its id is a new request.",
+       checks=("ECP-REQ-2.1", "ECP-REQ-2.2", "ECP-OUT-5.1", "ECP-OUT-5.2")),
     _c("ENG-REQ-5", "ECP-REQ-3", "MUST", "over-long-prompt-error",
        "A prompt longer than max_model_len gets one ERROR output with a RequestError; the engine keeps serving.",
        checks=("ECP-REQ-3.1", "ECP-OUT-5.2")),

@@ -7,6 +7,9 @@ history of a session -- what was sent when, and in which state the session had p
   frames after a terminal, this sees the terminal that never came);
 * a running request that was aborted produces nothing later than ``ABORT_GRACE_S`` after the
   ABORT left, and any terminal it gets then is ABORT (``ECP-ABORT-2``);
+* a duplicate ADD sent right behind its original's ADD is answered with an ERROR output
+  (``ECP-REQ-2``: it reached the engine while the original was in flight there; the machine alone
+  must also accept a duplicate that arrives after the original ended, which runs as a new request);
 * every ERROR output carries ``{code, message, retryable}`` and lists its id in
   ``finished_requests``, but the ERROR answering a duplicate ADD of a running request, which must
   not list it; an ERROR refusing an ADD (a prompt over ``max_model_len``, a duplicate id) says
@@ -340,6 +343,13 @@ def check_errors(fe, history: History) -> list[Finding]:
     found = []
     for rid, rec in history.requests.items():
         answer = duplicate_answer(fe, rec)
+        if rec.duplicate_at is not None and answer is None and history.killed_at is None:
+            # sent right behind the original's ADD, the duplicate reached the engine while the original
+            # was in flight there: only then does the machine not tell (it accepts a new request too)
+            found.append(Finding("ECP-REQ-2", f"the duplicate ADD of running request {rid}, sent right behind its "
+                                              "ADD, was not answered with an ERROR output "
+                                              f"({len(own_terminals(fe, rec))} terminal output(s) for the id)",
+                                 rec.duplicate_step))
         if answer is not None:
             e = answer.output.error
             if e is None or not isinstance(e.code, str) or not e.code or not isinstance(e.message, str) \

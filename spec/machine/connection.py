@@ -57,7 +57,7 @@ IN_FLIGHT_STATES = frozenset(r_state for row in REQUEST.rows if row.event is Req
                              for r_state in row.states)
 # members bound once (an enum member's attribute lookup costs as much as a table lookup)
 _NONE, _RUNNING = _Q.NONE, _Q.RUNNING
-_OWED, _ADD_UNDECODABLE, _ABORT = RequestEvent.OUTPUT_OWED_ERROR, RequestEvent.ADD_UNDECODABLE, RequestEvent.ABORT
+_ADD_UNDECODABLE, _ABORT = RequestEvent.ADD_UNDECODABLE, RequestEvent.ABORT
 _OUTPUTS, _INPUT, _FOREIGN_CLIENT = LivenessEvent.OUTPUTS, LivenessEvent.INPUT, LivenessEvent.FOREIGN_CLIENT
 _WAVE_ADD = WaveEvent.ADD
 #: how many closed request ids an engine view remembers (to judge late outputs)
@@ -419,9 +419,9 @@ class _Connection:
                 r = view.closed.get(rid)
             state, owed = shadow.get(rid) or ((_NONE, 0) if r is None else (r.state, r.owed_errors))
             key = output_event(out.finish_reason, owed)
-            if r is not None and (r.client == client or client == COORDINATOR) and key is not _OWED:
+            if r is not None and (r.client == client or client == COORDINATOR):
                 row = REQUEST.step(state, key)
-                if row.verdict == "legal":
+                if row.verdict == "legal" and not row.settles_owed:
                     if row.next is not None and row.next != state:
                         if not moves:
                             chk.effects.append(lambda: self._move(view, moves))
@@ -430,21 +430,20 @@ class _Connection:
                     shadow[rid] = (state, owed)
                     continue
 
-            def effect(row: Row, rid: str = rid, key: RequestEvent = key) -> None:
+            def effect(row: Row, rid: str = rid) -> None:
                 cur = view.request(rid)
                 if cur is None:
                     return
-                if key is _OWED:
+                if row.settles_owed:
                     cur.owed_errors -= 1
-                    return
                 if row.next is not None:
                     cur.state = row.next
                     view.set_request(rid, cur)
             row = chk.step(REQUEST, state, key, lambda rid=rid: f"output for {rid!r} on {where}", effect)
             if row.verdict != "illegal":
-                if key is _OWED:
+                if row.settles_owed:
                     owed -= 1
-                elif row.next is not None:
+                if row.next is not None:
                     state = row.next
             shadow[rid] = (state, owed)
             if r is not None and client != COORDINATOR and r.client != client and r.state not in CLOSED_STATES \

@@ -31,9 +31,9 @@ _BEFORE_INIT = (_H.START, _H.HELLO)
 _ADD, _ADD_ABORT_IMMEDIATELY, _ADD_WHILE_REJECTING, _ADD_UNDECODABLE = (
     RequestEvent.ADD, RequestEvent.ADD_ABORT_IMMEDIATELY, RequestEvent.ADD_WHILE_REJECTING,
     RequestEvent.ADD_UNDECODABLE)
-_TOKENS, _TERMINAL, _TERMINAL_ERROR, _OWED_ERROR = (
+_TOKENS, _TERMINAL, _TERMINAL_ERROR, _OWED_ERROR, _TOKENS_OWED, _TERMINAL_OWED = (
     RequestEvent.OUTPUT_TOKENS, RequestEvent.OUTPUT_TERMINAL, RequestEvent.OUTPUT_TERMINAL_ERROR,
-    RequestEvent.OUTPUT_OWED_ERROR)
+    RequestEvent.OUTPUT_OWED_ERROR, RequestEvent.OUTPUT_TOKENS_OWED, RequestEvent.OUTPUT_TERMINAL_OWED)
 _REJECTING = SchedulerState.REJECTING
 _ERROR = FinishReason.ERROR
 
@@ -96,10 +96,10 @@ def add(view: EngineView, request: EngineCoreRequest | None) -> RequestEvent:
 def output(finish_reason: FinishReason | None, owed: int) -> RequestEvent:
     """One output of a request for which the engine owes ``owed`` ERRORs (``ECP-REQ-2``)."""
     if finish_reason is None:
-        return _TOKENS
+        return _TOKENS_OWED if owed else _TOKENS
     if finish_reason == _ERROR:
         return _OWED_ERROR if owed else _TERMINAL_ERROR
-    return _TERMINAL
+    return _TERMINAL_OWED if owed else _TERMINAL
 
 
 # ------------------------------------------------------------------------------ utility calls

@@ -87,6 +87,8 @@ class Row:
     clause: str
     note: str = ""
     followed: State | None = None
+    #: request outputs only: the output takes the place of one ERROR the engine owed for a duplicate ADD
+    settles_owed: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,9 +164,10 @@ class Table(Generic[S, V]):
 
 
 def _r(states: State | str | tuple[State, ...], event: QualifiedEvent, sender: str, next: State | None,
-       verdict: Verdict, clause: str, note: str = "", *, followed: State | None = None) -> Row:
+       verdict: Verdict, clause: str, note: str = "", *, followed: State | None = None,
+       settles_owed: bool = False) -> Row:
     return Row(states if isinstance(states, tuple) else (states,), event, sender, next, verdict, clause, note,
-               followed)
+               followed, settles_owed)
 
 
 # ------------------------------------------------------------------------------ handshake
@@ -275,6 +278,8 @@ class RequestEvent(QualifiedEvent):
     OUTPUT_TERMINAL = "Output(terminal)"
     OUTPUT_TERMINAL_ERROR = "Output(terminal ERROR)"
     OUTPUT_OWED_ERROR = "Output(owed ERROR)"
+    OUTPUT_TOKENS_OWED = "Output(tokens, ERROR owed)"
+    OUTPUT_TERMINAL_OWED = "Output(terminal, ERROR owed)"
 
 
 _Q, _QE = RequestStatus, RequestEvent
@@ -312,25 +317,43 @@ REQUEST: Table[RequestStatus, RequestEvent] = Table(
         _r(_IN_FLIGHT, _QE.OUTPUT_TERMINAL_ERROR, E, _Q.FINISHED, "legal", "ECP-REQ-3",
            "an ADD answered with ERROR (invalid parameters, ECP-OUT-5)"),
         _r((*_DUPLICATE, _Q.REJECTED, _Q.INVALID, _Q.FINISHED), _QE.OUTPUT_OWED_ERROR, E, None, "legal",
-           "ECP-REQ-2", "the ERROR answer to a duplicate ADD"),
+           "ECP-REQ-2", "the ERROR answer to a duplicate ADD", settles_owed=True),
+        # a duplicate ADD owes an ERROR only if it reaches the engine while the id is in flight there:
+        # one sent before the frontend read the original's terminal output may arrive after it ended
+        _r(_IN_FLIGHT, _QE.OUTPUT_TOKENS_OWED, E, _Q.RUNNING, "legal", "ECP-OUT-3"),
+        _r(_IN_FLIGHT, _QE.OUTPUT_TERMINAL_OWED, E, _Q.FINISHED, "legal", "ECP-OUT-1",
+           "the original's terminal output: the ERROR for the duplicate is still owed"),
+        _r(_Q.FINISHED, _QE.OUTPUT_TOKENS_OWED, E, _Q.RUNNING, "legal", "ECP-REQ-2",
+           "the duplicate reached the engine after the original ended there: it runs as a new request, "
+           "answered with outputs instead of the ERROR", settles_owed=True),
+        _r(_Q.FINISHED, _QE.OUTPUT_TERMINAL_OWED, E, None, "legal", "ECP-REQ-2",
+           "as above, a new request that ended with its first output", settles_owed=True),
         _r(_Q.PAUSED_ADD, _QE.OUTPUT_TERMINAL_ERROR, E, _Q.FINISHED, "legal", "ECP-REQ-7",
            "code engine_paused, retryable"),
         _r(_Q.PAUSED_ADD, _QE.OUTPUT_TOKENS, E, None, "illegal", "ECP-REQ-7", "a paused engine ran a new request"),
+        _r(_Q.PAUSED_ADD, _QE.OUTPUT_TOKENS_OWED, E, None, "illegal", "ECP-REQ-7", "as above"),
         _r(_Q.PAUSED_ADD, _QE.OUTPUT_TERMINAL, E, None, "illegal", "ECP-REQ-7",
            "a new request during a pause ends with ERROR engine_paused"),
+        _r(_Q.PAUSED_ADD, _QE.OUTPUT_TERMINAL_OWED, E, None, "illegal", "ECP-REQ-7", "as above"),
         _r(_Q.REJECTED, _QE.OUTPUT_TERMINAL_ERROR, E, _Q.FINISHED, "legal", "ECP-REQ-3",
            "an invalid notice may still be answered with ERROR"),
         _r(_Q.REJECTED, _QE.OUTPUT_TOKENS, E, None, "illegal", "ECP-REJECT-1", "abort_immediately never runs"),
+        _r(_Q.REJECTED, _QE.OUTPUT_TOKENS_OWED, E, None, "illegal", "ECP-REJECT-1", "as above"),
         _r(_Q.REJECTED, _QE.OUTPUT_TERMINAL, E, None, "illegal", "ECP-REJECT-1", "no output is emitted for it"),
+        _r(_Q.REJECTED, _QE.OUTPUT_TERMINAL_OWED, E, None, "illegal", "ECP-REJECT-1", "as above"),
         _r(_Q.INVALID, _QE.OUTPUT_TERMINAL_ERROR, E, _Q.FINISHED, "legal", "ECP-ROB-2"),
         _r(_Q.INVALID, _QE.OUTPUT_TOKENS, E, None, "illegal", "ECP-ROB-1", "an undecodable ADD never runs"),
+        _r(_Q.INVALID, _QE.OUTPUT_TOKENS_OWED, E, None, "illegal", "ECP-ROB-1", "as above"),
         _r(_Q.INVALID, _QE.OUTPUT_TERMINAL, E, None, "illegal", "ECP-ROB-2", "it is answered with ERROR"),
+        _r(_Q.INVALID, _QE.OUTPUT_TERMINAL_OWED, E, None, "illegal", "ECP-ROB-2", "as above"),
         _r((*_DUPLICATE, _Q.REJECTED, _Q.INVALID), _QE.ABORT, F, _Q.ABORTED, "legal", "ECP-ABORT-2"),
         _r(_Q.ABORTED, _QE.OUTPUT_TOKENS, E, None, "legal", "ECP-ABORT-4",
            "late outputs of an aborted request are tolerated and dropped (ECP-OUT-9)"),
         _r(_Q.ABORTED, _QE.OUTPUT_TERMINAL, E, None, "legal", "ECP-ABORT-4"),
         _r(_Q.ABORTED, _QE.OUTPUT_TERMINAL_ERROR, E, None, "legal", "ECP-ABORT-4"),
-        _r(_Q.ABORTED, _QE.OUTPUT_OWED_ERROR, E, None, "legal", "ECP-ABORT-4"),
+        _r(_Q.ABORTED, _QE.OUTPUT_OWED_ERROR, E, None, "legal", "ECP-ABORT-4", settles_owed=True),
+        _r(_Q.ABORTED, _QE.OUTPUT_TOKENS_OWED, E, None, "legal", "ECP-ABORT-4"),
+        _r(_Q.ABORTED, _QE.OUTPUT_TERMINAL_OWED, E, None, "legal", "ECP-ABORT-4"),
         _r((_Q.NONE, _Q.FINISHED, _Q.ABORTED), _QE.ABORT, F, None, "tolerated", "ECP-ABORT-6",
            "the engine ignores it (ECP-ABORT-3); a frontend never sends ids it does not know"),
         _r(_Q.NONE, _QE.OUTPUT_TOKENS, E, None, "illegal", "ECP-OUT-1", "an output for an id never added"),
@@ -535,6 +558,6 @@ def render_table(area: str) -> str:
         nxt = f"`{r.next}`" if r.next else "="
         if r.followed is not None:
             nxt += f" (followed: `{r.followed}`)"
-        note = r.note.replace("|", "\\|")
+        note = r.note.replace("|", "\\|") + (" (settles one owed ERROR)" if r.settles_owed else "")
         rows.append(f"| {states} | `{event}` | {r.sender} | {nxt} | {r.verdict} | `{r.clause}` | {note} |")
     return "\n".join(rows) + "\n"

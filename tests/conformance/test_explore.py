@@ -436,3 +436,31 @@ def test_the_draw_holds_the_new_steps():
     assert any(st["op"] == "call" and st["method"].startswith("pause_") and not st["args"] for _, _, st in steps)
     assert any(st["op"] == "call" and st["method"] == "sleep" and s.steps[i + 1]["op"] == "add"
                for s, i, st in steps if i + 1 < len(s.steps))
+
+
+def test_a_duplicate_sent_right_behind_its_add_and_never_refused_is_a_finding():
+    """The machine accepts outputs of a new request after the original's terminal while an ERROR is
+    owed (a duplicate may reach the engine after the original ended); the explorer's duplicates go
+    right behind their original's ADD, so the oracle asks for the ERROR itself (ECP-REQ-2)."""
+    from ecp.conformance.explore.oracle import History, RequestRecord, check_errors
+    from ecp.spec import EngineCoreOutput, FinishReason, RequestError
+
+    def seen(t, out, finished=None):
+        return argparse.Namespace(t=t, output=out, finished_requests=finished)
+
+    tokens, length = EngineCoreOutput("r", [5]), EngineCoreOutput("r", [6], finish_reason=FinishReason.LENGTH)
+    refusal = EngineCoreOutput("r", [], finish_reason=FinishReason.ERROR,
+                               error=RequestError("duplicate_request_id", "r is running", False))
+
+    class Fe:
+        def __init__(self, outputs):
+            self.outputs = outputs
+
+        def seen(self, rid):
+            return self.outputs
+
+    history = History(requests={"r": RequestRecord("r", 0, 500, 1, duplicate_at=1.0, duplicate_step=2)})
+    ran_twice = Fe([seen(1.1, tokens), seen(1.2, length), seen(1.3, tokens), seen(1.4, length, ["r"])])
+    assert [(f.clause, f.step) for f in check_errors(ran_twice, history)] == [("ECP-REQ-2", 2)]
+    refused = Fe([seen(1.1, tokens), seen(1.15, refusal), seen(1.2, length, ["r"])])
+    assert check_errors(refused, history) == []

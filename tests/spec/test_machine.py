@@ -7,6 +7,7 @@ import pytest
 
 from ecp.spec import (
     EngineCoreOutputs, FinishReason, Hello, LocalProtocolError, Ready, RemoteProtocolError, encode_add,
+    encode_outputs,
 )
 from ecp.spec.control import StartDPWave, UtilityRequest
 from ecp.spec.machine import (
@@ -155,6 +156,37 @@ def test_duplicate_add_owes_one_error_and_leaves_the_running_request():
     p.output(0, out(0, "a"))
     p.output(0, out(0, "a", FinishReason.LENGTH))
     assert p.fe.engine(0).request_state("a") == "FINISHED"
+
+
+@pytest.mark.parametrize("one_message", [False, True])
+def test_a_duplicate_that_reaches_the_engine_after_the_original_ended_runs_as_a_new_request(one_message):
+    """The frontend sent the duplicate before it read the original's terminal output; the engine had
+    ended the original, so the duplicate is a new request there (ECP-REQ-2 binds only an id in flight
+    at the engine). Its outputs take the place of the owed ERROR; one more output after its
+    terminal is a violation again."""
+    p = Pair(frontend_mode="record")
+    p.handshake()
+    p.add(0, "a")
+    terminal = p.engines[0].send(Outputs(0, 0, out(0, "a", FinishReason.LENGTH)))  # on the wire, not read
+    p.deliver_to_engine(0, [p.fe.send_raw("input[0]", [b"\x00\x00", *encode_add(request("a"))])])
+    assert p.engines[0].view.request_state("a") == "ADDED"  # a new request at the engine
+    p.deliver_to_frontend(0, terminal)
+    assert p.fe.engine(0).request("a").owed_errors == 1
+    if one_message:
+        from ecp.spec import EngineCoreOutput
+
+        both = EngineCoreOutputs(engine_index=0, outputs=[EngineCoreOutput("a", [5]),
+                                                          EngineCoreOutput("a", [6], finish_reason=FinishReason.LENGTH)])
+        p.output(0, both)
+    else:
+        p.output(0, out(0, "a"))
+        assert p.fe.engine(0).request_state("a") == "RUNNING"
+        p.output(0, out(0, "a", FinishReason.LENGTH))
+    assert p.fe.violations == []
+    r = p.fe.engine(0).request("a")
+    assert (r.state, r.owed_errors) == ("FINISHED", 0)
+    p.fe.receive("output[0]", list(encode_outputs(out(0, "a"))))
+    assert [v.clause for v in p.fe.violations] == ["ECP-OUT-1"]
 
 
 def test_abort_immediately_never_produces_output():

@@ -146,6 +146,15 @@ def test_duplicate_id_error(engine):
                         f"{[s.output.finish_reason for s in later if s.output.finish_reason is not None]}")
     fe.abort([rid])
     goes_quiet(fe, [rid], time.monotonic())
+    # no longer in flight at the engine, the id is a new request there (sentence 2)
+    ended = len(fe.terminals(rid))
+    fe.add(fe.request(rid, max_tokens=2))
+    fe.wait(lambda: len(fe.terminals(rid)) > ended, 5.0, f"a terminal output for {rid}, added again after it ended")
+    again = fe.terminals(rid)[ended]
+    if again.output.finish_reason != FinishReason.LENGTH:
+        raise Violation(f"{rid}, added again after it was aborted and went quiet, ended with "
+                        f"{again.output.finish_reason!r} after {len(fe.tokens(rid))} token(s) in all; "
+                        "expected a new request's 2 tokens and LENGTH")
 
 
 @case("ENG-REQ-5")
