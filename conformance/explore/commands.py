@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     eng.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
     eng.add_argument("--no-malformed", action="store_true",
                      help="leave out the steps that send a malformed input message (only legal traffic)")
+    eng.add_argument("--no-duplicates", action="store_true",
+                     help="leave out the duplicate ADDs (an id in flight: ECP-REQ-2, hardened; vLLM 0.33's engine "
+                          "core fails closed on one)")
     eng.add_argument("--process-faults", action=argparse.BooleanOptionalAction, default=True,
                      help="give some sessions one process fault: SIGSTOP/SIGCONT of one rank's process, or a "
                           "SIGKILL of it, after which the engine must be seen dead (on)")
@@ -122,7 +125,8 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 def _explore_engine(args: argparse.Namespace) -> int:
     return _explore(args, "engine", transport=args.transport, malformed=not args.no_malformed,
-                    process_faults=args.process_faults, engine_lacks=tuple(args.engine_lacks))
+                    duplicates=not args.no_duplicates, process_faults=args.process_faults,
+                    engine_lacks=tuple(args.engine_lacks))
 
 
 def _explore_frontend(args: argparse.Namespace) -> int:

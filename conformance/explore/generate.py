@@ -78,9 +78,10 @@ STOP_MS = (20, 100, 400, 1500)
 
 
 def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool = True,
-         process_faults: bool = True) -> Session:
+         process_faults: bool = True, duplicates: bool = True) -> Session:
     """The session of ``seed`` for a peer launched with up to ``max_engines`` ranks; without
-    ``malformed`` the steps that would send a malformed message wait for every reply instead;
+    ``malformed`` the steps that would send a malformed message wait for every reply instead, and
+    without ``duplicates`` no ADD repeats an id in flight (the rest of the session is the same);
     with ``process_faults`` some sessions get one process fault (a SIGSTOP/SIGCONT of one rank, or
     a SIGKILL of one rank), drawn from a stream of its own so the rest of the session is the same
     either way."""
@@ -133,7 +134,8 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
     _refusals(random.Random(f"refusal-{seed}"), topo, steps, malformed)
     if process_faults:
         _process_fault(random.Random(f"process-fault-{seed}"), topo, steps)
-    _duplicates(random.Random(f"duplicate-{seed}"), steps)  # last: nothing comes between an ADD and its duplicate
+    if duplicates:  # last: nothing comes between an ADD and its duplicate
+        _duplicates(random.Random(f"duplicate-{seed}"), steps)
     return Session(topo, steps, seed)
 
 

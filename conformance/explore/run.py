@@ -53,6 +53,8 @@ class ExploreOptions:
     max_sessions: int | None = None
     #: whether sessions include malformed input messages (``ECP-ROB-1``)
     malformed: bool = True
+    #: whether sessions include duplicate ADDs (``ECP-REQ-2``)
+    duplicates: bool = True
     #: whether some sessions include a process fault (SIGSTOP/SIGCONT or SIGKILL of one rank)
     process_faults: bool = True
     #: capabilities the engine was declared to lack (``--engine-lacks``, ecp.conformance.capabilities)
@@ -140,7 +142,7 @@ class Runner:
 
     def draw(self, seed: int) -> Session:
         return draw(seed, self.opts.engine_count, self.opts.max_steps, self.opts.malformed,
-                    self.opts.process_faults)
+                    self.opts.process_faults, self.opts.duplicates)
 
     def play(self, session: Session, reuse: bool = False) -> SessionResult:
         self.sessions += 1

@@ -37,7 +37,11 @@ async def assert_everything_fails(client, streams, failure, expected_type):
     """Run ``failure()`` with streams and a utility waiter active; all must fail with the first error in 1 s."""
     consumers = [asyncio.ensure_future(consume(s)) for s in streams]
     waiter = asyncio.ensure_future(client.is_sleeping())
-    await asyncio.sleep(0)  # let the consumers and the utility call start waiting
+    # let the consumers and the utility call start waiting: a turn queues the call, a later one sends
+    # it (a send still queued at the failure can find the engine gone, and fails on its own: a
+    # UtilityCallFailed naming ECP-ROB-3, not the client's first error)
+    for _ in range(3):
+        await asyncio.sleep(0)
     t0 = time.monotonic()
     await failure()
     results = await asyncio.wait_for(asyncio.gather(*consumers), 5)

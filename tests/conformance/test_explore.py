@@ -33,6 +33,10 @@ def test_sessions_are_drawn_from_their_seed_and_round_trip():
     assert any(st["op"] == "garbage" for s in with_bad for st in s.steps)
     assert not any(st["op"] == "garbage" for s in legal for st in s.steps)
     assert [len(s.steps) for s in legal] == [len(s.steps) for s in with_bad]
+    # without duplicates: the same sessions less their duplicate steps
+    plain = [draw(k, 2, duplicates=False) for k in range(40)]
+    assert any(st["op"] == "duplicate" for s in with_bad for st in s.steps)
+    assert [s.steps for s in plain] == [[st for st in s.steps if st["op"] != "duplicate"] for s in with_bad]
 
 
 @pytest.mark.parametrize("bad", [
