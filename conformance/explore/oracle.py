@@ -7,9 +7,9 @@ history of a session -- what was sent when, and in which state the session had p
   frames after a terminal, this sees the terminal that never came);
 * a running request that was aborted produces nothing later than ``ABORT_GRACE_S`` after the
   ABORT left, and any terminal it gets then is ABORT (``ECP-ABORT-2``);
-* a duplicate ADD sent right behind its original's ADD is answered with an ERROR output
-  (``ECP-REQ-2``: it reached the engine while the original was in flight there; the machine alone
-  must also accept a duplicate that arrives after the original ended, which runs as a new request);
+* a duplicate ADD, sent right behind its original's ADD, is answered with an ERROR output, or,
+  where the original ended at the engine first, runs as a new request after the original's
+  terminal output (``ECP-REQ-2``); neither dropped nor run beside the original;
 * every ERROR output carries ``{code, message, retryable}`` and lists its id in
   ``finished_requests``, but the ERROR answering a duplicate ADD of a running request, which must
   not list it; an ERROR refusing an ADD (a prompt over ``max_model_len``, a duplicate id) says
@@ -148,6 +148,25 @@ def duplicate_answer(fe, rec: RequestRecord) -> Any:
         return None
     return next((s for s in fe.seen(rec.rid) if s.t >= rec.duplicate_at
                  and s.output.finish_reason == FinishReason.ERROR), None)
+
+
+def _unanswered_duplicate(fe, rec: RequestRecord) -> str:
+    """What is wrong with a duplicate ADD that got no ERROR, or "" when nothing is: sent right behind
+    its original's ADD it normally meets the original in flight (an ERROR is owed), but a harness
+    descheduled between the two sends can let a fast engine end the original first, and then the
+    duplicate is a new request there (ECP-REQ-2 sentence 2). Such a new request follows the
+    original's terminal output; an engine that ran both at once shows more tokens than one request
+    may have before the first terminal, and one that dropped the duplicate shows one terminal."""
+    terminals = own_terminals(fe, rec)
+    if len(terminals) == 1:
+        return "the id has one terminal output: the duplicate was neither refused nor run"
+    if len(terminals) >= 2:
+        first = terminals[0].t
+        before = sum(len(s.output.new_token_ids) for s in fe.seen(rec.rid) if s.t <= first)
+        if before > rec.max_tokens:
+            return (f"{before} tokens came before the id's first terminal output, more than its max_tokens="
+                    f"{rec.max_tokens}: the engine ran the duplicate beside the original")
+    return ""
 
 
 def own_outputs(fe, rec: RequestRecord) -> list[Any]:
@@ -344,12 +363,10 @@ def check_errors(fe, history: History) -> list[Finding]:
     for rid, rec in history.requests.items():
         answer = duplicate_answer(fe, rec)
         if rec.duplicate_at is not None and answer is None and history.killed_at is None:
-            # sent right behind the original's ADD, the duplicate reached the engine while the original
-            # was in flight there: only then does the machine not tell (it accepts a new request too)
-            found.append(Finding("ECP-REQ-2", f"the duplicate ADD of running request {rid}, sent right behind its "
-                                              "ADD, was not answered with an ERROR output "
-                                              f"({len(own_terminals(fe, rec))} terminal output(s) for the id)",
-                                 rec.duplicate_step))
+            problem = _unanswered_duplicate(fe, rec)
+            if problem:
+                found.append(Finding("ECP-REQ-2", f"the duplicate ADD of running request {rid} was not answered "
+                                                  f"with an ERROR output, and {problem}", rec.duplicate_step))
         if answer is not None:
             e = answer.output.error
             if e is None or not isinstance(e.code, str) or not e.code or not isinstance(e.message, str) \

@@ -442,10 +442,10 @@ def test_the_draw_holds_the_new_steps():
                for s, i, st in steps if i + 1 < len(s.steps))
 
 
-def test_a_duplicate_sent_right_behind_its_add_and_never_refused_is_a_finding():
+def test_a_duplicate_neither_refused_nor_run_after_the_original_is_a_finding():
     """The machine accepts outputs of a new request after the original's terminal while an ERROR is
-    owed (a duplicate may reach the engine after the original ended); the explorer's duplicates go
-    right behind their original's ADD, so the oracle asks for the ERROR itself (ECP-REQ-2)."""
+    owed (a duplicate may reach the engine after the original ended there); the oracle tells that
+    from an engine that dropped the duplicate or ran it beside the original (ECP-REQ-2)."""
     from ecp.conformance.explore.oracle import History, RequestRecord, check_errors
     from ecp.spec import EngineCoreOutput, FinishReason, RequestError
 
@@ -463,8 +463,15 @@ def test_a_duplicate_sent_right_behind_its_add_and_never_refused_is_a_finding():
         def seen(self, rid):
             return self.outputs
 
-    history = History(requests={"r": RequestRecord("r", 0, 500, 1, duplicate_at=1.0, duplicate_step=2)})
-    ran_twice = Fe([seen(1.1, tokens), seen(1.2, length), seen(1.3, tokens), seen(1.4, length, ["r"])])
-    assert [(f.clause, f.step) for f in check_errors(ran_twice, history)] == [("ECP-REQ-2", 2)]
-    refused = Fe([seen(1.1, tokens), seen(1.15, refusal), seen(1.2, length, ["r"])])
-    assert check_errors(refused, history) == []
+    def findings(outputs):
+        history = History(requests={"r": RequestRecord("r", 0, 2, 1, duplicate_at=1.0, duplicate_step=2)})
+        return [(f.clause, f.step, f.message) for f in check_errors(Fe(outputs), history)]
+
+    # max_tokens=2: the original's two tokens end it, then the duplicate's two as a new request
+    assert findings([seen(1.1, tokens), seen(1.2, length, ["r"]), seen(1.3, tokens), seen(1.4, length, ["r"])]) == []
+    assert findings([seen(1.1, tokens), seen(1.15, refusal), seen(1.2, length, ["r"])]) == []
+    beside = findings([seen(1.1, tokens), seen(1.15, tokens), seen(1.2, tokens), seen(1.3, length, ["r"]),
+                       seen(1.4, length, ["r"])])
+    assert [(c, step) for c, step, _ in beside] == [("ECP-REQ-2", 2)] and "beside the original" in beside[0][2]
+    dropped = findings([seen(1.1, tokens), seen(1.2, length, ["r"])])
+    assert [(c, step) for c, step, _ in dropped] == [("ECP-REQ-2", 2)] and "neither refused nor run" in dropped[0][2]
