@@ -32,6 +32,7 @@ from ecp.spec import (
 from ecp.spec.enums import RequestOutputKind
 from ecp.spec.machine import CoordinatorSubscribe, EngineDead, Outputs, Registration, Violation as MachineViolation
 from ecp.spec.peer import FrontendPeer
+from ecp.spec.peer.zmq_io import stop_monitors
 
 from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Violation
 from ..transcript import Transcript
@@ -256,6 +257,7 @@ class HarnessFrontend:
         return sock
 
     def close(self) -> None:
+        stop_monitors(self.inputs)  # before their readers close (stop_monitors says why)
         for mon in self._monitors:
             mon.close(0)
         self._monitors.clear()

@@ -38,6 +38,8 @@ from typing import Callable
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from ecp.spec.peer.zmq_io import stop_monitors
+
 from .observed import (
     COORDINATOR_INPUT, COORDINATOR_OUTPUT, HANDSHAKE, INPUT, OUTPUT, TO_ENGINE, TO_FRONTEND,
 )
@@ -263,6 +265,7 @@ class Relay:
 
     # ------------------------------------------------------------------ relay sockets
     def _teardown(self, link: EngineLink) -> None:
+        stop_monitors(link.sockets)  # before their readers close (stop_monitors says why)
         for s in link.sockets:
             self._unwatch(s)
             s.close(0)

@@ -32,6 +32,7 @@ from ecp.spec import (
     EngineCoreReadyResponse, EngineCoreRequest, EngineHandshakeMetadata, EngineZmqAddresses, UtilityRequest,
 )
 from ecp.spec.machine import Add, Event, FrontendConnection, UtilityCall
+from ecp.spec.peer.zmq_io import stop_monitors
 
 from .abort_coalescer import AbortCoalescer
 from .aggregation import UtilityAggregation
@@ -517,10 +518,7 @@ class EngineCoreClient(UtilityMethods):
             self._outbox.close()
             self._outbox = None
         if self._input is not None and self._monitor is not None:
-            try:
-                self._input.disable_monitor()
-            except zmq.ZMQError:
-                pass
+            stop_monitors([self._input])  # before the reader closes (stop_monitors says why)
         for sock in (self._monitor, self._handshake_sock, self._input, self._output):
             if sock is not None:
                 sock.close(linger=0)

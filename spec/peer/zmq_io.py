@@ -45,6 +45,20 @@ EventHandler = Callable[[Event], Union[None, Awaitable[None]]]
 BadMessageHandler = Callable[[RemoteProtocolError, str], None]
 
 
+def stop_monitors(sockets: Iterable[zmq.Socket]) -> None:
+    """Stop the monitor of each socket (one without a monitor is left as is). Call it before a
+    monitor's reading socket closes: libzmq sends monitor events with a blocking send from the
+    context's I/O thread, so an event for a reader already closed (a peer that disconnects while the
+    monitored socket is still open, or being closed) blocks that thread, and with it every socket
+    of the context, for good."""
+    for sock in sockets:
+        if not sock.closed:
+            try:
+                sock.disable_monitor()
+            except zmq.ZMQError:
+                pass
+
+
 def open_socket(ctx: zmq.Context, action: Connect, linger_ms: Mapping[str, int] = DEFAULT_LINGER_MS) -> zmq.Socket:
     """A socket as ``action`` asks for it, connected."""
     sock = ctx.socket(_KINDS[action.kind])
