@@ -266,7 +266,9 @@ class _Play:
         if method == "resume_scheduler" and rank.asleep:
             return False
         expect: Any = None
-        if method == "is_sleeping":
+        if method == "is_sleeping" and not rank.paused:
+            # the sleep table leaves is_sleeping free while paused (vLLM 0.33 answers true: its
+            # is_sleeping is is_scheduler_paused() or the executor's sleep state), so ask only then
             expect = rank.asleep
         elif method == "reset_prefix_cache" and not rank.paused and not rank.asleep and self._idle(engine):
             expect = True

@@ -475,3 +475,17 @@ def test_a_duplicate_neither_refused_nor_run_after_the_original_is_a_finding():
     assert [(c, step) for c, step, _ in beside] == [("ECP-REQ-2", 2)] and "beside the original" in beside[0][2]
     dropped = findings([seen(1.1, tokens), seen(1.2, length, ["r"])])
     assert [(c, step) for c, step, _ in dropped] == [("ECP-REQ-2", 2)] and "neither refused nor run" in dropped[0][2]
+
+
+def test_is_sleeping_on_a_paused_rank_is_not_judged(tmp_path):
+    """The sleep table lets a paused engine answer is_sleeping either way (vLLM 0.33 says true: its
+    is_sleeping is is_scheduler_paused() or the executor's state); the explorer found that as
+    ECP-UTIL-8 against vLLM's engine core while it expected false. Here rank 1 answers true (its
+    answer inverted) while paused: no finding."""
+    session = Session(Topology(engines=2), [
+        {"op": "call", "engine": 1, "client": 0, "method": "pause_scheduler", "args": ["abort", True]},
+        {"op": "call", "engine": 1, "client": 0, "method": "is_sleeping", "args": []},
+    ])
+    result = _play(session, [*ENGINE, "--bug", "inconsistent-is-sleeping"], tmp_path)
+    assert result.played == [0, 1]
+    assert result.findings == [], [(f.clause, f.message) for f in result.findings]
