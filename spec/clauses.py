@@ -213,9 +213,10 @@ _CLAUSES: tuple[Clause, ...] = (
        the token that reaches the length cap wins: STOP, not LENGTH."""),
     _c("ECP-REQ-6", "MUST", "client_index", """The frontend stamps ``client_index`` with its own client
        number; the engine routes every output of the request to that client."""),
-    _c("ECP-REQ-7", "MUST", "Paused engine", """An ADD received while the scheduler is paused, other than an
-       ``abort_immediately`` request, is answered with an ERROR output with code ``engine_paused`` and
-       ``retryable: true``."""),
+    _c("ECP-REQ-7", "MUST", "Paused engine", """An ADD received while generation is paused by
+       ``pause_generation`` with mode ``abort`` or ``wait``, other than an ``abort_immediately`` request,
+       is answered with an ERROR output with code ``engine_paused`` and ``retryable: true`` until the
+       scheduler resumes; any other pause (mode ``keep``, ``pause_scheduler``) queues it."""),
     _c("ECP-REQ-8", "MUST", "Duplicate ids at the frontend", """A frontend never sends an ADD whose id is
        already in flight from that frontend."""),
     # ----------------------------------------------------------------- OUT

@@ -78,6 +78,12 @@ class _Rank:
     paused: tuple[str, str] | None = None
     asleep: bool = False
 
+    @property
+    def refusing_adds(self) -> bool:
+        """A user pause (``pause_generation`` mode abort or wait): new ADDs get ``engine_paused``
+        (ECP-REQ-7); every other pause, mode keep included, queues them until the resume."""
+        return self.paused is not None and self.paused[0] == "generation" and self.paused[1] != "keep"
+
 
 class _Stop(Exception):
     def __init__(self, finding: Finding) -> None:
@@ -203,10 +209,9 @@ class _Play:
         self.rids[ref] = rid
         self.prompts[rid] = prompt
         self.client_of[rid] = client
-        paused = self.ranks[engine].paused
         self.history.requests[rid] = RequestRecord(
             rid, engine, max_tokens, self.step, owes_terminal=not s.get("abort_immediately"),
-            wave=changes.get("current_wave"), while_paused=paused is not None and paused[0] == "generation",
+            wave=changes.get("current_wave"), while_paused=self.ranks[engine].refusing_adds,
             abort_immediately=bool(s.get("abort_immediately")), stop_token=stop_token,
             logprobs=s.get("logprobs"), oversize=bool(s.get("oversize")), while_asleep=self.ranks[engine].asleep)
         return True

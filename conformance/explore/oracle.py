@@ -14,8 +14,10 @@ history of a session -- what was sent when, and in which state the session had p
   ``finished_requests``, but the ERROR answering a duplicate ADD of a running request, which must
   not list it; an ERROR refusing an ADD (a prompt over ``max_model_len``, a duplicate id) says
   ``retryable: false`` unless its code is ``engine_paused`` (``ECP-OUT-5``); an ADD refused while
-  paused gets ``engine_paused``, ``retryable: true`` (``ECP-REQ-7``), and an ``abort_immediately``
-  ADD is never refused so (``ECP-REJECT-5``);
+  generation is paused with mode abort or wait gets ``engine_paused``, ``retryable: true``, and no
+  other ADD gets ``engine_paused`` but one to a sleeping rank: any other pause (mode keep,
+  ``pause_scheduler``) queues (``ECP-REQ-7``); an ``abort_immediately`` ADD is never refused so
+  (``ECP-REJECT-5``);
 * an ADD sent while its rank sleeps produces no token before the ``wake_up`` left, and is not
   dropped: it gets a terminal output, an ERROR being ``engine_paused``, ``retryable: true``
   (``ECP-UTIL-8``);
@@ -78,7 +80,8 @@ class RequestRecord:
     aborted_running_at: float | None = None
     abort_step: int | None = None
     wave: int | None = None
-    #: added while its rank's generation was paused (the reply to the pause had come)
+    #: added while its rank refused new ADDs: generation paused with mode abort or wait (the reply to
+    #: the pause had come)
     while_paused: bool = False
     abort_immediately: bool = False
     #: the one id in its stop_token_ids: a token a greedy twin of it produced (None: no stop token)
@@ -399,6 +402,10 @@ def check_errors(fe, history: History) -> list[Finding]:
                 found.append(Finding("ECP-REQ-7", f"ADD {rid} sent while paused got error code={e.code!r}, "
                                                   f"retryable={e.retryable!r}; expected engine_paused, retryable: "
                                                   "true", rec.step))
+            elif not rec.while_paused and not rec.while_asleep and e.code == "engine_paused":
+                found.append(Finding("ECP-REQ-7", f"ADD {rid} was refused with engine_paused, but its rank did not "
+                                                  "refuse ADDs then (not paused, or paused with pause_generation "
+                                                  "mode keep or pause_scheduler, which queue them)", rec.step))
             elif rec.while_asleep and not rec.oversize and not rec.abort_immediately \
                     and (e.code != "engine_paused" or e.retryable is not True):
                 found.append(Finding("ECP-UTIL-8", f"ADD {rid} sent while its rank slept got error code={e.code!r}, "

@@ -71,10 +71,11 @@ class EngineCore:
         self.profile = config.profile()
         #: the class an ``add_lora`` argument is read as: that release's LoRARequest
         self.lora_type = self.profile.message("LoRARequest")
-        #: a release without a user pause (no ``pause_generation``: vLLM 0.32 and older) queues the ADDs
-        #: that arrive while it is paused or asleep and admits them when it resumes; 0.33 refuses them
-        self.queue_while_paused = "pause_generation" not in self.profile.utility_methods
-        #: those queued ADDs, in arrival order: (request, arrival client, duplicate)
+        #: set by a user pause (``pause_generation`` mode abort or wait) until the scheduler resumes: new
+        #: ADDs are refused with ``engine_paused`` (ECP-REQ-7); any other pause (mode keep,
+        #: ``pause_scheduler``, sleep) queues them and admits them when it resumes, as vLLM 0.33 does
+        self.refusing_adds = False
+        #: the ADDs queued while paused, in arrival order: (request, arrival client, duplicate)
         self.held: list[tuple[EngineCoreRequest, int, bool]] = []
         self.executor = executor
         self.engine_index = engine_index
@@ -154,7 +155,7 @@ class EngineCore:
             return
         abort_now = req.abort_immediately
         params = req.kv_transfer_params
-        if self.pause is not PauseState.UNPAUSED and not abort_now and self.queue_while_paused:
+        if self.pause is not PauseState.UNPAUSED and not abort_now and not self.refusing_adds:
             self.held.append((req, arrival_client, duplicate))
             return
         if self.pause is not PauseState.UNPAUSED and not abort_now:

@@ -54,7 +54,7 @@ FAULTS: dict[str, Fault] = table(
     Fault("no-logprobs", "ECP-HS-4", "returns no logprobs (new_logprobs nil) without declaring that it lacks them"),
     Fault("ignore-stamped-wave", "ECP-DP-5", "the current_wave stamped on an ADD is ignored (read as 0)"),
     Fault("abort-immediately-paused-error", "ECP-REJECT-5",
-          "while paused, an abort_immediately ADD is answered with an engine_paused ERROR"),
+          "while generation is paused, an abort_immediately ADD is answered with an engine_paused ERROR"),
     Fault("duplicate-error-finished", "ECP-OUT-5",
           "the ERROR for a duplicate of a running request lists its id in finished_requests"),
     Fault("rejected-add-retryable", "ECP-OUT-5", "the ERROR for a rejected ADD says retryable: true"),
@@ -69,6 +69,8 @@ FAULTS: dict[str, Fault] = table(
     Fault("drop-adds-while-asleep", "ECP-UTIL-8", "ADDs that arrive while the engine sleeps are dropped unanswered"),
     Fault("wave-complete-from-every-rank", "ECP-DP-5",
           "every rank, not only rank 0, sends wave_complete to the coordinator when it is idle"),
+    Fault("keep-pause-refuses", "ECP-REQ-7",
+          "pause_generation with mode keep runs as mode wait: new ADDs are refused with engine_paused"),
     Fault("length-before-stop", "ECP-REQ-5",
           "a stop token that is also the max_tokens-th token ends its request with LENGTH"),
 )
@@ -86,8 +88,9 @@ class FaultLayer:
         self.engine_index = engine_index
         #: call_id -> method name of the pending utility calls a fault rewrites the reply of
         self._calls: dict[int, str] = {}
-        #: whether the scheduler is paused, as the utility calls that went in say
-        self._paused = False
+        #: whether the engine refuses new ADDs (a pause_generation other than mode keep, until the
+        #: resume), as the utility calls that went in say
+        self._refusing = False
         #: whether the engine sleeps, as the utility calls that went in say
         self._asleep = False
         #: ids in flight and the wave they run in, for a rank other than 0 that reports its own waves
@@ -139,7 +142,7 @@ class FaultLayer:
             return None
         if isinstance(event, Add) and event.request.current_wave and "ignore-stamped-wave" in self.names:
             return dataclasses.replace(event, request=msgspec.structs.replace(event.request, current_wave=0))
-        if isinstance(event, Add) and event.request.abort_immediately and self._paused \
+        if isinstance(event, Add) and event.request.abort_immediately and self._refusing \
                 and "abort-immediately-paused-error" in self.names:
             # answered as if it were an ordinary ADD: the core refuses those while paused
             return dataclasses.replace(event, request=msgspec.structs.replace(event.request,
@@ -149,6 +152,10 @@ class FaultLayer:
             if len(args) <= at:
                 args = (args or [1])[:at] + ["keep"]
                 event = dataclasses.replace(event, call=msgspec.structs.replace(event.call, args=args))
+        if isinstance(event, UtilityCall) and event.call.method_name == "pause_generation" \
+                and list(event.call.args)[:1] == ["keep"] and "keep-pause-refuses" in self.names:
+            args = ["wait", *list(event.call.args)[1:]]
+            event = dataclasses.replace(event, call=msgspec.structs.replace(event.call, args=args))
         if isinstance(event, Add) and self._asleep and "drop-adds-while-asleep" in self.names:
             return None
         if isinstance(event, Add) and self.engine_index != 0 and "wave-complete-from-every-rank" in self.names:
@@ -156,10 +163,10 @@ class FaultLayer:
             self._wave = max(self._wave, event.request.current_wave)
         if isinstance(event, UtilityCall):
             method = event.call.method_name
-            if method in ("pause_generation", "pause_scheduler"):
-                self._paused = True
+            if method == "pause_generation":
+                self._refusing = (list(event.call.args) or ["abort"])[0] != "keep"
             elif method == "resume_scheduler":
-                self._paused = False
+                self._refusing = False
             elif method in ("sleep", "wake_up"):
                 self._asleep = method == "sleep"
             if method == "get_supported_tasks" and "no-generate-task" in self.names:

@@ -203,7 +203,7 @@ def wake_up(core: EngineCore, tags: list[str] | None) -> bool:
     awake = not core.sleeping_tags
     if awake and was_sleeping:
         core.sleep_level = 0
-        core.pause = PauseState.UNPAUSED
+        resume_scheduler(core)
     return awake
 
 def reset_prefix_cache(core: EngineCore, reset_running_requests: bool, reset_connector: bool) -> bool:
@@ -227,7 +227,7 @@ def profile(core: EngineCore, is_start: bool, profile_prefix: str | None, delay_
     # vLLM 0.33 frontends send all 5 arguments; older ones the first 2
     core.profiling = bool(is_start)
 
-def pause_generation(core: EngineCore, mode: str, clear_cache: bool) -> Any:
+def pause_scheduler(core: EngineCore, mode: str, clear_cache: bool) -> Any:
     _enter_pause(core, mode)
 
     def complete() -> None:
@@ -239,8 +239,15 @@ def pause_generation(core: EngineCore, mode: str, clear_cache: bool) -> Any:
     complete()
     return None
 
+def pause_generation(core: EngineCore, mode: str, clear_cache: bool) -> Any:
+    reply = pause_scheduler(core, mode, clear_cache)
+    # a user pause: abort and wait refuse new ADDs until the resume, keep queues them (ECP-REQ-7)
+    core.refusing_adds = mode != "keep"
+    return reply
+
 def resume_scheduler(core: EngineCore) -> None:
     core.pause = PauseState.UNPAUSED
+    core.refusing_adds = False
 
 def is_scheduler_paused(core: EngineCore) -> bool:
     return core.pause is not PauseState.UNPAUSED
@@ -359,7 +366,7 @@ UTILITIES: dict[str, Callable[..., Any]] = {
     "reset_encoder_cache": reset_encoder_cache,
     "profile": profile,
     "pause_generation": pause_generation,
-    "pause_scheduler": pause_generation,  # the name vllm-rs calls
+    "pause_scheduler": pause_scheduler,  # the name vllm-rs calls
     "resume_scheduler": resume_scheduler,
     "is_scheduler_paused": is_scheduler_paused,
     "get_weight_version": get_weight_version,

@@ -342,6 +342,22 @@ def test_a_paused_rank_is_resumed_only_after_it_refused_what_was_added(tmp_path)
     assert order[:2] == [("recv", "refusal"), ("sent", "resume")], order
 
 
+@pytest.mark.parametrize("bug", [None, "keep-pause-refuses"])
+def test_an_add_during_a_keep_pause_is_queued_and_a_refusal_is_a_finding(tmp_path, bug):
+    """pause_generation mode keep queues new ADDs (ECP-REQ-7.2, as vLLM 0.33): the ADD runs after
+    the session's closing resume; an engine that refuses it with engine_paused is a finding."""
+    session = Session(Topology(), [
+        {"op": "call", "method": "pause_generation", "args": ["keep", False], "engine": 0},
+        {"op": "add", "ref": 0, "max_tokens": 2, "prompt_len": 1, "engine": 0},
+    ])
+    result = _play(session, [*ENGINE, *(["--bug", bug] if bug else [])], tmp_path, engines=1)
+    found = [(f.clause, f.message) for f in result.findings]
+    if bug is None:
+        assert found == []
+    else:
+        assert any(c == "ECP-REQ-7" and "did not refuse ADDs" in m for c, m in found), found
+
+
 def test_a_rank_changes_state_only_after_every_call_to_it_was_answered(tmp_path):
     """is_sleeping goes on client 1's socket, the session's closing wake-up on client 0's: the
     wake-up waits for the is_sleeping reply, whose value then says asleep."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from engine_rawfront import make_request
 
 from ecp.spec import EngineCoreOutputs, FinishReason
@@ -32,11 +33,14 @@ def test_sleep_abort_orders_abort_output_before_reply(rig):
     assert any(not m.outputs and m.scheduler_stats for m in fe.messages[0][i_abort + 1:i_reply])
     assert fe.value(0, "is_sleeping") is True
     assert fe.value(0, "is_scheduler_paused") is True
+    # an ADD to a sleeping engine is queued (ECP-UTIL-8) and runs only once nothing sleeps
     fe.add(0, make_request("zz", max_tokens=2))
-    assert fe.wait_finished(["zz"])["zz"].error.code == "engine_paused"
     assert fe.value(0, "wake_up", [["weights"]]) is False
     assert fe.value(0, "is_sleeping") is True
+    fe.quiet(0.1)
+    assert fe.outputs_for("zz") == []
     assert fe.value(0, "wake_up", [["kv_cache"]]) is True
+    assert fe.wait_finished(["zz"])["zz"].finish_reason == FinishReason.LENGTH
     assert fe.value(0, "is_sleeping") is False and fe.value(0, "is_scheduler_paused") is False
     fe.add(0, make_request("r6", max_tokens=2))
     assert fe.wait_finished(["r6"])["r6"].finish_reason == FinishReason.LENGTH
@@ -67,16 +71,40 @@ def test_pause_keep_freezes_and_resume_continues(rig):
     n = len(fe.tokens("k1"))
     fe.quiet(0.1)
     assert len(fe.tokens("k1")) == n and fe.finished("k1") is None
-    # an ADD while paused is refused with engine_paused, retryable
+    # mode keep queues a new ADD (ECP-REQ-7: only abort and wait refuse): nothing until the resume
     fe.add(0, make_request("k2", max_tokens=2))
-    err = fe.wait_finished(["k2"])["k2"]
-    assert err.finish_reason == FinishReason.ERROR and err.error.code == "engine_paused" and err.error.retryable
     # abort_immediately requests pass a pause and produce nothing
     fe.add(0, make_request("k3", [0], max_tokens=1, abort_immediately=True))
+    fe.quiet(0.1)
+    assert fe.outputs_for("k2") == [] and fe.finished("k1") is None
     assert fe.value(0, "resume_scheduler") is None
     assert fe.value(0, "is_scheduler_paused") is False
-    assert fe.wait_finished(["k1"])["k1"].finish_reason == FinishReason.LENGTH
-    assert len(fe.tokens("k1")) == 300 and fe.outputs_for("k3") == []
+    done = fe.wait_finished(["k1", "k2"])
+    assert done["k1"].finish_reason == FinishReason.LENGTH and done["k2"].finish_reason == FinishReason.LENGTH
+    assert len(fe.tokens("k1")) == 300 and len(fe.tokens("k2")) == 2 and fe.outputs_for("k3") == []
+
+
+@pytest.mark.parametrize("mode", ["abort", "wait"])
+def test_a_user_pause_refuses_new_adds_until_the_resume(rig, mode):
+    fe, _ = rig.start(1, step_time_ms=2)
+    assert fe.value(0, "pause_generation", [mode, False]) is None
+    fe.add(0, make_request("r1", max_tokens=2))
+    err = fe.wait_finished(["r1"])["r1"]
+    assert err.finish_reason == FinishReason.ERROR and err.error.code == "engine_paused" and err.error.retryable
+    # the resume ends the refusal
+    assert fe.value(0, "resume_scheduler") is None
+    fe.add(0, make_request("r2", max_tokens=2))
+    assert fe.wait_finished(["r2"])["r2"].finish_reason == FinishReason.LENGTH
+
+
+def test_sleep_queues_new_adds_until_the_wake_up(rig):
+    fe, _ = rig.start(1, step_time_ms=2)
+    assert fe.value(0, "sleep", [1, "abort"]) is None
+    fe.add(0, make_request("s1", max_tokens=2))
+    fe.quiet(0.1)
+    assert fe.outputs_for("s1") == []
+    assert fe.value(0, "wake_up", [None]) is True
+    assert fe.wait_finished(["s1"])["s1"].finish_reason == FinishReason.LENGTH
 
 
 def test_pause_scheduler_abort_mode(rig):

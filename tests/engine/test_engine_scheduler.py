@@ -229,8 +229,10 @@ def test_core_sleep_wait_is_deferred_until_idle():
     assert kinds.index("finish") < kinds.index("reply")
     assert UTILITIES["is_sleeping"](core) is True
     _add(core, "b", max_tokens=1)
-    out = core.take_outbox()[0].payload.outputs[0]
-    assert out.finish_reason == FinishReason.ERROR and out.error.code == "engine_paused"
+    assert core.take_outbox() == [] and _run_until_idle(core) == []  # queued while asleep
+    core.handle_utility(UtilityRequest(0, 10, "wake_up", [None]))
+    finished = [o for m in _run_until_idle(core) for o in m.payload.outputs if o.finish_reason]
+    assert [(o.request_id, o.finish_reason) for o in finished] == [("b", FinishReason.LENGTH)]
 
 
 def test_core_shutdown_aborts_and_answers_waiting_calls():

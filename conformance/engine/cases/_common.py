@@ -12,8 +12,8 @@ QUIET_LIMIT_S = 3.0
 
 
 @contextlib.contextmanager
-def paused(fe, engines):
-    """The shared engine with generation paused (``pause_generation`` mode abort) for the block.
+def paused(fe, engines, mode: str = "abort"):
+    """The shared engine with generation paused (``pause_generation``, by default mode abort) for the block.
 
     A user pause: vLLM 0.33 refuses new ADDs with ``engine_paused`` only then (``pause_scheduler``
     alone queues them until it resumes). A release without ``pause_generation`` (0.32 and older)
@@ -23,7 +23,7 @@ def paused(fe, engines):
     the case judges the engine and not the pause; the engine is relaunched before the next case anyway."""
     method = capabilities.pause_method(fe.profile)
     engines.mark_dirty()
-    ok_value(fe.call(method, ["abort"]), method)
+    ok_value(fe.call(method, [mode]), method)
     try:
         yield
     except BaseException:

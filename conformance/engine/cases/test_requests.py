@@ -4,7 +4,7 @@ import time
 
 from ecp.conformance.engine.cases._common import goes_quiet, long_max_tokens, paused
 from ecp.conformance import capabilities
-from ecp.conformance.outcomes import Unsupported, Violation
+from ecp.conformance.outcomes import CaseTimeout, Unsupported, Violation
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason
 from ecp.spec.clauses import CLAUSES
@@ -266,3 +266,31 @@ def test_paused_engine_errors(engine, engines):
         if fe.tokens(rid):
             raise Violation(f"{len(fe.tokens(rid))} token(s) produced for an ADD refused while paused")
     fe.serves(after="pause_scheduler and resume_scheduler")
+
+
+@case("ENG-REQ-14")
+def test_pause_keep_queues(engine, engines):
+    fe = engine
+    # only a user pause with mode abort or wait refuses ADDs; mode keep (or pause_scheduler, for a
+    # release without pause_generation) queues them and runs them after the resume
+    method = capabilities.pause_method(fe.profile)
+    rid = fe.new_id("queued")
+    with paused(fe, engines, mode="keep"):
+        fe.add(fe.request(rid, max_tokens=2))
+        fe.observe()
+        if fe.seen(rid):
+            first = fe.seen(rid)[0].output
+            raise Violation(f"an ADD while paused by {method}(mode keep) got an output before the resume "
+                            f"(finish_reason {first.finish_reason!r}, error {first.error!r}, "
+                            f"{len(fe.tokens(rid))} token(s)); expected it queued until resume_scheduler",
+                            clause="ECP-REQ-7")
+    try:
+        term = fe.wait_finished(rid, max_tokens=2)
+    except CaseTimeout:
+        raise Violation(f"an ADD queued while paused by {method}(mode keep) got no output after "
+                        "resume_scheduler (it was dropped)", clause="ECP-REQ-7") from None
+    if term.output.finish_reason != FinishReason.LENGTH or len(fe.tokens(rid)) != 2:
+        raise Violation(f"an ADD queued while paused by {method}(mode keep) ended with "
+                        f"{term.output.finish_reason!r} after {len(fe.tokens(rid))} token(s) once resumed; "
+                        "expected LENGTH after 2", clause="ECP-REQ-7")
+    fe.serves(after=f"{method}(mode keep) and resume_scheduler")
