@@ -121,6 +121,11 @@ class Rank:
         self.finished: set[str] = set()
         self.sleeping = False
         self.paused = False
+        #: a user pause (pause_generation abort|wait) refuses new ADDs; any other pause queues them
+        self.refusing = False
+        #: mode keep: running requests stand still until the resume
+        self.frozen = False
+        self.held: list = []
         self.wave = 0
         self.identity = engine_identity(0 if "same-identity" in bugs else rank)
         if "wrong-identity" in bugs:
@@ -287,9 +292,12 @@ class Rank:
                 self.running.clear()
             if "ignore-abort-immediately" not in self.bugs:
                 return
-        if self.paused:
+        if self.paused and self.refusing:
             self.error(rid, client, "engine_paused", "Generation is paused. Please retry after it resumes.",
                        retryable=True)
+            return
+        if self.paused:
+            self.held.append(req)
             return
         if rid in self.running and "no-duplicate-check" not in self.bugs:
             self.error(rid, client, "duplicate_request_id", f"request {rid} is already running", finished=False)
@@ -317,6 +325,7 @@ class Rank:
         if "abort-max-16-ids" in self.bugs:
             ids = ids[:16]
         for rid in ids:
+            self.held = [q for q in self.held if q.request_id != rid]  # queued while paused: dropped
             r = self.running.pop(rid, None)
             if r is not None:
                 self.emit(r.client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ABORT)], finished={rid})
@@ -370,14 +379,23 @@ class Rank:
             else:
                 ok(True)
         elif method in ("pause_generation", "pause_scheduler"):
-            for rid, r in list(self.running.items()):  # mode abort (the only one the cases use)
-                del self.running[rid]
-                self.finished.add(rid)
-                self.emit(r.client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ABORT)], finished={rid})
-            self.paused = True
+            mode = (list(call.args) or ["abort"])[0]
+            # modes abort and keep, the ones the cases use (wait, which replies once the running
+            # requests ended, is played as abort)
+            if mode != "keep":
+                for rid, r in list(self.running.items()):
+                    del self.running[rid]
+                    self.finished.add(rid)
+                    self.emit(r.client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ABORT)],
+                              finished={rid})
+            self.paused, self.frozen = True, mode == "keep"
+            self.refusing = method == "pause_generation" and mode != "keep"
             ok(None)
         elif method == "resume_scheduler":
-            self.paused = False
+            self.paused = self.refusing = self.frozen = False
+            held, self.held = self.held, []
+            for req in held:
+                self.on_add(req)
             ok(None)
         elif method == "is_scheduler_paused":
             ok(self.paused)
@@ -388,6 +406,8 @@ class Rank:
 
     # ---------------------------------------------------------------- steps
     def step(self) -> None:
+        if self.frozen:
+            return
         by_client: dict[int, list[EngineCoreOutput]] = {}
         for rid, r in list(self.running.items()):
             t = token(r.prompt, len(r.produced))
