@@ -192,7 +192,8 @@ def _replay(args: argparse.Namespace) -> int:
     opts = ExploreOptions(command=command, role=doc["role"],
                           engine_count=max(session.topology.engines, int(doc.get("engine_count", 1))),
                           transport=doc.get("transport", "ipc"), step_timeout_s=args.step_timeout,
-                          startup_timeout_s=args.startup_timeout)
+                          startup_timeout_s=args.startup_timeout,
+                          engine_lacks=tuple(doc.get("engine_lacks") or ()))
     shown = 0
     with tempfile.TemporaryDirectory(prefix="ecp-replay-") as workdir:
         runner = runner_for(opts, workdir)

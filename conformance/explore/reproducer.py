@@ -22,10 +22,12 @@ class ReproducerError(ValueError):
 
 def write(path: Path, *, role: str, session: Session, clause: str, message: str, command: list[str],
           transport: str, engine_count: int, entries: list[Any], recurrence: dict[str, Any],
-          peer_log: str = "") -> Path:
+          peer_log: str = "", engine_lacks: tuple[str, ...] = ()) -> Path:
     doc = {
         "format": FORMAT, "role": role, "clause": clause, "message": message,
         "seed": session.seed, "command": command, "transport": transport, "engine_count": engine_count,
+        # what the exploration was told the engine lacks: its replay must be told the same
+        "engine_lacks": list(engine_lacks),
         "recurrence": recurrence, "session": session.to_dict(),
         "frames": [e.to_dict() for e in entries],
         "peer_log_tail": peer_log,

@@ -329,4 +329,5 @@ def _write(opts: ExploreOptions, session: Session, clause: str, message: str, re
     path = Path(opts.out_dir) / f"{clause}-seed{session.seed}.json"
     return reproducer.write(path, role=opts.role, session=session, clause=clause, message=message,
                             command=opts.command, transport=opts.transport, engine_count=opts.engine_count,
-                            entries=result.entries, recurrence=recurrence, peer_log=result.log_tail)
+                            entries=result.entries, recurrence=recurrence, peer_log=result.log_tail,
+                            engine_lacks=opts.engine_lacks)

@@ -121,6 +121,23 @@ def test_a_fault_is_found_shrunk_and_replayed(tmp_path, run_ecp):
     assert code == 0 and "no violation" in out
 
 
+@pytest.mark.parametrize("lacks", [[], ["logprobs"]])
+def test_a_replay_is_told_what_the_exploration_was_told_the_engine_lacks(tmp_path, run_ecp, lacks):
+    """An exploration run with --engine-lacks logprobs writes it into its reproducers, so that their
+    replay judges as the exploration did (vLLM's model-free executor returns no logprobs)."""
+    from ecp.conformance.explore import reproducer
+
+    session = Session(Topology(), [{"op": "add", "ref": 0, "max_tokens": 2, "prompt_len": 1, "logprobs": 1}])
+    path = reproducer.write(tmp_path / "r.json", role="engine", session=session, clause="ECP-OUT-1", message="-",
+                            command=[*ENGINE, "--bug", "no-logprobs"], transport="ipc", engine_count=1, entries=[],
+                            recurrence={}, engine_lacks=tuple(lacks))
+    code, out = run_ecp("conformance", "replay", str(path), "--step-timeout", "2s")
+    if lacks:
+        assert code == 0 and "no violation" in out, out
+    else:
+        assert code == 1 and "ECP-HS-4" in out, out
+
+
 def test_a_handshake_fault_is_found_shrunk_and_replayed(tmp_path):
     """The short seeded run for a rule the cases judge on the handshake (ECP-HS-1): found in the
     first session, shrunk to at most 10 steps, and the shrunk session shows it again."""
