@@ -15,8 +15,8 @@ QUIET_LIMIT_S = 3.0
 def paused(fe, engines, mode: str = "abort"):
     """The shared engine with generation paused (``pause_generation``, by default mode abort) for the block.
 
-    A user pause: vLLM 0.33 refuses new ADDs with ``engine_paused`` only then (``pause_scheduler``
-    alone queues them until it resumes). A release without ``pause_generation`` (0.32 and older)
+    A user pause with mode abort or wait: vLLM 0.33 refuses new ADDs with ``engine_paused`` only then
+    (mode keep, and ``pause_scheduler``, queue them until it resumes: ECP-REQ-7). A release without ``pause_generation`` (0.32 and older)
     is paused with what it has, ``pause_scheduler`` (:func:`capabilities.pause_method`).
 
     A block that fails leaves it resumed where the engine still answers, so that the probe after
