@@ -300,6 +300,10 @@ class OutputForm:
         layout = self._layout()
         for out in raw[_OUTPUTS]:
             _put(out, layout, "EngineCoreOutput", mode)
+        if mode == "full" and not _request_batch(raw, layout):
+            # a utility reply or DP control message takes none of a request batch's fields (stats,
+            # weight_version): a mixture breaks ECP-OUT-6, and vllm-rs refuses it as a decode error
+            return raw
         _put(raw, layout, "EngineCoreOutputs", mode)
         if mode == "full" and len(raw) > _STATS:
             keys = {f.name for f in layout.messages["SchedulerStats"].fields}
@@ -319,6 +323,16 @@ class OutputForm:
                 aux.append(tensor[2].data)
                 tensor[2] = len(aux)   # index 0 is the payload frame
         return msgspec.msgpack.encode(raw), aux
+
+
+def _request_batch(raw: list, layout: Any) -> bool:
+    """Whether the raw ``EngineCoreOutputs`` is a request batch: no utility reply, no DP control
+    (``ECP-OUT-6``)."""
+    for f in layout.messages["EngineCoreOutputs"].fields:
+        if f.name in ("utility_output", "wave_complete", "start_wave") and f.index < len(raw) \
+                and raw[f.index] is not None:
+            return False
+    return True
 
 
 def _put(array: list, layout: Any, message: str, mode: str) -> None:
