@@ -27,6 +27,7 @@ import msgspec
 import zmq
 
 from ecp.spec import encode_start_dp_wave, recover_utility_frames
+from ecp.spec.machine import pause_refuses_adds
 
 from ..engine.checks import hello_violation, ready_hash_violation, wave_complete_violation
 from ..engine.harness_frontend import EngineStoppedReading
@@ -82,7 +83,7 @@ class _Rank:
     def refusing_adds(self) -> bool:
         """A user pause (``pause_generation`` mode abort or wait): new ADDs get ``engine_paused``
         (ECP-REQ-7); every other pause, mode keep included, queues them until the resume."""
-        return self.paused is not None and self.paused[0] == "generation" and self.paused[1] != "keep"
+        return self.paused is not None and pause_refuses_adds("pause_" + self.paused[0], [self.paused[1]])
 
 
 class _Stop(Exception):

@@ -21,7 +21,7 @@ from ecp.spec import (
     EngineCoreOutput, EngineCoreOutputs, FinishReason, Hello, ProtocolError, Ready, UtilityOutput, UtilityResult,
     decode_any, encode_outputs,
 )
-from ecp.spec.machine import COORDINATOR, Abort, Add, Event, UtilityCall
+from ecp.spec.machine import COORDINATOR, Abort, Add, Event, UtilityCall, pause_refuses_adds
 
 from ..faults import Fault, check_names, table
 
@@ -164,7 +164,7 @@ class FaultLayer:
         if isinstance(event, UtilityCall):
             method = event.call.method_name
             if method == "pause_generation":
-                self._refusing = (list(event.call.args) or ["abort"])[0] != "keep"
+                self._refusing = pause_refuses_adds(method, event.call.args)
             elif method == "resume_scheduler":
                 self._refusing = False
             elif method in ("sleep", "wake_up"):

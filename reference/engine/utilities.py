@@ -34,6 +34,7 @@ import msgspec
 
 from ecp.spec import EngineCoreOutputs, UtilityOutput, UtilityRequest, UtilityResult
 from ecp.spec.errors import LocalProtocolError, UtilityArgumentError
+from ecp.spec.machine import pause_refuses_adds
 from ecp.spec.utility_methods import (
     UTILITY_METHODS, UtilityMethod, failure_message, no_such_method,
 )
@@ -242,7 +243,7 @@ def pause_scheduler(core: EngineCore, mode: str, clear_cache: bool) -> Any:
 def pause_generation(core: EngineCore, mode: str, clear_cache: bool) -> Any:
     reply = pause_scheduler(core, mode, clear_cache)
     # a user pause: abort and wait refuse new ADDs until the resume, keep queues them (ECP-REQ-7)
-    core.refusing_adds = mode != "keep"
+    core.refusing_adds = pause_refuses_adds("pause_generation", [mode])
     return reply
 
 def resume_scheduler(core: EngineCore) -> None:

@@ -9,7 +9,7 @@ twice.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..enums import EEP_NOTIFICATION_CALL_ID, FT_STATUS_CALL_ID, FinishReason
 from .table import (
@@ -117,6 +117,13 @@ def reply(uo: UtilityOutput) -> UtilityEvent:
     return UtilityEvent.REPLY_NO_ENVELOPE
 
 
+def pause_refuses_adds(method: str, args: Sequence[Any]) -> bool:
+    """Whether a pause call ``method(*args)``, once answered, makes the engine answer new ADDs with
+    ERROR ``engine_paused`` until the scheduler resumes (``ECP-REQ-7``): ``pause_generation`` with mode
+    abort (the default) or wait. Mode keep, and ``pause_scheduler`` in any mode, queue them."""
+    return method == "pause_generation" and (args[0] if args else "abort") != "keep"
+
+
 def scheduler_reply(view: EngineView, call: PendingCall, value: Any) -> SchedulerEvent | None:
     """A successful reply to ``call`` that moves or reveals the sleep/pause state; ``None``: one
     that does neither (another method, or a value the table does not judge)."""
@@ -125,11 +132,8 @@ def scheduler_reply(view: EngineView, call: PendingCall, value: Any) -> Schedule
         return SchedulerEvent.SLEEP_OK
     if m == "wake_up" and isinstance(value, bool):
         return SchedulerEvent.WAKE_UP_TRUE if value else SchedulerEvent.WAKE_UP_FALSE
-    if m == "pause_generation":
-        mode = call.args[0] if call.args else "abort"
-        return SchedulerEvent.PAUSE_OK if mode == "keep" else SchedulerEvent.PAUSE_REJECTING_OK
-    if m == "pause_scheduler":
-        return SchedulerEvent.PAUSE_OK
+    if m in ("pause_generation", "pause_scheduler"):
+        return SchedulerEvent.PAUSE_REJECTING_OK if pause_refuses_adds(m, call.args) else SchedulerEvent.PAUSE_OK
     if m == "resume_scheduler":
         return SchedulerEvent.RESUME_OK
     if m == "is_sleeping" and isinstance(value, bool) and view.scheduler_calls_pending == 0:

@@ -28,7 +28,7 @@ from ecp.spec import (
 )
 from ecp.spec.errors import UtilityArgumentError
 from ecp.spec.utility_methods import UTILITY_METHODS, failure_message, no_such_method
-from ecp.spec.machine import input_socket, output_socket
+from ecp.spec.machine import input_socket, output_socket, pause_refuses_adds
 from ecp.spec.peer import FORCE, TWICE, WITHHOLD, Deviation, EnginePeer, Step
 from ecp.spec.peer.zmq_io import EngineSockets
 from ecp.spec.profile import shipped_profile
@@ -389,7 +389,7 @@ class Rank:
                     self.emit(r.client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ABORT)],
                               finished={rid})
             self.paused, self.frozen = True, mode == "keep"
-            self.refusing = method == "pause_generation" and mode != "keep"
+            self.refusing = pause_refuses_adds(method, call.args)
             ok(None)
         elif method == "resume_scheduler":
             self.paused = self.refusing = self.frozen = False
