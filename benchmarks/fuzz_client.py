@@ -37,7 +37,7 @@ import zmq  # noqa: E402
 import zmq.asyncio  # noqa: E402
 
 from fuzz_corpus import Mutator, is_valid  # noqa: E402
-from procstat import rss_kib  # noqa: E402
+from procstat import py_blocks, rss_kib  # noqa: E402
 
 from ecp.reference.client import ClientConfig, EngineCoreClient  # noqa: E402
 from ecp.reference.engine import launch  # noqa: E402
@@ -135,6 +135,7 @@ def fuzz_client(frames: int, seed: int, *, per_episode: int = 50, streams: int =
     tally: collections.Counter = collections.Counter()
     examples: list[str] = []
     samples: list[tuple[int, int]] = []
+    blocks = py_blocks()
     started = time.monotonic()
 
     async def body() -> None:
@@ -149,6 +150,7 @@ def fuzz_client(frames: int, seed: int, *, per_episode: int = 50, streams: int =
 
     asyncio.run(body())
     elapsed = time.monotonic() - started
+    blocks_retained = py_blocks() - blocks
     rss = [k for _, k in samples]
     return {
         "target": "client-output", "seed": seed, "frames_sent": tally["frames_sent"],
@@ -159,6 +161,7 @@ def fuzz_client(frames: int, seed: int, *, per_episode: int = 50, streams: int =
         "skipped_still_valid": tally["skipped_still_valid"], "examples": examples,
         "rss_start_mib": round(rss[0] / 1024, 1), "rss_end_mib": round(rss[-1] / 1024, 1),
         "rss_peak_mib": round(max(rss) / 1024, 1), "rss_growth_mib": round((rss[-1] - rss[0]) / 1024, 1),
+        "py_blocks_retained": blocks_retained,
         "seconds": round(elapsed, 1), "frames_per_s": round(tally["frames_sent"] / elapsed),
         "strategies": {k.split(":", 1)[1]: v for k, v in tally.items() if k.startswith("strategy:")},
     }

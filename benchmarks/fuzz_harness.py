@@ -44,7 +44,7 @@ import zmq  # noqa: E402
 import zmq.asyncio  # noqa: E402
 
 from fuzz_corpus import Mutator, is_valid  # noqa: E402
-from procstat import rss_kib  # noqa: E402
+from procstat import py_blocks, rss_kib  # noqa: E402
 
 from ecp.conformance.engine.harness_frontend import Addresses, HarnessFrontend  # noqa: E402
 from ecp.conformance.frontend.scripted_engines import ScriptedEngine  # noqa: E402
@@ -60,7 +60,7 @@ from ecp.spec import (  # noqa: E402
 
 
 def _figures(target: str, seed: int, tally: collections.Counter, examples: list[str], rss: list[int],
-             started: float, bound_s: float) -> dict[str, Any]:
+             blocks: int, started: float, bound_s: float) -> dict[str, Any]:
     elapsed = time.monotonic() - started
     return {
         "target": target, "seed": seed, "frames_sent": tally["frames_sent"], "good": tally["good"],
@@ -69,6 +69,7 @@ def _figures(target: str, seed: int, tally: collections.Counter, examples: list[
         "hang_bound_s": bound_s, "skipped_still_valid": tally["skipped_still_valid"], "examples": examples,
         "rss_start_mib": round(rss[0] / 1024, 1), "rss_end_mib": round(rss[-1] / 1024, 1),
         "rss_peak_mib": round(max(rss) / 1024, 1), "rss_growth_mib": round((rss[-1] - rss[0]) / 1024, 1),
+        "py_blocks_retained": py_blocks() - blocks,
         "seconds": round(elapsed, 1), "frames_per_s": round(tally["frames_sent"] / max(elapsed, 1e-9)),
         "strategies": {k.split(":", 1)[1]: v for k, v in tally.items() if k.startswith("strategy:")},
     }
@@ -85,6 +86,7 @@ def fuzz_engine_role(frames: int, seed: int, *, good_every: int = 20, bound_s: f
     tally: collections.Counter = collections.Counter()
     examples: list[str] = []
     rss = [rss_kib()]
+    blocks = py_blocks()
     started = time.monotonic()
     ctx = zmq.Context()
     with tempfile.TemporaryDirectory(prefix="ecp-fuzz-") as tmp:
@@ -159,8 +161,9 @@ def fuzz_engine_role(frames: int, seed: int, *, good_every: int = 20, bound_s: f
             dealer.close(0)
             h.close()
             ctx.destroy(linger=0)
+    del h  # its raw outputs are a case's evidence, kept while it lives; what outlives it is a leak
     rss.append(rss_kib())
-    return _figures("harness-engine-role", seed, tally, examples, rss, started, bound_s)
+    return _figures("harness-engine-role", seed, tally, examples, rss, blocks, started, bound_s)
 
 
 def _engine_role_handshake(h: HarnessFrontend, dealer: zmq.Socket, fz: Any, bound_s: float,
@@ -215,6 +218,7 @@ def fuzz_frontend_role(frames: int, seed: int, *, good_every: int = 20, bound_s:
     tally: collections.Counter = collections.Counter()
     examples: list[str] = []
     rss = [rss_kib()]
+    blocks = py_blocks()
     started = time.monotonic()
 
     async def body() -> None:
@@ -307,7 +311,7 @@ def fuzz_frontend_role(frames: int, seed: int, *, good_every: int = 20, bound_s:
 
     asyncio.run(body())
     rss.append(rss_kib())
-    result = _figures("harness-frontend-role", seed, tally, examples, rss, started, bound_s)
+    result = _figures("harness-frontend-role", seed, tally, examples, rss, blocks, started, bound_s)
     result["decode_errors_recorded"] = tally["decode_errors_recorded"]
     result["inputs_recorded"] = tally["inputs_recorded"]
     return result

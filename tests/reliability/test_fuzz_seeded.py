@@ -3,6 +3,8 @@ criteria as the 100,000-frame campaigns in docs/reliability.md, on a fixed seed.
 
 from __future__ import annotations
 
+import logging
+
 import fuzz_client
 import fuzz_engine
 import fuzz_harness
@@ -12,11 +14,17 @@ FRAMES = 2000
 SEED = 20261123
 
 
-def _clean(result: dict, rss_bound_mib: float = 16.0) -> None:
+def _clean(result: dict, *, in_process: bool) -> None:
     assert result["crashes"] == 0, result["examples"] if "examples" in result else result
     assert result["hangs"] == 0 and result["lost"] == 0 and result["duplicated"] == 0, result
     assert result["frames_sent"] == FRAMES, result
-    assert result["rss_growth_mib"] <= rss_bound_mib, result
+    if in_process:
+        # In the test's own process RSS over 2,000 frames shows the allocator settling and what earlier
+        # tests left, not leaks (one run grew 17.3 MiB with nothing retained). Live Python blocks are
+        # exact: keeping one object per frame retains ~7,400 of them; a clean run ~60-280 either way.
+        assert result["py_blocks_retained"] <= FRAMES // 4, result
+    else:
+        assert result["rss_growth_mib"] <= 16.0, result
 
 
 def test_mutator_is_seeded_and_covers_every_strategy():
@@ -30,7 +38,7 @@ def test_mutator_is_seeded_and_covers_every_strategy():
 
 def test_engine_input_survives_garbage_and_ends_every_good_request_once():
     r = fuzz_engine.fuzz_input(FRAMES, SEED)
-    _clean(r)
+    _clean(r, in_process=False)
     assert r["good_requests"] == r["good_ended_once"] == FRAMES // 20
     assert r["garbage_frames"] == FRAMES - FRAMES // 20
     assert r["errors_for_garbage_adds"] > 0 and r["utility_replies"] > 0  # answered what could be answered
@@ -48,29 +56,25 @@ def test_engine_handshake_refuses_every_malformed_init_with_a_typed_error():
     assert r["hangs"] == 0 and r["frames_sent"] == FRAMES
 
 
-def test_client_fails_closed_on_garbage_and_ends_every_stream_once():
+def test_client_fails_closed_on_garbage_and_ends_every_stream_once(caplog):
+    # the client logs each failure it fails closed on; pytest would keep every record alive
+    caplog.set_level(logging.CRITICAL, logger="ecp.reference.client")
+    fuzz_client.fuzz_client(FRAMES // 4, SEED + 1)  # one-off allocations (imports, caches) first
     r = fuzz_client.fuzz_client(FRAMES, SEED)
-    _clean(r)
+    _clean(r, in_process=True)
     assert r["streams"] == r["streams_ended_once"] == 8 * (FRAMES // 50)
 
 
 def test_harness_engine_role_reports_every_malformed_output_as_a_violation():
-    # The harness runs in this process: a first, short run pays its one-off allocations (imports,
-    # interned tables), so the measured run's RSS growth is what the frames themselves cost.
-    fuzz_harness.fuzz_engine_role(FRAMES // 4, SEED + 1)
+    fuzz_harness.fuzz_engine_role(FRAMES // 4, SEED + 1)  # one-off allocations (imports, caches) first
     r = fuzz_harness.fuzz_engine_role(FRAMES, SEED)
-    _clean(r)
+    _clean(r, in_process=True)
     assert r["unflagged"] == 0 and r["good"] == r["good_ended_once"] == FRAMES // 20
 
 
 def test_harness_frontend_role_records_every_malformed_input_and_keeps_serving():
-    # One-off allocations first, as above, here two runs as long as the measured one: the recorder
-    # holds up to 1,000 records with their frames, and the allocator settles only after a few runs of
-    # that size (one fresh process, five runs in a row: growth 17.0, 8.7, 2.2, -1.3, 0.2 MiB, the level
-    # flat at ~57 MiB from the third run; after one warm-up run a test worker once saw 17.0).
-    for warm_up in (1, 2):
-        fuzz_harness.fuzz_frontend_role(FRAMES, SEED + warm_up)
+    fuzz_harness.fuzz_frontend_role(FRAMES // 4, SEED + 1)  # one-off allocations (imports, caches) first
     r = fuzz_harness.fuzz_frontend_role(FRAMES, SEED)
-    _clean(r)
+    _clean(r, in_process=True)
     assert r["unflagged"] == 0 and r["good"] == r["good_ended_once"] == FRAMES // 20
     assert r["inputs_recorded"] == FRAMES
