@@ -220,7 +220,7 @@ async def api_server(spec: dict[str, Any]) -> int:
     from ..tokenizer import load_tokenizer
     from .peers import PeerLink
     from .http_server import start_http
-    from .launch import build_app, client_config, freeze_startup_heap, stop_event, until_stopped
+    from .launch import build_app, client_config, tune_gc_for_serving, stop_event, until_stopped
 
     args = argparse.Namespace(**spec["args"])
     index = spec["index"]
@@ -243,7 +243,7 @@ async def api_server(spec: dict[str, Any]) -> int:
         sock = socket.socket(fileno=spec["listen_fd"])
         sock.setblocking(False)
         http = await start_http(app, log_level=args.log_level, http=args.http, sock=sock)
-        freeze_startup_heap()
+        tune_gc_for_serving()
         await until_stopped(stop, asyncio.shield(http.task))
         await http.stop()
         return 0

@@ -8,7 +8,7 @@
   address;
 * :func:`build_app`: the Starlette app over a ready client;
 * :func:`stop_event`, :func:`until_stopped`: SIGINT/SIGTERM end every stage of startup and serving;
-  :func:`freeze_startup_heap` once serving starts.
+  :func:`tune_gc_for_serving` once serving starts.
 """
 
 from __future__ import annotations
@@ -28,13 +28,27 @@ from ecp.spec import VLLM_VERSION
 from .engine_client import EngineClient
 
 
-def freeze_startup_heap() -> None:
-    """Take what startup allocated (modules, types, tables, the client's handshake state) out
-    of the cyclic garbage collector's sight, as vLLM does once its engine core is up: a full
-    collection under load then scans what serving allocates, not the whole process (a pause
-    that otherwise reaches tens of milliseconds and shows as inter-token latency)."""
+#: allocations between two young-generation collections while serving (CPython's default: 700).
+#: Under load every in-flight request holds objects that survive a few young collections, so at
+#: the default the collector runs ~270 times and 3 full collections per 1,024-request wave of 64
+#: tokens each (benchmarks/serve_compare.py's load), 80-130 ms of the server's time; at 10,000 it
+#: runs ~10 times, 40-55 ms. Each young collection then takes ≈2 ms instead of ≈0.3.
+GC_YOUNG_THRESHOLD = 10_000
+
+
+def tune_gc_for_serving() -> None:
+    """Set the cyclic garbage collector up for serving, once startup is done.
+
+    What startup allocated (modules, types, tables, the client's handshake state) is taken out
+    of the collector's sight, as vLLM does once its engine core is up: a full collection under
+    load then scans what serving allocates, not the whole process (a pause that otherwise reaches
+    tens of milliseconds and shows as inter-token latency). Young collections run every
+    :data:`GC_YOUNG_THRESHOLD` allocations instead of CPython's 700; the older generations keep
+    CPython's ratios."""
     gc.collect()
     gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 def engine_command(handshake_address: str, engine_count: int, engine_start_index: int = 0,

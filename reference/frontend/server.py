@@ -12,7 +12,7 @@ import sys
 
 from .http_server import start_http
 from .launch import (
-    build_app, check_args, client_config, embedded_engine_args, external_engines, freeze_startup_heap,
+    build_app, check_args, client_config, embedded_engine_args, external_engines, tune_gc_for_serving,
     spawn_engines, stop_event, stop_process, until_stopped,
 )
 
@@ -52,7 +52,7 @@ async def serve(args: argparse.Namespace) -> int:
         except OSError as exc:  # port taken, unknown host: a usage error, not a crash
             print(f"ecp serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
             return 2
-        freeze_startup_heap()
+        tune_gc_for_serving()
         print(f"ecp serve: serving {args.model!r} on {http.url} with {dp} engine(s)"
               f"{' (dev mode)' if dev_mode else ''}", file=sys.stderr, flush=True)
         await until_stopped(stop, asyncio.shield(http.task))
