@@ -59,6 +59,8 @@ class OutputDispatch:
         #: the queued frames were last taken (by the output loop or :meth:`catch_up`)
         self._recv_queued: Callable[[int], list[bytes]] | None = None
         self._taken_at = 0.0
+        #: resolved to wake the output loop while it waits for an empty socket to become readable
+        self._parked: asyncio.Future[None] | None = None
 
     async def run(self, sock: zmq.asyncio.Socket) -> None:
         """Read ``sock`` (the output PULL) until cancelled."""
@@ -78,7 +80,7 @@ class OutputDispatch:
                 self._flush_listeners()
                 # (yielded_at stays: the first frame after a wait of a slice or more is
                 # flushed at once, as a lone step's should be)
-                await sock.poll(flags=zmq.POLLIN)
+                await self._park(sock)
                 continue
             self.last_output_at = loop.time()
             self.on_frames(frames)
@@ -92,6 +94,35 @@ class OutputDispatch:
                 self._flush_listeners()
                 await asyncio.sleep(0)
                 yielded_at = loop.time()
+
+    async def _park(self, sock: zmq.asyncio.Socket) -> None:
+        """Wait until ``sock`` is readable or :meth:`catch_up` wakes the loop.
+
+        ZeroMQ signals the socket's descriptor once when frames arrive on an empty socket, and
+        the first read that finds them (or any look at the socket's events) consumes that signal.
+        When :meth:`catch_up` reads while the loop waits here and leaves frames queued, no
+        signal is left to wake it: the frames would stay queued, and every stream on the client
+        would stall behind them."""
+        parked = self._parked = asyncio.get_running_loop().create_future()
+        readable = sock.poll(flags=zmq.POLLIN)
+
+        def ready(f: asyncio.Future) -> None:
+            if parked.done():
+                return
+            if f.cancelled():
+                parked.cancel()
+            elif f.exception() is not None:
+                parked.set_exception(f.exception())  # (the socket closed under the loop)
+            else:
+                parked.set_result(None)
+
+        readable.add_done_callback(ready)
+        try:
+            await parked
+        finally:
+            self._parked = None
+            if not readable.done():
+                readable.cancel()
 
     def catch_up(self, now: float) -> None:
         """Take the output frames already queued if nothing took them for ``OUTPUT_SLICE_S``
@@ -113,6 +144,11 @@ class OutputDispatch:
             self.last_output_at = loop.time()
             self.on_frames(frames)
             if self.last_output_at - now >= OUTPUT_SLICE_S:
+                # frames may be left queued, and this read took the signal that would have
+                # woken the output loop for them (see _park): wake it
+                parked = self._parked
+                if parked is not None and not parked.done():
+                    parked.set_result(None)
                 break
         self._flush_listeners()
 

@@ -104,3 +104,39 @@ def test_an_add_in_a_wave_takes_the_outputs_queued_behind_it_in_order():
             await stop(client, [engine])
 
     run(main())
+
+
+def test_outputs_an_add_leaves_queued_are_still_read_by_the_output_loop(monkeypatch):
+    """An ADD that takes some queued outputs (dispatch.catch_up) and leaves the rest for the
+    output loop must not strand them. ZeroMQ signals a socket's descriptor once when outputs
+    arrive, and a read that finds them consumes the signal: the output loop, parked waiting for
+    one, was never woken for the outputs catch_up left behind, and every stream on the client
+    stalled with its outputs queued at the socket (seen under vllm-rs bench serve at c=256, about
+    one run in ten)."""
+    import zmq
+
+    from ecp.reference.client import dispatch
+    from ecp.spec import EngineCoreOutputs, encode_outputs
+
+    monkeypatch.setattr(dispatch, "OUTPUT_SLICE_S", 0.0)  # catch_up takes one output, leaves the rest
+
+    async def main():
+        client, (engine,) = await start_client(1)
+        try:
+            first = await client.add(req("a"))
+            await engine.recv()
+            taken = []
+            first.listen(lambda: taken.extend(o.new_token_ids[0] for o in first.take_nowait()))
+            push = zmq.Socket.shadow(engine.push.underlying)
+            queued = zmq.Socket.shadow(client._output.underlying)
+            # the output loop is parked on an empty socket; nothing yields until the ADD below
+            for t in (1, 2, 3):
+                push.send_multipart(encode_outputs(EngineCoreOutputs(outputs=[token_output("a", [t])])))
+            assert queued.poll(5000, zmq.POLLIN)  # at the client's socket (this read takes the signal)
+            await client.add(req("w0"))
+            assert taken == [1]  # the ADD took one and left two queued
+            await until(lambda: taken == [1, 2, 3])  # the output loop must take the rest
+        finally:
+            await stop(client, [engine])
+
+    run(main())
