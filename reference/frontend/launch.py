@@ -29,10 +29,10 @@ from .engine_client import EngineClient
 
 
 #: allocations between two young-generation collections while serving (CPython's default: 700).
-#: Under load every in-flight request holds objects that survive a few young collections, so at
-#: the default the collector runs ~270 times and 3 full collections per 1,024-request wave of 64
-#: tokens each (benchmarks/serve_compare.py's load), 80-130 ms of the server's time; at 10,000 it
-#: runs ~10 times, 40-55 ms. Each young collection then takes ≈2 ms instead of ≈0.3.
+#: Under load every in-flight request holds objects that survive a few young collections: at the
+#: default the collector ran ~280 young, ~25 middle and 2-3 full collections over one load of
+#: benchmarks/serve_compare.py (1,024 requests of 64 tokens at c=256), 72-147 ms of the server's
+#: time; at 10,000, ~55, 4 and 1, 39-64 ms (docs/frontend.md, item 17).
 GC_YOUNG_THRESHOLD = 10_000
 
 
