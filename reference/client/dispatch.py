@@ -107,12 +107,13 @@ class OutputDispatch:
         readable = sock.poll(flags=zmq.POLLIN)
 
         def ready(f: asyncio.Future) -> None:
+            exc = None if f.cancelled() else f.exception()  # (retrieved even when no longer wanted)
             if parked.done():
                 return
             if f.cancelled():
                 parked.cancel()
-            elif f.exception() is not None:
-                parked.set_exception(f.exception())  # (the socket closed under the loop)
+            elif exc is not None:
+                parked.set_exception(exc)  # (the socket closed under the loop)
             else:
                 parked.set_result(None)
 
