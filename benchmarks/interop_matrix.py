@@ -9,7 +9,8 @@ Rows, run one at a time (each real vLLM launch takes 10-30 s of CPU on a small m
 
 * ``engine-dp1``, ``engine-dp2``: ``ecp conformance engine`` against vLLM's headless engine core
   (real ``EngineCoreProc``, model-free executor), with ``conformance/expected/vllm-0.33-engine.txt``
-  (``--forked``: the engine cores forked by ``benchmarks/vllm_forked_serve.sh``, not spawned);
+  (``--forked``: the engine cores forked by ``benchmarks/vllm_forked_serve.sh``, not spawned;
+  ``--prefork``: every launch a fork of one process that imported vLLM once, ``benchmarks/vllm_prefork.py``);
 * ``python-frontend``, ``vllm-rs``: ``ecp conformance frontend`` against vLLM's Python frontend and
   against vllm-rs, with their expected-failure files;
 * ``ecp-engine-behind-vllm-dp1``, ``…-dp2``, ``ecp-engine-behind-vllm-rs``: vLLM's frontend serving
@@ -27,12 +28,14 @@ needs a timeout flag: the suite's budgets follow the peer's measured pace. The p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,13 +61,16 @@ class Row:
     argv: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     smoke: tuple[str, int, bool] | None = None  # (frontend kind, dp size, rust)
+    prefork: bool = False  # launches through a vllm_prefork.py server that the row starts and stops
 
 
 def _ecp() -> list[str]:
     return [sys.executable, "-m", "ecp.spec.cli"]
 
 
-def conformance_rows(peer: Path, level: str, release: str = "0.33", forked: bool = False) -> list[Row]:
+def conformance_rows(peer: Path, level: str, release: str = "0.33", forked: bool = False,
+                     prefork: bool = False) -> list[Row]:
+    forked = forked or prefork
     serve = str(peer / "run_serve.sh")
     # --forked: the same engine core started by vllm_forked_serve.sh, which forks it instead of spawning it
     engine_serve = str(REPO / "benchmarks" / "vllm_forked_serve.sh") if forked else serve
@@ -88,7 +94,8 @@ def conformance_rows(peer: Path, level: str, release: str = "0.33", forked: bool
                         [*_ecp(), "conformance", "engine", "--transport", "tcp", "--engine-count", str(dp),
                          "--vllm", release, *common, *engine_lacks,
                          "--expected-failures", str(EXPECTED / f"vllm-{release}-engine.txt"), "--", *headless],
-                        {"FAKE_STEP_DELAY": FAKE_STEP_DELAY, **({"PEER": str(peer)} if forked else {})}))
+                        {"FAKE_STEP_DELAY": FAKE_STEP_DELAY, **({"PEER": str(peer)} if forked else {})},
+                        prefork=prefork))
     rows.append(Row("python-frontend", "suite (frontend role) vs vLLM Python frontend, DP=2",
                     [*_ecp(), "conformance", "frontend", *common, *frontend_lacks, "--expected-failures",
                      str(EXPECTED / f"vllm-{release}-python-frontend.txt"), "--", *frontend]))
@@ -211,18 +218,49 @@ def run_smoke(row: Row, peer: Path, logdir: Path) -> tuple[bool, str]:
         group.stop()
 
 
+@contextlib.contextmanager
+def prefork_server(row: Row, logdir: Path):
+    """A vllm_prefork.py server for the row's launches: yields the environment that sends them to it
+    (nothing when the row does not prefork), and stops the server and its launches after the row."""
+    if not row.prefork:
+        yield {}
+        return
+    sock = Path(tempfile.mkdtemp(prefix="ecp-prefork-")) / "launch.sock"
+    started = time.monotonic()
+    with open(logdir / "prefork-server.log", "wb") as log:
+        proc = subprocess.Popen([str(REPO / "benchmarks" / "vllm_forked_serve.sh"), "--prefork-server", str(sock)],
+                                env={**os.environ, **row.env}, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        while not sock.exists():
+            if proc.poll() is not None or time.monotonic() - started > START_BUDGET_S:
+                raise RuntimeError(f"the prefork server did not start (see {logdir / 'prefork-server.log'})")
+            time.sleep(0.1)
+        yield {"VLLM_PREFORK": str(sock), "_PREFORK_READY_S": f"{time.monotonic() - started:.1f}"}
+    finally:
+        Group.stop_one(proc)
+        sock.unlink(missing_ok=True)
+        sock.parent.rmdir()
+
+
 def run_conformance(row: Row, out: Path) -> tuple[bool, str]:
     argv = list(row.argv)
     sep = argv.index("--")
     argv[sep:sep] = ["--json", str(out / f"{row.name}.json"), "--markdown", str(out / f"{row.name}.md")]
     started = time.monotonic()
-    proc = subprocess.run(argv, env={**os.environ, **row.env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True)
+    try:
+        with prefork_server(row, out / row.name) as prefork_env:
+            ready = prefork_env.pop("_PREFORK_READY_S", None)
+            proc = subprocess.run(argv, env={**os.environ, **row.env, **prefork_env}, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+    except RuntimeError as exc:
+        return False, str(exc)
     (out / f"{row.name}.log").write_text(proc.stdout)
     last = [ln for ln in proc.stdout.splitlines() if " role against " in ln]
     launches = [ln for ln in proc.stdout.splitlines() if ln.startswith("launches: ")]
     return proc.returncode == 0, (last[-1] if last else proc.stdout[-300:]) + \
         f" (exit {proc.returncode}, {time.monotonic() - started:.0f}s" + \
+        (f" including the prefork server's {ready}s start" if ready else "") + \
         (f"; {launches[-1].split(';')[0]})" if launches else ")")
 
 
@@ -240,6 +278,9 @@ def main() -> int:
     ap.add_argument("--forked", action="store_true",
                     help="engine rows: start vLLM's engine cores with benchmarks/vllm_forked_serve.sh (forked from "
                          "`vllm serve`, not spawned: half the CPU per launch; the same engine core)")
+    ap.add_argument("--prefork", action="store_true",
+                    help="engine rows: every launch a fork of one process that imported vLLM once "
+                         "(benchmarks/vllm_prefork.py, started and stopped by the row; implies --forked)")
     ap.add_argument("--list", action="store_true", help="print the rows and their commands, run nothing")
     ap.add_argument("--cross", metavar="A,B,...",
                     help="instead of the rows: every ordered pair of these releases, a real frontend of one in "
@@ -255,7 +296,7 @@ def main() -> int:
 
         return run_cross(args.cross.split(","), args.out, args.observed, args.pairs)
     args.peer = args.peer or Path(f"~/.cache/vllm-peer-{args.release}").expanduser()
-    rows = conformance_rows(args.peer, args.level, args.release, args.forked) + smoke_rows()
+    rows = conformance_rows(args.peer, args.level, args.release, args.forked, args.prefork) + smoke_rows()
     if args.only:
         unknown = set(args.only) - {r.name for r in rows}
         if unknown:
@@ -264,6 +305,7 @@ def main() -> int:
     if args.list:
         for r in rows:
             env = " ".join(f"{k}={v}" for k, v in r.env.items())
+            env += " VLLM_PREFORK=SOCKET (a vllm_prefork.py server's)" if r.prefork else ""
             print(f"{r.name}: {r.what}\n  {env + ' ' if env else ''}{shlex.join(r.argv) if r.argv else '(smoke)'}")
         return 0
     if not (args.peer / "run_serve.sh").exists():
