@@ -334,9 +334,7 @@ class EngineCoreClient(UtilityMethods):
         ``current_wave`` are stamped here (``ECP-REQ-6``, ``ECP-DP-5``).
         """
         self._check_ready()
-        stream = await self._requests.add(request, self.current_wave)
-        self._dispatch.catch_up(asyncio.get_running_loop().time())
-        return stream
+        return await self._requests.add(request, self.current_wave)
 
     async def abort(self, request_ids: Iterable[str]) -> list[str]:
         """Abort requests explicitly (``ECP-ABORT-8``).

@@ -55,32 +55,28 @@ class OutputDispatch:
         #: listened-to streams with something new, and whether a flush of them is scheduled
         self._listeners_due: dict[StreamSink, None] = {}
         self._listener_flush_scheduled = False
-        #: the output socket without asyncio's futures (set by :meth:`run`), and the loop time
-        #: the queued frames were last taken (by the output loop or :meth:`catch_up`)
-        self._recv_queued: Callable[[int], list[bytes]] | None = None
-        self._taken_at = 0.0
-        #: resolved to wake the output loop while it waits for an empty socket to become readable
-        self._parked: asyncio.Future[None] | None = None
 
     async def run(self, sock: zmq.asyncio.Socket) -> None:
         """Read ``sock`` (the output PULL) until cancelled."""
         # The same zmq socket without asyncio's futures: queued frames are taken with a plain
         # non-blocking read, which costs a fraction of an awaited one (a future, event
-        # registration and flag arithmetic per frame). An empty socket is awaited for
-        # readability only (poll), never with a read: a frame read into a future would wait
-        # there for this task while catch_up() took the frames behind it, out of order.
-        recv_queued = self._recv_queued = zmq.Socket.shadow(sock.underlying).recv_multipart
+        # registration and flag arithmetic per frame). Only an empty socket is awaited, for
+        # readability: ZeroMQ signals its descriptor once when frames arrive on an empty socket,
+        # so the loop reads until the socket is empty again before it waits. Nothing else reads
+        # this socket: an ADD does not take outputs, so a wave of requests admitted in one
+        # event-loop turn is all sent before the outputs queued meanwhile are read (measured:
+        # first tokens sooner for the wave as a whole than when each ADD took them, docs/client.md).
+        recv_queued = zmq.Socket.shadow(sock.underlying).recv_multipart
         loop = asyncio.get_running_loop()
         yielded_at = loop.time()
         while True:
             try:
                 frames = recv_queued(zmq.NOBLOCK)
             except zmq.Again:
-                self._taken_at = loop.time()
                 self._flush_listeners()
                 # (yielded_at stays: the first frame after a wait of a slice or more is
                 # flushed at once, as a lone step's should be)
-                await self._park(sock)
+                await sock.poll(flags=zmq.POLLIN)
                 continue
             self.last_output_at = loop.time()
             self.on_frames(frames)
@@ -90,68 +86,9 @@ class OutputDispatch:
             # admitted at least that often, and a deep backlog is still taken a few steps at a
             # time, which each stream then writes as one delta.
             if self.last_output_at - yielded_at >= OUTPUT_SLICE_S:
-                self._taken_at = self.last_output_at
                 self._flush_listeners()
                 await asyncio.sleep(0)
                 yielded_at = loop.time()
-
-    async def _park(self, sock: zmq.asyncio.Socket) -> None:
-        """Wait until ``sock`` is readable or :meth:`catch_up` wakes the loop.
-
-        ZeroMQ signals the socket's descriptor once when frames arrive on an empty socket, and
-        the first read that finds them (or any look at the socket's events) consumes that signal.
-        When :meth:`catch_up` reads while the loop waits here and leaves frames queued, no
-        signal is left to wake it: the frames would stay queued, and every stream on the client
-        would stall behind them."""
-        parked = self._parked = asyncio.get_running_loop().create_future()
-        readable = sock.poll(flags=zmq.POLLIN)
-
-        def ready(f: asyncio.Future) -> None:
-            exc = None if f.cancelled() else f.exception()  # (retrieved even when no longer wanted)
-            if parked.done():
-                return
-            if f.cancelled():
-                parked.cancel()
-            elif exc is not None:
-                parked.set_exception(exc)  # (the socket closed under the loop)
-            else:
-                parked.set_result(None)
-
-        readable.add_done_callback(ready)
-        try:
-            await parked
-        finally:
-            self._parked = None
-            if not readable.done():
-                readable.cancel()
-
-    def catch_up(self, now: float) -> None:
-        """Take the output frames already queued if nothing took them for ``OUTPUT_SLICE_S``
-        (``now``: the loop's time). The client calls it after each ADD: a wave of requests
-        admitted in one event-loop turn (each handler runs to its send without suspending)
-        would otherwise hold the outputs of the requests admitted first, their first tokens
-        included, until the whole wave is in; with it they reach their streams every
-        ``OUTPUT_SLICE_S`` while the wave is admitted. One slice at most per call."""
-        recv_queued = self._recv_queued
-        if recv_queued is None or now - self._taken_at < OUTPUT_SLICE_S:
-            return
-        self._taken_at = now
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                frames = recv_queued(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            self.last_output_at = loop.time()
-            self.on_frames(frames)
-            if self.last_output_at - now >= OUTPUT_SLICE_S:
-                # frames may be left queued, and this read took the signal that would have
-                # woken the output loop for them (see _park): wake it
-                parked = self._parked
-                if parked is not None and not parked.done():
-                    parked.set_result(None)
-                break
-        self._flush_listeners()
 
     # Push-mode streams (RequestStream.listen): their listeners run once per slice of frames,
     # with everything that slice brought, instead of one task wake-up per output.
