@@ -25,12 +25,16 @@ frontend measured in the same round with the same generator (tok/s: higher is
 better; latencies: ``ecp / other``, lower is better), and whether the serving
 targets against vllm-rs hold in each round (``TARGETS``). ``--rounds N`` runs
 every frontend N times, one after the other per round, so that the two sides
-of each ratio see the same load on a shared machine.
+of each ratio see the same load on a shared machine. ``--interleave`` starts every frontend once
+instead (each with its own engine) and loads them in turn, in a seeded random order per round,
+so that many rounds take a minute; with several rounds the script adds the medians over them
+(each side's figures, the per-round ratios, and in how many rounds the targets held).
 
     python benchmarks/serve_compare.py                      # step 0 and 10 ms, c=256, 1,024 requests
     python benchmarks/serve_compare.py --frontends ecp --step-time-ms 0 -c 4 -n 16 --output-len 8
     python benchmarks/serve_compare.py --ecp-api-servers 1 2            # ecp serve with 1, then 2 API servers
     python benchmarks/serve_compare.py --frontends vllm-rs ecp --step-time-ms 0 --generator both --rounds 3
+    python benchmarks/serve_compare.py --frontends vllm-rs ecp --step-time-ms 0 --generator both --rounds 20 --interleave
 
 Exit status: 0 when every run completed with no failed request, 1 otherwise.
 """
@@ -162,33 +166,85 @@ def run_ecp_bench(http_port: int, model: str, args: argparse.Namespace) -> dict:
             "ttft_p99": r["ttft_ms"]["p99"], "itl_p50": r["itl_ms"]["p50"], "itl_p99": r["itl_ms"]["p99"]}
 
 
-def run_one(kind: str, step_ms: float, args: argparse.Namespace, rs: Path | None, gens: list[str]) -> list[dict]:
-    http_port, rpc_port = free_port(), free_port()
-    cmd, env = frontend_command(kind, args.peer, http_port, rpc_port)
-    logs = tempfile.TemporaryFile()
-    fe = subprocess.Popen(cmd, env=env, stdout=logs, stderr=subprocess.STDOUT, start_new_session=True)
-    eng = None
-    try:
+class Frontend:
+    """One frontend under test with its own ``ecp engine``, up until :meth:`stop`."""
+
+    def __init__(self, kind: str, step_ms: float, args: argparse.Namespace) -> None:
+        self.kind, self.step_ms = kind, step_ms
+        self.http_port, rpc_port = free_port(), free_port()
+        cmd, env = frontend_command(kind, args.peer, self.http_port, rpc_port)
+        self.logs = tempfile.TemporaryFile()
+        self.fe = subprocess.Popen(cmd, env=env, stdout=self.logs, stderr=subprocess.STDOUT, start_new_session=True)
         # The frontend binds the handshake ROUTER; the engine retries its connect until it is there.
-        eng = subprocess.Popen(engine_command(rpc_port, step_ms), stdout=subprocess.DEVNULL, stderr=logs)
-        model = wait_http(f"http://127.0.0.1:{http_port}", [fe, eng], args.start_timeout)
+        self.eng = subprocess.Popen(engine_command(rpc_port, step_ms), stdout=subprocess.DEVNULL, stderr=self.logs)
+        self.model: str | None = None
+
+    def wait_serving(self, args: argparse.Namespace) -> None:
+        self.model = wait_http(f"http://127.0.0.1:{self.http_port}", [self.fe, self.eng], args.start_timeout)
+
+    def load(self, gen: str, args: argparse.Namespace, rs: Path | None) -> dict:
+        """One load by generator ``gen``; the row (``error`` and the log's tail when it failed)."""
+        try:
+            if self.model is None:
+                self.wait_serving(args)
+            cpu0 = tree_cpu_seconds(self.fe.pid)
+            row = (run_vllm_rs_bench(rs, args.peer, self.http_port, self.model, args) if gen == "vllm-rs"
+                   else run_ecp_bench(self.http_port, self.model, args))
+            row["frontend_cpu_s"] = tree_cpu_seconds(self.fe.pid) - cpu0
+        except Exception as exc:
+            self.logs.seek(0, os.SEEK_END)
+            size = self.logs.tell()
+            self.logs.seek(max(0, size - 1500))
+            row = {"error": f"{type(exc).__name__}: {exc}", "log_tail": self.logs.read().decode(errors="replace"),
+                   "generator": f"{gen} bench serve"}
+        row.update(frontend=self.kind, step_ms=self.step_ms)
+        return row
+
+    def stop(self) -> None:
+        for p in (self.fe, self.eng):
+            stop(p)
+        self.logs.close()
+
+
+def run_one(kind: str, step_ms: float, args: argparse.Namespace, rs: Path | None, gens: list[str]) -> list[dict]:
+    fe = Frontend(kind, step_ms, args)
+    try:
         rows = []
         for g in gens * args.repeat:
-            cpu0 = tree_cpu_seconds(fe.pid)
-            rows.append(run_vllm_rs_bench(rs, args.peer, http_port, model, args) if g == "vllm-rs"
-                        else run_ecp_bench(http_port, model, args))
-            rows[-1]["frontend_cpu_s"] = tree_cpu_seconds(fe.pid) - cpu0
-    except Exception as exc:
-        logs.seek(0)
-        tail = logs.read()[-1500:].decode(errors="replace")
-        rows = [{"error": f"{type(exc).__name__}: {exc}", "log_tail": tail, "generator": "/".join(gens)}]
+            rows.append(fe.load(g, args, rs))
+            if "error" in rows[-1]:
+                break
+        return rows
     finally:
-        for p in (fe, eng):
-            if p is not None:
-                stop(p)
-        logs.close()
-    for row in rows:
-        row.update(frontend=kind, step_ms=step_ms)
+        fe.stop()
+
+
+def run_interleaved(kinds: list[str], step_ms: float, args: argparse.Namespace, rs: Path | None,
+                    gens: list[str]) -> list[dict]:
+    """Every frontend up at once (each with its engine), then per round each loaded in turn, in a
+    seeded random order: a round's loads are seconds apart, and no frontend always goes first."""
+    import random
+
+    fronts = [Frontend(kind, step_ms, args) for kind in kinds]
+    rows = []
+    try:
+        for fe in fronts:
+            fe.wait_serving(args)
+        order = random.Random(args.seed)
+        for rnd in range(args.rounds):
+            for fe in order.sample(fronts, len(fronts)):
+                for g in gens:
+                    row = fe.load(g, args, rs)
+                    row["round"] = rnd
+                    rows.append(row)
+            print(f"  round {rnd + 1} step {step_ms:g} ms: " + ", ".join(
+                f"{r['frontend']} ({r.get('generator')}) {r.get('error') or _f(r.get('output_tok_s'), 0) + ' tok/s'}"
+                for r in rows if r["round"] == rnd), file=sys.stderr)
+    except Exception as exc:
+        rows.append({"error": f"{type(exc).__name__}: {exc}", "frontend": "/".join(kinds), "step_ms": step_ms})
+    finally:
+        for fe in fronts:
+            fe.stop()
     return rows
 
 
@@ -263,6 +319,39 @@ TARGETS = (("output_tok_s", lambda q: q >= 1.0, "tok/s ≥ 1.0×"),
            ("itl_p99", lambda q: q <= 1.0, "ITL p99 ≤ 1.0×"))
 
 
+def medians(rows: list[dict]) -> str:
+    """Per step and generator, each ecp frontend against vllm-rs over the rounds: the median of
+    each side's figures, the median of the per-round ratios, and in how many rounds all three
+    targets held (with a machine's round-to-round spread, a median says what a round does not)."""
+    import statistics
+
+    out = ["| engine step | generator | frontend | rounds | output tok/s | TTFT p50 | ITL p99 | "
+           "tok/s × | TTFT p50 × | ITL p99 × | rounds meeting the targets |",
+           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    ok = [r for r in rows if "error" not in r]
+    for step in sorted({r["step_ms"] for r in ok}):
+        for gen in dict.fromkeys(r.get("generator") for r in ok):
+            here = [r for r in ok if r["step_ms"] == step and r.get("generator") == gen]
+            rs = {r.get("round", 0): r for r in here if r["frontend"] == "vllm-rs"}
+            for kind in dict.fromkeys(r["frontend"] for r in here):
+                mine = [r for r in here if r["frontend"] == kind]
+                med = {k: statistics.median(r[k] for r in mine) if all(r.get(k) is not None for r in mine) else None
+                       for k, _, _ in TARGETS}
+                line = (f"| {step:g} ms | {gen} | {label(kind)} | {len(mine)} | {_f(med['output_tok_s'], 0)} | "
+                        f"{_f(med['ttft_p50'])} | {_f(med['itl_p99'])} |")
+                pairs = [(r, rs[r.get("round", 0)]) for r in mine if kind != "vllm-rs" and r.get("round", 0) in rs]
+                if pairs and kind.startswith("ecp"):
+                    for key, _, _ in TARGETS:
+                        qs = [a[key] / b[key] for a, b in pairs if a.get(key) is not None and b.get(key)]
+                        line += f" {statistics.median(qs):.2f}× |" if qs else " n/a |"
+                    met = sum(target_verdict(a, b) == "met" for a, b in pairs)
+                    line += f" {met} of {len(pairs)} |"
+                else:
+                    line += " | | | |"
+                out.append(line)
+    return "\n".join(out)
+
+
 def target_verdict(ours: dict, rs: dict) -> str:
     """``met`` or the targets that failed, for one side-by-side pair of runs."""
     failed = []
@@ -323,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1,
                     help="run every frontend (one after the other) this many times, each round side by side, "
                          "with its own ratios and target verdicts (the machine's load changes between rounds)")
+    ap.add_argument("--interleave", action="store_true",
+                    help="start every frontend once (each with its engine) and load them in turn, in a seeded random "
+                         "order per round, instead of starting each afresh per round; adds the medians over the rounds")
     ap.add_argument("--start-timeout", type=float, default=180.0, help="seconds for a frontend to serve")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds for one load run")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
@@ -348,7 +440,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     kinds = [k for f in frontends for k in ([f"ecp:{n}" if n != 1 else "ecp" for n in args.ecp_api_servers]
                                             if f == "ecp" else [f])]
-    for rnd in range(args.rounds):
+    if args.interleave:
+        if args.repeat != 1:
+            ap.error("--interleave runs each frontend once per round and generator: use --rounds, not --repeat")
+        for step in args.step_time_ms:
+            rows += run_interleaved(kinds, step, args, rs, gens)
+    for rnd in range(0 if args.interleave else args.rounds):
         for step in args.step_time_ms:
             for kind in kinds:
                 for r in run_one(kind, step, args, rs, gens):
@@ -364,6 +461,9 @@ def main(argv: list[str] | None = None) -> int:
         if len(gens) > 1:
             print("\nGenerators on the same server (means over the runs):\n")
             print(agreement(rows))
+        if args.rounds > 1:
+            print("\nOver the rounds (medians):\n")
+            print(medians(rows))
     bad = [r for r in rows if "error" in r or r.get("failed")]
     return 1 if bad else 0
 

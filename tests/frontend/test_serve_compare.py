@@ -92,3 +92,27 @@ def test_serve_compare_judges_the_targets_per_round_and_generator(load_benchmark
     assert "| 0 ms | ecp / vllm-rs (Rust) (round 2, vllm-rs bench serve) | not met (TTFT p50 ≤ 1.25×: 1.30×) |" in text
     assert ("| 0 ms | ecp / vllm-rs (Rust) (round 2, ecp bench serve) | "
             "not met (tok/s ≥ 1.0×: 0.90×; ITL p99 ≤ 1.0×: 1.10×) |") in text
+
+
+def test_serve_compare_interleaved_rounds_load_each_frontend_once_per_round(load_benchmark, tmp_path, capsys):
+    compare = load_benchmark("serve_compare")
+    rc = compare.main(["--peer", str(tmp_path / "no-peer"), "--frontends", "ecp", "--step-time-ms", "0",
+                       "-c", "2", "-n", "4", "--input-len", "8", "--output-len", "4", "--start-timeout", "60",
+                       "--timeout", "60", "--interleave", "--rounds", "3", "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert rc == 0, rows
+    assert [(r["frontend"], r["round"]) for r in rows] == [("ecp", 0), ("ecp", 1), ("ecp", 2)]
+    assert all(r["completed"] == 4 and r["failed"] == 0 for r in rows)
+
+
+def test_serve_compare_medians_relate_each_round_to_vllm_rs_in_the_same_round(load_benchmark):
+    compare = load_benchmark("serve_compare")
+    figures = ((0, "vllm-rs", 100.0, 40.0, 10.0), (0, "ecp", 120.0, 44.0, 8.0),   # met
+               (1, "vllm-rs", 100.0, 20.0, 10.0), (1, "ecp", 90.0, 44.0, 8.0),    # tok/s and TTFT fail
+               (2, "vllm-rs", 200.0, 40.0, 10.0), (2, "ecp", 220.0, 40.0, 12.0))  # ITL fails
+    rows = [{"frontend": f, "step_ms": 0.0, "round": rnd, "generator": "vllm-rs bench serve", "output_tok_s": tok,
+             "ttft_p50": ttft, "itl_p50": 1.0, "itl_p99": itl} for rnd, f, tok, ttft, itl in figures]
+    text = compare.medians(rows)
+    # medians of each side, then of the per-round ratios (1.2, 0.9, 1.1 / 1.1, 2.2, 1.0 / 0.8, 0.8, 1.2)
+    assert "| 0 ms | vllm-rs bench serve | vllm-rs (Rust) | 3 | 100 | 40.0 | 10.0 | | | | |" in text
+    assert "| 0 ms | vllm-rs bench serve | `ecp serve` | 3 | 120 | 44.0 | 8.0 | 1.10× | 1.10× | 0.80× | 1 of 3 |" in text
