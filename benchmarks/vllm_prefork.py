@@ -41,6 +41,8 @@ from typing import Callable
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 #: the largest request (argv, environment, working directory) a launcher may send
 MAX_REQUEST = 1 << 20
+#: how long the server waits for a connected launcher's request before it refuses it
+REQUEST_TIMEOUT_S = 5.0
 
 
 def _warm_imports() -> None:
@@ -72,7 +74,19 @@ def _read_request(conn: socket.socket) -> tuple[dict, list[int]]:
         for fd in fds:
             os.close(fd)
         raise ValueError(f"a launch request carries 3 file descriptors, this one {len(fds)}")
-    return json.loads(data), fds
+    try:
+        request = json.loads(data)
+        ok = (isinstance(request, dict) and isinstance(request.get("cwd"), str)
+              and isinstance(request.get("argv"), list) and all(isinstance(a, str) for a in request["argv"])
+              and isinstance(request.get("env"), dict)
+              and all(isinstance(k, str) and isinstance(v, str) for k, v in request["env"].items()))
+    except ValueError:
+        ok = False
+    if not ok:
+        for fd in fds:
+            os.close(fd)
+        raise ValueError("a launch request is one JSON object: argv (strings), env (strings), cwd")
+    return request, fds
 
 
 def _become_launch(request: dict, fds: list[int], entry: Callable[[], int | None]) -> None:
@@ -112,11 +126,12 @@ def _killpg(pgid: int, sig: int) -> None:
         pass
 
 
-def serve(path: str, entry: Callable[[], int | None]) -> int:
+def serve(path: str, entry: Callable[[], int | None], request_timeout_s: float = REQUEST_TIMEOUT_S) -> int:
     """Serve launches on the Unix socket ``path`` until SIGTERM or SIGINT: each a fork that runs
     ``entry()`` (vLLM's CLI ``main``) with the launcher's argv (after ``vllm``), environment, working
-    directory and standard streams, and exits with what it returns. At the end every launch still
-    running is killed with its process group."""
+    directory and standard streams, and exits with what it returns. A launcher that has not sent
+    its request within ``request_timeout_s`` is refused. At the end every launch still running is
+    killed with its process group."""
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
@@ -143,8 +158,10 @@ def serve(path: str, entry: Callable[[], int | None]) -> int:
                     wake_r.recv(4096)
                 elif kind == "accept":
                     conn, _ = listener.accept()
+                    conn.settimeout(request_timeout_s)  # a silent launcher must not hold the server
                     try:
                         request, fds = _read_request(conn)
+                        conn.settimeout(None)
                     except (OSError, ValueError) as exc:
                         print(f"vllm_prefork: refused a launch: {exc}", file=sys.stderr, flush=True)
                         conn.close()

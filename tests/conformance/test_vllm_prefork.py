@@ -67,7 +67,7 @@ def server(tmp_path):
     (tmp_path / "fake_cli.py").write_text(ENTRY)
     sock = tmp_path / "launch.sock"
     code = (f"import sys; sys.path[:0] = [{str(BENCHMARKS)!r}, {str(tmp_path)!r}]; import vllm_prefork, fake_cli; "
-            f"sys.exit(vllm_prefork.serve({str(sock)!r}, fake_cli.main))")
+            f"sys.exit(vllm_prefork.serve({str(sock)!r}, fake_cli.main, request_timeout_s=0.5))")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     deadline = time.monotonic() + WAIT_S
@@ -142,6 +142,35 @@ def test_a_malformed_request_is_refused_and_the_server_keeps_serving(server, tmp
         assert bad.recv(100) == b""  # refused: closed without a launch
     proc, _ = _launch(sock, tmp_path, "exit", "0")
     assert proc.wait(WAIT_S) == 0
+    assert srv.poll() is None
+
+
+def test_a_request_that_is_not_a_launch_is_refused_with_its_streams_closed(server, tmp_path):
+    srv, sock = server
+    for body in (b"not json\n", b'{"argv": "serve", "env": {}, "cwd": "/"}\n', b'[1, 2]\n'):
+        r, w = os.pipe()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as bad:
+            bad.connect(str(sock))
+            socket.send_fds(bad, [body], [w, w, w])
+            bad.settimeout(WAIT_S)
+            assert bad.recv(100) == b""  # refused
+        os.close(w)
+        # the pipe reads its end only once no copy of the write end is left open: not in the server
+        assert select.select([r], [], [], WAIT_S)[0] and os.read(r, 1) == b""
+        os.close(r)
+    proc, _ = _launch(sock, tmp_path, "exit", "0")
+    assert proc.wait(WAIT_S) == 0
+    assert srv.poll() is None
+
+
+def test_a_launcher_that_sends_nothing_is_refused_after_a_while_and_holds_no_one_up(server, tmp_path):
+    srv, sock = server
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as silent:
+        silent.connect(str(sock))
+        silent.settimeout(WAIT_S)
+        assert silent.recv(100) == b""  # refused once the server's request timeout passed
+    proc, _ = _launch(sock, tmp_path, "exit", "4")
+    assert proc.wait(WAIT_S) == 4
     assert srv.poll() is None
 
 
