@@ -62,31 +62,28 @@ def _warm_imports() -> None:
 
 
 def _read_request(conn: socket.socket) -> tuple[dict, list[int]]:
+    """One launch request: a JSON line (argv, env, cwd) with the launcher's three standard streams
+    passed along. Raises ``ValueError`` or ``OSError`` (timeout) with the passed streams closed."""
     data, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 3)
-    while not data.endswith(b"\n"):
-        more = conn.recv(MAX_REQUEST)
-        if not more or len(data) > MAX_REQUEST:
-            for fd in fds:
-                os.close(fd)
-            raise ValueError("incomplete launch request")
-        data += more
-    if len(fds) != 3:
-        for fd in fds:
-            os.close(fd)
-        raise ValueError(f"a launch request carries 3 file descriptors, this one {len(fds)}")
     try:
+        while not data.endswith(b"\n"):
+            more = conn.recv(MAX_REQUEST)
+            if not more or len(data) > MAX_REQUEST:
+                raise ValueError("incomplete launch request")
+            data += more
+        if len(fds) != 3:
+            raise ValueError(f"a launch request carries 3 file descriptors, this one {len(fds)}")
         request = json.loads(data)
-        ok = (isinstance(request, dict) and isinstance(request.get("cwd"), str)
-              and isinstance(request.get("argv"), list) and all(isinstance(a, str) for a in request["argv"])
-              and isinstance(request.get("env"), dict)
-              and all(isinstance(k, str) and isinstance(v, str) for k, v in request["env"].items()))
-    except ValueError:
-        ok = False
-    if not ok:
+        if not (isinstance(request, dict) and isinstance(request.get("cwd"), str)
+                and isinstance(request.get("argv"), list) and all(isinstance(a, str) for a in request["argv"])
+                and isinstance(request.get("env"), dict)
+                and all(isinstance(k, str) and isinstance(v, str) for k, v in request["env"].items())):
+            raise ValueError("a launch request is one JSON object: argv (strings), env (strings), cwd")
+        return request, fds
+    except (OSError, ValueError):
         for fd in fds:
             os.close(fd)
-        raise ValueError("a launch request is one JSON object: argv (strings), env (strings), cwd")
-    return request, fds
+        raise
 
 
 def _become_launch(request: dict, fds: list[int], entry: Callable[[], int | None]) -> None:

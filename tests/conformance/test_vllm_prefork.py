@@ -89,6 +89,13 @@ def _launch(sock: Path, tmp_path: Path, *argv: str) -> tuple[subprocess.Popen, P
     return proc, out
 
 
+def _family(sock: Path, tmp_path: Path) -> tuple[subprocess.Popen, int, int]:
+    """A launch with a child of its own: its launcher, its pid, its child's pid."""
+    proc, out = _launch(sock, tmp_path, "family")
+    child = int(_wait_for_line(out, "child="))
+    return proc, int(_wait_for_line(out, "pid=")), child
+
+
 def test_a_launch_runs_with_the_launchers_argv_environment_cwd_and_streams_and_exits_with_its_status(server, tmp_path):
     _, sock = server
     proc, out = _launch(sock, tmp_path, "exit", "3")
@@ -116,9 +123,7 @@ def test_a_launch_killed_by_a_signal_is_reported_as_killed_by_it(server, tmp_pat
 
 def test_a_killed_launcher_takes_its_launch_and_the_launchs_children_with_it(server, tmp_path):
     _, sock = server
-    proc, out = _launch(sock, tmp_path, "family")
-    child = int(_wait_for_line(out, "child="))
-    pid = int(_wait_for_line(out, "pid="))
+    proc, pid, child = _family(sock, tmp_path)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(WAIT_S)
     assert _gone(pid) and _gone(child)
@@ -126,9 +131,8 @@ def test_a_killed_launcher_takes_its_launch_and_the_launchs_children_with_it(ser
 
 def test_a_launch_that_exits_leaves_no_children_behind(server, tmp_path):
     _, sock = server
-    proc, out = _launch(sock, tmp_path, "family")
-    child = int(_wait_for_line(out, "child="))
-    os.kill(int(_wait_for_line(out, "pid=")), signal.SIGTERM)  # the launch dies, its child would live on
+    proc, pid, child = _family(sock, tmp_path)
+    os.kill(pid, signal.SIGTERM)  # the launch dies, its child would live on
     assert proc.wait(WAIT_S) == -signal.SIGTERM
     assert _gone(child)
 
@@ -176,9 +180,7 @@ def test_a_launcher_that_sends_nothing_is_refused_after_a_while_and_holds_no_one
 
 def test_a_stopped_server_ends_its_launches_and_removes_its_socket(server, tmp_path):
     srv, sock = server
-    proc, out = _launch(sock, tmp_path, "family")
-    child = int(_wait_for_line(out, "child="))
-    pid = int(_wait_for_line(out, "pid="))
+    proc, pid, child = _family(sock, tmp_path)
     os.killpg(srv.pid, signal.SIGTERM)
     assert srv.wait(WAIT_S) == 0
     assert _gone(pid) and _gone(child)
