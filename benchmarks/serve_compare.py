@@ -225,11 +225,16 @@ def run_interleaved(kinds: list[str], step_ms: float, args: argparse.Namespace, 
     seeded random order: a round's loads are seconds apart, and no frontend always goes first."""
     import random
 
-    fronts = [Frontend(kind, step_ms, args) for kind in kinds]
+    fronts: list[Frontend] = []
     rows = []
     try:
+        for kind in kinds:
+            fronts.append(Frontend(kind, step_ms, args))
         for fe in fronts:
-            fe.wait_serving(args)
+            try:
+                fe.wait_serving(args)
+            except Exception as exc:
+                return [{"error": f"{type(exc).__name__}: {exc}", "frontend": fe.kind, "step_ms": step_ms}]
         order = random.Random(args.seed)
         for rnd in range(args.rounds):
             for fe in order.sample(fronts, len(fronts)):
@@ -240,8 +245,6 @@ def run_interleaved(kinds: list[str], step_ms: float, args: argparse.Namespace, 
             print(f"  round {rnd + 1} step {step_ms:g} ms: " + ", ".join(
                 f"{r['frontend']} ({r.get('generator')}) {r.get('error') or _f(r.get('output_tok_s'), 0) + ' tok/s'}"
                 for r in rows if r["round"] == rnd), file=sys.stderr)
-    except Exception as exc:
-        rows.append({"error": f"{type(exc).__name__}: {exc}", "frontend": "/".join(kinds), "step_ms": step_ms})
     finally:
         for fe in fronts:
             fe.stop()
