@@ -32,6 +32,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -221,9 +222,10 @@ def run_smoke(row: Row, peer: Path, logdir: Path) -> tuple[bool, str]:
 @contextlib.contextmanager
 def prefork_server(row: Row, logdir: Path):
     """A vllm_prefork.py server for the row's launches: yields the environment that sends them to it
-    (nothing when the row does not prefork), and stops the server and its launches after the row."""
+    and the seconds the server took to come up (``{}, None`` when the row does not prefork), and
+    stops the server and its launches after the row."""
     if not row.prefork:
-        yield {}
+        yield {}, None
         return
     sock = Path(tempfile.mkdtemp(prefix="ecp-prefork-")) / "launch.sock"
     started = time.monotonic()
@@ -236,11 +238,10 @@ def prefork_server(row: Row, logdir: Path):
             if proc.poll() is not None or time.monotonic() - started > START_BUDGET_S:
                 raise RuntimeError(f"the prefork server did not start (see {logdir / 'prefork-server.log'})")
             time.sleep(0.1)
-        yield {"VLLM_PREFORK": str(sock), "_PREFORK_READY_S": f"{time.monotonic() - started:.1f}"}
+        yield {"VLLM_PREFORK": str(sock)}, time.monotonic() - started
     finally:
         Group.stop_one(proc)
-        sock.unlink(missing_ok=True)
-        sock.parent.rmdir()
+        shutil.rmtree(sock.parent, ignore_errors=True)
 
 
 def run_conformance(row: Row, out: Path) -> tuple[bool, str]:
@@ -249,8 +250,7 @@ def run_conformance(row: Row, out: Path) -> tuple[bool, str]:
     argv[sep:sep] = ["--json", str(out / f"{row.name}.json"), "--markdown", str(out / f"{row.name}.md")]
     started = time.monotonic()
     try:
-        with prefork_server(row, out / row.name) as prefork_env:
-            ready = prefork_env.pop("_PREFORK_READY_S", None)
+        with prefork_server(row, out / row.name) as (prefork_env, ready_s):
             proc = subprocess.run(argv, env={**os.environ, **row.env, **prefork_env}, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)
     except RuntimeError as exc:
@@ -260,7 +260,7 @@ def run_conformance(row: Row, out: Path) -> tuple[bool, str]:
     launches = [ln for ln in proc.stdout.splitlines() if ln.startswith("launches: ")]
     return proc.returncode == 0, (last[-1] if last else proc.stdout[-300:]) + \
         f" (exit {proc.returncode}, {time.monotonic() - started:.0f}s" + \
-        (f" including the prefork server's {ready}s start" if ready else "") + \
+        (f" including the prefork server's {ready_s:.1f}s start" if ready_s is not None else "") + \
         (f"; {launches[-1].split(';')[0]})" if launches else ")")
 
 
