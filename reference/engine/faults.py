@@ -168,6 +168,8 @@ class FaultLayer:
             elif method == "resume_scheduler":
                 self._refusing = False
             elif method in ("sleep", "wake_up"):
+                if method == "wake_up" and self._asleep:
+                    self._refusing = False  # waking from sleep resumes the scheduler (utilities.wake_up)
                 self._asleep = method == "sleep"
             if method == "get_supported_tasks" and "no-generate-task" in self.names:
                 self._calls[event.call.call_id] = method

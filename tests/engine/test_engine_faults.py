@@ -60,3 +60,20 @@ def test_faults_rewrite_messages_on_their_way():
     assert (reply.payload.utility_output.call_id, reply.payload.utility_output.result.value) == (8, False)
     with pytest.raises(InjectedCrash):
         layer.on_bad_frame(DecodeError("x", clause="ECP-FRAME-9"))
+
+
+def test_waking_from_sleep_ends_the_refusal_a_pause_began_as_the_core_does():
+    """A pause_generation (mode abort) refuses ADDs until the scheduler resumes; a wake_up from
+    sleep resumes it (utilities.wake_up). The abort_immediately fault acts only while refusing."""
+    from ecp.spec import EngineCoreRequest, SamplingParams
+    from ecp.spec.machine import Add
+
+    layer = FaultLayer(["abort-immediately-paused-error"], 0)
+    add = Add(0, EngineCoreRequest("r", [1], None, SamplingParams(max_tokens=2), None, 0.0, None, None, None,
+                                   abort_immediately=True))
+    call = iter(range(100))
+    for method, args in (("pause_generation", ["abort"]), ("sleep", [1])):
+        layer.on_input(UtilityCall(0, UtilityRequest(0, next(call), method, args)))
+    assert layer.on_input(add).request.abort_immediately is False  # refusing: the fault rewrites it
+    layer.on_input(UtilityCall(0, UtilityRequest(0, next(call), "wake_up", [None])))
+    assert layer.on_input(add) == add  # resumed: the ADD passes as it came
