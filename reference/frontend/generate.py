@@ -170,10 +170,6 @@ class Generate:
         leaves together with the usage chunk, ``[DONE]`` and the end of the response, as
         one write. A one-choice response is written from the client's output loop
         (:class:`Pusher`); several choices are read by this task."""
-        try:
-            batch = await deltas.next_batch()
-        except Exception as exc:  # before the 200: an HTTP error
-            raise self.client_error(exc) from None
         chunks = SseChunks(p.kind, p.response_id, p.created, p.model)
         delta = chunks.delta
 
@@ -189,20 +185,22 @@ class Generate:
                                     sum(len(c.token_ids) for c in p.choices)) + SSE_DONE
             return SSE_DONE
 
-        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        start = {"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS}
         pending = chunks.role([c.index for c in p.choices]) if p.kind == "chat" else b""
         if isinstance(deltas, ChoiceRun):
-            if deltas.finished:
-                await send({"type": "http.response.body", "body": pending + render(batch) + last(None),
-                            "more_body": False})
-                return
-            await send({"type": "http.response.body", "body": pending + render(batch), "more_body": True})
-            pusher = Pusher(deltas, render, last, send)
+            pusher = Pusher(deltas, render, last, send, start, pending)
             try:
                 await pusher.run()
+            except FailedBeforeStart as failed:  # before the 200: an HTTP error
+                raise self.client_error(failed.__cause__) from None
             finally:
                 pusher.stop()
             return
+        try:
+            batch = await deltas.next_batch()
+        except Exception as exc:  # before the 200: an HTTP error
+            raise self.client_error(exc) from None
+        await send(start)
         error: BaseException | None = None
         try:
             while batch:
@@ -238,13 +236,21 @@ class Generate:
         return True
 
 
+class FailedBeforeStart(Exception):
+    """The choice failed before anything of its response was sent: the handler answers with an
+    HTTP error instead of a 200 (``__cause__`` is the failure)."""
+
+
 class Pusher:
-    """Writes one choice's deltas from the engine-core client's output loop.
+    """Writes one choice's response from the engine-core client's output loop.
 
     The choice's stream is listened to (``RequestStream.listen``): once per batch of
     output frames the client calls :meth:`on_ready`, which folds what arrived and writes it
-    at once, with no task woken per token. ASGI's ``send`` is a coroutine; it is driven
-    here (:class:`~.driven.Driven`) and normally finishes without suspending (the
+    at once, with no task woken per token. With ``start`` (the ASGI response start), the
+    first batch is written after it, ``head`` before its deltas: the first token leaves from
+    the output loop that read it too, and a choice that fails before that makes :meth:`run`
+    raise :class:`FailedBeforeStart` with nothing sent. ASGI's ``send`` is a coroutine; it is
+    driven here (:class:`~.driven.Driven`) and normally finishes without suspending (the
     transport takes the bytes). When it does suspend (the client reads slowly: the server
     applies flow control), it is resumed when what it waits for is done, and later bytes
     queue behind it, so the response keeps its order. :meth:`run` returns once the last
@@ -252,11 +258,14 @@ class Pusher:
     """
 
     def __init__(self, run: ChoiceRun, render: Callable[[list[Any]], bytes],
-                 last: Callable[[BaseException | None], bytes], send: Send) -> None:
+                 last: Callable[[BaseException | None], bytes], send: Send,
+                 start: dict[str, Any] | None = None, head: bytes = b"") -> None:
         self.choice_run = run
         self.render = render
         self.last = last
         self.send = send
+        self.start = start                   # the response start, until the first batch sends it
+        self.head = head                     # bytes the first batch's deltas follow
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.writing: Driven | None = None  # a send that waits for the transport
         self.queued = b""                    # bytes that wait behind it
@@ -279,14 +288,25 @@ class Pusher:
         try:
             batch = self.choice_run.poll()
         except Exception as exc:
-            self._end(self.last(exc))
+            if self.start is not None:  # nothing sent yet: the handler answers with an HTTP error
+                self.choice_run.stream.listen(None)
+                failed = FailedBeforeStart()
+                failed.__cause__ = exc
+                self.done.set_exception(failed)
+            else:
+                self._end(self.last(exc))
             return
         if batch is None:
             return
+        head = b""
+        if self.start is not None:
+            start, self.start = self.start, None
+            head, self.head = self.head, b""
+            self._send(start)
         if batch and not self.choice_run.finished:
-            self._write(self.render(batch))
+            self._write(head + self.render(batch))
         else:
-            self._end((self.render(batch) if batch else b"") + self.last(None))
+            self._end(head + (self.render(batch) if batch else b"") + self.last(None))
 
     def _end(self, data: bytes) -> None:
         self.ending = True
@@ -297,8 +317,10 @@ class Pusher:
         if self.writing is not None:
             self.queued += data
             return
-        writing = Driven(self.send({"type": "http.response.body", "body": data, "more_body": not self.ending}),
-                         self._written)
+        self._send({"type": "http.response.body", "body": data, "more_body": not self.ending})
+
+    def _send(self, message: dict[str, Any]) -> None:
+        writing = Driven(self.send(message), self._written)
         if writing.running:  # (a send that finished at once has already called _written)
             self.writing = writing
 

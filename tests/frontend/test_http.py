@@ -217,6 +217,22 @@ def test_health_turns_503_on_engine_death_and_open_streams_get_an_error_event():
     run(body)
 
 
+def test_a_stream_that_fails_before_its_first_token_is_an_http_error_not_a_200():
+    async def body():
+        client = FakeClient(hold_after=0)  # admitted, then nothing
+        async with served(client) as (h, _):
+            request = asyncio.ensure_future(h.post("/v1/completions",
+                                                   json={"prompt": "x", "max_tokens": 8, "stream": True}))
+            for _ in range(400):  # until the request is in flight (bounded: 2 s)
+                if client.added:
+                    break
+                await asyncio.sleep(0.005)
+            client.die()
+            resp = await asyncio.wait_for(request, 10)
+        assert resp.status_code == 503 and "error" in resp.json(), resp.text
+    run(body)
+
+
 def test_info_routes_and_dev_routes_404_without_dev_mode():
     async def body():
         client = FakeClient()

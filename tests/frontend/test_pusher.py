@@ -91,3 +91,75 @@ def test_an_engine_failure_ends_the_response_with_the_error_bytes():
         run.close()
 
     asyncio.run(asyncio.wait_for(body(), 10))
+
+
+class RecordingSend:
+    """An ASGI send that records every message."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict] = []
+
+    async def __call__(self, message):
+        self.messages.append(message)
+
+
+def _pushed_choice(client: FakeClient, max_tokens: int):
+    async def make():
+        fe = Frontend(client, ByteTokenizer(), FrontendConfig())
+        choice = _choice("p", 0)
+        from ecp.spec import EngineCoreRequest, SamplingParams
+
+        client.hold_after = 0
+        stream = await client.add(EngineCoreRequest(choice.internal_id, [5], None,
+                                                    SamplingParams(max_tokens=max_tokens), None, 0.0, None, None, None))
+        stream.items.clear()
+        return ChoiceRun(fe, choice, stream), choice, stream
+    return make()
+
+
+def test_the_first_batch_leaves_after_the_response_start_from_the_output_loop_with_the_head():
+    async def body():
+        tok = ByteTokenizer()
+        client = FakeClient()
+        run, choice, stream = await _pushed_choice(client, 1000)
+        send = RecordingSend()
+        start = {"type": "http.response.start", "status": 200, "headers": []}
+        pusher = Pusher(run, lambda batch: "".join(d.text for d in batch).encode(), lambda exc: b"|end", send,
+                        start, b"role|")
+        task = asyncio.ensure_future(pusher.run())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert send.messages == []  # nothing before the first token
+        stream.push(EngineCoreOutput(choice.internal_id, tok.encode("a")))
+        stream.push(EngineCoreOutput(choice.internal_id, tok.encode("b"), finish_reason=FinishReason.LENGTH))
+        await asyncio.wait_for(task, 5)
+        assert send.messages == [start, {"type": "http.response.body", "body": b"role|ab|end", "more_body": False}]
+        pusher.stop()
+        run.close()
+
+    asyncio.run(asyncio.wait_for(body(), 10))
+
+
+def test_a_failure_before_the_first_token_sends_nothing_and_leaves_the_answer_to_the_handler():
+    from ecp.reference.frontend.generate import FailedBeforeStart
+
+    async def body():
+        client = FakeClient()
+        run, _, _ = await _pushed_choice(client, 9)
+        send = RecordingSend()
+        pusher = Pusher(run, lambda batch: b"x", lambda exc: b"error", send,
+                        {"type": "http.response.start", "status": 200, "headers": []})
+        task = asyncio.ensure_future(pusher.run())
+        await asyncio.sleep(0)
+        client.die()
+        try:
+            await asyncio.wait_for(task, 5)
+        except FailedBeforeStart as failed:
+            assert type(failed.__cause__).__name__ == "FakeEngineDead"
+        else:
+            raise AssertionError("the pusher ended without the failure")
+        assert send.messages == []  # the handler answers with an HTTP error instead
+        pusher.stop()
+        run.close()
+
+    asyncio.run(asyncio.wait_for(body(), 10))
