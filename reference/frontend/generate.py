@@ -283,30 +283,32 @@ class Pusher:
             writing.close()
 
     def on_ready(self) -> None:
-        if self.ending or self.done.done():
-            return
-        try:
-            batch = self.choice_run.poll()
-        except Exception as exc:
-            if self.start is not None:  # nothing sent yet: the handler answers with an HTTP error
-                self.choice_run.stream.listen(None)
-                failed = FailedBeforeStart()
-                failed.__cause__ = exc
-                self.done.set_exception(failed)
+        # Poll until nothing is left: a batch can come with the request's failure behind it
+        # (ChoiceRun.poll shows the deltas before an ERROR output first, and raises on the
+        # next poll), and no further call would come for it once the stream has ended.
+        while not (self.ending or self.done.done()):
+            try:
+                batch = self.choice_run.poll()
+            except Exception as exc:
+                if self.start is not None:  # nothing sent yet: the handler answers with an HTTP error
+                    self.choice_run.stream.listen(None)
+                    failed = FailedBeforeStart()
+                    failed.__cause__ = exc
+                    self.done.set_exception(failed)
+                else:
+                    self._end(self.last(exc))
+                return
+            if batch is None:
+                return
+            head = b""
+            if self.start is not None:
+                start, self.start = self.start, None
+                head, self.head = self.head, b""
+                self._send(start)
+            if batch and not self.choice_run.finished:
+                self._write(head + self.render(batch))
             else:
-                self._end(self.last(exc))
-            return
-        if batch is None:
-            return
-        head = b""
-        if self.start is not None:
-            start, self.start = self.start, None
-            head, self.head = self.head, b""
-            self._send(start)
-        if batch and not self.choice_run.finished:
-            self._write(head + self.render(batch))
-        else:
-            self._end(head + (self.render(batch) if batch else b"") + self.last(None))
+                self._end(head + (self.render(batch) if batch else b"") + self.last(None))
 
     def _end(self, data: bytes) -> None:
         self.ending = True

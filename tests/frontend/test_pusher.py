@@ -163,3 +163,39 @@ def test_a_failure_before_the_first_token_sends_nothing_and_leaves_the_answer_to
         run.close()
 
     asyncio.run(asyncio.wait_for(body(), 10))
+
+
+def test_a_token_and_the_error_behind_it_taken_at_once_end_the_response_with_the_error():
+    """The client calls a listener once per slice of frames: a token and the ERROR output behind
+    it can come in one call, with the stream already ended. The delta is shown, then the error
+    ends the response; no further call comes, so the pusher must not wait for one."""
+    from ecp.spec import RequestError
+
+    async def body(first: bool):
+        tok = ByteTokenizer()
+        client = FakeClient()
+        run, choice, stream = await _pushed_choice(client, 9)
+        send = RecordingSend()
+        pusher = Pusher(run, lambda batch: "".join(d.text for d in batch).encode(),
+                        lambda exc: b"|error" if exc is not None else b"|done", send,
+                        {"type": "http.response.start", "status": 200, "headers": []})
+        task = asyncio.ensure_future(pusher.run())
+        await asyncio.sleep(0)
+        if not first:  # a token written before the pair arrives
+            stream.push(EngineCoreOutput(choice.internal_id, tok.encode("a")))
+            for _ in range(3):
+                await asyncio.sleep(0)
+        error = RequestError("engine_error", "failed", False)
+        stream.items.extend([EngineCoreOutput(choice.internal_id, tok.encode("b")),
+                             EngineCoreOutput(choice.internal_id, [], finish_reason=FinishReason.ERROR, error=error)])
+        stream.ended = True
+        stream.wake()  # one notification for both
+        await asyncio.wait_for(task, 5)
+        bodies = [m["body"] for m in send.messages if m["type"] == "http.response.body"]
+        assert bodies == ([b"b", b"|error"] if first else [b"a", b"b", b"|error"])
+        assert send.messages[-1]["more_body"] is False
+        pusher.stop()
+        run.close()
+
+    for first in (True, False):
+        asyncio.run(asyncio.wait_for(body(first), 10))
