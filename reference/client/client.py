@@ -82,6 +82,8 @@ class EngineCoreClient(UtilityMethods):
         self._tmpdir: str | None = None
         self._handshake_sock: zmq.asyncio.Socket | None = None
         self._input: zmq.asyncio.Socket | None = None
+        self._input_plain: zmq.Socket | None = None  # the same socket, read and written without futures
+        self._input_reader_running = False
         #: the input socket's sends, batched per event-loop turn (see _put)
         self._outbox: Outbox | None = None
         self._output: zmq.asyncio.Socket | None = None
@@ -163,8 +165,9 @@ class EngineCoreClient(UtilityMethods):
             self._output, self.output_address = self._bind(zmq.PULL, self._pick_address(cfg.output_address, "output"))
             # the plain send is the same zmq socket without asyncio's futures: it costs a fraction
             # of an awaited one (a future, event registration and flag arithmetic per message)
-            self._outbox = Outbox(zmq.Socket.shadow(self._input.underlying).send_multipart,
-                                  self._input.send_multipart, self._on_send_lost)
+            self._input_plain = zmq.Socket.shadow(self._input.underlying)
+            self._outbox = Outbox(self._input_plain.send_multipart, self._input.send_multipart,
+                                  self._on_send_lost, self._after_input_sends)
             self._monitor = self._input.get_monitor_socket(zmq.EVENT_DISCONNECTED)
             if cfg.coordinator:
                 self._coordinator = Coordinator(self._ctx, len(self._ranks),
@@ -422,8 +425,29 @@ class EngineCoreClient(UtilityMethods):
         # Engines send nothing on their input DEALER after the registration; read and drop
         # whatever comes (e.g. a restarted engine registering again) so it cannot pile up unseen.
         assert self._input is not None
+        self._input_reader_running = True
+        try:
+            while True:
+                self._drain_input()
+                await self._input.poll(flags=zmq.POLLIN)
+        finally:
+            self._input_reader_running = False
+
+    def _after_input_sends(self) -> None:
+        # The outbox's plain sends may have taken the signal the awaited poll above waits for:
+        # what arrived before them is read here instead of waiting for the next arrival.
+        plain = self._input_plain
+        if self._input_reader_running and plain is not None and plain.get(zmq.EVENTS) & zmq.POLLIN:
+            self._drain_input()
+
+    def _drain_input(self) -> None:
+        assert self._input_plain is not None
+        recv = self._input_plain.recv_multipart
         while True:
-            frames = await self._input.recv_multipart()
+            try:
+                frames = recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
             self._stats.unexpected_input_messages += 1
             log.warning("dropping an unexpected %d-frame message from engine identity %s on the input "
                         "socket after the handshake", len(frames) - 1, frames[0].hex())
@@ -523,6 +547,7 @@ class EngineCoreClient(UtilityMethods):
         if self._coordinator is not None:
             self._coordinator.close()
         self._monitor = self._handshake_sock = self._input = self._output = None
+        self._input_plain = None
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None

@@ -43,12 +43,20 @@ class Outbox:
     socket. A message that cannot reach its engine (not connected: the peer is gone) is
     reported to ``lost`` with :class:`EngineDisconnected`, and every later :meth:`put` to
     that engine raises it at once: an engine that left does not come back.
+
+    ``sent`` is called after each run of plain sends that put at least one message on the
+    socket. A plain send can take the socket's signal that something arrived to be read (ZeroMQ
+    signals its descriptor once, and any call into the socket may consume it), which an
+    awaited read of the same socket would then miss: the owner of the socket checks for input
+    there.
     """
 
-    def __init__(self, send_now: Callable[..., Any], send_awaited: Callable[..., Awaitable[Any]], lost: Lost) -> None:
+    def __init__(self, send_now: Callable[..., Any], send_awaited: Callable[..., Awaitable[Any]], lost: Lost,
+                 sent: Callable[[], None] | None = None) -> None:
         self._send_now = send_now
         self._send_awaited = send_awaited
         self._lost = lost
+        self._sent = sent
         self._queue: deque[tuple[int, list[Any], Any]] = deque()
         self._flush_scheduled = False
         self._waiting: asyncio.Task[None] | None = None  # sending what the socket could not take
@@ -98,18 +106,24 @@ class Outbox:
         """Send from the head of the queue until it is empty (True) or the socket cannot take
         the next message now (False)."""
         queue, send = self._queue, self._send_now
-        while queue:
-            rank, message, tag = queue[0]
-            try:
-                send(message, zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return False
-            except zmq.ZMQError as exc:
+        sent = 0
+        try:
+            while queue:
+                rank, message, tag = queue[0]
+                try:
+                    send(message, zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    return False
+                except zmq.ZMQError as exc:
+                    queue.popleft()
+                    self._failed(rank, tag, exc)
+                    continue
                 queue.popleft()
-                self._failed(rank, tag, exc)
-                continue
-            queue.popleft()
-        return True
+                sent += 1
+            return True
+        finally:
+            if sent and self._sent is not None:
+                self._sent()
 
     async def _send_when_writable(self) -> None:
         try:

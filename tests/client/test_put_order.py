@@ -103,3 +103,31 @@ def test_a_message_to_an_engine_that_is_gone_is_reported_and_later_ones_are_refu
         assert len(box) == 0  # nothing queued for it
 
     asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
+
+
+def test_the_owner_is_told_after_each_run_of_plain_sends_that_put_something_on_the_socket():
+    async def body():
+        sock = _Socket()
+        told: list[list[bytes]] = []
+        box = Outbox(sock.send_now, sock.send_awaited, lambda *a: None, lambda: told.append(list(sock.wire)))
+        box.put(0, [b"a"])
+        box.put(0, [b"b"])
+        await asyncio.sleep(0)
+        assert told == [[b"a", b"b"]]  # once for the run, after its last send
+        sock.full = True
+        box.put(0, [b"c"])
+        await asyncio.sleep(0)
+        assert told == [[b"a", b"b"]]  # nothing went out: nothing to tell
+        sock.full = False
+        sock.room.set()
+        for _ in range(100):  # bounded: the waiting task sends it
+            if not len(box):
+                break
+            await asyncio.sleep(0)
+        assert sock.wire == [b"a", b"b", b"c"]
+        sock.gone.add(engine_identity(1))
+        box.put(1, [b"x"])
+        await asyncio.sleep(0)
+        assert len(told) == 1  # a send that failed put nothing on the socket
+
+    asyncio.run(asyncio.wait_for(body(), TIMEOUT_S))
