@@ -9,8 +9,10 @@ other braces alone, so JSON arguments pass through). The process itself is a
 
 from __future__ import annotations
 
+import random
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 
 PLACEHOLDERS = ("handshake_port", "handshake_address", "http_port", "engine_count")
 
@@ -20,8 +22,42 @@ PLACEHOLDERS = ("handshake_port", "handshake_address", "http_port", "engine_coun
 KV_CONNECTOR_OPTIONS: dict[str, int] = {"--kv-connector": 1, "--kv-transfer-config": 1}
 
 
+#: Where ports are drawn from, below the kernel's ephemeral range (:func:`free_port`).
+PORT_FLOOR = 10000
+PORT_TRIES = 64
+#: The ephemeral range assumed where the kernel does not say (Linux's default start, IANA's end).
+DEFAULT_EPHEMERAL = (32768, 65535)
+_draw = random.SystemRandom()  # (the global generator is seeded alike in every test worker)
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out itself: to a bind to port 0 and to an outgoing connection."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """An ephemeral TCP port that was free a moment ago on ``host``."""
+    """A TCP port that was free a moment ago on ``host``, for a peer to bind later.
+
+    Drawn at random between :data:`PORT_FLOOR` and the start of the kernel's ephemeral range, so
+    that until the peer binds it nothing the kernel numbers itself can take it: not another
+    process's bind to port 0 (a ZeroMQ ``tcp://host:*`` endpoint) nor the local end of any
+    connection. Only another explicit choice could, which the random draw makes unlikely. Where
+    the range leaves no room or nothing drawn is free, the kernel picks an ephemeral port.
+    """
+    low, _high = ephemeral_range()
+    if low - PORT_FLOOR >= 1024:
+        for _ in range(PORT_TRIES):
+            port = _draw.randrange(PORT_FLOOR, low)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]

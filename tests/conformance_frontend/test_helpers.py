@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 
 import pytest
 
 from ecp.conformance.frontend.catalog import CASES
-from ecp.conformance.frontend.launcher import Placeholders, has_kv_connector, without_kv_connector
+from ecp.conformance.frontend import launcher
+from ecp.conformance.frontend.launcher import Placeholders, free_port, has_kv_connector, without_kv_connector
 from ecp.conformance.frontend.cases._burst import coalescing_bound
 from ecp.conformance.frontend.sse import SseStream
 from ecp.conformance.launch import fill_template
@@ -24,6 +26,40 @@ def test_placeholders_fill_the_vllm_style_command():
                          p.values())
     assert argv == ["serve", "--data-parallel-rpc-port", "41000", "--port", "42000", "-dp", "2",
                     "--at", "tcp://127.0.0.1:41000", '{"kv_role": "kv_both"}']
+
+
+def test_ports_for_the_peer_are_drawn_below_the_kernels_ephemeral_range_and_free():
+    # A port the kernel numbers itself (a bind to port 0, the local end of a connection) could be
+    # taken by another process before the peer binds it; ports below that range cannot.
+    low, _ = launcher.ephemeral_range()
+    ports = [free_port() for _ in range(20)]
+    assert all(launcher.PORT_FLOOR <= p < low for p in ports), ports
+    assert len(set(ports)) > 10  # drawn, not a fixed sequence
+    for port in ports[:3]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+
+
+def test_a_port_taken_is_not_drawn_and_without_room_the_kernel_picks(monkeypatch):
+    real_low, real_high = launcher.ephemeral_range()
+    with socket.socket() as taken, socket.socket() as spare:
+        taken.bind(("127.0.0.1", 0))
+        spare.bind(("127.0.0.1", 0))
+        port, other = taken.getsockname()[1], spare.getsockname()[1]
+        spare.close()  # free again: the second draw
+        drawn: list[int] = []
+
+        class Draw:
+            def randrange(self, a, b):
+                drawn.append(port if not drawn else other)
+                return drawn[-1]
+
+        monkeypatch.setattr(launcher, "_draw", Draw())
+        monkeypatch.setattr(launcher, "ephemeral_range", lambda: (65000, 65535))
+        assert free_port() == other and drawn == [port, other]  # the taken one was skipped
+    # no room below the range: the kernel's own pick, from its range
+    monkeypatch.setattr(launcher, "ephemeral_range", lambda: (launcher.PORT_FLOOR + 10, 65535))
+    assert real_low <= free_port() <= real_high
 
 
 def test_kv_connector_options_are_found_and_removed():

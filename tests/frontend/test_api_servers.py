@@ -115,11 +115,9 @@ def test_two_api_servers_serve_abort_and_count_every_request():
 
 def test_the_launcher_stops_while_waiting_for_external_engines():
     """SIGTERM to the launcher alone, during the handshake: it stops its API servers and exits 0."""
-    import socket
+    from ecp.conformance.frontend.launcher import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     serve = ServeProcess("--api-server-count", "2", "--data-parallel-size-local", "0",
                          "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", str(port))
     try:

@@ -11,6 +11,7 @@ import threading
 
 import httpx
 
+from ecp.conformance.frontend.launcher import free_port
 from ecp.reference.engine import launch
 
 SERVING = re.compile(r"serving .* on (http://\S+)")
@@ -72,9 +73,7 @@ def test_ecp_serve_embedded_default_serves_a_completion_and_exits_cleanly():
 
 
 def test_ecp_serve_waits_for_external_engines_like_vllm_serve():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     serve = ServeProcess("--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
                          "--data-parallel-rpc-port", str(port), "--dev-mode")
     engine = None
