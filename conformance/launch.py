@@ -27,6 +27,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .interrupts import deferred
+
 STDERR_TAIL_BYTES = 16 * 1024
 
 
@@ -117,18 +119,20 @@ class CommandPeer(PeerHandle):
             return None
 
     def stop(self, grace_s: float = 3.0) -> None:
-        """SIGTERM the process group we created, then SIGKILL it after ``grace_s``."""
-        if self.proc.poll() is None:
-            self._signal(signal.SIGTERM)
-            try:
-                self.proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
+        """SIGTERM the process group we created, then SIGKILL it after ``grace_s``. An interrupt
+        (:mod:`.interrupts`) does not cut it short: it is raised once the peer is stopped."""
+        with deferred():
+            if self.proc.poll() is None:
+                self._signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(grace_s)
+                except subprocess.TimeoutExpired:
+                    self._signal(signal.SIGKILL)
+                    self.proc.wait(5)
+            else:
+                # the leader is gone; make sure children it left in its group go too
                 self._signal(signal.SIGKILL)
-                self.proc.wait(5)
-        else:
-            # the leader is gone; make sure children it left in its group go too
-            self._signal(signal.SIGKILL)
-        self._log.close()
+            self._log.close()
 
     def terminate(self) -> bool:
         """SIGTERM the process group we created; the caller waits for the exit (:meth:`wait`)."""

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 
 import zmq
 
+from ..interrupts import deferred
 from ..launch import AdapterPeer, AttachedPeer, CommandPeer, LaunchError, PeerHandle
 from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Unsupported
 from ..pace import STARTUP_TIMEOUT_S, LaunchRecord, Pace
@@ -111,7 +112,8 @@ class EngineUnderTest:
                                   cfg.quiet_window_s, release=cfg.release)
         self.fe.declared_lacks = frozenset(cfg.lacks)
         try:
-            self.handle = self._start(launch_no)
+            with deferred():  # an interrupt must find the started peer held, to stop it below
+                self.handle = self._start(launch_no)
             self.fe.alive_check = self.alive
             self.fe.run_handshake(startup_timeout or cfg.startup_timeout_s, cancel)
             # what the machine recorded during the handshake is the handshake cases' to report

@@ -8,10 +8,7 @@ reproducer (:mod:`.reproducer`). Later sessions showing the same clause only cou
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import tempfile
-import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -21,6 +18,7 @@ from typing import Callable
 import zmq
 
 from ..engine.session import EngineRunConfig, EngineUnderTest
+from ..interrupts import Interrupted, interruptible
 from . import reproducer
 from .execute import LaunchFailed, SessionResult, launch, play_on, reusable
 from .generate import draw
@@ -89,34 +87,6 @@ class ExploreReport:
     interrupted: str | None = None
 
 
-class Interrupted(BaseException):
-    """SIGTERM or SIGINT arrived: the exploration stops, its peers are stopped, the report is kept.
-    (A BaseException, like KeyboardInterrupt: the handlers that turn a failed launch or step into a
-    finding must not take it for one.)"""
-
-
-@contextlib.contextmanager
-def _interruptible():
-    """Turn the first SIGTERM or SIGINT into :class:`Interrupted` in the main thread; later ones are
-    ignored so that stopping the peers is not cut short. Elsewhere (a thread) nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-
-    def handler(signum, frame):  # noqa: ARG001
-        if not caught:
-            caught.append(signum)
-            raise Interrupted(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
 class Runner:
     """Plays sessions of the engine role. A session of the exploration loop (``reuse=True``) runs on
     a peer an earlier one left healthy when there is one of its topology (:func:`.execute.reusable`:
@@ -147,20 +117,22 @@ class Runner:
     def play(self, session: Session, reuse: bool = False) -> SessionResult:
         self.sessions += 1
         key = session.topology
+        # from here on the peer is this call's: whatever ends it early (an interrupt included)
+        # stops it in the finally below, unless it goes back to the pool
         eut = self._idle.pop(key, None) if reuse else None
-        if eut is not None and not eut.alive():
-            eut.close()
-            eut = None
-        started = time.monotonic()
-        if eut is None:
-            self.launches += 1
-            eut = launch(session, self.cfg, self.ctx, self.launches)
-            tag = ""
-        else:
-            tag = f"s{self.sessions}-"
-        launch_s = time.monotonic() - started
         keep = False
         try:
+            if eut is not None and not eut.alive():
+                eut.close()
+                eut = None
+            started = time.monotonic()
+            if eut is None:
+                self.launches += 1
+                eut = launch(session, self.cfg, self.ctx, self.launches)
+                tag = ""
+            else:
+                tag = f"s{self.sessions}-"
+            launch_s = time.monotonic() - started
             result = play_on(eut, session, self.opts.step_timeout_s, tag)
             result.launch_s = launch_s
             keep = reuse and reusable(eut, result)
@@ -170,7 +142,7 @@ class Runner:
                 while len(self._idle) > 1 and (len(self._idle) > self.POOL or sum(
                         t.engines for t in self._idle) > max(self.POOL_RANKS, key.engines)):
                     self._idle.popitem(last=False)[1].close()
-            else:
+            elif eut is not None:
                 eut.close()
         return result
 
@@ -222,7 +194,7 @@ def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> Explore
     (``report.interrupted``)."""
     report = ExploreReport()
     by_clause: dict[str, FindingReport] = {}
-    with _interruptible(), tempfile.TemporaryDirectory(prefix="ecp-explore-") as workdir:
+    with interruptible(), tempfile.TemporaryDirectory(prefix="ecp-explore-") as workdir:
         runner = runner_for(opts, workdir)
         started = time.monotonic()
         shrinking_s = 0.0

@@ -345,6 +345,37 @@ def test_a_healthy_peer_is_reused_and_a_process_fault_retires_it(tmp_path):
         runner.close()
 
 
+def test_an_interrupt_while_a_pooled_peer_is_taken_stops_that_peer(tmp_path, monkeypatch):
+    """SIGTERM arriving while the runner takes a healthy peer out of its pool (its liveness check)
+    stops that peer: between the pool and the session it belongs to the call that took it."""
+    import os
+    import signal
+
+    from ecp.conformance.explore.run import Runner
+    from ecp.conformance.interrupts import Interrupted, interruptible
+
+    simple = Session(Topology(), [{"op": "add", "ref": 0, "max_tokens": 2, "prompt_len": 4},
+                                  {"op": "wait", "until": "terminal", "ref": 0}])
+    runner = Runner(ExploreOptions(command=ENGINE, quiet_window_s=0.1, step_timeout_s=3.0), str(tmp_path))
+    try:
+        runner.play(simple, reuse=True)
+        [pooled] = runner._idle.values()
+        alive = pooled.alive
+
+        def alive_then_interrupted():
+            os.kill(os.getpid(), signal.SIGTERM)
+            return all([alive() for _ in range(1000)])  # (calls: places for the handler to run)
+
+        monkeypatch.setattr(pooled, "alive", alive_then_interrupted)
+        with interruptible():
+            with pytest.raises(Interrupted):
+                runner.play(simple, reuse=True)
+        assert not runner._idle
+        assert pooled.handle.proc.poll() is not None, "the pooled peer outlived the interrupt"
+    finally:
+        runner.close()
+
+
 def test_a_paused_rank_is_resumed_only_after_it_refused_what_was_added(tmp_path):
     """The ADD goes on client 1's socket, the session's closing resume on client 0's: they reach the
     engine in either order, so the resume waits for the ADD's engine_paused ERROR."""
