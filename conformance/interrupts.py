@@ -3,7 +3,8 @@
 :func:`interruptible` turns the first SIGTERM or SIGINT into :class:`Interrupted`, raised in the
 main thread at whatever Python line it is running, as ``KeyboardInterrupt`` is; later signals are
 ignored, so that stopping the peers is not cut short. The harness's cleanup (``finally`` blocks,
-``except BaseException``) then stops the peers it holds.
+``except BaseException``, pytest's fixture teardown in a conformance run) then stops the peers it
+holds. The conformance runs and the explorer run under it.
 
 A peer it does not hold yet cannot be stopped: one started a moment before, whose handle had not
 reached its owner when the exception was raised, would outlive the harness. Code that starts or
@@ -17,14 +18,29 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+from dataclasses import dataclass
 from typing import Iterator
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-class Interrupted(BaseException):
-    """SIGTERM or SIGINT arrived (``args[0]``: its name). A BaseException, like KeyboardInterrupt:
-    the handlers that turn a failed launch or step into a finding must not take it for one."""
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGINT arrived (``args[0]``: its name). A KeyboardInterrupt: the handlers that
+    turn a failed launch or step into a finding must not take it for one, and pytest (which runs
+    the conformance cases) stops the run and tears its fixtures down, the peers with them."""
+
+
+@dataclass
+class Caught:
+    """What :func:`interruptible` caught: the first signal's name, or None."""
+
+    name: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's code for a process that the signal ended: 128 + its number."""
+        assert self.name is not None
+        return 128 + signal.Signals[self.name].value
 
 
 _depth = 0                     # nesting of deferred() sections in the main thread
@@ -36,29 +52,30 @@ def _main_thread() -> bool:
 
 
 @contextlib.contextmanager
-def interruptible() -> Iterator[None]:
+def interruptible() -> Iterator[Caught]:
     """Within the block, the first SIGTERM or SIGINT raises :class:`Interrupted` in the main thread
-    (at the end of a :func:`deferred` section if one is running); later ones are ignored. The
-    previous handlers come back at the end. In another thread nothing changes."""
+    (at the end of a :func:`deferred` section if one is running) and is recorded in the
+    :class:`Caught` the block gets, for a caller whose callee swallows the exception (pytest);
+    later ones are ignored. The previous handlers come back at the end. In another thread nothing
+    changes."""
+    caught = Caught()
     if not _main_thread():
-        yield
+        yield caught
         return
-    caught: list[int] = []
 
     def handler(signum: int, frame: object) -> None:  # noqa: ARG001
         global _pending
-        if caught:
+        if caught.name is not None:
             return
-        caught.append(signum)
-        name = signal.Signals(signum).name
+        caught.name = signal.Signals(signum).name
         if _depth:
-            _pending = name
+            _pending = caught.name
         else:
-            raise Interrupted(name)
+            raise Interrupted(caught.name)
 
     previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
     try:
-        yield
+        yield caught
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import expected as xf
+from .interrupts import interruptible
 from .outcomes import CaseResult, Outcome
 from .registry import RegistryError, load_role
 from .report import RunSummary, markdown, write_console, write_html, write_json, write_junit, write_transcripts
@@ -110,15 +111,24 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
         # only our plugin: other installed plugins (hypothesis, benchmark…) cost seconds and add nothing
         saved = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
         os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        # SIGTERM (a CI job cancelled) or SIGINT ends the run the way Ctrl-C ends pytest: the case
+        # stops, the fixtures tear down and stop every peer, and pytest returns
         try:
-            code = pytest.main(pytest_args) if args.verbose else _quiet(pytest.main, pytest_args)
+            with interruptible() as caught:
+                code, output = (pytest.main(pytest_args), "") if args.verbose else _quiet(pytest.main, pytest_args)
         finally:
             if saved is None:
                 del os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"]
             else:
                 os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = saved
         results = [CaseResult.from_dict(json.loads(line))
-                   for line in results_path.read_text().splitlines() if line.strip()]
+                   for line in results_path.read_text().splitlines() if line.strip()] if results_path.exists() else []
+        if caught.name is not None:
+            print(f"ecp conformance: interrupted by {caught.name} after {len(results)} of {len(selected)} case(s); "
+                  "the peers it launched are stopped; no report was written", file=sys.stderr)
+            return caught.exit_code
+        if int(code) not in (0, 1):
+            sys.stderr.write(output)
         # a role may run its cases in another order (its manager's run_phase): reports list the catalogue's
         position = {c.id: k for k, c in enumerate(catalogue)}
         results.sort(key=lambda r: position.get(r.id, len(position)))
@@ -167,14 +177,13 @@ def _write_reports(summary: RunSummary, args: argparse.Namespace) -> None:
         write_transcripts(summary, Path(args.transcripts))
 
 
-def _quiet(fn, argv):
-    """Run pytest with its own output dropped (our reports say everything); errors still reach stderr."""
+def _quiet(fn, argv) -> tuple[int, str]:
+    """Run pytest with its own output held back (our reports say everything): its exit code and the
+    tail of that output, for the caller to show when the harness itself failed."""
     import contextlib
     import io
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         code = fn(argv)
-    if int(code) not in (0, 1):
-        sys.stderr.write(buf.getvalue()[-4000:])
-    return code
+    return code, buf.getvalue()[-4000:]

@@ -3,10 +3,7 @@ reference engine (with and without one of its ``--bug`` faults)."""
 
 import argparse
 import json
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -286,43 +283,6 @@ def test_a_session_with_a_stopped_rank_plays_on_after_sigcont(tmp_path):
     result = _play(session, [*ENGINE, "--step-time-ms", "2"], tmp_path, engines=1)
     assert result.played == [0, 1, 2, 3, 4, 5] and result.process_fault
     assert result.findings == [], [(f.clause, f.message) for f in result.findings]
-
-
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_the_peer_and_keeps_the_report(tmp_path, signum):
-    """The explorer, stopped with SIGTERM or SIGINT while a session runs, stops the engine it launched
-    and still prints its summary."""
-    explorer = subprocess.Popen(
-        [sys.executable, "-m", "ecp.spec.cli", "conformance", "explore", "engine", "--budget", "60s",
-         "--out", str(tmp_path), "--", *ENGINE, "--step-time-ms", "5"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        engines: list[int] = []
-        while not engines and time.monotonic() < deadline and explorer.poll() is None:
-            engines = [int(p.name) for p in _children(explorer.pid)]
-            time.sleep(0.1)  # polling /proc: there is no event for a process appearing
-        assert engines, "the explorer launched no engine"
-        explorer.send_signal(signum)
-        out, _ = explorer.communicate(timeout=60)
-    finally:
-        if explorer.poll() is None:
-            explorer.kill()
-            explorer.wait()
-    assert f"interrupted by {signal.Signals(signum).name}" in out, out
-    assert explorer.returncode in (0, 1)
-    assert not [pid for pid in engines if Path(f"/proc/{pid}").exists()]
-
-
-def _children(pid: int):
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
-                yield entry
 
 
 def test_a_healthy_peer_is_reused_and_a_process_fault_retires_it(tmp_path):

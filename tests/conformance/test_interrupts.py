@@ -1,7 +1,8 @@
-"""SIGTERM/SIGINT as Interrupted, and the sections it does not cut (ecp.conformance.interrupts).
+"""SIGTERM/SIGINT in the harness (ecp.conformance.interrupts): the sections an interrupt does not
+cut, and the commands (explorer, conformance runs) that stop their peers when signalled.
 
-Each signal is sent to this process with os.kill; CPython runs the handler in the main thread at
-its next bytecode boundary, so the bounded loops below give it a place to run."""
+In-process, each signal is sent to this process with os.kill; CPython runs the handler in the main
+thread at its next bytecode boundary, so the bounded loops below give it a place to run."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 import zmq
@@ -154,3 +157,72 @@ def test_an_interrupt_during_a_stop_is_raised_once_the_peer_is_reaped(tmp_path, 
         if peer.proc.poll() is None:
             peer.proc.kill()
             peer.proc.wait(10)
+
+
+# ------------------------------------------------------------------ the commands, signalled
+ENGINE = [sys.executable, "-m", "ecp.reference.engine", "--handshake-address", "{handshake_address}",
+          "--engine-count", "{engine_count}", "--in-process"]
+SERVE = [sys.executable, "-m", "ecp.spec.cli", "serve", "--data-parallel-size-local", "0",
+         "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", "{handshake_port}",
+         "--data-parallel-size", "{engine_count}", "--port", "{http_port}"]
+CLI = [sys.executable, "-m", "ecp.spec.cli"]
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _signal_once_a_peer_runs(argv: list[str], signum: int) -> tuple[int, str, list[int]]:
+    """Start ``argv``, send ``signum`` as soon as it has started a process, wait for it to exit:
+    its exit code, its output and the processes it had started."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        peers: list[int] = []
+        while not peers and time.monotonic() < deadline and proc.poll() is None:
+            peers = _children(proc.pid)
+            time.sleep(0.1)  # polling /proc: there is no event for a process appearing
+        assert peers, "no peer was launched"
+        proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out, peers
+
+
+def _still_running(pids: list[int]) -> list[int]:
+    return [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_explorer_s_peer_and_keeps_the_report(tmp_path, signum):
+    code, out, peers = _signal_once_a_peer_runs(
+        [*CLI, "conformance", "explore", "engine", "--budget", "60s", "--out", str(tmp_path), "--", *ENGINE,
+         "--step-time-ms", "5"], signum)
+    assert f"interrupted by {signal.Signals(signum).name}" in out, out
+    assert code in (0, 1)
+    assert not _still_running(peers)
+
+
+@pytest.mark.parametrize("role, signum", [("engine", signal.SIGTERM), ("engine", signal.SIGINT),
+                                          ("frontend", signal.SIGTERM)])
+def test_a_signal_ends_a_conformance_run_and_stops_its_peer(role, signum):
+    """A cancelled CI job (SIGTERM) or Ctrl-C (SIGINT) must not leave the peer under test running:
+    before, SIGTERM killed the harness at once and left the engine behind."""
+    code, out, peers = _signal_once_a_peer_runs(
+        [*CLI, "conformance", role, "--", *(ENGINE if role == "engine" else SERVE)], signum)
+    name = signal.Signals(signum).name
+    assert f"ecp conformance: interrupted by {name} after" in out, out
+    assert code == 128 + signum
+    assert not _still_running(peers)
