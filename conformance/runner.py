@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import expected as xf
-from .interrupts import interruptible
+from .interrupts import Interrupted, interruptible
 from .outcomes import CaseResult, Outcome
 from .registry import RegistryError, load_role
 from .report import RunSummary, markdown, write_console, write_html, write_json, write_junit, write_transcripts
@@ -115,7 +115,10 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
         # stops, the fixtures tear down and stop every peer, and pytest returns
         try:
             with interruptible() as caught:
-                code, output = (pytest.main(pytest_args), "") if args.verbose else _quiet(pytest.main, pytest_args)
+                try:
+                    code, output = (pytest.main(pytest_args), "") if args.verbose else _quiet(pytest.main, pytest_args)
+                except Interrupted:  # arrived where pytest does not catch it (its own start or end)
+                    code, output = pytest.ExitCode.INTERRUPTED, ""
         finally:
             if saved is None:
                 del os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"]

@@ -226,3 +226,21 @@ def test_a_signal_ends_a_conformance_run_and_stops_its_peer(role, signum):
     assert f"ecp conformance: interrupted by {name} after" in out, out
     assert code == 128 + signum
     assert not _still_running(peers)
+
+
+def test_a_signal_outside_pytest_s_own_catch_still_ends_the_run_cleanly(monkeypatch, capsys):
+    """A signal at pytest's start or end reaches the runner as the exception itself: the run ends
+    with the same message and exit code as one interrupted during a case."""
+    import pytest as pytest_module
+
+    from ecp.spec.cli import main
+
+    def main_then_signalled(args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        _spin()
+        raise AssertionError("the signal did not interrupt")
+
+    monkeypatch.setattr(pytest_module, "main", main_then_signalled)
+    code = main(["conformance", "engine", "--case", "ENG-HS-1", "--", *ENGINE])
+    assert code == 128 + signal.SIGTERM
+    assert "interrupted by SIGTERM after 0 of 1 case(s)" in capsys.readouterr().err
