@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Launch COMMAND (placeholders {handshake_address}, {engine_count}, {engine_start_index}; "
                     "with --transport tcp also {handshake_host}, {handshake_port}) and run the engine-role "
                     "cases against it. Exit 0 pass, 1 conformance failures, 2 harness or usage error, 128+N when "
-                    "signal N (SIGTERM, SIGINT) ended the run (its peers stopped, no report).")
+                    "signal N (SIGTERM, SIGINT, SIGHUP) ended the run (its peers stopped, no report).")
     how = eng.add_mutually_exclusive_group()
     how.add_argument("--attach", metavar="ADDRESS",
                      help="bind the handshake at ADDRESS and wait for an engine you start yourself")
@@ -65,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Launch COMMAND (placeholders {handshake_port}, {handshake_address}, {http_port}, "
                     "{engine_count}) as a frontend whose engines are remote and headless, join its handshake "
                     "with scripted engines and drive it over HTTP. Exit 0 pass, 1 conformance failures, "
-                    "2 harness or usage error, 128+N when signal N (SIGTERM, SIGINT) ended the run (its peers "
+                    "2 harness or usage error, 128+N when signal N (SIGTERM, SIGINT, SIGHUP) ended the run (its peers "
                     "stopped, no report).")
     fe.add_argument("--attach", metavar="ADDRESS",
                     help="the handshake address (tcp://HOST:PORT) of a frontend you started yourself; "

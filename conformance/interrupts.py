@@ -1,8 +1,8 @@
-"""SIGTERM and SIGINT as an exception, and the sections an interrupt does not cut.
+"""SIGTERM, SIGINT and SIGHUP as an exception, and the sections an interrupt does not cut.
 
-:func:`interruptible` turns the first SIGTERM or SIGINT into :class:`Interrupted`, raised in the
-main thread at whatever Python line it is running, as ``KeyboardInterrupt`` is; later signals are
-ignored, so that stopping the peers is not cut short. The harness's cleanup (``finally`` blocks,
+:func:`interruptible` turns the first SIGTERM, SIGINT or SIGHUP (the terminal went away) into
+:class:`Interrupted`, raised in the main thread at whatever Python line it is running, as
+``KeyboardInterrupt`` is; later signals are ignored, so that stopping the peers is not cut short. The harness's cleanup (``finally`` blocks,
 ``except BaseException``, pytest's fixture teardown in a conformance run) then stops the peers it
 holds. The conformance runs and the explorer run under it.
 
@@ -21,11 +21,13 @@ import threading
 from dataclasses import dataclass
 from typing import Iterator
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: the signals that end a run (SIGHUP where the platform has it): its peers run in sessions of their
+#: own, so a closed terminal reaches only the harness, which must stop them
+SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
 
 
 class Interrupted(KeyboardInterrupt):
-    """SIGTERM or SIGINT arrived (``args[0]``: its name). A KeyboardInterrupt: the handlers that
+    """One of :data:`SIGNALS` arrived (``args[0]``: its name). A KeyboardInterrupt: the handlers that
     turn a failed launch or step into a finding must not take it for one, and pytest (which runs
     the conformance cases) stops the run and tears its fixtures down, the peers with them."""
 
@@ -53,7 +55,7 @@ def _main_thread() -> bool:
 
 @contextlib.contextmanager
 def interruptible() -> Iterator[Caught]:
-    """Within the block, the first SIGTERM or SIGINT raises :class:`Interrupted` in the main thread
+    """Within the block, the first of :data:`SIGNALS` raises :class:`Interrupted` in the main thread
     (at the end of a :func:`deferred` section if one is running) and is recorded in the
     :class:`Caught` the block gets, for a caller whose callee swallows the exception (pytest);
     later ones are ignored. The previous handlers come back at the end. In another thread nothing

@@ -189,7 +189,7 @@ def runner_for(opts: ExploreOptions, workdir: str) -> Runner | FrontendRunner:
 
 def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> ExploreReport:
     """Explore until ``opts.budget_s`` is spent (shrinking not counted); raises :class:`LaunchFailed`
-    when the peer never comes up. SIGTERM or SIGINT ends it early: the peers are stopped, a finding
+    when the peer never comes up. SIGTERM, SIGINT or SIGHUP ends it early: the peers are stopped, a finding
     being confirmed or shrunk is written as far as it got, and the report says so
     (``report.interrupted``)."""
     report = ExploreReport()

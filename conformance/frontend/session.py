@@ -27,6 +27,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, TypeVar
 import zmq
 import zmq.asyncio
 
+from ..interrupts import deferred
 from ..launch import CommandPeer, LaunchError, PeerHandle
 from ..outcomes import CaseTimeout, PeerCrashed, Unsupported, Violation
 from ..pace import STARTUP_TIMEOUT_S, LaunchRecord, Pace
@@ -71,6 +72,13 @@ class FrontendRunConfig:
     vllm: str = "0.33"
 
 
+#: How long an interrupted coroutine and the loop's teardown get to finish their cleanup (closing
+#: what they launched: a frontend's stop takes up to its SIGTERM grace plus the SIGKILL wait).
+SETTLE_S = 30.0
+#: How long an interrupt waits for a coroutine it cancelled to show it had started.
+START_WAIT_S = 2.0
+
+
 class LoopThread:
     """An asyncio loop on a daemon thread; :meth:`run` executes a coroutine there."""
 
@@ -80,18 +88,40 @@ class LoopThread:
         self._thread.start()
 
     def run(self, coro: Awaitable[T], deadline: Callable[[], float], what: str) -> T:
-        """Run ``coro`` on the loop; cancel it at ``deadline()`` (re-read, so it may be extended)."""
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
-        started = time.monotonic()
-        while True:
-            remaining = deadline() - time.monotonic()
+        """Run ``coro`` on the loop; cancel it at ``deadline()`` (re-read, so it may be extended).
+        Interrupted while it runs (Ctrl-C, or SIGTERM under :mod:`..interrupts`), it is cancelled
+        and its cleanup (closing what it launched) finishes before the interrupt goes on."""
+        running, settled = threading.Event(), threading.Event()
+
+        async def settling() -> T:
+            running.set()
             try:
-                return future.result(max(0.0, min(remaining, 0.5)))
-            except TimeoutError:
-                if future.done() or time.monotonic() < deadline():
-                    continue
+                return await coro
+            finally:
+                settled.set()
+
+        future = None
+        try:
+            with deferred():  # an interrupt goes on only once the coroutine is held, to be cancelled
+                future = asyncio.run_coroutine_threadsafe(settling(), self.loop)
+            started = time.monotonic()
+            while True:
+                remaining = deadline() - time.monotonic()
+                try:
+                    return future.result(max(0.0, min(remaining, 0.5)))
+                except TimeoutError:
+                    if future.done() or time.monotonic() < deadline():
+                        continue
+                    future.cancel()
+                    raise CaseTimeout(f"{what} did not finish within {time.monotonic() - started:.1f} s") from None
+        except KeyboardInterrupt:
+            if future is not None:
                 future.cancel()
-                raise CaseTimeout(f"{what} did not finish within {time.monotonic() - started:.1f} s") from None
+                # a coroutine cancelled before its first step never runs and has nothing to clean up;
+                # one whose first step was already queued runs it first (the loop keeps its order)
+                if running.wait(START_WAIT_S):
+                    settled.wait(SETTLE_S)
+            raise
 
     def close(self) -> None:
         async def drain() -> None:
@@ -101,7 +131,7 @@ class LoopThread:
             await asyncio.gather(*tasks, return_exceptions=True)
 
         try:
-            asyncio.run_coroutine_threadsafe(drain(), self.loop).result(5)
+            asyncio.run_coroutine_threadsafe(drain(), self.loop).result(SETTLE_S)
         except Exception:  # noqa: BLE001 - best effort at teardown
             pass
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -686,4 +716,6 @@ class FrontendManager:
             self.loop.run(close_all(), lambda: deadline, "closing the shared frontend")
         finally:
             self.loop.close()
-            self.ctx.term()
+            # the loop has stopped: a socket a cut-short teardown left open must not hold the exit
+            # (term() waits for every socket of the context to close)
+            self.ctx.destroy(linger=0)

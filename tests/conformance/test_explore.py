@@ -317,6 +317,7 @@ def test_an_interrupt_while_a_pooled_peer_is_taken_stops_that_peer(tmp_path, mon
     simple = Session(Topology(), [{"op": "add", "ref": 0, "max_tokens": 2, "prompt_len": 4},
                                   {"op": "wait", "until": "terminal", "ref": 0}])
     runner = Runner(ExploreOptions(command=ENGINE, quiet_window_s=0.1, step_timeout_s=3.0), str(tmp_path))
+    pooled = None
     try:
         runner.play(simple, reuse=True)
         [pooled] = runner._idle.values()
@@ -333,6 +334,9 @@ def test_an_interrupt_while_a_pooled_peer_is_taken_stops_that_peer(tmp_path, mon
         assert not runner._idle
         assert pooled.handle.proc.poll() is not None, "the pooled peer outlived the interrupt"
     finally:
+        monkeypatch.undo()  # (the patched liveness check signals this process)
+        if pooled is not None and pooled.alive() and pooled not in runner._idle.values():
+            pooled.close()  # the test failed: the peer the interrupt orphaned
         runner.close()
 
 

@@ -1,4 +1,4 @@
-"""SIGTERM/SIGINT in the harness (ecp.conformance.interrupts): the sections an interrupt does not
+"""SIGTERM/SIGINT/SIGHUP in the harness (ecp.conformance.interrupts): the sections an interrupt does not
 cut, and the commands (explorer, conformance runs) that stop their peers when signalled.
 
 In-process, each signal is sent to this process with os.kill; CPython runs the handler in the main
@@ -19,7 +19,7 @@ import zmq
 
 from ecp.conformance import launch as launch_mod
 from ecp.conformance.engine.session import EngineRunConfig, EngineUnderTest
-from ecp.conformance.interrupts import Interrupted, deferred, interruptible
+from ecp.conformance.interrupts import SIGNALS, Interrupted, deferred, interruptible
 from ecp.conformance.launch import CommandPeer
 from ecp.conformance.transcript import Transcript
 
@@ -71,7 +71,7 @@ def test_the_interrupt_replaces_what_the_section_raised_and_keeps_it_as_context(
 
 
 def test_later_signals_are_ignored_and_the_handlers_come_back():
-    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    before = {sig: signal.getsignal(sig) for sig in SIGNALS}
     with interruptible():
         with pytest.raises(Interrupted):
             os.kill(os.getpid(), signal.SIGTERM)
@@ -202,7 +202,14 @@ def _signal_once_a_peer_runs(argv: list[str], signum: int) -> tuple[int, str, li
 
 
 def _still_running(pids: list[int]) -> list[int]:
-    return [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+    """The processes of ``pids`` still running; killed here, so that a failing test leaves none."""
+    left = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+    for pid in left:
+        try:
+            os.killpg(pid, signal.SIGKILL)  # (the harness starts each peer as its own group)
+        except OSError:
+            pass
+    return left
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -216,10 +223,11 @@ def test_a_signal_stops_the_explorer_s_peer_and_keeps_the_report(tmp_path, signu
 
 
 @pytest.mark.parametrize("role, signum", [("engine", signal.SIGTERM), ("engine", signal.SIGINT),
-                                          ("frontend", signal.SIGTERM)])
+                                          ("engine", signal.SIGHUP), ("frontend", signal.SIGTERM)])
 def test_a_signal_ends_a_conformance_run_and_stops_its_peer(role, signum):
-    """A cancelled CI job (SIGTERM) or Ctrl-C (SIGINT) must not leave the peer under test running:
-    before, SIGTERM killed the harness at once and left the engine behind."""
+    """A cancelled CI job (SIGTERM), Ctrl-C (SIGINT) or a closed terminal (SIGHUP) must not leave
+    the peer under test running: before, SIGTERM and SIGHUP killed the harness at once and left the
+    engine behind."""
     code, out, peers = _signal_once_a_peer_runs(
         [*CLI, "conformance", role, "--", *(ENGINE if role == "engine" else SERVE)], signum)
     name = signal.Signals(signum).name
@@ -244,3 +252,31 @@ def test_a_signal_outside_pytest_s_own_catch_still_ends_the_run_cleanly(monkeypa
     code = main(["conformance", "engine", "--case", "ENG-HS-1", "--", *ENGINE])
     assert code == 128 + signal.SIGTERM
     assert "interrupted by SIGTERM after 0 of 1 case(s)" in capsys.readouterr().err
+
+
+def test_an_interrupted_frontend_role_coroutine_finishes_its_cleanup_first():
+    """The frontend role runs its cases on a loop thread: an interrupt reaching the main thread
+    while it waits there cancels the coroutine and waits for its cleanup (closing what it launched)
+    before going on; before, teardown could find sockets still open and hang in zmq's term()."""
+    import asyncio
+
+    from ecp.conformance.frontend.session import LoopThread
+
+    loop = LoopThread()
+    cleaned = threading.Event()
+
+    async def case():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            await asyncio.Event().wait()  # the case's work, which the interrupt ends
+        finally:
+            await asyncio.sleep(0.2)     # a cleanup that takes a while, as stopping a frontend does
+            cleaned.set()
+
+    try:
+        with interruptible():
+            with pytest.raises(Interrupted):
+                loop.run(case(), lambda: time.monotonic() + 60, "the case")
+        assert cleaned.is_set(), "the interrupt went on before the coroutine's cleanup"
+    finally:
+        loop.close()
