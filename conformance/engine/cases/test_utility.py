@@ -1,7 +1,7 @@
 """Engine-role utility-call cases."""
 
 from ecp.conformance.engine.cases._common import expect_bool, ok_value, require_feature, start_long
-from ecp.conformance.outcomes import CaseTimeout, Violation
+from ecp.conformance.outcomes import CaseTimeout, Unsupported, Violation
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason
 
@@ -115,6 +115,12 @@ def _aborts_before_reply(fe, method: str, args: list, tag: str) -> None:
                         + ("; a left-out mode is 'abort' (vLLM 0.33's default)" if defaulted else ""),
                         clause="ECP-UTIL-8" if defaulted else None)
     term = terms[0]
+    if (term.output.finish_reason == FinishReason.LENGTH and len(fe.tokens(rid)) >= n
+            and term.t < reply.t):
+        # its natural end came before the reply, so before the engine took the call (one output
+        # socket keeps the engine's order): it finished on its own while the call was on its way
+        raise Unsupported(f"{rid} finished all {n} tokens before the engine took {call} (engine too fast "
+                          "for max_model_len)")
     if term.output.finish_reason != FinishReason.ABORT:
         raise Violation(f"{call} ended {rid} with {term.output.finish_reason!r}, expected ABORT")
     if term.t > reply.t:
