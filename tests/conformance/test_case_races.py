@@ -1,5 +1,6 @@
 """A case must not blame an engine for a race it lost to the harness: a long request that reached
-its natural end before the engine took the call meant to end it (a fast engine, a loaded harness)."""
+its natural end before the engine took the call or ABORT meant to end it (a fast engine, a loaded
+harness)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from ecp.conformance.engine.cases._common import check_aborted
 from ecp.conformance.engine.cases.test_utility import _aborts_before_reply
-from ecp.conformance.outcomes import Unsupported, Violation
+from ecp.conformance.outcomes import CaseTimeout, Unsupported, Violation
 from ecp.spec import EngineCoreOutput, FinishReason, UtilityOutput, UtilityResult
 
 
@@ -76,3 +78,43 @@ def test_a_short_length_end_before_the_reply_is_a_violation():
 
 def test_an_abort_before_the_reply_passes():
     _aborts_before_reply(RacingEngine(FinishReason.ABORT, 3, end_t=1.0, reply_t=2.0), "sleep", [1, "abort"], "s")
+
+
+class AbortedEngine:
+    """Just enough of the harness frontend for check_aborted: ``rid`` ended with ``reason`` after
+    ``tokens`` tokens, received at ``end_t``; the fence's first output at ``fence_t`` (None: never)."""
+
+    def __init__(self, reason: FinishReason, tokens: int, end_t: float, fence_t: float | None) -> None:
+        self.reason, self.count, self.end_t, self.fence_t = reason, tokens, end_t, fence_t
+
+    def terminals(self, rid):
+        if rid == "fence":
+            return []
+        out = EngineCoreOutput(request_id=rid, new_token_ids=[1], finish_reason=self.reason)
+        return [SimpleNamespace(output=out, t=self.end_t)]
+
+    def tokens(self, _rid):
+        return list(range(self.count))
+
+    def seen(self, rid):
+        return [SimpleNamespace(t=self.fence_t)] if rid == "fence" and self.fence_t is not None else []
+
+    def wait(self, predicate, _timeout, what):
+        if not predicate():
+            raise CaseTimeout(f"no {what}")
+
+
+def test_a_natural_end_before_the_fence_is_a_race_the_abort_case_cannot_judge():
+    with pytest.raises(Unsupported, match="before the engine took the ABORT"):
+        check_aborted(AbortedEngine(FinishReason.LENGTH, 16, end_t=1.0, fence_t=2.0), "r", 16, "fence")
+
+
+@pytest.mark.parametrize("engine, fence", [
+    (AbortedEngine(FinishReason.LENGTH, 16, end_t=3.0, fence_t=2.0), "fence"),   # after the fence
+    (AbortedEngine(FinishReason.LENGTH, 16, end_t=1.0, fence_t=None), "fence"),  # the fence never answered
+    (AbortedEngine(FinishReason.LENGTH, 9, end_t=1.0, fence_t=2.0), "fence"),    # cut short, yet LENGTH
+    (AbortedEngine(FinishReason.LENGTH, 16, end_t=1.0, fence_t=2.0), None),      # no fence sent
+])
+def test_other_non_abort_ends_stay_violations(engine, fence):
+    with pytest.raises(Violation, match="may only end with ABORT"):
+        check_aborted(engine, "r", 16, fence)

@@ -4,7 +4,7 @@ import contextlib
 import time
 
 from ecp.conformance import capabilities
-from ecp.conformance.outcomes import Unsupported, Violation
+from ecp.conformance.outcomes import CaseTimeout, Unsupported, Violation
 from ecp.spec import EngineCoreReadyResponse
 from ecp.spec import FinishReason
 
@@ -71,9 +71,35 @@ def goes_quiet(fe, rids, since: float, limit: float = QUIET_LIMIT_S) -> list[str
         fe.pump(min(end, now + 0.05))
 
 
-def check_aborted(fe, rid: str, n: int) -> None:
+def abort_fenced(fe, ids: list[str]) -> str:
+    """Send the ABORT of ``ids``, then a one-token ADD, the fence; its id.
+
+    A long request can reach its natural end while the ABORT is on its way (a fast engine, a
+    loaded harness). The engine reads its input socket in order, so the fence's first output
+    leaves after the engine took the ABORT: a natural end that arrives before it was produced
+    before, and :func:`check_aborted` does not blame the engine for it."""
+    fe.abort(ids)
+    fence = fe.new_id("fence")
+    fe.add(fe.request(fence, max_tokens=1))
+    return fence
+
+
+#: How long check_aborted waits for the fence's first output when it needs it.
+FENCE_WAIT_S = 5.0
+
+
+def check_aborted(fe, rid: str, n: int, fence: str | None = None) -> None:
+    """``rid`` (asked for ``n`` tokens) was aborted: it may only end with ABORT, once, before its
+    last token. With ``fence`` (:func:`abort_fenced`), a natural end after all ``n`` tokens that
+    arrived before the fence's first output is a race the case cannot judge (UNSUPPORTED)."""
     for t in fe.terminals(rid):
         if t.output.finish_reason != FinishReason.ABORT:
+            if fence is not None and t.output.finish_reason == FinishReason.LENGTH and len(fe.tokens(rid)) >= n:
+                with contextlib.suppress(CaseTimeout):
+                    fe.wait(lambda: bool(fe.seen(fence)), FENCE_WAIT_S, f"a first output for the fence {fence}")
+                if fe.seen(fence) and t.t < fe.seen(fence)[0].t:
+                    raise Unsupported(f"{rid} finished all {n} tokens before the engine took the ABORT (engine "
+                                      "too fast for max_model_len)")
             raise Violation(f"aborted request {rid} ended with {t.output.finish_reason!r} after "
                             f"{len(fe.tokens(rid))} tokens; an aborted request may only end with ABORT")
     if len(fe.terminals(rid)) > 1:

@@ -3,7 +3,7 @@
 import time
 
 from ecp.conformance.outcomes import Violation
-from ecp.conformance.engine.cases._common import QUIET_LIMIT_S, check_aborted, goes_quiet, start_long
+from ecp.conformance.engine.cases._common import QUIET_LIMIT_S, abort_fenced, check_aborted, goes_quiet, start_long
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason
 
@@ -11,12 +11,12 @@ from ecp.spec import FinishReason
 def test_abort_stops_running(engine):
     fe = engine
     [(rid, n)] = start_long(fe, "abort")
-    fe.abort([rid])
+    fence = abort_fenced(fe, [rid])
     busy = goes_quiet(fe, [rid], time.monotonic())
     if busy:
         raise Violation(f"{rid} kept producing tokens for {QUIET_LIMIT_S}s after ABORT "
                         f"({len(fe.tokens(rid))} so far)")
-    check_aborted(fe, rid, n)
+    check_aborted(fe, rid, n, fence)
     fe.serves(after="an ABORT")
 
 
@@ -45,12 +45,12 @@ def test_abort_1024_ids(engine):
     for pos, (rid, _) in zip((0, 511, len(ids)), running):
         ids.insert(pos, rid)
     assert len(ids) == 1024
-    fe.abort(ids)
+    fence = abort_fenced(fe, ids)
     busy = goes_quiet(fe, [r for r, _ in running], time.monotonic())
     if busy:
         raise Violation(f"after one ABORT of 1,024 ids, {busy} kept producing tokens")
     for rid, n in running:
-        check_aborted(fe, rid, n)
+        check_aborted(fe, rid, n, fence)
     fe.serves(after="an ABORT of 1,024 ids")
 
 

@@ -8,8 +8,8 @@ import time
 import msgspec
 
 from ecp.conformance.engine.raw_outputs import short_array, tensor_placement
-from ecp.conformance.engine.cases._common import (check_aborted, feature_missing, goes_quiet, ok_value, paused,
-                                                  require_feature, start_long)
+from ecp.conformance.engine.cases._common import (abort_fenced, check_aborted, feature_missing, goes_quiet, ok_value,
+                                                  paused, require_feature, start_long)
 from ecp.conformance import capabilities
 from ecp.conformance.outcomes import Violation
 from ecp.conformance.registry import case
@@ -127,10 +127,10 @@ def test_request_ids_verbatim(engine):
         raise Violation(f"outputs carry request id(s) {stray} that were never sent; ids must come back verbatim")
     # ABORT carries the same id the ADD used: it must stop that request
     [(long, n)] = start_long(fe, "abort-" + "é" * 40)
-    fe.abort([long])
+    fence = abort_fenced(fe, [long])
     if goes_quiet(fe, [long], time.monotonic()):
         raise Violation(f"ABORT with the ADD's own id {long!r} did not stop the request")
-    check_aborted(fe, long, n)
+    check_aborted(fe, long, n, fence)
 
 
 def _sent(fe) -> list[str]:
