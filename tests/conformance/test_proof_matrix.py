@@ -2,8 +2,8 @@
 
 ``PROOF`` maps each bug knob of the scripted raw-frame engine to the cases
 that must catch it; a test asserts the mapping case by case and another that
-the mapping covers the whole catalogue. The rows are the proof matrix of
-docs/conformance.md.
+the mapping covers the whole catalogue. Together with ``REFERENCE_KNOBS``, ``COMMAND_KNOBS`` and ``RELEASE_MISMATCH`` they are the proof
+matrix docs/conformance.md shows: :func:`test_docs_show_the_matrix` renders it from them.
 """
 
 import json
@@ -74,6 +74,34 @@ def test_every_case_is_failed_by_some_knob():
               for ids in table.values() for cid in ids}
     missing = sorted(c.id for c in load_role("engine") if c.id not in caught)
     assert not missing, f"cases no misbehaving peer fails: {missing}"
+
+
+def _render_matrix() -> str:
+    from doc_blocks import table
+    from test_engine_role import COMMAND_KNOBS, REFERENCE_KNOBS
+    from test_every_release import RELEASE_MISMATCH
+
+    def knobs(mapping: dict[str, list[str]], cid: str, form: str) -> list[str]:
+        return [form.format(k) for k, ids in mapping.items() if cid in ids]
+
+    rows = []
+    for c in load_role("engine"):
+        releases = knobs(RELEASE_MISMATCH, c.id, "`--vllm {}`")
+        reference = knobs(REFERENCE_KNOBS, c.id, "`{}`")
+        if releases:
+            reference.append(" or ".join(releases) + " (judged as the default release)")
+        scripted = knobs(PROOF, c.id, "`{}`") + knobs(COMMAND_KNOBS, c.id, "`{}` (as a process)")
+        rows.append((f"{c.id} `{c.slug}`", c.clause, c.level,
+                     ", ".join(reference) or "—", ", ".join(scripted) or "—"))
+    return table(("case", "clause", "level", "caught by (reference `--bug`)",
+                  "caught by (scripted raw-frame peer `--bug`)"), rows)
+
+
+def test_docs_show_the_matrix():
+    """docs/conformance.md's engine-role proof matrix is the one these mappings assert, row for row."""
+    from doc_blocks import check_block
+
+    check_block("conformance.md", "engine proof matrix", _render_matrix())
 
 
 @pytest.mark.parametrize("knob", sorted(PROOF))

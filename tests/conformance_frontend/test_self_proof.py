@@ -112,6 +112,20 @@ def test_every_fault_is_caught_by_named_cases():
     assert set(KNOB_CASES) == set(SERVE_FAULTS)
 
 
+def test_docs_show_the_matrix():
+    """docs/conformance.md's frontend-role proof matrix is KNOB_CASES, with each fault's clause and effect."""
+    import sys as _sys
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from doc_blocks import check_block, table
+    from ecp.reference.frontend.faults import SERVE_FAULTS
+
+    rows = [(f"`{knob}`", SERVE_FAULTS[knob].clause, SERVE_FAULTS[knob].does, ", ".join(cases))
+            for knob, cases in KNOB_CASES.items()]
+    check_block("conformance.md", "frontend proof matrix",
+                table(("`ecp serve --bug`", "breaks", "what it does", "caught by"), rows))
+
+
 def test_every_case_is_killed_by_some_fault():
     killed = {cid for cases in KNOB_CASES.values() for cid in cases}
     unkilled = {c.id for c in CASES} - killed - set(SLOW_CASES)
