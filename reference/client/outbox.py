@@ -2,7 +2,7 @@
 
 Each message put on the input ROUTER wakes ZeroMQ's I/O thread, and on a loaded machine the
 sending thread often loses its core to the thread it woke. A wave of requests admitted in one
-event-loop turn therefore paid for a wake-up per ADD (docs/frontend.md, "Where the time went").
+event-loop turn therefore paid for a wake-up per ADD (docs/frontend.md, "How the serving path is built").
 The outbox queues the messages of a turn and puts them on the socket together: at the end of
 the turn that queued them, or as soon as :data:`SEND_BATCH` wait, so the first requests of a
 long wave are not held back for the whole wave. Order is kept: a message never overtakes one

@@ -32,7 +32,7 @@ from .engine_client import EngineClient
 #: Under load every in-flight request holds objects that survive a few young collections: at the
 #: default the collector ran ~280 young, ~25 middle and 2-3 full collections over one load of
 #: benchmarks/serve_compare.py (1,024 requests of 64 tokens at c=256), 72-147 ms of the server's
-#: time; at 10,000, ~55, 4 and 1, 39-64 ms (docs/frontend.md, item 17).
+#: time; at 10,000, ~55, 4 and 1, 39-64 ms (docs/frontend.md, "How the serving path is built").
 GC_YOUNG_THRESHOLD = 10_000
 
 
