@@ -27,7 +27,7 @@ import msgspec
 import zmq
 
 from ecp.spec import encode_start_dp_wave, recover_utility_frames
-from ecp.spec.machine import pause_refuses_adds
+from ecp.spec.machine import SchedulerControl
 
 from ..engine.checks import hello_violation, ready_hash_violation, wave_complete_violation
 from ..engine.harness_frontend import EngineStoppedReading
@@ -73,17 +73,9 @@ class SessionResult:
         return list(dict.fromkeys(f.clause for f in self.findings))
 
 
-@dataclass
-class _Rank:
-    #: "generation" or "scheduler" while paused, with the pause mode
-    paused: tuple[str, str] | None = None
-    asleep: bool = False
-
-    @property
-    def refusing_adds(self) -> bool:
-        """A user pause (``pause_generation`` mode abort or wait): new ADDs get ``engine_paused``
-        (ECP-REQ-7); every other pause, mode keep included, queues them until the resume."""
-        return self.paused is not None and pause_refuses_adds("pause_" + self.paused[0], [self.paused[1]])
+class _Rank(SchedulerControl):
+    """What the session's answered calls made of one rank: the spec's sleep/pause state, stepped by
+    the SCHEDULER table (``paused``, ``asleep``; ``refusing``: new ADDs get ``engine_paused``)."""
 
 
 class _Stop(Exception):
@@ -212,7 +204,7 @@ class _Play:
         self.client_of[rid] = client
         self.history.requests[rid] = RequestRecord(
             rid, engine, max_tokens, self.step, owes_terminal=not s.get("abort_immediately"),
-            wave=changes.get("current_wave"), while_paused=self.ranks[engine].refusing_adds,
+            wave=changes.get("current_wave"), while_paused=self.ranks[engine].refusing,
             abort_immediately=bool(s.get("abort_immediately")), stop_token=stop_token,
             logprobs=s.get("logprobs"), oversize=bool(s.get("oversize")), while_asleep=self.ranks[engine].asleep)
         return True
@@ -286,14 +278,8 @@ class _Play:
             self._woken(engine)
         cid = self._send_call(engine, client, method, args, expect)
         if method in STATEFUL and self._answered(cid, method):
-            if method == "sleep":
-                rank.asleep = True
-            elif method == "wake_up":
-                rank.asleep = False
-            elif method == "resume_scheduler":
-                rank.paused = None
-            else:
-                rank.paused = (method.removeprefix("pause_"), str(args[0]) if args else "abort")
+            result = self.fe.replies[cid][0].utility.result
+            rank.carried_out(method, args, result.value if result is not None else None)
         return True
 
     def _woken(self, engine: int) -> None:
@@ -349,7 +335,7 @@ class _Play:
     def _moving(self, engine: int) -> bool:
         """Whether requests on ``engine`` run now (not paused, not asleep)."""
         rank = self.ranks[engine]
-        return not rank.asleep and rank.paused is None
+        return not rank.asleep and not rank.paused
 
     def _finished(self, rid: str) -> None:
         rec = self.history.requests[rid]
@@ -454,11 +440,11 @@ class _Play:
             if rank.asleep:
                 self._woken(engine)
                 self._answered(self._send_call(engine, 0, "wake_up", [None]), "wake_up")
-                rank.asleep = False
+                rank.carried_out("wake_up", [None], True)
             if rank.paused:
                 self._refusals_answered(engine)
                 self._answered(self._send_call(engine, 0, "resume_scheduler", []), "resume_scheduler")
-                rank.paused = None
+                rank.carried_out("resume_scheduler", [], None)
 
         def settled() -> bool:
             return all(fe.replies.get(c) for c in self.history.calls) and all(

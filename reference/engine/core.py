@@ -31,7 +31,7 @@ from ecp.spec import (
     EngineCoreEvent, EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason, LoRARequest,
     PrefillStats, RequestError, UtilityRequest,
 )
-from ecp.spec.machine import COORDINATOR
+from ecp.spec.machine import COORDINATOR, Admission, SchedulerControl
 
 from .config import EngineConfig
 from .kv_connector import ReferenceKVConnector
@@ -71,10 +71,9 @@ class EngineCore:
         self.profile = config.profile()
         #: the class an ``add_lora`` argument is read as: that release's LoRARequest
         self.lora_type = self.profile.message("LoRARequest")
-        #: set by a user pause (``pause_generation`` mode abort or wait) until the scheduler resumes: new
-        #: ADDs are refused with ``engine_paused`` (ECP-REQ-7); any other pause (mode keep,
-        #: ``pause_scheduler``, sleep) queues them and admits them when it resumes, as vLLM 0.33 does
-        self.refusing_adds = False
+        #: the sleep/pause state as the spec's SCHEDULER table moves it on the calls this core carried
+        #: out: it decides whether a new ADD is admitted, queued or refused (ECP-REQ-7)
+        self.scheduler_control = SchedulerControl()
         #: the ADDs queued while paused, in arrival order: (request, arrival client, duplicate)
         self.held: list[tuple[EngineCoreRequest, int, bool]] = []
         self.executor = executor
@@ -120,7 +119,7 @@ class EngineCore:
         self.profiling = False
         self.loras: dict[int, LoRARequest] = {}
         self.pinned_loras: set[int] = set()
-        self.utilities = PendingUtilities(self)
+        self.utilities = PendingUtilities(self, on_carried_out=self.scheduler_control.carried_out)
         self.stats = EngineStats(log_stats=not config.disable_log_stats, include_finished_set=has_coordinator)
         self.num_errors = 0
         self.num_finished = 0
@@ -155,10 +154,11 @@ class EngineCore:
             return
         abort_now = req.abort_immediately
         params = req.kv_transfer_params
-        if self.pause is not PauseState.UNPAUSED and not abort_now and not self.refusing_adds:
+        decision = self.scheduler_control.admission(abort_now)
+        if decision is Admission.QUEUE:
             self.held.append((req, arrival_client, duplicate))
             return
-        if self.pause is not PauseState.UNPAUSED and not abort_now:
+        if decision is Admission.REFUSE:
             self.reject(rid, client, "engine_paused", PAUSED_MESSAGE, retryable=True)
             if params and self.connector is not None:
                 # as vLLM: the refused request still lets the connector clean up
@@ -333,7 +333,7 @@ class EngineCore:
         if self.connector is not None and self.connector.leases:
             self.connector.expire()
         busy = False
-        if self.held and self.pause is PauseState.UNPAUSED:
+        if self.held and self.scheduler_control.admission() is Admission.ADMIT:
             held, self.held = self.held, []
             for req, client, duplicate in held:
                 self.add_request(req, client, duplicate=duplicate)

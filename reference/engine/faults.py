@@ -21,7 +21,7 @@ from ecp.spec import (
     EngineCoreOutput, EngineCoreOutputs, FinishReason, Hello, ProtocolError, Ready, UtilityOutput, UtilityResult,
     decode_any, encode_outputs,
 )
-from ecp.spec.machine import COORDINATOR, Abort, Add, Event, UtilityCall, pause_refuses_adds
+from ecp.spec.machine import COORDINATOR, Abort, Add, Event, SchedulerControl, UtilityCall
 
 from ..faults import Fault, check_names, table
 
@@ -88,11 +88,9 @@ class FaultLayer:
         self.engine_index = engine_index
         #: call_id -> method name of the pending utility calls a fault rewrites the reply of
         self._calls: dict[int, str] = {}
-        #: whether the engine refuses new ADDs (a pause_generation other than mode keep, until the
-        #: resume), as the utility calls that went in say
-        self._refusing = False
-        #: whether the engine sleeps, as the utility calls that went in say
-        self._asleep = False
+        #: the engine's sleep/pause state as the utility calls that went in move the spec's table (a
+        #: wake_up is read as waking every tag: the layer does not wait for its reply)
+        self._control = SchedulerControl()
         #: ids in flight and the wave they run in, for a rank other than 0 that reports its own waves
         self._inflight: set[str] = set()
         self._wave = 0
@@ -142,7 +140,7 @@ class FaultLayer:
             return None
         if isinstance(event, Add) and event.request.current_wave and "ignore-stamped-wave" in self.names:
             return dataclasses.replace(event, request=msgspec.structs.replace(event.request, current_wave=0))
-        if isinstance(event, Add) and event.request.abort_immediately and self._refusing \
+        if isinstance(event, Add) and event.request.abort_immediately and self._control.refusing \
                 and "abort-immediately-paused-error" in self.names:
             # answered as if it were an ordinary ADD: the core refuses those while paused
             return dataclasses.replace(event, request=msgspec.structs.replace(event.request,
@@ -156,21 +154,14 @@ class FaultLayer:
                 and list(event.call.args)[:1] == ["keep"] and "keep-pause-refuses" in self.names:
             args = ["wait", *list(event.call.args)[1:]]
             event = dataclasses.replace(event, call=msgspec.structs.replace(event.call, args=args))
-        if isinstance(event, Add) and self._asleep and "drop-adds-while-asleep" in self.names:
+        if isinstance(event, Add) and self._control.asleep and "drop-adds-while-asleep" in self.names:
             return None
         if isinstance(event, Add) and self.engine_index != 0 and "wave-complete-from-every-rank" in self.names:
             self._inflight.add(event.request.request_id)
             self._wave = max(self._wave, event.request.current_wave)
         if isinstance(event, UtilityCall):
             method = event.call.method_name
-            if method == "pause_generation":
-                self._refusing = pause_refuses_adds(method, event.call.args)
-            elif method == "resume_scheduler":
-                self._refusing = False
-            elif method in ("sleep", "wake_up"):
-                if method == "wake_up" and self._asleep:
-                    self._refusing = False  # waking from sleep resumes the scheduler (utilities.wake_up)
-                self._asleep = method == "sleep"
+            self._control.carried_out(method, event.call.args, True if method == "wake_up" else None)
             if method == "get_supported_tasks" and "no-generate-task" in self.names:
                 self._calls[event.call.call_id] = method
             if (method == "is_sleeping" and "inconsistent-is-sleeping" in self.names) or \

@@ -34,7 +34,6 @@ import msgspec
 
 from ecp.spec import EngineCoreOutputs, UtilityOutput, UtilityRequest, UtilityResult
 from ecp.spec.errors import LocalProtocolError, UtilityArgumentError
-from ecp.spec.machine import pause_refuses_adds
 from ecp.spec.utility_methods import (
     UTILITY_METHODS, UtilityMethod, failure_message, no_such_method,
 )
@@ -78,8 +77,11 @@ class PendingUtilities:
     """Runs UTILITY calls against a core and answers each exactly once, now or when
     its :class:`Wait` is ready (:meth:`check`, called every step)."""
 
-    def __init__(self, core: EngineCore) -> None:
+    def __init__(self, core: EngineCore, on_carried_out: Callable[[str, Any, Any], None]) -> None:
         self.core = core
+        #: told of every call that succeeded (method, positional arguments, result; ``None`` for a
+        #: deferred one): the core's sleep/pause state follows the spec's table from it
+        self.on_carried_out = on_carried_out
         self._deferred: list[_Deferred] = []
 
     def handle(self, call: UtilityRequest, client: int) -> None:
@@ -103,6 +105,7 @@ class PendingUtilities:
             log.info("Invocation of %s method failed: %s", name, exc)
             self._reply(call, client, failure=failure_message(name, exc))
             return
+        self.on_carried_out(name, call.args, None if isinstance(result, Wait) else result)
         if isinstance(result, Wait):
             self._deferred.append(_Deferred(call, client, result))
             self.check()
@@ -202,8 +205,10 @@ def wake_up(core: EngineCore, tags: list[str] | None) -> bool:
             raise UtilityFailure(f"unknown wake_up tags {bad}; known: {list(SLEEP_TAGS)}")
         core.sleeping_tags.difference_update(tags)
     awake = not core.sleeping_tags
-    if awake and was_sleeping:
-        core.sleep_level = 0
+    if awake:
+        # as vLLM 0.33: a wake_up that leaves everything resident resumes the scheduler, asleep or not
+        if was_sleeping:
+            core.sleep_level = 0
         resume_scheduler(core)
     return awake
 
@@ -241,14 +246,11 @@ def pause_scheduler(core: EngineCore, mode: str, clear_cache: bool) -> Any:
     return None
 
 def pause_generation(core: EngineCore, mode: str, clear_cache: bool) -> Any:
-    reply = pause_scheduler(core, mode, clear_cache)
-    # a user pause: abort and wait refuse new ADDs until the resume, keep queues them (ECP-REQ-7)
-    core.refusing_adds = pause_refuses_adds("pause_generation", [mode])
-    return reply
+    # whether new ADDs are refused or queued meanwhile is the spec's rule (the core's scheduler_control)
+    return pause_scheduler(core, mode, clear_cache)
 
 def resume_scheduler(core: EngineCore) -> None:
     core.pause = PauseState.UNPAUSED
-    core.refusing_adds = False
 
 def is_scheduler_paused(core: EngineCore) -> bool:
     return core.pause is not PauseState.UNPAUSED

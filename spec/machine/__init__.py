@@ -14,7 +14,7 @@ recorded as a :class:`Violation`.
 from .connection import CLOSED_STATES, RESERVED_CALL_IDS, EngineView, Mode, PendingCall, RequestState, Violation
 from .engine import EngineConnection
 from .frontend import FrontendConnection
-from .qualify import pause_refuses_adds
+from .admission import Admission, SchedulerControl, admission
 from .events import (
     COORDINATOR, Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineDead, EngineHello, EngineReady, Event,
     Init, Outputs, Registration, Send, StartWave, UtilityCall, input_socket, output_socket, parse_socket,

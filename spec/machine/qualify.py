@@ -34,7 +34,7 @@ _ADD, _ADD_ABORT_IMMEDIATELY, _ADD_WHILE_REJECTING, _ADD_UNDECODABLE = (
 _TOKENS, _TERMINAL, _TERMINAL_ERROR, _OWED_ERROR, _TOKENS_OWED, _TERMINAL_OWED = (
     RequestEvent.OUTPUT_TOKENS, RequestEvent.OUTPUT_TERMINAL, RequestEvent.OUTPUT_TERMINAL_ERROR,
     RequestEvent.OUTPUT_OWED_ERROR, RequestEvent.OUTPUT_TOKENS_OWED, RequestEvent.OUTPUT_TERMINAL_OWED)
-_REJECTING = SchedulerState.REJECTING
+_REFUSING = (SchedulerState.REJECTING, SchedulerState.SLEEPING_REJECTING)
 _ERROR = FinishReason.ERROR
 
 
@@ -88,7 +88,7 @@ def add(view: EngineView, request: EngineCoreRequest | None) -> RequestEvent:
         return _ADD_UNDECODABLE
     if request.abort_immediately:
         return _ADD_ABORT_IMMEDIATELY
-    if view.scheduler is _REJECTING and view.scheduler_calls_pending == 0:
+    if view.scheduler in _REFUSING and view.scheduler_calls_pending == 0:
         return _ADD_WHILE_REJECTING
     return _ADD
 
@@ -124,21 +124,33 @@ def pause_refuses_adds(method: str, args: Sequence[Any]) -> bool:
     return method == "pause_generation" and (args[0] if args else "abort") != "keep"
 
 
-def scheduler_reply(view: EngineView, call: PendingCall, value: Any) -> SchedulerEvent | None:
-    """A successful reply to ``call`` that moves or reveals the sleep/pause state; ``None``: one
-    that does neither (another method, or a value the table does not judge)."""
-    m = call.method
-    if m == "sleep":
+def scheduler_call(method: str, args: Sequence[Any], value: Any) -> SchedulerEvent | None:
+    """The SCHEDULER event of a call ``method(*args)`` that succeeded with ``value``; ``None``: a call
+    that neither moves nor reveals the sleep/pause state (another method, or a value the table does
+    not judge)."""
+    if method == "sleep":
         return SchedulerEvent.SLEEP_OK
-    if m == "wake_up" and isinstance(value, bool):
+    if method == "wake_up" and isinstance(value, bool):
         return SchedulerEvent.WAKE_UP_TRUE if value else SchedulerEvent.WAKE_UP_FALSE
-    if m in ("pause_generation", "pause_scheduler"):
-        return SchedulerEvent.PAUSE_REJECTING_OK if pause_refuses_adds(m, call.args) else SchedulerEvent.PAUSE_OK
-    if m == "resume_scheduler":
+    if method == "pause_generation":
+        return SchedulerEvent.PAUSE_REJECTING_OK if pause_refuses_adds(method, args) else SchedulerEvent.PAUSE_KEEP_OK
+    if method == "pause_scheduler":
+        return SchedulerEvent.PAUSE_OK
+    if method == "resume_scheduler":
         return SchedulerEvent.RESUME_OK
-    if m == "is_sleeping" and isinstance(value, bool) and view.scheduler_calls_pending == 0:
+    if method == "is_sleeping" and isinstance(value, bool):
         return SchedulerEvent.IS_SLEEPING_TRUE if value else SchedulerEvent.IS_SLEEPING_FALSE
     return None
+
+
+def scheduler_reply(view: EngineView, call: PendingCall, value: Any) -> SchedulerEvent | None:
+    """A successful reply to ``call`` that moves or reveals the sleep/pause state; ``None``: one
+    that does neither. ``is_sleeping`` is judged only while no sleep/pause call is pending."""
+    event = scheduler_call(call.method, call.args, value)
+    if event in (SchedulerEvent.IS_SLEEPING_TRUE, SchedulerEvent.IS_SLEEPING_FALSE) \
+            and view.scheduler_calls_pending != 0:
+        return None
+    return event
 
 
 # ------------------------------------------------------------------------------ DP waves

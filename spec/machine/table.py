@@ -424,6 +424,7 @@ class SchedulerState(State):
     PAUSED = "PAUSED"
     REJECTING = "REJECTING"
     SLEEPING = "SLEEPING"
+    SLEEPING_REJECTING = "SLEEPING_REJECTING"
 
 
 class SchedulerEvent(QualifiedEvent):
@@ -431,32 +432,45 @@ class SchedulerEvent(QualifiedEvent):
     WAKE_UP_TRUE = "Reply(wake_up: true)"
     WAKE_UP_FALSE = "Reply(wake_up: false)"
     PAUSE_REJECTING_OK = "Reply(pause_generation abort|wait: ok)"
-    PAUSE_OK = "Reply(pause: ok)"
+    PAUSE_KEEP_OK = "Reply(pause_generation keep: ok)"
+    PAUSE_OK = "Reply(pause_scheduler: ok)"
     RESUME_OK = "Reply(resume_scheduler: ok)"
     IS_SLEEPING_TRUE = "Reply(is_sleeping: true)"
     IS_SLEEPING_FALSE = "Reply(is_sleeping: false)"
 
 
 _Z, _ZE = SchedulerState, SchedulerEvent
+_ASLEEP = (_Z.SLEEPING, _Z.SLEEPING_REJECTING)
 SCHEDULER: Table[SchedulerState, SchedulerEvent] = Table(
     area="scheduler", title="Sleep and pause", scope="per engine; checked only while no sleep, wake_up, "
     "pause or resume call to that engine is pending",
     states=SchedulerState, events=SchedulerEvent, initial=_Z.AWAKE,
     unlisted="ignore", unlisted_clause="ECP-UTIL-8",
-    unlisted_why="a pause that finds the scheduler rejecting or asleep, and a resume that finds it "
-    "awake or asleep, leave it as it is (only wake_up ends a sleep); is_sleeping contradicts only `AWAKE` "
-    "and `SLEEPING`, whose rows say so",
+    unlisted_why="a pause_scheduler that finds the scheduler paused, rejecting or asleep, and a resume that "
+    "finds it awake or asleep without a refusal, leave it as it is (only wake_up ends a sleep); is_sleeping "
+    "contradicts only `AWAKE` and the sleeping states, whose rows say so",
     rows=(
-        _r(ANY, _ZE.SLEEP_OK, E, _Z.SLEEPING, "legal", "ECP-UTIL-8",
+        _r((_Z.AWAKE, _Z.PAUSED, _Z.SLEEPING), _ZE.SLEEP_OK, E, _Z.SLEEPING, "legal", "ECP-UTIL-8",
            "sleep pauses the scheduler; mode abort ends running requests first (ECP-ABORT-9)"),
-        _r(ANY, _ZE.WAKE_UP_TRUE, E, _Z.AWAKE, "legal", "ECP-UTIL-8", "every tag woke: the scheduler resumes"),
+        _r((_Z.REJECTING, _Z.SLEEPING_REJECTING), _ZE.SLEEP_OK, E, _Z.SLEEPING_REJECTING, "legal", "ECP-UTIL-8",
+           "sleep leaves a user pause's refusal of new ADDs in force"),
+        _r(ANY, _ZE.WAKE_UP_TRUE, E, _Z.AWAKE, "legal", "ECP-UTIL-8",
+           "every tag woke: the scheduler resumes and new ADDs are admitted"),
         _r(ANY, _ZE.WAKE_UP_FALSE, E, None, "legal", "ECP-UTIL-8", "a partial wake keeps the rest asleep"),
         _r((_Z.AWAKE, _Z.PAUSED, _Z.REJECTING), _ZE.PAUSE_REJECTING_OK, E, _Z.REJECTING, "legal",
            "ECP-REQ-7", "new ADDs are answered with ERROR engine_paused"),
-        _r((_Z.AWAKE, _Z.PAUSED), _ZE.PAUSE_OK, E, _Z.PAUSED, "legal", "ECP-REQ-7",
-           "pause_scheduler, or pause_generation mode keep: new ADDs queue"),
+        _r(_ASLEEP, _ZE.PAUSE_REJECTING_OK, E, _Z.SLEEPING_REJECTING, "legal", "ECP-REQ-7",
+           "asleep, and new ADDs are answered with ERROR engine_paused"),
+        _r((_Z.AWAKE, _Z.PAUSED, _Z.REJECTING), _ZE.PAUSE_KEEP_OK, E, _Z.PAUSED, "legal", "ECP-REQ-7",
+           "new ADDs queue; mode keep ends a refusal an earlier user pause began"),
+        _r(_ASLEEP, _ZE.PAUSE_KEEP_OK, E, _Z.SLEEPING, "legal", "ECP-REQ-7",
+           "asleep, and new ADDs queue"),
+        _r(_Z.AWAKE, _ZE.PAUSE_OK, E, _Z.PAUSED, "legal", "ECP-REQ-7",
+           "pause_scheduler in any mode: new ADDs queue; a user pause's refusal is left as it is"),
         _r((_Z.PAUSED, _Z.REJECTING), _ZE.RESUME_OK, E, _Z.AWAKE, "legal", "ECP-REQ-7"),
-        _r(_Z.SLEEPING, _ZE.IS_SLEEPING_FALSE, E, None, "illegal", "ECP-UTIL-8",
+        _r(_Z.SLEEPING_REJECTING, _ZE.RESUME_OK, E, _Z.SLEEPING, "legal", "ECP-REQ-7",
+           "the refusal ends; the engine sleeps until wake_up"),
+        _r(_ASLEEP, _ZE.IS_SLEEPING_FALSE, E, None, "illegal", "ECP-UTIL-8",
            "is_sleeping is true after sleep"),
         _r(_Z.AWAKE, _ZE.IS_SLEEPING_TRUE, E, None, "illegal", "ECP-UTIL-8",
            "is_sleeping is false after a wake_up that woke every tag"),

@@ -28,7 +28,7 @@ from ecp.spec import (
 )
 from ecp.spec.errors import UtilityArgumentError
 from ecp.spec.utility_methods import UTILITY_METHODS, failure_message, no_such_method
-from ecp.spec.machine import input_socket, output_socket, pause_refuses_adds
+from ecp.spec.machine import SchedulerControl, input_socket, output_socket
 from ecp.spec.peer import FORCE, TWICE, WITHHOLD, Deviation, EnginePeer, Step
 from ecp.spec.peer.zmq_io import EngineSockets
 from ecp.spec.profile import shipped_profile
@@ -121,8 +121,9 @@ class Rank:
         self.finished: set[str] = set()
         self.sleeping = False
         self.paused = False
-        #: a user pause (pause_generation abort|wait) refuses new ADDs; any other pause queues them
-        self.refusing = False
+        #: the spec's sleep/pause state, stepped on the calls this engine answered: whether a new ADD
+        #: is refused (a user pause) is asked of it
+        self.control = SchedulerControl()
         #: mode keep: running requests stand still until the resume
         self.frozen = False
         self.held: list = []
@@ -292,7 +293,7 @@ class Rank:
                 self.running.clear()
             if "ignore-abort-immediately" not in self.bugs:
                 return
-        if self.paused and self.refusing:
+        if self.control.refusing:
             self.error(rid, client, "engine_paused", "Generation is paused. Please retry after it resumes.",
                        retryable=True)
             return
@@ -369,9 +370,11 @@ class Rank:
                         self.emit(r.client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ABORT)],
                                   finished={rid})
             self.sleeping = True
+            self.control.carried_out(method, call.args, None)
             ok(None)
         elif method == "wake_up":
             self.sleeping = False
+            self.control.carried_out(method, call.args, True)
             ok(True)
         elif method == "reset_prefix_cache":
             if "reset-prefix-cache-fails" in self.bugs:
@@ -389,10 +392,11 @@ class Rank:
                     self.emit(r.client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ABORT)],
                               finished={rid})
             self.paused, self.frozen = True, mode == "keep"
-            self.refusing = pause_refuses_adds(method, call.args)
+            self.control.carried_out(method, call.args, None)
             ok(None)
         elif method == "resume_scheduler":
-            self.paused = self.refusing = self.frozen = False
+            self.paused = self.frozen = False
+            self.control.carried_out(method, call.args, None)
             held, self.held = self.held, []
             for req in held:
                 self.on_add(req)

@@ -97,6 +97,27 @@ def test_a_user_pause_refuses_new_adds_until_the_resume(rig, mode):
     assert fe.wait_finished(["r2"])["r2"].finish_reason == FinishReason.LENGTH
 
 
+def test_a_refusal_outlives_other_pauses_and_mode_keep_ends_it(rig):
+    """As vLLM 0.33 (``reject_new_requests`` beside the pause state; spec/PROTOCOL.md 13.4): a sleep or
+    pause_scheduler after a user pause keeps refusing, pause_generation mode keep queues instead."""
+    fe, _ = rig.start(1, step_time_ms=2)
+    assert fe.value(0, "pause_generation", ["abort", False]) is None
+    assert fe.value(0, "pause_scheduler", ["keep", False]) is None
+    assert fe.value(0, "sleep", [1, "abort"]) is None
+    fe.add(0, make_request("x1", max_tokens=2))
+    assert fe.wait_finished(["x1"])["x1"].error.code == "engine_paused"
+    assert fe.value(0, "wake_up", [None]) is True  # a full wake ends pause and refusal
+    fe.add(0, make_request("x2", max_tokens=2))
+    assert fe.wait_finished(["x2"])["x2"].finish_reason == FinishReason.LENGTH
+    assert fe.value(0, "pause_generation", ["abort", False]) is None
+    assert fe.value(0, "pause_generation", ["keep", False]) is None
+    fe.add(0, make_request("x3", max_tokens=2))
+    fe.quiet(0.1)
+    assert fe.outputs_for("x3") == []  # queued, not refused
+    assert fe.value(0, "resume_scheduler") is None
+    assert fe.wait_finished(["x3"])["x3"].finish_reason == FinishReason.LENGTH
+
+
 def test_sleep_queues_new_adds_until_the_wake_up(rig):
     fe, _ = rig.start(1, step_time_ms=2)
     assert fe.value(0, "sleep", [1, "abort"]) is None

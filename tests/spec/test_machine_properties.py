@@ -128,7 +128,7 @@ class Machines(RuleBasedStateMachine):
             return self.illegal("ECP-UTIL-1", reply(0, cid, True))
         value = {"is_sleeping": self.en.scheduler != "AWAKE", "wake_up": True,
                  "get_supported_tasks": ["generate"]}.get(call.method)
-        if call.method == "is_sleeping" and self.en.scheduler in ("AWAKE", "SLEEPING") \
+        if call.method == "is_sleeping" and self.en.scheduler in ("AWAKE", "SLEEPING", "SLEEPING_REJECTING") \
                 and self.en.scheduler_calls_pending == 0 and not fail:
             wrong = reply(0, cid, self.en.scheduler == "AWAKE")
             self.illegal("ECP-UTIL-8", wrong, client=call.client)
