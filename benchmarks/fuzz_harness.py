@@ -8,7 +8,7 @@ Targets:
     connects a PUSH to its output socket and sends malformed output messages,
     one at a time, interleaved every ``--good-every`` messages with a
     well-formed terminal output for a fresh request id. Every malformed message
-    must be reported as a typed ``Violation`` naming a clause (a case FAIL, with
+    must be reported as a typed ``CaseFailure`` naming a clause (a case FAIL, with
     evidence), never as another exception (a harness ERROR); every well-formed
     terminal output must be indexed exactly once. Every 10th malformed message
     goes to the handshake socket instead (as HELLO or READY): it must be
@@ -49,7 +49,7 @@ from procstat import py_blocks, rss_kib  # noqa: E402
 from ecp.conformance.engine.harness_frontend import Addresses, HarnessFrontend  # noqa: E402
 from ecp.conformance.frontend.scripted_engines import ScriptedEngine  # noqa: E402
 from ecp.conformance.frontend.recorder import Recorder  # noqa: E402
-from ecp.conformance.outcomes import Violation  # noqa: E402
+from ecp.conformance.outcomes import CaseFailure  # noqa: E402
 from ecp.conformance.transcript import Transcript  # noqa: E402
 from ecp.spec.peer import FrontendPeer  # noqa: E402
 from ecp.spec.peer.zmq_io import AsyncFrontendSockets  # noqa: E402
@@ -115,7 +115,7 @@ def fuzz_engine_role(frames: int, seed: int, *, good_every: int = 20, bound_s: f
                     while not h.terminals(rid) and time.monotonic() < end:
                         try:
                             h.pump(min(end, time.monotonic() + 0.05))
-                        except Violation as exc:
+                        except CaseFailure as exc:
                             _note(examples, f"good output flagged: {exc}")
                             tally["crashes"] += 1
                     seen = len(h.terminals(rid))
@@ -140,7 +140,7 @@ def fuzz_engine_role(frames: int, seed: int, *, good_every: int = 20, bound_s: f
                 while not flagged and time.monotonic() < end:
                     try:
                         h.pump(min(end, time.monotonic() + 0.05))
-                    except Violation as exc:
+                    except CaseFailure as exc:
                         flagged = bool(exc.clause)
                         if not flagged:
                             _note(examples, f"violation without a clause: {exc}")

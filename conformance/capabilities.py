@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from .outcomes import Unsupported, Violation
+from .outcomes import Unsupported, CaseFailure
 
 
 @dataclass(frozen=True)
@@ -91,10 +91,10 @@ def require(cap: Capability, lacks: Iterable[str], ready_payloads: Iterable[Any]
         raise Unsupported(f"the {cap.role} declares it lacks {cap.what}: {said}")
 
 
-def missing(cap: Capability, observed: str) -> Violation:
+def missing(cap: Capability, observed: str) -> CaseFailure:
     """The FAIL for a capability the peer lacks without having declared it (raise it)."""
     how = (f"its ready payload says {cap.ready_key}: false" if cap.ready_key else f"run with {cap.flag}")
-    return Violation(f"{observed}; the {cap.role} did not declare that it lacks {cap.what}, so the requirement "
+    return CaseFailure(f"{observed}; the {cap.role} did not declare that it lacks {cap.what}, so the requirement "
                      f"went unchecked: an {cap.role} without it declares so ({how}) and the case is then "
                      "UNSUPPORTED")
 

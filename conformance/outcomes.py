@@ -2,7 +2,7 @@
 
 A case body signals its outcome by raising:
 
-* :class:`Violation` (an ``AssertionError``) -> FAIL, citing a clause;
+* :class:`CaseFailure` (an ``AssertionError``) -> FAIL, citing a clause;
 * :class:`CaseTimeout` -> TIMEOUT (the peer never answered within the budget);
 * :class:`PeerCrashed` -> CRASH (the peer process died or announced death);
 * :class:`Unsupported` -> UNSUPPORTED (an optional feature the peer lacks, or
@@ -36,9 +36,10 @@ class Outcome(str, enum.Enum):
         return self in (Outcome.FAIL, Outcome.TIMEOUT, Outcome.CRASH)
 
 
-class Violation(AssertionError):
-    """The peer broke a requirement. ``clause`` overrides the case's own clause
-    when the violation found is a different one (e.g. an undecodable output)."""
+class CaseFailure(AssertionError):
+    """A case saw the peer break a requirement: the case FAILs. ``clause`` overrides the case's own
+    clause when the rule broken is another one (e.g. an undecodable output). (A rule the protocol
+    machine recorded is an ``ecp.spec.machine.Violation``; the harness attaches those as findings.)"""
 
     def __init__(self, message: str, clause: str | None = None) -> None:
         super().__init__(message)
@@ -128,7 +129,7 @@ class CaseResult:
 
 
 def findings_of(violations: list[Any], focus: set[str]) -> list[dict[str, Any]]:
-    """The protocol machine's recorded violations (``ecp.spec.machine.Violation``) as findings,
+    """The protocol machine's recorded violations (``ecp.spec.machine.CaseFailure``) as findings,
     leaving out those citing a clause in ``focus`` (what the case itself checks and reports)."""
     from ecp.spec.clauses import CLAUSES
 

@@ -281,7 +281,7 @@ def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Ite
             message = f"{message}\n{note}"
     strict = bool(state.config.get("strict"))
     # the result is judged at the level of the clause it cites: the case's own (which may override its
-    # clause's), or the clause a Violation names instead
+    # clause's), or the clause a CaseFailure names instead
     from ecp.spec import clauses as spec_clauses
 
     conformance_level = (case.conformance_level if clause == case.clause

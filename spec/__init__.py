@@ -7,7 +7,7 @@ Import what you need from here::
 
 from .clauses import CLAUSES, Clause
 from .codec import (
-    ENGINE_DEAD, EngineDead, InputMessage, request_type_of,
+    ENGINE_DEAD, EngineDeadSentinel, InputMessage, request_type_of,
     decode_any, decode_coordinator_publication, decode_handshake, decode_init, decode_input, decode_outputs, decode_ready_response,
     encode_abort, encode_add, encode_engine_dead, encode_handshake, encode_input, encode_outputs,
     encode_payload, encode_start_dp_wave, encode_utility, to_builtins,

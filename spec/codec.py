@@ -73,16 +73,16 @@ def request_type_of(message: Any) -> RequestType:
                              got=type(message).__name__)
 
 
-class EngineDead:
+class EngineDeadSentinel:
     """The ``ENGINE_CORE_DEAD`` sentinel, as a decoded output message (``ECP-OUT-8``)."""
 
     __slots__ = ()
 
     def __repr__(self) -> str:
-        return "EngineDead()"
+        return "ENGINE_DEAD"
 
 
-ENGINE_DEAD = EngineDead()
+ENGINE_DEAD = EngineDeadSentinel()
 
 
 # --------------------------------------------------------------------------- hooks
@@ -314,15 +314,14 @@ def _decode_checked(decoder: msgspec.msgpack.Decoder, frames: Sequence[Frame], p
         out = decoder.decode(payload)
     except ProtocolError as exc:
         if exc.frame_index is None:
-            exc.frame_index = index
+            raise exc.replace(frame_index=index) from None
         raise
     except msgspec.ValidationError as exc:
         raise _validation_error(decoder, payload, exc, clause, index) from None
     except msgspec.DecodeError as exc:
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, ProtocolError):
-            cause.frame_index = index
-            raise cause from None
+            raise cause.replace(frame_index=index) from None
         raise DecodeError(f"malformed msgpack: {exc}", clause="ECP-FRAME-9", frame_index=index,
                           got=str(exc)) from None
     except RecursionError:
@@ -372,10 +371,8 @@ def _validation_error(decoder: msgspec.msgpack.Decoder, payload: Frame, exc: msg
     if isinstance(cause, InvalidMessageError):  # the type's own invariant: the peer broke it
         return DecodeError(cause.message, clause=cause.clause, frame_index=index, field_path=path or "$",
                            expected=cause.expected, got=cause.got)
-    if isinstance(cause, ProtocolError):  # raised inside a hook: re-raise as is
-        cause.frame_index = index
-        cause.field_path = cause.field_path or path
-        return cause
+    if isinstance(cause, ProtocolError):  # raised inside a hook: re-raised where it was found
+        return cause.replace(frame_index=index, field_path=cause.field_path or path)
     try:
         mismatch = find_mismatch(decoder.type, _DEC_DIAGNOSTIC.decode(payload), _dec_hook)
     except Exception:  # noqa: BLE001 - e.g. a map used as a map key; then msgspec's path is all we have
@@ -559,7 +556,7 @@ _DECODE_OUTPUTS = _DEC_OUTPUTS.decode
 # so it is left to the careful path.
 _DECODE_OUTPUTS_SOURCE = '''
 def decode_outputs(frames: Sequence[Frame], limits: DecodeLimits = DEFAULT_LIMITS
-                   ) -> EngineCoreOutputs | EngineDead:
+                   ) -> EngineCoreOutputs | EngineDeadSentinel:
     """Decode the frames a frontend PULL received: ``EngineCoreOutputs``, or
     :data:`ENGINE_DEAD` for the ``ENGINE_CORE_DEAD`` sentinel (``ECP-OUT-8``)."""
     try:
@@ -590,7 +587,7 @@ decode_outputs = _compile_hot_path("decode_outputs", _DECODE_OUTPUTS_SOURCE, {
 
 
 def _decode_outputs_careful(frames: Sequence[Frame], limits: DecodeLimits,
-                            decoder: msgspec.msgpack.Decoder = _DEC_OUTPUTS) -> EngineCoreOutputs | EngineDead:
+                            decoder: msgspec.msgpack.Decoder = _DEC_OUTPUTS) -> EngineCoreOutputs | EngineDeadSentinel:
     _check_frame_count(frames, 1, limits, "an output message", "ECP-FRAME-2")
     if len(frames) == 1 and bytes(frames[0]) == ENGINE_CORE_DEAD:
         return ENGINE_DEAD

@@ -16,7 +16,14 @@ precisely.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeVar
+
+#: the structured fields every protocol error carries; read-only once the error exists
+_FIELDS = frozenset(("message", "clause", "frame_index", "field_path", "expected", "got", "request_id",
+                     "client_index", "call_id"))
+
+
+_E = TypeVar("_E", bound="ProtocolError")
 
 
 class ProtocolError(Exception):
@@ -60,6 +67,25 @@ class ProtocolError(Exception):
         self.request_id = request_id
         self.client_index = client_index
         self.call_id = call_id
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # an error may be raised, recorded and reported by several parties: what one of them read
+        # must not change under the others (a receiver that knows more makes a new error: replace)
+        if name in _FIELDS and name in self.__dict__:
+            raise AttributeError(f"{type(self).__name__}.{name} is read-only; use .replace({name}=...)")
+        super().__setattr__(name, value)
+
+    def replace(self: _E, **changes: Any) -> _E:
+        """A copy of this error, of the same class, with ``changes`` to its structured fields (a
+        receiver that learnt where the offending message was, or which clause it broke)."""
+        unknown = set(changes) - _FIELDS
+        if unknown:
+            raise TypeError(f"not fields of a protocol error: {sorted(unknown)}")
+        new = type(self).__new__(type(self))
+        Exception.__init__(new, *self.args)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly view, used by CLIs and conformance reports."""

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 import msgspec
 
 from .codec import (
-    ENGINE_DEAD, EngineDead, Frame, request_type_of,
+    ENGINE_DEAD, EngineDeadSentinel, Frame, request_type_of,
     decode_coordinator_publication, decode_handshake, decode_init, decode_input, decode_outputs, decode_ready_response, encode_handshake,
     encode_input, encode_outputs, to_builtins,
 )
@@ -71,7 +71,7 @@ class Decoded:
     @property
     def body(self) -> Any:
         m = self.message
-        return None if isinstance(m, EngineDead) else m
+        return None if isinstance(m, EngineDeadSentinel) else m
 
     @property
     def value(self) -> Any:

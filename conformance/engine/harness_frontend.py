@@ -30,11 +30,11 @@ from ecp.spec import (
     UtilityOutput, UtilityRequest, engine_identity, recover_utility_frames,
 )
 from ecp.spec.enums import RequestOutputKind
-from ecp.spec.machine import CoordinatorSubscribe, EngineDead, Outputs, Registration, Violation as MachineViolation
+from ecp.spec.machine import CoordinatorSubscribe, EngineDead, Outputs, Registration, Violation
 from ecp.spec.peer import FrontendPeer
 from ecp.spec.peer.zmq_io import stop_monitors
 
-from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Violation
+from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, CaseFailure
 from ..transcript import Transcript
 from .release_choice import ReleaseChoice
 
@@ -43,7 +43,7 @@ from .release_choice import ReleaseChoice
 LAST_WORDS_S = 0.5
 
 
-class EngineStoppedReading(Violation):
+class EngineStoppedReading(CaseFailure):
     """The engine closed an input connection after the handshake and went quiet: it will never answer
     what the case waits for. A FAIL of the case's requirement (or of the clause a probe names), with
     that evidence, at once -- not a wait that runs out."""
@@ -415,7 +415,7 @@ class HarnessFrontend:
         self.transcript.record("recv", "coordinator_output", frames, self._decoded(events, before))
         if not events:
             error = self._recorded_error(before)
-            raise Violation(f"undecodable message to the coordinator: {error}",
+            raise CaseFailure(f"undecodable message to the coordinator: {error}",
                             clause=getattr(error, "clause", "ECP-FRAME-2")) from None
         for event in events:
             if isinstance(event, Outputs):
@@ -620,7 +620,7 @@ class HarnessFrontend:
         def answered() -> bool:
             strays = sorted(k for k in self.replies if k not in self.sent_call_ids)
             if strays and not self.replies.get(cid):
-                raise Violation(f"utility {method} (call_id {cid}): a reply carries call_id(s) {strays} "
+                raise CaseFailure(f"utility {method} (call_id {cid}): a reply carries call_id(s) {strays} "
                                 "that were never sent", clause="ECP-UTIL-1")
             return bool(self.replies.get(cid))
 
@@ -659,7 +659,7 @@ class HarnessFrontend:
             # a malformed utility reply breaks the utility clauses, not framing
             clause = "ECP-UTIL-2" if (getattr(exc, "field_path", None) or "").startswith(_UTILITY_OUTPUT_PATH) \
                 else getattr(exc, "clause", "ECP-FRAME-2")
-            raise Violation(f"undecodable output message on {socket}: {exc}", clause=clause) from None
+            raise CaseFailure(f"undecodable output message on {socket}: {exc}", clause=clause) from None
         [event] = events
         self._last_output_at = time.monotonic()
         if isinstance(event, EngineDead):
@@ -707,7 +707,7 @@ class HarnessFrontend:
         while time.monotonic() < end and (self.deadline is None or time.monotonic() < self.deadline):
             self.pump(end)
 
-    def violations_since(self, start: int) -> list[MachineViolation]:
+    def violations_since(self, start: int) -> list[Violation]:
         """The rules the engine broke since ``len(self.machine.violations)`` was ``start``."""
         return self.machine.violations[start:]
 
@@ -734,7 +734,7 @@ class HarnessFrontend:
             if max_tokens is not None and len(self.tokens(rid)) >= max_tokens:
                 last = self.seen(rid)[-1].t
                 if time.monotonic() - last >= self.quiet_window_s:
-                    raise Violation(f"request {rid} produced {len(self.tokens(rid))} tokens "
+                    raise CaseFailure(f"request {rid} produced {len(self.tokens(rid))} tokens "
                                     f"(max_tokens={max_tokens}) but no terminal output followed",
                                     clause="ECP-OUT-1")
             now = time.monotonic()
@@ -748,7 +748,7 @@ class HarnessFrontend:
 
     def serves(self, engine: int = 0, client: int = 0, after: str = "", timeout: float = 5.0,
                clause: str = "ECP-ROB-1") -> None:
-        """Liveness probe: a 2-token request completes with LENGTH; a Violation citing ``clause`` if not."""
+        """Liveness probe: a 2-token request completes with LENGTH; a CaseFailure citing ``clause`` if not."""
         from ecp.spec import FinishReason
 
         rid = self.new_id("probe")
@@ -760,9 +760,9 @@ class HarnessFrontend:
             running = self.alive_check is None or self.alive_check()
             state = "" if isinstance(exc, EngineStoppedReading) else (
                 f"; it sent no ENGINE_CORE_DEAD and its process {'is still running' if running else 'exited'}")
-            raise Violation(f"the engine stopped serving{' after ' + after if after else ''}: {exc}{state}",
+            raise CaseFailure(f"the engine stopped serving{' after ' + after if after else ''}: {exc}{state}",
                             clause=clause) from None
         if term.output.finish_reason != FinishReason.LENGTH or len(self.tokens(rid)) != 2:
-            raise Violation(f"probe request after {after or 'the case'} ended with "
+            raise CaseFailure(f"probe request after {after or 'the case'} ended with "
                             f"{term.output.finish_reason!r} and {len(self.tokens(rid))} tokens "
                             "(expected LENGTH after 2)", clause=clause)

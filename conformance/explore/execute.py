@@ -33,7 +33,7 @@ from ..engine.checks import hello_violation, ready_hash_violation, wave_complete
 from ..engine.harness_frontend import EngineStoppedReading
 from ..engine.session import EngineRunConfig, EngineUnderTest
 from ..launch import PeerHandle
-from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Violation
+from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, CaseFailure
 from ..transcript import Entry, Transcript
 from .oracle import (
     CallRecord, Finding, History, RequestRecord, Stop, check_calls, check_errors, check_raw_outputs, check_requests,
@@ -543,7 +543,7 @@ def play_on(eut: EngineUnderTest, session: Session, step_timeout: float = 10.0, 
                                 run.step))
     except PeerCrashed as exc:
         findings.append(Finding("ECP-ROB-1", f"the engine died: {exc}", run.step))
-    except Violation as exc:
+    except CaseFailure as exc:
         findings.append(Finding(exc.clause or "ECP-ROB-1", str(exc), run.step))
     findings += (check_calls(fe, run.history) + check_requests(fe, run.history) + check_errors(fe, run.history)
                  + check_raw_outputs(fe) + _rules_of_the_cases(fe, fresh=not tag))

@@ -36,7 +36,7 @@ from ..frontend.http_driver import Reply, abort_by_ids
 from ..frontend.script import EngineScript
 from ..frontend.session import FrontendManager, FrontendUnderTest
 from ..frontend.sse import DONE, SseStream, drop_all
-from ..outcomes import CaseTimeout, PeerCrashed, Violation
+from ..outcomes import CaseTimeout, PeerCrashed, CaseFailure
 from ..transcript import HTTP_CHANNEL, Transcript
 from .execute import LaunchFailed, SessionResult
 from .oracle import Finding
@@ -135,7 +135,7 @@ class _Play:
                 req.changed.set()
                 if event is None or event == DONE:
                     return
-        except (Violation, CaseTimeout, OSError, asyncio.TimeoutError, TimeoutError) as exc:
+        except (CaseFailure, CaseTimeout, OSError, asyncio.TimeoutError, TimeoutError) as exc:
             if not req.dropped:
                 req.failure = f"{type(exc).__name__}: {exc}"
         finally:
@@ -435,7 +435,7 @@ class _Play:
     async def _fresh(self) -> None:
         try:
             reply = await asyncio.wait_for(self.fe.driver.complete("ecp explore fresh", 2), self.step_timeout)
-        except (Violation, CaseTimeout, asyncio.TimeoutError, TimeoutError) as exc:
+        except (CaseFailure, CaseTimeout, asyncio.TimeoutError, TimeoutError) as exc:
             self.findings.append(Finding("ECP-ROB-1", f"after the session the frontend did not serve a fresh "
                                                       f"request: {exc}"))
             return
@@ -472,7 +472,7 @@ def play_frontend(session: Session, manager: FrontendManager, step_timeout: floa
         try:
             launch = m.fresh(engine_count=topo.engines, scripts=scripts_for(session))
             fe = await launch.__aenter__()
-        except (CaseTimeout, PeerCrashed, Violation, OSError, Exception) as exc:  # noqa: BLE001
+        except (CaseTimeout, PeerCrashed, CaseFailure, OSError, Exception) as exc:  # noqa: BLE001
             raise LaunchFailed(f"{type(exc).__name__}: {exc}") from exc
         times["launch"] = time.monotonic() - started
         run = _Play(fe, session, step_timeout)
@@ -493,7 +493,7 @@ def play_frontend(session: Session, manager: FrontendManager, step_timeout: floa
                 run.findings.append(stop.finding)
             except PeerCrashed as exc:
                 run.findings.append(Finding("ECP-ROB-1", f"the frontend died: {exc}", run.step))
-            except (Violation, CaseTimeout) as exc:
+            except (CaseFailure, CaseTimeout) as exc:
                 run.findings.append(Finding(getattr(exc, "clause", None) or "ECP-HTTP-1", str(exc), run.step))
             await fe.quiet()
             machine = []

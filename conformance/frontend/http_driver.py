@@ -16,17 +16,17 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..outcomes import CaseTimeout, Violation
+from ..outcomes import CaseTimeout, CaseFailure
 from .sse import HttpLog, SseStream, body_head
 
-def _connection_violation(method: str, path: str, exc: BaseException) -> Violation:
+def _connection_violation(method: str, path: str, exc: BaseException) -> CaseFailure:
     """What the frontend did, not a harness fault: it broke the connection without a status line,
     or wrote bytes h11 cannot parse as an HTTP response."""
     if isinstance(exc, httpx.RemoteProtocolError) and "disconnected" not in str(exc):
         what = "answered with bytes that are not a valid HTTP response"
     else:
         what = "closed the connection without an HTTP response"
-    return Violation(f"{method} {path}: the frontend {what} ({type(exc).__name__}: {exc!s:.200})")
+    return CaseFailure(f"{method} {path}: the frontend {what} ({type(exc).__name__}: {exc!s:.200})")
 
 
 def _json(body: Any) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..outcomes import Violation
+from ..outcomes import CaseFailure
 from .http_driver import ABORT_APIS, AbortApi, HttpDriver
 
 #: An id no frontend tracks: probing the abort endpoint with it aborts nothing.
@@ -45,7 +45,7 @@ async def _exposes(driver: HttpDriver, method: str, path: str, body: object = No
     exists too: the cases that use it judge that (a probe that failed would hide it from them)."""
     try:
         reply = await driver.request(method, path, json_body=body)
-    except Violation:
+    except CaseFailure:
         return True
     return reply.status_code not in NOT_FOUND
 

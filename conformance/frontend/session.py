@@ -29,7 +29,7 @@ import zmq.asyncio
 
 from ..interrupts import deferred
 from ..launch import CommandPeer, LaunchError, PeerHandle
-from ..outcomes import CaseTimeout, PeerCrashed, Unsupported, Violation
+from ..outcomes import CaseTimeout, PeerCrashed, Unsupported, CaseFailure
 from ..pace import STARTUP_TIMEOUT_S, LaunchRecord, Pace
 from ..release import VERSION_CHANNEL
 from ..transcript import Transcript
@@ -285,7 +285,7 @@ class FrontendUnderTest:
         for engine in self.engines:
             if engine.failure is not None:
                 if isinstance(engine.failure, EngineHandshakeFailed) and "does not decode" in str(engine.failure):
-                    raise Violation(str(engine.failure), clause="ECP-HS-2")
+                    raise CaseFailure(str(engine.failure), clause="ECP-HS-2")
                 raise CaseTimeout(str(engine.failure))
         return all(e.registered.is_set() for e in self.engines)
 

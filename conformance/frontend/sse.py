@@ -24,7 +24,7 @@ import h11
 from ecp.spec.sse import DONE as DONE_BYTES
 from ecp.spec.sse import SseDecoder
 
-from ..outcomes import CaseTimeout, Violation
+from ..outcomes import CaseTimeout, CaseFailure
 
 DONE = DONE_BYTES.decode()
 READ_BYTES = 65536
@@ -41,7 +41,7 @@ def body_head(text: str, limit: int = BODY_HEAD) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-class HttpProtocolError(Violation):
+class HttpProtocolError(CaseFailure):
     """The frontend's HTTP response could not be parsed, or the connection broke mid-body:
     the frontend's doing, so a case that does not catch it FAILs with it as evidence."""
 

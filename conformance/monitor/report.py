@@ -26,7 +26,7 @@ from ecp.spec import CLAUSES
 
 from .metrics import Snapshot
 from .session import Session
-from .transcripts import Violation
+from .transcripts import LocatedFinding
 
 ROLE = "monitor"
 #: occurrences listed in a clause's message
@@ -37,7 +37,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "violation"
 
 
-def _where(v: Violation) -> str:
+def _where(v: LocatedFinding) -> str:
     if v.msg is None:
         return "at the end of the traffic"
     rid = f", request {v.request_id}" if v.request_id else ""
@@ -45,7 +45,7 @@ def _where(v: Violation) -> str:
 
 
 def clause_results(session: Session, strict: bool) -> list[CaseResult]:
-    kept: dict[str, list[Violation]] = defaultdict(list)
+    kept: dict[str, list[LocatedFinding]] = defaultdict(list)
     for v in session.violations:
         kept[v.finding.clause].append(v)
     results = []

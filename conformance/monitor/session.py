@@ -3,7 +3,7 @@
 The relay (and ``--replay``) hands each message to :meth:`Session.observe` in
 relay order. The session numbers it, records it (``--record``), checks it with
 the :class:`~ecp.conformance.monitor.validator.Validator`, counts it, and turns
-each finding into a :class:`~ecp.conformance.monitor.transcripts.Violation`
+each finding into a :class:`~ecp.conformance.monitor.transcripts.LocatedFinding`
 with the messages before and after it (event log, transcript file, report).
 Because replay runs this same code over the recorded messages, a replay
 reproduces the live run's findings.
@@ -22,7 +22,7 @@ from .capture import CaptureWriter
 from .eventlog import EventLog
 from .metrics import Metrics, metric_kind
 from .observed import Observed
-from .transcripts import TranscriptWriter, Violation
+from .transcripts import TranscriptWriter, LocatedFinding
 from .validator import CONTROL_KINDS, Finding, Validator, Verdict
 
 #: violations kept in memory with their context for the report; later ones are only counted
@@ -42,8 +42,8 @@ class Session:
         self.metrics = Metrics()
         self.context_after = context_after
         self._ring: deque[Observed] = deque(maxlen=context_before)
-        self._pending: list[Violation] = []
-        self.violations: list[Violation] = []  # the first MAX_KEPT_VIOLATIONS
+        self._pending: list[LocatedFinding] = []
+        self.violations: list[LocatedFinding] = []  # the first MAX_KEPT_VIOLATIONS
         self.violation_count = 0
         self.errors: list[str] = []  # the monitor's own bugs
         self.seq = 0
@@ -52,13 +52,13 @@ class Session:
 
     # ------------------------------------------------------------------ messages
     def observe(self, direction: str, rank: int | None, socket: str, client: int | None,
-                frames: Sequence[bytes]) -> list[Violation]:
+                frames: Sequence[bytes]) -> list[LocatedFinding]:
         """Check one live message; return the violations it caused."""
         self.seq += 1
         return self.observe_msg(Observed(self.seq, self.clock(), direction, rank, socket, client,
                                          tuple(frames)))
 
-    def observe_msg(self, msg: Observed) -> list[Violation]:
+    def observe_msg(self, msg: Observed) -> list[LocatedFinding]:
         """Check one message that already carries its sequence number and time (replay)."""
         self.seq = msg.seq
         try:
@@ -72,7 +72,7 @@ class Session:
             self.report_error(f"bookkeeping failed on message {msg.seq} ({msg.channel})")
             return []
 
-    def _after_verdict(self, msg: Observed, verdict: Verdict) -> list[Violation]:
+    def _after_verdict(self, msg: Observed, verdict: Verdict) -> list[LocatedFinding]:
         if self.capture is not None:
             self.capture.write(msg, control=verdict.kind in CONTROL_KINDS)
         self.metrics.count(msg, verdict.kind, verdict.message)
@@ -96,7 +96,7 @@ class Session:
         if self.events is not None:
             self.events.write(self.clock(), event, **fields)
 
-    def peer_gone(self, rank: int | None) -> list[Violation]:
+    def peer_gone(self, rank: int | None) -> list[LocatedFinding]:
         """The engine of ``rank`` left (its input connection closed)."""
         self.note("engine_gone", rank=rank)
         if self.capture is not None:
@@ -127,9 +127,9 @@ class Session:
             self.events.flush()
 
     # ------------------------------------------------------------------ internals
-    def _violation(self, finding: Finding, msg: Observed | None) -> Violation:
+    def _violation(self, finding: Finding, msg: Observed | None) -> LocatedFinding:
         self.violation_count += 1
-        v = Violation(self.violation_count, finding, msg, list(self._ring) if msg is not None else [])
+        v = LocatedFinding(self.violation_count, finding, msg, list(self._ring) if msg is not None else [])
         self.metrics.violation(finding.clause)
         if self.events is not None:
             self.events.write(self.clock() if msg is None else msg.t, "violation", **v.summary())
@@ -142,7 +142,7 @@ class Session:
             self._pending.append(v)
         return v
 
-    def _finalize(self, v: Violation) -> None:
+    def _finalize(self, v: LocatedFinding) -> None:
         if self.transcripts is not None:
             self.transcripts.write(v)
 

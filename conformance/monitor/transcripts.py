@@ -1,4 +1,4 @@
-"""Violation transcripts: the offending message and the frames around it, as hex and decoded.
+"""LocatedFinding transcripts: the offending message and the frames around it, as hex and decoded.
 
 Entries use the conformance transcript format (:mod:`ecp.conformance.transcript`):
 ``-->`` is a message toward the engine, ``<--`` one toward the frontend; the channel
@@ -23,7 +23,7 @@ MAX_DECODED_CHARS = 2000
 
 
 @dataclass
-class Violation:
+class LocatedFinding:
     """A finding with where it happened and the messages around it."""
 
     index: int
@@ -94,7 +94,7 @@ class TranscriptWriter:
         self.written = 0
         self.skipped = 0
 
-    def write(self, v: Violation) -> Path | None:
+    def write(self, v: LocatedFinding) -> Path | None:
         if self.written >= self.limit:
             self.skipped += 1
             return None

@@ -60,8 +60,7 @@ class DuplicateRequestId(LocalProtocolError):
 
     def __init__(self, request_id: str) -> None:
         super().__init__(f"request id {request_id!r} is already in flight", clause="ECP-REQ-8",
-                         got=request_id)
-        self.request_id = request_id
+                         got=request_id, request_id=request_id)
 
 
 class InvalidDataParallelRank(LocalProtocolError):
@@ -81,8 +80,7 @@ class RequestStreamClosed(RemoteProtocolError):
 
     def __init__(self, request_id: str, engine_rank: int) -> None:
         super().__init__(f"engine {engine_rank} finished {request_id!r} without a terminal output",
-                         clause="ECP-OUT-1", got=request_id)
-        self.request_id = request_id
+                         clause="ECP-OUT-1", got=request_id, request_id=request_id)
         self.engine_rank = engine_rank
 
 

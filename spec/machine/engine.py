@@ -87,8 +87,7 @@ class EngineConnection(_Connection):
         except RemoteProtocolError as exc:
             recovered = recover_add_frames(frames)
             if recovered is not None:
-                exc.request_id = recovered.request_id
-                exc.client_index = recovered.client_index
+                exc = exc.replace(request_id=recovered.request_id, client_index=recovered.client_index)
                 chk = _Checker(self, local=False, lenient=True)
                 self._on_add(chk, view, recovered.request_id,
                              client if recovered.client_index is None else recovered.client_index,
@@ -96,8 +95,7 @@ class EngineConnection(_Connection):
                 chk.finish(socket, frames, self.rank)
             refused = recover_utility_frames(frames)
             if refused is not None:
-                exc.call_id = refused.call_id
-                exc.client_index = refused.client_index
+                exc = exc.replace(call_id=refused.call_id, client_index=refused.client_index)
                 chk = _Checker(self, local=False, lenient=True)
                 self._on_refused_call(chk, view, refused.call_id)
                 chk.finish(socket, frames, self.rank)

@@ -84,8 +84,7 @@ class FrontendConnection(_Connection):
         try:
             rank = rank_of_identity(identity)
         except RemoteProtocolError as exc:
-            exc.clause = "ECP-HS-11"
-            self._remote(exc, socket, frames, None)
+            self._remote(exc.replace(clause="ECP-HS-11"), socket, frames, None)
             return None
         if rank not in self.engines:
             self._remote(HandshakeError(

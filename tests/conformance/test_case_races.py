@@ -10,7 +10,7 @@ import pytest
 
 from ecp.conformance.engine.cases._common import check_aborted
 from ecp.conformance.engine.cases.test_utility import _aborts_before_reply
-from ecp.conformance.outcomes import CaseTimeout, Unsupported, Violation
+from ecp.conformance.outcomes import CaseTimeout, Unsupported, CaseFailure
 from ecp.spec import EngineCoreOutput, FinishReason, UtilityOutput, UtilityResult
 
 
@@ -65,13 +65,13 @@ def test_a_natural_end_before_the_reply_is_a_race_the_case_cannot_judge():
 
 
 def test_a_natural_end_after_the_reply_is_still_a_violation():
-    with pytest.raises(Violation, match="expected ABORT"):
+    with pytest.raises(CaseFailure, match="expected ABORT"):
         _aborts_before_reply(RacingEngine(FinishReason.LENGTH, N, end_t=3.0, reply_t=2.0), "sleep", [1, "abort"], "s")
 
 
 def test_a_short_length_end_before_the_reply_is_a_violation():
     # a request the call ended early must end with ABORT: LENGTH before its max_tokens is no race
-    with pytest.raises(Violation, match="expected ABORT"):
+    with pytest.raises(CaseFailure, match="expected ABORT"):
         _aborts_before_reply(RacingEngine(FinishReason.LENGTH, N - 5, end_t=1.0, reply_t=2.0), "sleep", [1, "abort"],
                              "s")
 
@@ -116,5 +116,5 @@ def test_a_natural_end_before_the_fence_is_a_race_the_abort_case_cannot_judge():
     (AbortedEngine(FinishReason.LENGTH, 16, end_t=1.0, fence_t=2.0), None),      # no fence sent
 ])
 def test_other_non_abort_ends_stay_violations(engine, fence):
-    with pytest.raises(Violation, match="may only end with ABORT"):
+    with pytest.raises(CaseFailure, match="may only end with ABORT"):
         check_aborted(engine, "r", 16, fence)

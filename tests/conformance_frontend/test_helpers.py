@@ -196,37 +196,37 @@ def test_burst_judges_accept_exact_ids_and_late_aborts_of_earlier_requests():
     (["a", "b", "x"], "was not running"),            # an id this engine was never sent (e.g. the other's)
 ])
 def test_burst_exact_ids_judge_catches(aborted, words):
-    from ecp.conformance.outcomes import Violation
+    from ecp.conformance.outcomes import CaseFailure
     from ecp.conformance.frontend.cases._burst import judge_exact_ids
 
     result = _burst(2, e0=dict(expected={"a", "b"}, finished={"f0"}, aborted=aborted, messages=1))
-    with pytest.raises(Violation, match=words):
+    with pytest.raises(CaseFailure, match=words):
         judge_exact_ids(result)
 
 
 def test_burst_coalescing_judge_catches_one_abort_per_request():
-    from ecp.conformance.outcomes import Violation
+    from ecp.conformance.outcomes import CaseFailure
     from ecp.conformance.frontend.cases._burst import judge_coalesced
 
     ids = [f"r{i}" for i in range(32)]
     ok = _burst(64, e0=dict(expected=set(ids), finished=set(), aborted=ids, messages=2))
     judge_coalesced(ok)
     bad = _burst(64, e0=dict(expected=set(ids), finished=set(), aborted=ids, messages=3))
-    with pytest.raises(Violation, match="cost 3 ABORT messages"):
+    with pytest.raises(CaseFailure, match="cost 3 ABORT messages"):
         judge_coalesced(bad)
 
 
 def test_a_connection_closed_without_a_response_is_a_violation_not_a_harness_error():
     """vLLM's frontend once closed the connection of GET /is_sleeping: that is the peer's doing (FAIL)."""
     from ecp.conformance.frontend.http_driver import HttpDriver
-    from ecp.conformance.outcomes import Violation
+    from ecp.conformance.outcomes import CaseFailure
 
     async def main():
         server, port, _ = await _serve_once(b"")  # reads the request, closes without a status line
         async with server:
             driver = HttpDriver(f"http://127.0.0.1:{port}", timeout=5.0)
             try:
-                with pytest.raises(Violation, match="closed the connection without an HTTP response"):
+                with pytest.raises(CaseFailure, match="closed the connection without an HTTP response"):
                     await driver.request("GET", "/is_sleeping")
             finally:
                 await driver.aclose()
@@ -236,14 +236,14 @@ def test_a_connection_closed_without_a_response_is_a_violation_not_a_harness_err
 def test_sse_stream_answered_with_garbage_is_a_violation():
     """Bytes that are not HTTP (read by h11) are the frontend's doing: a FAIL, not a harness error."""
     from ecp.conformance.frontend.sse import HttpProtocolError
-    from ecp.conformance.outcomes import Violation
+    from ecp.conformance.outcomes import CaseFailure
 
     async def main():
         server, port, _ = await _serve_once(b"\x00garbage that is not HTTP\r\n\r\n")
         async with server:
             with pytest.raises(HttpProtocolError, match="not a valid HTTP response") as caught:
                 await SseStream.open("127.0.0.1", port, "/v1/completions", {})
-        assert isinstance(caught.value, Violation)
+        assert isinstance(caught.value, CaseFailure)
     asyncio.run(main())
 
 

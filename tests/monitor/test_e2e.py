@@ -10,7 +10,7 @@ import pytest
 
 from ecp.conformance.monitor.capture import read_capture
 from ecp.conformance.monitor.observed import Observed
-from ecp.spec import EngineDead, decode_input, decode_outputs
+from ecp.spec import EngineDeadSentinel, decode_input, decode_outputs
 
 from .procs import Deployment, replay
 
@@ -94,7 +94,7 @@ def test_real_traffic_through_the_monitor_has_no_violations_and_replays_the_same
     # every admitted request (all but the rejection notice) got outputs; several requests share one
     # outputs message when they are stepped together, so count request ids, not messages
     answered = {o.request_id for m in read_capture(d.capture) if isinstance(m, Observed) and m.socket == "output"
-                for batch in [decode_outputs(m.frames)] if not isinstance(batch, EngineDead) for o in batch.outputs}
+                for batch in [decode_outputs(m.frames)] if not isinstance(batch, EngineDeadSentinel) for o in batch.outputs}
     assert len(answered) == expected["add"] - 1, len(answered)
     assert report["traffic"]["engines"] == [0, 1] and report["traffic"]["open_requests"] == 0
     assert "undecodable" not in to_engine and "undecodable" not in to_frontend

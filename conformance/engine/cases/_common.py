@@ -4,7 +4,7 @@ import contextlib
 import time
 
 from ecp.conformance import capabilities
-from ecp.conformance.outcomes import CaseTimeout, Unsupported, Violation
+from ecp.conformance.outcomes import CaseTimeout, Unsupported, CaseFailure
 from ecp.spec import EngineCoreReadyResponse
 from ecp.spec import FinishReason
 
@@ -100,27 +100,27 @@ def check_aborted(fe, rid: str, n: int, fence: str | None = None) -> None:
                 if fe.seen(fence) and t.t < fe.seen(fence)[0].t:
                     raise Unsupported(f"{rid} finished all {n} tokens before the engine took the ABORT (engine "
                                       "too fast for max_model_len)")
-            raise Violation(f"aborted request {rid} ended with {t.output.finish_reason!r} after "
+            raise CaseFailure(f"aborted request {rid} ended with {t.output.finish_reason!r} after "
                             f"{len(fe.tokens(rid))} tokens; an aborted request may only end with ABORT")
     if len(fe.terminals(rid)) > 1:
-        raise Violation(f"{len(fe.terminals(rid))} terminal outputs for aborted {rid}", clause="ECP-OUT-1")
+        raise CaseFailure(f"{len(fe.terminals(rid))} terminal outputs for aborted {rid}", clause="ECP-OUT-1")
     if len(fe.tokens(rid)) >= n:
-        raise Violation(f"aborted request {rid} still produced all {n} tokens")
+        raise CaseFailure(f"aborted request {rid} still produced all {n} tokens")
 
 
 def ok_value(reply, method: str):
     u = reply.utility
     if u.failure_message is not None:
-        raise Violation(f"{method} failed: {u.failure_message!r}", clause="ECP-UTIL-3")
+        raise CaseFailure(f"{method} failed: {u.failure_message!r}", clause="ECP-UTIL-3")
     if u.result is None:
-        raise Violation(f"{method} succeeded without a result envelope [type_info, value]", clause="ECP-UTIL-2")
+        raise CaseFailure(f"{method} succeeded without a result envelope [type_info, value]", clause="ECP-UTIL-2")
     return u.result.value
 
 
 def expect_bool(reply, method: str) -> bool:
     value = ok_value(reply, method)
     if not isinstance(value, bool):
-        raise Violation(f"{method} returned {value!r} ({type(value).__name__}), expected a bool",
+        raise CaseFailure(f"{method} returned {value!r} ({type(value).__name__}), expected a bool",
                         clause="ECP-UTIL-9")
     return value
 
@@ -136,6 +136,6 @@ def require_feature(fe, feature: str) -> None:
     capabilities.require(capabilities.get("engine", feature), fe.declared_lacks, _ready_payloads(fe), fe.profile)
 
 
-def feature_missing(fe, feature: str, observed: str) -> Violation:
+def feature_missing(fe, feature: str, observed: str) -> CaseFailure:
     """The FAIL to raise when the engine turns out to lack ``feature`` without having declared it."""
     return capabilities.missing(capabilities.get("engine", feature), observed)

@@ -2,7 +2,7 @@
 
 import time
 
-from ecp.conformance.outcomes import Violation
+from ecp.conformance.outcomes import CaseFailure
 from ecp.conformance.engine.cases._common import QUIET_LIMIT_S, abort_fenced, check_aborted, goes_quiet, start_long
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason
@@ -14,7 +14,7 @@ def test_abort_stops_running(engine):
     fence = abort_fenced(fe, [rid])
     busy = goes_quiet(fe, [rid], time.monotonic())
     if busy:
-        raise Violation(f"{rid} kept producing tokens for {QUIET_LIMIT_S}s after ABORT "
+        raise CaseFailure(f"{rid} kept producing tokens for {QUIET_LIMIT_S}s after ABORT "
                         f"({len(fe.tokens(rid))} so far)")
     check_aborted(fe, rid, n, fence)
     fe.serves(after="an ABORT")
@@ -31,9 +31,9 @@ def test_abort_unknown_id_noop(engine):
     term = fe.wait_finished(rid, max_tokens=n)
     fe.observe()
     if fe.seen(ghost):
-        raise Violation(f"ABORT of unknown id {ghost} produced {len(fe.seen(ghost))} output(s) for it")
+        raise CaseFailure(f"ABORT of unknown id {ghost} produced {len(fe.seen(ghost))} output(s) for it")
     if term.output.finish_reason != FinishReason.LENGTH or len(fe.tokens(rid)) != n:
-        raise Violation(f"a running request ended with {term.output.finish_reason!r} after "
+        raise CaseFailure(f"a running request ended with {term.output.finish_reason!r} after "
                         f"{len(fe.tokens(rid))}/{n} tokens after an ABORT of an unknown id")
 
 
@@ -48,7 +48,7 @@ def test_abort_1024_ids(engine):
     fence = abort_fenced(fe, ids)
     busy = goes_quiet(fe, [r for r, _ in running], time.monotonic())
     if busy:
-        raise Violation(f"after one ABORT of 1,024 ids, {busy} kept producing tokens")
+        raise CaseFailure(f"after one ABORT of 1,024 ids, {busy} kept producing tokens")
     for rid, n in running:
         check_aborted(fe, rid, n, fence)
     fe.serves(after="an ABORT of 1,024 ids")
@@ -64,5 +64,5 @@ def test_abort_finished_id(engine):
     fe.abort([rid])
     fe.observe()
     if len(fe.seen(rid)) != before:
-        raise Violation(f"ABORT of finished {rid} produced {len(fe.seen(rid)) - before} more output(s)")
+        raise CaseFailure(f"ABORT of finished {rid} produced {len(fe.seen(rid)) - before} more output(s)")
     fe.serves(after="an ABORT of a finished id")

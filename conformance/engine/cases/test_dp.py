@@ -3,7 +3,7 @@
 from ecp.conformance import capabilities
 from ecp.conformance.engine.checks import ready_hash_violation, wave_complete_violation
 from ecp.conformance.engine.cases._common import expect_bool, feature_missing, ok_value, require_feature
-from ecp.conformance.outcomes import CaseTimeout, Violation
+from ecp.conformance.outcomes import CaseTimeout, CaseFailure
 from ecp.conformance.registry import case
 from ecp.spec import encode_start_dp_wave, engine_identity
 
@@ -23,7 +23,7 @@ def test_distinct_identities(engines):
         expected = [engine_identity(start + k) for k in range(n)]
         got = sorted(r.identity for r in fe.records.values() if r.registrations)
         if got != expected:
-            raise Violation(f"{n} engines registered with identities {[i.hex() for i in got]}, expected "
+            raise CaseFailure(f"{n} engines registered with identities {[i.hex() for i in got]}, expected "
                             f"{[i.hex() for i in expected]}")
         for rec in fe.records.values():
             violation = ready_hash_violation(rec)
@@ -35,7 +35,7 @@ def test_distinct_identities(engines):
             fe.wait_finished(rid, max_tokens=2)
             indexes = {s.engine_index for s in fe.seen(rid)}
             if indexes != {start + k}:
-                raise Violation(f"request sent to rank {start + k} answered with engine_index {sorted(indexes)}",
+                raise CaseFailure(f"request sent to rank {start + k} answered with engine_index {sorted(indexes)}",
                                 clause="ECP-OUT-2")
 
 
@@ -63,11 +63,11 @@ def test_per_rank_sleep_state(engines):
                     for k in range(n)]
 
         if any(states()):
-            raise Violation(f"freshly started ranks answer is_sleeping = {states()}, expected all false")
+            raise CaseFailure(f"freshly started ranks answer is_sleeping = {states()}, expected all false")
         ok_value(fe.call("sleep", [1, "wait"], engine=n - 1), "sleep")
         expected = [False] * (n - 1) + [True]
         if states() != expected:
-            raise Violation(f"after sleep on the last rank only, is_sleeping per rank is {states()}, "
+            raise CaseFailure(f"after sleep on the last rank only, is_sleeping per rank is {states()}, "
                             f"expected {expected}")
         ok_value(fe.call("wake_up", [None], engine=n - 1), "wake_up")
 
@@ -78,13 +78,13 @@ def test_coordinator_gate(engines):
     with engines.fresh(engine_count=n, coordinator=True) as eut:
         fe = eut.fe
         if fe.coord_subscriptions < n:
-            raise Violation(f"{fe.coord_subscriptions} of {n} engines subscribed (0x01) to coordinator_input")
+            raise CaseFailure(f"{fe.coord_subscriptions} of {n} engines subscribed (0x01) to coordinator_input")
         for rec in fe.records.values():
             if rec.ready_at is None:
-                raise Violation(f"identity {rec.identity.hex()} never sent READY after the coordinator gate",
+                raise CaseFailure(f"identity {rec.identity.hex()} never sent READY after the coordinator gate",
                                 clause="ECP-HS-5")
             if fe.gate_published_at is None or rec.ready_at < fe.gate_published_at:
-                raise Violation(f"identity {rec.identity.hex()} sent READY before the coordinator published READY")
+                raise CaseFailure(f"identity {rec.identity.hex()} sent READY before the coordinator published READY")
         for k in range(n):
             fe.serves(engine=k, after="the coordinator gate", clause="ECP-HS-6")
 
@@ -105,7 +105,7 @@ def test_dp_control_to_coordinator(engines):
         fe.observe(max(fe.quiet_window_s, 0.3))
         if fe.dp_control_on_outputs:
             client, msg = fe.dp_control_on_outputs[0]
-            raise Violation(f"rank {msg.engine_index} sent a DP control message (wave_complete={msg.wave_complete}, "
+            raise CaseFailure(f"rank {msg.engine_index} sent a DP control message (wave_complete={msg.wave_complete}, "
                             f"start_wave={msg.start_wave}) to client output[{client}]")
         # the wave is the whole group's: only global rank 0 reports it, so a launch without rank 0 reports none
         violation = wave_complete_violation(fe)
@@ -157,9 +157,9 @@ def test_newer_wave_adopted(engines):
             if kind == "wave_complete":
                 first.setdefault(index, value)
             if kind == "start_wave" and value < NEWER_WAVE:
-                raise Violation(f"rank {index} announced start_wave={value} after requests stamped "
+                raise CaseFailure(f"rank {index} announced start_wave={value} after requests stamped "
                                 f"current_wave={NEWER_WAVE}; an engine receiving a newer wave adopts it")
         for index, value in sorted(first.items()):
             if value != NEWER_WAVE:
-                raise Violation(f"rank {index} was sent requests stamped current_wave={NEWER_WAVE} but reported "
+                raise CaseFailure(f"rank {index} was sent requests stamped current_wave={NEWER_WAVE} but reported "
                                 f"wave_complete={value}; an engine receiving a newer wave adopts it")

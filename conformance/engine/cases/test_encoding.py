@@ -11,7 +11,7 @@ from ecp.conformance.engine.raw_outputs import short_array, tensor_placement
 from ecp.conformance.engine.cases._common import (abort_fenced, check_aborted, feature_missing, goes_quiet, ok_value,
                                                   paused, require_feature, start_long)
 from ecp.conformance import capabilities
-from ecp.conformance.outcomes import Violation
+from ecp.conformance.outcomes import CaseFailure
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason, decode_any
 from ecp.spec.golden import load_documents
@@ -35,12 +35,12 @@ def test_startup_utilities(engine):
     fe = engine
     value = ok_value(fe.call("reset_mm_cache", []), "reset_mm_cache")
     if value is not None:
-        raise Violation(f"reset_mm_cache [] returned {value!r}; its result is nil")
+        raise CaseFailure(f"reset_mm_cache [] returned {value!r}; its result is nil")
     tasks = ok_value(fe.call("get_supported_tasks", []), "get_supported_tasks")
     if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
-        raise Violation(f"get_supported_tasks [] returned {tasks!r}; expected an array of strings")
+        raise CaseFailure(f"get_supported_tasks [] returned {tasks!r}; expected an array of strings")
     if "generate" not in tasks:
-        raise Violation(f"get_supported_tasks [] returned {tasks!r} without \"generate\": a Python frontend "
+        raise CaseFailure(f"get_supported_tasks [] returned {tasks!r} without \"generate\": a Python frontend "
                         "mounts no completion routes for this engine")
 
 
@@ -52,7 +52,7 @@ def test_output_framing(engine):
         try:
             fe.codec.decode_outputs(frames)
         except Exception as exc:  # noqa: BLE001 - any failure to decode is the finding
-            raise Violation(f"an output message on output[{client}] ({len(frames)} frame(s)) is not "
+            raise CaseFailure(f"an output message on output[{client}] ({len(frames)} frame(s)) is not "
                             f"[EngineCoreOutputs payload, *aux]: {exc}") from None
 
 
@@ -63,7 +63,7 @@ def test_full_length_arrays(engine):
     for client, frames in fe.raw_outputs[mark:]:
         problem = short_array(frames, fe.profile)
         if problem is not None:
-            raise Violation(f"output[{client}]: {problem}")
+            raise CaseFailure(f"output[{client}]: {problem}")
 
 
 def _paused_error(fe, engines, tag: str):
@@ -90,7 +90,7 @@ def test_finish_reason_codes(engine, engines):
 
 def _check_reason(what: str, got, want: FinishReason) -> None:
     if got != want or int(got) != int(want):
-        raise Violation(f"{what}: finish_reason {got!r}, expected {want.name} ({int(want)})")
+        raise CaseFailure(f"{what}: finish_reason {got!r}, expected {want.name} ({int(want)})")
 
 
 @case("ENG-OUT-8")
@@ -100,13 +100,13 @@ def test_error_output_shape(engine, engines):
     rid, term = _paused_error(fe, engines, "error-shape")
     out = term.output
     if out.finish_reason != FinishReason.ERROR:
-        raise Violation(f"an ADD while paused ended with {out.finish_reason!r}, expected ERROR", clause="ECP-REQ-7")
+        raise CaseFailure(f"an ADD while paused ended with {out.finish_reason!r}, expected ERROR", clause="ECP-REQ-7")
     e = out.error
     if e is None or not isinstance(e.code, str) or not e.code or not isinstance(e.message, str) \
             or not isinstance(e.retryable, bool):
-        raise Violation(f"the ERROR output carries error={e!r}; expected {{code: str, message: str, retryable: bool}}")
+        raise CaseFailure(f"the ERROR output carries error={e!r}; expected {{code: str, message: str, retryable: bool}}")
     if not term.finished_requests or rid not in term.finished_requests:
-        raise Violation(f"the ERROR output's message lists finished_requests={term.finished_requests!r}, "
+        raise CaseFailure(f"the ERROR output's message lists finished_requests={term.finished_requests!r}, "
                         f"without {rid!r}")
 
 
@@ -124,12 +124,12 @@ def test_request_ids_verbatim(engine):
             f"terminal outputs for {len(ODD_IDS)} requests with unusual ids")
     stray = sorted(set(fe.by_request) - set(_sent(fe)))
     if stray:
-        raise Violation(f"outputs carry request id(s) {stray} that were never sent; ids must come back verbatim")
+        raise CaseFailure(f"outputs carry request id(s) {stray} that were never sent; ids must come back verbatim")
     # ABORT carries the same id the ADD used: it must stop that request
     [(long, n)] = start_long(fe, "abort-" + "é" * 40)
     fence = abort_fenced(fe, [long])
     if goes_quiet(fe, [long], time.monotonic()):
-        raise Violation(f"ABORT with the ADD's own id {long!r} did not stop the request")
+        raise CaseFailure(f"ABORT with the ADD's own id {long!r} did not stop the request")
     check_aborted(fe, long, n, fence)
 
 
@@ -163,10 +163,10 @@ def _served(fe, rid: str, what: str, max_tokens: int, exact: bool = True) -> Non
     term = fe.wait_finished(rid)
     out = term.output
     if out.finish_reason == FinishReason.ERROR:
-        raise Violation(f"{what} was refused: {out.error!r}")
+        raise CaseFailure(f"{what} was refused: {out.error!r}")
     got = len(fe.tokens(rid))
     if exact and (out.finish_reason != FinishReason.LENGTH or got != max_tokens):
-        raise Violation(f"{what} ended with {out.finish_reason!r} after {got} token(s), expected LENGTH after "
+        raise CaseFailure(f"{what} ended with {out.finish_reason!r} after {got} token(s), expected LENGTH after "
                         f"{max_tokens}: its fields were not read as sent")
 
 
@@ -229,7 +229,7 @@ def test_rust_frontend_add(engine):
     # the recorded request samples up to 3 tokens and may stop at its EOS token
     _served(fe, rid, "the ADD exactly as vllm-rs encodes it (fixmap, float32 sampling floats)", 3, exact=False)
     if len(fe.tokens(rid)) > 3:
-        raise Violation(f"the vllm-rs ADD (max_tokens 3) produced {len(fe.tokens(rid))} tokens")
+        raise CaseFailure(f"the vllm-rs ADD (max_tokens 3) produced {len(fe.tokens(rid))} tokens")
     fe.serves(after="an ADD in vllm-rs encoding")
 
 
@@ -266,22 +266,22 @@ def _logprob_tensors(fe, tag: str) -> list[tuple[str, list, list[bytes]]]:
 def _tensor_bytes(name: str, tensor, frames: list[bytes]) -> bytes:
     if not (isinstance(tensor, list) and len(tensor) == 3 and isinstance(tensor[0], str)
             and isinstance(tensor[1], list) and all(isinstance(d, int) and d >= 0 for d in tensor[1])):
-        raise Violation(f"{name} is {tensor!r:.120}; a tensor is [dtype, shape, data]")
+        raise CaseFailure(f"{name} is {tensor!r:.120}; a tensor is [dtype, shape, data]")
     dtype, shape, data = tensor
     if isinstance(data, int) and not isinstance(data, bool):
         if not 0 <= data < len(frames):
-            raise Violation(f"{name} names frame {data}, but the message has {len(frames)} frame(s)")
+            raise CaseFailure(f"{name} names frame {data}, but the message has {len(frames)} frame(s)")
         data = frames[data]
     if not isinstance(data, bytes):
-        raise Violation(f"{name}: data is {type(data).__name__}; it is ext type 3 or a frame index")
+        raise CaseFailure(f"{name}: data is {type(data).__name__}; it is ext type 3 or a frame index")
     if name.endswith("logprob_token_ids") and len(shape) != 2:
-        raise Violation(f"{name}: shape {shape}; the token ids of N tokens with K alternatives are [N, K+1]")
+        raise CaseFailure(f"{name}: shape {shape}; the token ids of N tokens with K alternatives are [N, K+1]")
     size = DTYPE_ITEMSIZE.get(dtype)
     if size is None:
-        raise Violation(f"{name}: unknown dtype {dtype!r}")
+        raise CaseFailure(f"{name}: unknown dtype {dtype!r}")
     want = size * math.prod(shape)
     if len(data) != want:
-        raise Violation(f"{name}: {dtype}{shape} needs {want} bytes, the data holds {len(data)}")
+        raise CaseFailure(f"{name}: {dtype}{shape} needs {want} bytes, the data holds {len(data)}")
     return data
 
 
@@ -298,4 +298,4 @@ def test_aux_frame_threshold(engine):
     for name, tensor, frames in _logprob_tensors(fe, "aux"):
         problem = tensor_placement(tensor, _tensor_bytes(name, tensor, frames))
         if problem is not None:
-            raise Violation(f"{name}: {problem}")
+            raise CaseFailure(f"{name}: {problem}")

@@ -1,7 +1,7 @@
 """Engine-role handshake cases (HELLO, identities, ready payloads, READY, clients)."""
 
 from ecp.conformance.engine.checks import hello_violation
-from ecp.conformance.outcomes import Violation
+from ecp.conformance.outcomes import CaseFailure
 from ecp.conformance.registry import case
 from ecp.spec import EngineCoreReadyResponse, REQUIRED_READY_KEYS, decode_any, engine_identity
 
@@ -36,14 +36,14 @@ def test_identity_per_rank(engines):
     expected = {engine_identity(fe.start_index + k) for k in range(fe.engine_count)}
     for rec in records:
         if len(rec.identity) != 2:
-            raise Violation(f"identity {rec.identity.hex()} is {len(rec.identity)} bytes, expected 2")
+            raise CaseFailure(f"identity {rec.identity.hex()} is {len(rec.identity)} bytes, expected 2")
         if rec.identity not in expected:
-            raise Violation(f"identity {rec.identity.hex()} is not one of the expected ranks "
+            raise CaseFailure(f"identity {rec.identity.hex()} is not one of the expected ranks "
                             f"{sorted(i.hex() for i in expected)}")
     handshake_ids = {r.identity for r in records if r.hello_raw is not None}
     input_ids = {r.identity for r in records if r.registrations}
     if handshake_ids != input_ids:
-        raise Violation(f"handshake identities {sorted(i.hex() for i in handshake_ids)} differ from input "
+        raise CaseFailure(f"handshake identities {sorted(i.hex() for i in handshake_ids)} differ from input "
                         f"identities {sorted(i.hex() for i in input_ids)}")
 
 
@@ -53,17 +53,17 @@ def test_ready_payload_keys(engines):
     for rec in records:
         for client, payload in rec.ready_payloads.items():
             if payload is None:
-                raise Violation(f"identity {rec.identity.hex()} sent an empty ready payload on input[{client}]; "
+                raise CaseFailure(f"identity {rec.identity.hex()} sent an empty ready payload on input[{client}]; "
                                 "engines must send the full EngineCoreReadyResponse", clause="ECP-HS-12")
             if isinstance(payload, str):
-                raise Violation(f"ready payload on input[{client}] does not decode: {payload}")
+                raise CaseFailure(f"ready payload on input[{client}] does not decode: {payload}")
             raw = decode_any(rec.registrations[client][0][0])
             missing = [k for k in required_ready_keys(fe.profile) if k not in raw]
             if missing:
-                raise Violation(f"ready payload lacks required keys {missing}")
+                raise CaseFailure(f"ready payload lacks required keys {missing}")
             assert isinstance(payload, EngineCoreReadyResponse)
             if payload.max_model_len < 1:
-                raise Violation(f"ready payload max_model_len is {payload.max_model_len}")
+                raise CaseFailure(f"ready payload max_model_len is {payload.max_model_len}")
 
 
 @case("ENG-HS-4")
@@ -71,20 +71,20 @@ def test_ready_after_registration(engines):
     fe, records = _records(engines)
     for rec in records:
         if not rec.ready_raw:
-            raise Violation(f"identity {rec.identity.hex()} never sent READY")
+            raise CaseFailure(f"identity {rec.identity.hex()} never sent READY")
         if rec.ready_error:
-            raise Violation(f"READY does not decode: {rec.ready_error}")
+            raise CaseFailure(f"READY does not decode: {rec.ready_error}")
         if rec.anomalies:  # duplicate HELLO/READY, wrong frame counts on the handshake socket
-            raise Violation(f"identity {rec.identity.hex()}: handshake anomalies: {rec.anomalies}", clause="ECP-HS-7")
+            raise CaseFailure(f"identity {rec.identity.hex()}: handshake anomalies: {rec.anomalies}", clause="ECP-HS-7")
         if fe.late_handshake:
-            raise Violation(f"{len(fe.late_handshake)} handshake message(s) after READY", clause="ECP-HS-7")
+            raise CaseFailure(f"{len(fe.late_handshake)} handshake message(s) after READY", clause="ECP-HS-7")
         missing = set(range(len(fe.inputs))) - (rec.registered_at_ready or set())
         if missing:
             # ipc/tcp sockets are independent, so allow the registration to be in flight:
             # it must have arrived by the end of the handshake at the latest.
             late = [c for c in missing if c not in rec.registrations]
             if late:
-                raise Violation(f"READY came but no ready payload on input(s) {late}")
+                raise CaseFailure(f"READY came but no ready payload on input(s) {late}")
 
 
 @case("ENG-HS-5")
@@ -95,11 +95,11 @@ def test_one_registration_per_input(engines):
     for rec in records:
         for client, regs in rec.registrations.items():
             if len(regs) != 1:
-                raise Violation(f"identity {rec.identity.hex()} registered {len(regs)} times on input[{client}]")
+                raise CaseFailure(f"identity {rec.identity.hex()} registered {len(regs)} times on input[{client}]")
         if rec.registration_anomalies:
-            raise Violation(f"identity {rec.identity.hex()}: {rec.registration_anomalies}")
+            raise CaseFailure(f"identity {rec.identity.hex()}: {rec.registration_anomalies}")
     if fe.late_inputs:
-        raise Violation(f"{len(fe.late_inputs)} unexpected message(s) from the engine on an input socket")
+        raise CaseFailure(f"{len(fe.late_inputs)} unexpected message(s) from the engine on an input socket")
 
 
 @case("ENG-HS-6")
@@ -108,7 +108,7 @@ def test_multiple_clients(engines):
         fe = eut.fe
         for rec in fe.records.values():
             if sorted(rec.registrations) != [0, 1]:
-                raise Violation(f"registered on inputs {sorted(rec.registrations)}, expected [0, 1]",
+                raise CaseFailure(f"registered on inputs {sorted(rec.registrations)}, expected [0, 1]",
                                 clause="ECP-SOCK-3")
         for client in (0, 1):
             rid = fe.new_id(f"client{client}")
@@ -116,5 +116,5 @@ def test_multiple_clients(engines):
             fe.wait_finished(rid, max_tokens=2)
             clients = {s.client for s in fe.seen(rid)}
             if clients != {client}:
-                raise Violation(f"outputs of {rid} (client_index={client}) arrived on outputs {sorted(clients)}",
+                raise CaseFailure(f"outputs of {rid} (client_index={client}) arrived on outputs {sorted(clients)}",
                                 clause="ECP-SOCK-4")

@@ -3,7 +3,7 @@
 import msgspec
 
 from ecp.conformance.engine.cases._common import ok_value, paused
-from ecp.conformance.outcomes import Violation
+from ecp.conformance.outcomes import CaseFailure
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason, SamplingParams
 
@@ -29,7 +29,7 @@ def test_abort_immediately_no_tokens(engine):
     fe.observe()
     if fe.seen(rid):
         toks = fe.tokens(rid)
-        raise Violation(f"abort_immediately request {rid} got {len(fe.seen(rid))} output(s) with "
+        raise CaseFailure(f"abort_immediately request {rid} got {len(fe.seen(rid))} output(s) with "
                         f"{len(toks)} token(s); it must never run and emit nothing")
 
 
@@ -46,7 +46,7 @@ def test_abort_immediately_others_unaffected(engine):
     term = fe.wait_finished(other, max_tokens=n)
     fe.observe()
     if term.output.finish_reason != FinishReason.LENGTH or len(fe.tokens(other)) != n:
-        raise Violation(f"a running request ended with {term.output.finish_reason!r} after "
+        raise CaseFailure(f"a running request ended with {term.output.finish_reason!r} after "
                         f"{len(fe.tokens(other))}/{n} tokens when an abort_immediately ADD arrived")
 
 
@@ -61,9 +61,9 @@ def test_abort_immediately_passes_a_pause(engine, engines):
         fe.observe()
         errors = [s.output for s in fe.seen(rid) if s.output.error is not None]
         if errors:
-            raise Violation(f"the abort_immediately ADD {rid} sent while paused was answered with "
+            raise CaseFailure(f"the abort_immediately ADD {rid} sent while paused was answered with "
                             f"error {errors[0].error!r}; it must be processed, not refused as new work")
         if fe.tokens(rid):
-            raise Violation(f"abort_immediately request {rid} produced {len(fe.tokens(rid))} token(s)",
+            raise CaseFailure(f"abort_immediately request {rid} produced {len(fe.tokens(rid))} token(s)",
                             clause="ECP-REJECT-1")
     fe.serves(after="an abort_immediately ADD during a pause")

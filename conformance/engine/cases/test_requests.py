@@ -4,7 +4,7 @@ import time
 
 from ecp.conformance.engine.cases._common import goes_quiet, long_max_tokens, paused
 from ecp.conformance import capabilities
-from ecp.conformance.outcomes import CaseTimeout, Unsupported, Violation
+from ecp.conformance.outcomes import CaseTimeout, Unsupported, CaseFailure
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason
 from ecp.spec.clauses import CLAUSES
@@ -16,18 +16,18 @@ def _expect_error_output(fe, rid: str, what: str) -> None:
     term = fe.wait_finished(rid)
     out = term.output
     if out.finish_reason != FinishReason.ERROR:
-        raise Violation(f"{what}: request ended with {out.finish_reason!r} after {len(fe.tokens(rid))} "
+        raise CaseFailure(f"{what}: request ended with {out.finish_reason!r} after {len(fe.tokens(rid))} "
                         "token(s), expected ERROR")
     if not CLAUSES["ECP-OUT-5"].holds_in(fe.profile.layout):
         pass  # the release's ERROR outputs carry no RequestError (0.32 and older): the finish reason is all
     elif out.error is None or not out.error.code or not isinstance(out.error.message, str):
-        raise Violation(f"{what}: ERROR output without a RequestError {{code, message, retryable}}",
+        raise CaseFailure(f"{what}: ERROR output without a RequestError {{code, message, retryable}}",
                         clause="ECP-OUT-5")
     elif out.error.retryable is not False:
-        raise Violation(f"{what}: the ERROR says retryable: {out.error.retryable!r}; the same ADD would be "
+        raise CaseFailure(f"{what}: the ERROR says retryable: {out.error.retryable!r}; the same ADD would be "
                         "refused again, so it must say false", clause="ECP-OUT-5")
     if fe.tokens(rid):
-        raise Violation(f"{what}: {len(fe.tokens(rid))} token(s) produced for a rejected request")
+        raise CaseFailure(f"{what}: {len(fe.tokens(rid))} token(s) produced for a rejected request")
 
 
 @case("ENG-REQ-1")
@@ -40,9 +40,9 @@ def test_exact_max_tokens(engine):
         fe.observe()
         got = len(fe.tokens(rid))
         if got != n:
-            raise Violation(f"max_tokens={n}, ignore_eos: {got} tokens produced")
+            raise CaseFailure(f"max_tokens={n}, ignore_eos: {got} tokens produced")
         if term.output.finish_reason != FinishReason.LENGTH:
-            raise Violation(f"max_tokens={n} reached but finish_reason is {term.output.finish_reason!r}, "
+            raise CaseFailure(f"max_tokens={n} reached but finish_reason is {term.output.finish_reason!r}, "
                             "expected LENGTH")
 
 
@@ -57,7 +57,7 @@ def _greedy_first_token(fe, prompt):
     fe.wait_finished(rid, max_tokens=1)
     toks = fe.tokens(rid)
     if len(toks) != 1:
-        raise Violation(f"max_tokens=1 produced {len(toks)} tokens", clause="ECP-REQ-4")
+        raise CaseFailure(f"max_tokens=1 produced {len(toks)} tokens", clause="ECP-REQ-4")
     return toks[0]
 
 
@@ -71,19 +71,19 @@ def test_stop_token_finishes_stop(engine):
     term = fe.wait_finished(rid, max_tokens=8)
     toks = fe.tokens(rid)
     if term.output.finish_reason != FinishReason.STOP:
-        raise Violation(f"greedy first token {first} is in stop_token_ids but the request ended with "
+        raise CaseFailure(f"greedy first token {first} is in stop_token_ids but the request ended with "
                         f"{term.output.finish_reason!r} after {len(toks)} tokens, expected STOP")
     if len(toks) != 1 or toks[0] != first:
-        raise Violation(f"stopped on token {first}, expected exactly that one token, got {toks}")
+        raise CaseFailure(f"stopped on token {first}, expected exactly that one token, got {toks}")
     if term.output.stop_reason != first:
-        raise Violation(f"stop_reason is {term.output.stop_reason!r}; a request stopped by a token of "
+        raise CaseFailure(f"stop_reason is {term.output.stop_reason!r}; a request stopped by a token of "
                         f"stop_token_ids carries that token, {first}, in stop_reason")
     # the stop token is also the max_tokens-th token: the stop condition wins over the length cap
     rid = fe.new_id("stop-at-cap")
     fe.add(fe.request(rid, max_tokens=1, prompt=prompt, stop_token_ids=[first], ignore_eos=False, seed=SEED))
     out = fe.wait_finished(rid, max_tokens=1).output
     if (out.finish_reason, out.stop_reason) != (FinishReason.STOP, first):
-        raise Violation(f"token {first} is both in stop_token_ids and the max_tokens=1st token: the request ended "
+        raise CaseFailure(f"token {first} is both in stop_token_ids and the max_tokens=1st token: the request ended "
                         f"with {out.finish_reason!r} (stop_reason {out.stop_reason!r}), expected STOP "
                         f"(stop_reason {first})")
     # EOS stops with stop_reason nil; judged when the engine produces the EOS id (a synthetic
@@ -94,7 +94,7 @@ def test_stop_token_finishes_stop(engine):
     toks = fe.tokens(rid)
     if first in toks and (out.finish_reason, out.stop_reason, toks.index(first)) != (FinishReason.STOP, None,
                                                                                       len(toks) - 1):
-        raise Violation(f"the request's _eos_token_id {first} was produced as token {toks.index(first) + 1} of "
+        raise CaseFailure(f"the request's _eos_token_id {first} was produced as token {toks.index(first) + 1} of "
                         f"{len(toks)}; the request ended with {out.finish_reason!r} (stop_reason "
                         f"{out.stop_reason!r}), expected STOP on it with stop_reason nil")
 
@@ -110,7 +110,7 @@ def test_min_tokens(engine):
     term = fe.wait_finished(rid, max_tokens=6)
     n = len(fe.tokens(rid))
     if n < 4:
-        raise Violation(f"min_tokens=4 but the request finished ({term.output.finish_reason!r}) after {n} tokens")
+        raise CaseFailure(f"min_tokens=4 but the request finished ({term.output.finish_reason!r}) after {n} tokens")
 
 
 @case("ENG-REQ-4")
@@ -125,24 +125,24 @@ def test_duplicate_id_error(engine):
     fe.wait(lambda: bool(fe.terminals(rid)), 5.0, f"an ERROR output for the duplicate ADD of {rid}")
     first = fe.terminals(rid)[0]
     if first.output.finish_reason != FinishReason.ERROR:
-        raise Violation(f"the duplicate ADD of in-flight {rid} was answered with {first.output.finish_reason!r} "
+        raise CaseFailure(f"the duplicate ADD of in-flight {rid} was answered with {first.output.finish_reason!r} "
                         f"after {len(fe.tokens(rid))} token(s), expected ERROR")
     if not CLAUSES["ECP-OUT-5"].holds_in(fe.profile.layout):
         pass  # no RequestError in the release (0.32 and older): the finish reason is all it says
     elif first.output.error is None:
-        raise Violation("the ERROR output for the duplicate ADD carries no RequestError", clause="ECP-OUT-5")
+        raise CaseFailure("the ERROR output for the duplicate ADD carries no RequestError", clause="ECP-OUT-5")
     elif first.output.error.retryable is not False:
-        raise Violation(f"the ERROR for the duplicate ADD of {rid} says retryable: {first.output.error.retryable!r}; "
+        raise CaseFailure(f"the ERROR for the duplicate ADD of {rid} says retryable: {first.output.error.retryable!r}; "
                         "the same ADD would be refused again, so it must say false", clause="ECP-OUT-5")
     if first.finished_requests and rid in first.finished_requests:
-        raise Violation(f"the ERROR for the duplicate ADD lists {rid} in finished_requests while the original "
+        raise CaseFailure(f"the ERROR for the duplicate ADD lists {rid} in finished_requests while the original "
                         f"{rid} still runs (a frontend forgets which engine serves it)", clause="ECP-OUT-5")
     # the running request must go on producing tokens after the rejection
     seen_at_error = len(fe.seen(rid))
     fe.wait(lambda: len(fe.seen(rid)) > seen_at_error, 5.0, f"more tokens for the running {rid} after the ERROR")
     later = fe.seen(rid)[seen_at_error:]
     if any(s.output.finish_reason not in (None, FinishReason.LENGTH) for s in later):
-        raise Violation(f"after rejecting the duplicate, the running {rid} ended with "
+        raise CaseFailure(f"after rejecting the duplicate, the running {rid} ended with "
                         f"{[s.output.finish_reason for s in later if s.output.finish_reason is not None]}")
     fe.abort([rid])
     goes_quiet(fe, [rid], time.monotonic())
@@ -152,7 +152,7 @@ def test_duplicate_id_error(engine):
     fe.wait(lambda: len(fe.terminals(rid)) > ended, 5.0, f"a terminal output for {rid}, added again after it ended")
     again = fe.terminals(rid)[ended]
     if again.output.finish_reason != FinishReason.LENGTH:
-        raise Violation(f"{rid}, added again after it was aborted and went quiet, ended with "
+        raise CaseFailure(f"{rid}, added again after it was aborted and went quiet, ended with "
                         f"{again.output.finish_reason!r} after {len(fe.tokens(rid))} token(s) in all; "
                         "expected a new request's 2 tokens and LENGTH")
 
@@ -161,14 +161,14 @@ def test_duplicate_id_error(engine):
 def test_over_long_prompt_error(engine):
     fe = engine
     if fe.max_model_len is None:
-        raise Violation("no max_model_len known from the ready payload", clause="ECP-HS-4")
+        raise CaseFailure("no max_model_len known from the ready payload", clause="ECP-HS-4")
     if fe.max_model_len >= MAX_OVERLONG_PROMPT:
         raise Unsupported(f"max_model_len {fe.max_model_len} is too large to send a longer prompt")
     rid = fe.new_id("long")
     fe.add(fe.request(rid, max_tokens=1, prompt=[1] * (fe.max_model_len + 1)))
     _expect_error_output(fe, rid, f"prompt of {fe.max_model_len + 1} tokens (max_model_len {fe.max_model_len})")
     if len(fe.terminals(rid)) != 1:
-        raise Violation(f"{len(fe.terminals(rid))} terminal outputs for one rejected request", clause="ECP-OUT-1")
+        raise CaseFailure(f"{len(fe.terminals(rid))} terminal outputs for one rejected request", clause="ECP-OUT-1")
     fe.serves(after="an over-long prompt")
 
 
@@ -194,9 +194,9 @@ def test_one_terminal_output(engine):
         seen = fe.seen(rid)
         terms = [i for i, s in enumerate(seen) if s.output.finish_reason is not None]
         if len(terms) != 1:
-            raise Violation(f"{rid}: {len(terms)} terminal outputs, expected exactly 1")
+            raise CaseFailure(f"{rid}: {len(terms)} terminal outputs, expected exactly 1")
         if terms[0] != len(seen) - 1:
-            raise Violation(f"{rid}: {len(seen) - 1 - terms[0]} output(s) after the terminal output")
+            raise CaseFailure(f"{rid}: {len(seen) - 1 - terms[0]} output(s) after the terminal output")
 
 
 @case("ENG-OUT-2")
@@ -209,11 +209,11 @@ def test_engine_index(engine):
     reply = fe.call("is_sleeping")
     got = {s.engine_index for s in fe.seen(rid)} | {reply.engine_index}
     if got != {rank}:
-        raise Violation(f"rank {rank} answered a request and a utility call with engine_index {sorted(got)}")
+        raise CaseFailure(f"rank {rank} answered a request and a utility call with engine_index {sorted(got)}")
     expected = {fe.start_index + k for k in range(fe.engine_count)}
     for client, msg in fe.messages:
         if msg.engine_index not in expected:
-            raise Violation(f"an output message carries engine_index {msg.engine_index}; the engines' ranks "
+            raise CaseFailure(f"an output message carries engine_index {msg.engine_index}; the engines' ranks "
                             f"are {sorted(expected)}")
 
 
@@ -228,9 +228,9 @@ def test_outputs_to_client(engines):
         fe.observe()
         wrong = sorted({s.client for s in fe.seen(rid)} - {1})
         if wrong:
-            raise Violation(f"outputs of a client_index=1 request arrived on output(s) {wrong}")
+            raise CaseFailure(f"outputs of a client_index=1 request arrived on output(s) {wrong}")
         if reply.client != 1 or len(fe.replies[reply.utility.call_id]) != 1:
-            raise Violation(f"the utility reply for client 1 arrived on output[{reply.client}]")
+            raise CaseFailure(f"the utility reply for client 1 arrived on output[{reply.client}]")
 
 
 @case("ENG-OUT-4")
@@ -243,7 +243,7 @@ def test_delta_tokens(engine):
     fe.observe()
     per_output = [len(s.output.new_token_ids) for s in fe.seen(rid)]
     if sum(per_output) != n:
-        raise Violation(f"new_token_ids per output {per_output} sum to {sum(per_output)}, expected {n} "
+        raise CaseFailure(f"new_token_ids per output {per_output} sum to {sum(per_output)}, expected {n} "
                         "(cumulative instead of delta?)")
 
 
@@ -258,13 +258,13 @@ def test_paused_engine_errors(engine, engines):
         term = fe.wait_finished(rid)
         out = term.output
         if out.finish_reason != FinishReason.ERROR or out.error is None:
-            raise Violation(f"an ADD while paused ended with {out.finish_reason!r} after {len(fe.tokens(rid))} "
+            raise CaseFailure(f"an ADD while paused ended with {out.finish_reason!r} after {len(fe.tokens(rid))} "
                             f"token(s), error={out.error!r}; expected an ERROR output with code engine_paused")
         if out.error.code != "engine_paused" or out.error.retryable is not True:
-            raise Violation(f"an ADD while paused got error code={out.error.code!r}, "
+            raise CaseFailure(f"an ADD while paused got error code={out.error.code!r}, "
                             f"retryable={out.error.retryable!r}; expected engine_paused, retryable: true")
         if fe.tokens(rid):
-            raise Violation(f"{len(fe.tokens(rid))} token(s) produced for an ADD refused while paused")
+            raise CaseFailure(f"{len(fe.tokens(rid))} token(s) produced for an ADD refused while paused")
     fe.serves(after="pause_scheduler and resume_scheduler")
 
 
@@ -280,17 +280,17 @@ def test_pause_keep_queues(engine, engines):
         fe.observe()
         if fe.seen(rid):
             first = fe.seen(rid)[0].output
-            raise Violation(f"an ADD while paused by {method}(mode keep) got an output before the resume "
+            raise CaseFailure(f"an ADD while paused by {method}(mode keep) got an output before the resume "
                             f"(finish_reason {first.finish_reason!r}, error {first.error!r}, "
                             f"{len(fe.tokens(rid))} token(s)); expected it queued until resume_scheduler",
                             clause="ECP-REQ-7")
     try:
         term = fe.wait_finished(rid, max_tokens=2)
     except CaseTimeout:
-        raise Violation(f"an ADD queued while paused by {method}(mode keep) got no output after "
+        raise CaseFailure(f"an ADD queued while paused by {method}(mode keep) got no output after "
                         "resume_scheduler (it was dropped)", clause="ECP-REQ-7") from None
     if term.output.finish_reason != FinishReason.LENGTH or len(fe.tokens(rid)) != 2:
-        raise Violation(f"an ADD queued while paused by {method}(mode keep) ended with "
+        raise CaseFailure(f"an ADD queued while paused by {method}(mode keep) ended with "
                         f"{term.output.finish_reason!r} after {len(fe.tokens(rid))} token(s) once resumed; "
                         "expected LENGTH after 2", clause="ECP-REQ-7")
     fe.serves(after=f"{method}(mode keep) and resume_scheduler")

@@ -7,7 +7,7 @@ process died.
 
 import msgspec
 
-from ecp.conformance.outcomes import Violation
+from ecp.conformance.outcomes import CaseFailure
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason, decode_any
 
@@ -27,7 +27,7 @@ def _each_survived(fe, messages, what: str) -> None:
     # never with a result (the engine inputs in order: the probes above came after it)
     executed = [cid for cid in fe.refused_and_executed() if cid not in earlier]
     if executed:
-        raise Violation(f"malformed UTILITY call(s) {executed} were answered with a result; a refused call is "
+        raise CaseFailure(f"malformed UTILITY call(s) {executed} were answered with a result; a refused call is "
                         "answered with failure_message or not at all", clause="ECP-ROB-1")
 
 
@@ -111,7 +111,7 @@ def test_client_index_out_of_range(engine):
     fe.send_raw(fe.codec.encode_utility(7, 4242, "is_sleeping"), client=0)
     fe.serves(after="a UTILITY with client_index 7 (one client)")
     if fe.seen(rid) and any(s.client != 0 for s in fe.seen(rid)):
-        raise Violation("outputs for an unroutable client_index arrived on another client's socket",
+        raise CaseFailure("outputs for an unroutable client_index arrived on another client's socket",
                         clause="ECP-SOCK-4")
 
 
@@ -126,13 +126,13 @@ def test_invalid_add_answered(engine):
     fe.serves(after="a mistyped ADD")
     fe.observe()
     if not fe.terminals(rid):
-        raise Violation(f"an ADD with a recoverable id ({rid}) but a mistyped field got no ERROR output")
+        raise CaseFailure(f"an ADD with a recoverable id ({rid}) but a mistyped field got no ERROR output")
     if fe.terminals(rid)[0].output.finish_reason != FinishReason.ERROR:
-        raise Violation(f"mistyped ADD {rid} ended with {fe.terminals(rid)[0].output.finish_reason!r}, "
+        raise CaseFailure(f"mistyped ADD {rid} ended with {fe.terminals(rid)[0].output.finish_reason!r}, "
                         "expected ERROR")
     error = fe.terminals(rid)[0].output.error
     if error is not None and error.retryable is not False:
-        raise Violation(f"the ERROR for mistyped ADD {rid} says retryable: {error.retryable!r}; the same ADD "
+        raise CaseFailure(f"the ERROR for mistyped ADD {rid} says retryable: {error.retryable!r}; the same ADD "
                         "would be refused again, so it must say false", clause="ECP-OUT-5")
 
 
@@ -164,10 +164,10 @@ def test_graceful_shutdown(engines):
         fe.observe(fe.quiet_window_s)  # outputs sent just before the exit
         missing = [r for r in rids if not fe.terminals(r)]
         if missing:
-            raise Violation(f"after SIGTERM the engine {'exited' if status is not None else 'ran on'} without a "
+            raise CaseFailure(f"after SIGTERM the engine {'exited' if status is not None else 'ran on'} without a "
                             f"terminal output for in-flight request(s) {missing}; it must finish or abort them "
                             "and send their outputs")
         if status is None:
-            raise Violation(f"the engine sent its outputs but was still running {SHUTDOWN_S:.0f}s after SIGTERM")
+            raise CaseFailure(f"the engine sent its outputs but was still running {SHUTDOWN_S:.0f}s after SIGTERM")
         if status != 0:
-            raise Violation(f"the engine exited with status {status} after SIGTERM; a graceful shutdown exits 0")
+            raise CaseFailure(f"the engine exited with status {status} after SIGTERM; a graceful shutdown exits 0")

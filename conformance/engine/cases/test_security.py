@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from ecp.conformance.outcomes import FailedClosed, Violation
+from ecp.conformance.outcomes import FailedClosed, CaseFailure
 from ecp.conformance.registry import case
 from ecp.spec import decode_any
 from ecp.spec.enums import EXT_CLOUDPICKLE, EXT_PICKLE
@@ -43,12 +43,12 @@ def _check(fe, markers, what: str, send, used=lambda: None) -> None:
         send()
         fe.serves(after=what)
     except FailedClosed as exc:
-        stopped = Violation(f"{what} was refused, but the engine stopped: {exc}", clause="ECP-ROB-1")
-    except Violation as exc:
+        stopped = CaseFailure(f"{what} was refused, but the engine stopped: {exc}", clause="ECP-ROB-1")
+    except CaseFailure as exc:
         stopped = exc
     created = [str(m) for m in markers if m.exists()]
     if created:
-        raise Violation(f"{what}: the engine EXECUTED a code-carrying payload: marker file(s) {created} exist")
+        raise CaseFailure(f"{what}: the engine EXECUTED a code-carrying payload: marker file(s) {created} exist")
     used()  # raises when the engine used the refused payload
     if stopped is not None:
         raise stopped
@@ -69,7 +69,7 @@ def test_pickle_refused(engine, engines):
 
     def used():
         if any(s.output.new_token_ids for s in fe.seen(rid)):
-            raise Violation(f"the engine served {rid}, whose prompt_embeds is a pickle ext: it decoded it")
+            raise CaseFailure(f"the engine served {rid}, whose prompt_embeds is a pickle ext: it decoded it")
 
     _check(fe, [m1, m2], "a pickle ext type (1)", send, used)
 
@@ -82,7 +82,7 @@ def test_cloudpickle_refused(engine, engines):
 
     def used():
         if any(r.utility.failure_message is None for r in fe.replies.get(31337, [])):
-            raise Violation("a UTILITY call whose argument is a cloudpickle ext was executed successfully")
+            raise CaseFailure("a UTILITY call whose argument is a cloudpickle ext was executed successfully")
 
     _check(fe, [m], "a cloudpickle ext type (2)",
            lambda: fe.send_raw([b"\x03", payload], decode=lambda: "(UTILITY with a cloudpickle ext argument)"), used)
@@ -97,7 +97,7 @@ def test_unknown_ext_refused(engine):
 
     def used():
         if any(s.output.new_token_ids for s in fe.seen(rid)):
-            raise Violation(f"the engine served {rid} whose prompt_embeds uses unknown ext type 42")
+            raise CaseFailure(f"the engine served {rid} whose prompt_embeds uses unknown ext type 42")
 
     _check(fe, [], "an unknown ext type (42)",
            lambda: fe.send_raw([b"\x00", enc(add)], decode=lambda: "(ADD with ext type 42)"), used)

@@ -1,7 +1,7 @@
 """Engine-role utility-call cases."""
 
 from ecp.conformance.engine.cases._common import expect_bool, ok_value, require_feature, start_long
-from ecp.conformance.outcomes import CaseTimeout, Unsupported, Violation
+from ecp.conformance.outcomes import CaseTimeout, Unsupported, CaseFailure
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason
 
@@ -16,7 +16,7 @@ def test_result_envelope(engine):
         # ecp never asks for insecure serialization, so type_info is nil; a 1-element envelope [value]
         # reads as type_info=value
         if result.type_info is not None or (method == "is_sleeping" and not isinstance(result.value, bool)):
-            raise Violation(f"{method}: result is [{result.type_info!r}, {result.value!r}], expected the "
+            raise CaseFailure(f"{method}: result is [{result.type_info!r}, {result.value!r}], expected the "
                             "envelope [nil, value] (a 2-element array)")
 
 
@@ -31,7 +31,7 @@ def test_call_id_echo_u64(engine):
                 f"a reply to is_sleeping with call_id {cid}")
         new = sorted(k for k, v in fe.replies.items() if len(v) > before.get(k, 0))
         if new != [cid]:
-            raise Violation(f"call_id {cid} was answered with call_id(s) {new}")
+            raise CaseFailure(f"call_id {cid} was answered with call_id(s) {new}")
 
 
 @case("ENG-UTIL-3")
@@ -40,10 +40,10 @@ def test_unknown_method_failure(engine):
     reply = fe.call("ecp_no_such_method", [1, "x"])
     u = reply.utility
     if not isinstance(u.failure_message, str) or not u.failure_message:
-        raise Violation(f"unknown method answered with failure_message={u.failure_message!r}, "
+        raise CaseFailure(f"unknown method answered with failure_message={u.failure_message!r}, "
                         f"result={u.result!r}; expected a failure message")
     if u.result is not None:
-        raise Violation(f"a failed call carries a result {u.result!r}; it must be nil")
+        raise CaseFailure(f"a failed call carries a result {u.result!r}; it must be nil")
     expect_bool(fe.call("is_sleeping"), "is_sleeping")
     fe.serves(after="an unknown utility method")
 
@@ -54,40 +54,40 @@ def test_sleep_wake_transitions(engine, engines):
     require_feature(fe, "sleep")
     engines.mark_dirty()  # whatever happens, the next case gets an engine that never slept
     if expect_bool(fe.call("is_sleeping"), "is_sleeping") is not False:
-        raise Violation("a freshly started engine reports is_sleeping = true")
+        raise CaseFailure("a freshly started engine reports is_sleeping = true")
     ok_value(fe.call("sleep", [1, "wait"]), "sleep")
     if expect_bool(fe.call("is_sleeping"), "is_sleeping") is not True:
-        raise Violation("is_sleeping is false right after sleep(1, 'wait')")
+        raise CaseFailure("is_sleeping is false right after sleep(1, 'wait')")
     # an ADD while asleep: queued until the wake_up, or refused at once with a retryable engine_paused
     # ERROR; never run while asleep, never dropped
     rid = fe.new_id("asleep")
     fe.add(fe.request(rid, max_tokens=2))
     fe.observe()
     if fe.tokens(rid):
-        raise Violation(f"{rid}, sent while the engine sleeps, produced {len(fe.tokens(rid))} token(s) before "
+        raise CaseFailure(f"{rid}, sent while the engine sleeps, produced {len(fe.tokens(rid))} token(s) before "
                         "any wake_up", clause="ECP-UTIL-8")
     refused = fe.terminals(rid)
     if refused:
         out = refused[0].output
         if out.finish_reason != FinishReason.ERROR or out.error is None or \
                 (out.error.code, out.error.retryable) != ("engine_paused", True):
-            raise Violation(f"{rid}, sent while the engine sleeps, ended with {out.finish_reason!r} "
+            raise CaseFailure(f"{rid}, sent while the engine sleeps, ended with {out.finish_reason!r} "
                             f"(error {out.error!r}) before any wake_up; it is queued, or refused with ERROR "
                             "{code: engine_paused, retryable: true}", clause="ECP-UTIL-8")
     woke = ok_value(fe.call("wake_up", [None]), "wake_up")
     if woke is not None and not isinstance(woke, bool):
-        raise Violation(f"wake_up returned {woke!r}, expected a bool", clause="ECP-UTIL-9")
+        raise CaseFailure(f"wake_up returned {woke!r}, expected a bool", clause="ECP-UTIL-9")
     if expect_bool(fe.call("is_sleeping"), "is_sleeping") is not False:
-        raise Violation("is_sleeping is still true after wake_up(None)")
+        raise CaseFailure("is_sleeping is still true after wake_up(None)")
     if not refused:
         try:
             term = fe.wait_finished(rid, max_tokens=2)
         except CaseTimeout:
-            raise Violation(f"{rid}, sent while the engine slept, got no output: neither a retryable "
+            raise CaseFailure(f"{rid}, sent while the engine slept, got no output: neither a retryable "
                             "engine_paused ERROR while asleep nor its tokens after the wake_up (it was dropped)",
                             clause="ECP-UTIL-8") from None
         if term.output.finish_reason != FinishReason.LENGTH or len(fe.tokens(rid)) != 2:
-            raise Violation(f"{rid}, queued while the engine slept, ended with {term.output.finish_reason!r} "
+            raise CaseFailure(f"{rid}, queued while the engine slept, ended with {term.output.finish_reason!r} "
                             f"after {len(fe.tokens(rid))} token(s) once awake; expected LENGTH after 2",
                             clause="ECP-UTIL-8")
     fe.serves(after="sleep and wake_up")
@@ -98,7 +98,7 @@ def test_reset_prefix_cache_bool(engine):
     fe = engine
     value = expect_bool(fe.call("reset_prefix_cache", [False, False]), "reset_prefix_cache")
     if value is not True:
-        raise Violation("reset_prefix_cache on an idle engine returned false")
+        raise CaseFailure("reset_prefix_cache on an idle engine returned false")
 
 
 def _aborts_before_reply(fe, method: str, args: list, tag: str) -> None:
@@ -111,7 +111,7 @@ def _aborts_before_reply(fe, method: str, args: list, tag: str) -> None:
     defaulted = len(args) < (2 if method == "sleep" else 1)  # the mode argument left out
     terms = fe.terminals(rid)
     if not terms:
-        raise Violation(f"{call} replied but running request {rid} got no terminal output"
+        raise CaseFailure(f"{call} replied but running request {rid} got no terminal output"
                         + ("; a left-out mode is 'abort' (vLLM 0.33's default)" if defaulted else ""),
                         clause="ECP-UTIL-8" if defaulted else None)
     term = terms[0]
@@ -122,11 +122,11 @@ def _aborts_before_reply(fe, method: str, args: list, tag: str) -> None:
         raise Unsupported(f"{rid} finished all {n} tokens before the engine took {call} (engine too fast "
                           "for max_model_len)")
     if term.output.finish_reason != FinishReason.ABORT:
-        raise Violation(f"{call} ended {rid} with {term.output.finish_reason!r}, expected ABORT")
+        raise CaseFailure(f"{call} ended {rid} with {term.output.finish_reason!r}, expected ABORT")
     if term.t > reply.t:
-        raise Violation(f"the ABORT output for {rid} arrived after the {method} reply")
+        raise CaseFailure(f"the ABORT output for {rid} arrived after the {method} reply")
     if not term.finished_requests or rid not in term.finished_requests:
-        raise Violation(f"the ABORT output for {rid} is not listed in finished_requests "
+        raise CaseFailure(f"the ABORT output for {rid} is not listed in finished_requests "
                         f"({term.finished_requests!r})")
 
 
@@ -150,4 +150,4 @@ def test_supported_tasks_type(engine):
     fe = engine
     value = ok_value(fe.call("get_supported_tasks"), "get_supported_tasks")
     if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-        raise Violation(f"get_supported_tasks returned {value!r}, expected an array of strings")
+        raise CaseFailure(f"get_supported_tasks returned {value!r}, expected an array of strings")

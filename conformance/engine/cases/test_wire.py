@@ -15,7 +15,7 @@ import struct
 import msgspec
 
 from ecp.conformance import capabilities
-from ecp.conformance.outcomes import Violation
+from ecp.conformance.outcomes import CaseFailure
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason, SamplingParams
 from ecp.spec.enums import RequestOutputKind
@@ -84,7 +84,7 @@ def test_utility_call_shapes(engine, engines):
         if name in ("pause_generation", "pause_scheduler"):
             fe.call("resume_scheduler", [])
     if refused:
-        raise Violation(f"{len(refused)} call(s) of {profile.label}'s own UTILITY methods refused by their shape: "
+        raise CaseFailure(f"{len(refused)} call(s) of {profile.label}'s own UTILITY methods refused by their shape: "
                         + "; ".join(refused[:4]))
 
 
@@ -124,6 +124,6 @@ def test_add_shapes(engine):
         term = fe.wait_finished(rid)
         reason = term.output.finish_reason
         if reason not in (FinishReason.LENGTH, FinishReason.STOP):
-            raise Violation(f"the ADD with {what} ({fe.profile.label}'s layout) ended with {reason!r} after "
+            raise CaseFailure(f"the ADD with {what} ({fe.profile.label}'s layout) ended with {reason!r} after "
                             f"{len(fe.tokens(rid))} token(s): refused, not served")
     fe.serves(after="the full and the sparse ADD")

@@ -15,7 +15,7 @@ from ecp.conformance.frontend.cases._common import (
 )
 from ecp.conformance.frontend.session import FrontendManager
 from ecp.conformance.frontend.sse import drop_all
-from ecp.conformance.outcomes import CaseTimeout, Unsupported, Violation
+from ecp.conformance.outcomes import CaseTimeout, Unsupported, CaseFailure
 
 
 @dataclass
@@ -150,6 +150,6 @@ async def burst_coalesced(m: FrontendManager, k: int) -> None:
         try:
             judge_coalesced(result)
             return
-        except Violation as exc:
+        except CaseFailure as exc:
             failures.append(str(exc))
-    raise Violation(f"in each of {attempts} burst(s): " + " | ".join(failures))
+    raise CaseFailure(f"in each of {attempts} burst(s): " + " | ".join(failures))

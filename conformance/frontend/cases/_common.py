@@ -17,7 +17,7 @@ from typing import Any
 from ecp.conformance.frontend.script import EngineScript
 from ecp.conformance.frontend.session import POLL_S, FrontendUnderTest
 from ecp.conformance.frontend.sse import SseStream, drop_all
-from ecp.conformance.outcomes import CaseTimeout, Violation
+from ecp.conformance.outcomes import CaseTimeout, CaseFailure
 
 HELD_MAX_TOKENS = 64
 #: ``max_tokens`` of requests that run to completion at once.
@@ -32,7 +32,7 @@ NO_SUCH_MODEL = "ecp-conformance-no-such-model"
 
 def expect(condition: Any, message: str, clause: str | None = None) -> None:
     if not condition:
-        raise Violation(message, clause)
+        raise CaseFailure(message, clause)
 
 
 async def expect_refused(fe: FrontendUnderTest, what: str, window: float, clause: str | None = None) -> str:
@@ -71,7 +71,7 @@ def check_decode_errors(fe: FrontendUnderTest) -> None:
     for engine in fe.engines:
         for rec in engine.recorder.decode_errors():
             err = rec.error
-            raise Violation(f"engine {engine.rank} received a frame that does not decode: {err}",
+            raise CaseFailure(f"engine {engine.rank} received a frame that does not decode: {err}",
                             clause=err.clause)
 
 
@@ -100,11 +100,11 @@ async def open_held(fe: FrontendUnderTest, n: int, *, chat: bool = False,
         drop_all(streams)
         if all(isinstance(e, (asyncio.TimeoutError, TimeoutError, CaseTimeout)) for e in errors):
             raise CaseTimeout(f"{len(errors)} of {n} streaming requests got no response head")
-        raise Violation(f"{len(errors)} of {n} streaming requests failed: {errors[0]!r}", "ECP-REQ-1")
+        raise CaseFailure(f"{len(errors)} of {n} streaming requests failed: {errors[0]!r}", "ECP-REQ-1")
     bad = [s.status_code for s in streams if s.status_code != 200]
     if bad:
         drop_all(streams)
-        raise Violation(f"{len(bad)} of {n} streaming requests were refused (HTTP {bad[0]})", "ECP-REQ-1")
+        raise CaseFailure(f"{len(bad)} of {n} streaming requests were refused (HTTP {bad[0]})", "ECP-REQ-1")
     try:
         await asyncio.gather(*(s.first_token(EXPECT_S + n / 200) for s in streams))
     except (asyncio.TimeoutError, TimeoutError):
@@ -112,7 +112,7 @@ async def open_held(fe: FrontendUnderTest, n: int, *, chat: bool = False,
         raise CaseTimeout(f"not every one of {n} streams delivered its first token") from None
     except EOFError as exc:
         drop_all(streams)
-        raise Violation(f"a held stream ended early: {exc}", "ECP-OUT-1") from None
+        raise CaseFailure(f"a held stream ended early: {exc}", "ECP-OUT-1") from None
     await wait_open(fe, before + n, "held requests")
     return streams
 

@@ -19,7 +19,7 @@ from ecp.conformance.frontend.http_driver import abort_all, abort_by_ids
 from ecp.conformance.frontend.script import EngineScript
 from ecp.conformance.frontend.session import FrontendManager
 from ecp.conformance.frontend.sse import SseStream, drop_all
-from ecp.conformance.outcomes import CaseTimeout, Violation
+from ecp.conformance.outcomes import CaseTimeout, CaseFailure
 from ecp.conformance.registry import case
 
 
@@ -66,7 +66,7 @@ async def single_drop_aborted_promptly(m: FrontendManager) -> None:
     try:
         await fe.until(lambda: rid in engine.generation.aborted_ids, EXPECT_S, "the ABORT of one dropped stream")
     except CaseTimeout:
-        raise Violation(f"a dropped stream ({rid!r}) was not aborted within {EXPECT_S:.0f} s") from None
+        raise CaseFailure(f"a dropped stream ({rid!r}) was not aborted within {EXPECT_S:.0f} s") from None
     t_abort = next(rec.t for rec, ids in engine.recorder.aborts() if rid in ids)
     expect(t_abort - t_drop <= PROMPT_ABORT_S,
            f"a lone dropped stream was aborted {t_abort - t_drop:.2f} s after the drop (limit {PROMPT_ABORT_S} s)")
@@ -96,7 +96,7 @@ async def explicit_abort_by_id(m: FrontendManager) -> None:
             lambda: target_rid in target_engine.generation.aborted_ids,
             "the ABORT of the request named in the abort call")
         if not acted:
-            raise Violation(f"POST {api.path} {json.dumps(api.ids_body([target.response_id]))} answered "
+            raise CaseFailure(f"POST {api.path} {json.dumps(api.ids_body([target.response_id]))} answered "
                             f"{'; '.join(answers)} but sent no ABORT for {target_rid!r} to engine "
                             f"{target_engine.rank}" + _calls_made(attempts))
         await _abort_stream_ends(target, "explicitly aborted stream")
@@ -137,14 +137,14 @@ async def explicit_abort_all(m: FrontendManager) -> None:
         sent = (f"POST {api.path} {json.dumps(dict(api.all_body))} (abort-all, ECP-HTTP-7) answered "
                 f"{'; '.join(answers)}")
         if not acted:
-            raise Violation(f"{sent}, but the frontend sent no ABORT although "
+            raise CaseFailure(f"{sent}, but the frontend sent no ABORT although "
                             f"{sum(map(len, running.values()))} requests were open" + _calls_made(attempts))
         try:
             await fe.until(lambda: all(due()[e.rank] <= e.generation.aborted_ids for e in fe.engines),
                            EXPECT_S, "ABORTs for every open request of the client that received the call")
         except CaseTimeout:
             left = {e.rank: sorted(due()[e.rank] - e.generation.aborted_ids) for e in fe.engines}
-            raise Violation(f"{sent}, but it left requests of client(s) {sorted(aborting())} running at "
+            raise CaseFailure(f"{sent}, but it left requests of client(s) {sorted(aborting())} running at "
                             f"their engines: {left}") from None
         aborted = sum(len(ids) for ids in due().values())
         ends = await asyncio.gather(*(s.read_to_end(EXPECT_S) for s in streams))
@@ -180,7 +180,7 @@ async def stop_string_aborts_engine(m: FrontendManager) -> None:
             await fe.until(lambda: rid in engine.generation.aborted_ids or rid in engine.generation.finished_ids,
                            EXPECT_S, "the ABORT of the stop-string request")
         except CaseTimeout:
-            raise Violation(f"the frontend matched the stop string but never sent ABORT for {rid!r}; "
+            raise CaseFailure(f"the frontend matched the stop string but never sent ABORT for {rid!r}; "
                             f"the engine keeps running it") from None
         expect(rid in engine.generation.aborted_ids, f"{rid!r} was never aborted")
         t_last = max(rec.t for rec in engine.recorder.records if rec.direction == "out" and rec.channel == "output")

@@ -10,7 +10,7 @@ from ecp.conformance.frontend.script import (
     HANDSHAKE_FAULTS, EngineScript, default_ready_payload, minimal_ready_payload,
 )
 from ecp.conformance.frontend.session import FrontendManager, FrontendUnderTest
-from ecp.conformance.outcomes import CaseTimeout, PeerCrashed, Violation
+from ecp.conformance.outcomes import CaseTimeout, PeerCrashed, CaseFailure
 from ecp.conformance.registry import case
 
 #: The max_model_len of the shortest engine in FE-HS-5.
@@ -59,11 +59,11 @@ async def _served_with_payload(m: FrontendManager, payload: dict[str, Any], what
     except PeerCrashed as exc:
         if exc is m.startup_failure:
             raise   # COMMAND never came up at all: not this payload's fault
-        raise Violation(f"the frontend exited after {what}: {exc}") from None
+        raise CaseFailure(f"the frontend exited after {what}: {exc}") from None
     except CaseTimeout as exc:
         if exc is m.startup_failure:
             raise
-        raise Violation(f"the frontend never became healthy after {what}: {exc}") from None
+        raise CaseFailure(f"the frontend never became healthy after {what}: {exc}") from None
 
 
 async def minimal_ready_payload_accepted(m: FrontendManager) -> None:

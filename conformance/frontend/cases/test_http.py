@@ -7,7 +7,7 @@ import msgspec
 
 from ecp.conformance.frontend.cases._common import NO_SUCH_MODEL, SHORT_MAX_TOKENS, expect, unique
 from ecp.conformance.frontend.session import FrontendManager
-from ecp.conformance.outcomes import Violation
+from ecp.conformance.outcomes import CaseFailure
 from ecp.conformance.registry import case
 from ecp.spec.http import ERROR_BODY
 
@@ -22,7 +22,7 @@ async def error_object(m: FrontendManager) -> None:
     try:
         msgspec.convert(reply.body, ERROR_BODY)
     except msgspec.ValidationError as exc:
-        raise Violation(f"{what} was refused (HTTP {reply.status_code}) with a body that is not the OpenAI "
+        raise CaseFailure(f"{what} was refused (HTTP {reply.status_code}) with a body that is not the OpenAI "
                              f"error object {{\"error\": {{\"message\", \"type\", \"param\", \"code\"}}}}: {exc}; "
                              f"body {reply.text[:200]!r}") from None
 

@@ -11,7 +11,7 @@ from ecp.conformance.frontend.http_driver import Reply
 from ecp.conformance.frontend.output_forms import FORMS
 from ecp.conformance.frontend.script import SCRIPTED_LOGPROB, EngineScript
 from ecp.conformance.frontend.session import FrontendManager, FrontendUnderTest
-from ecp.conformance.outcomes import PeerCrashed, Violation
+from ecp.conformance.outcomes import PeerCrashed, CaseFailure
 from ecp.conformance.registry import case
 
 #: tokens a request runs before its engine ends it with ERROR (FE-OUT-2)
@@ -94,7 +94,7 @@ async def engine_dead_fails_waiters(m: FrontendManager) -> None:
             try:
                 reply = await asyncio.wait_for(asyncio.shield(pending), EXPECT_S)
             except (asyncio.TimeoutError, TimeoutError):
-                raise Violation(f"engine 0 sent ENGINE_CORE_DEAD while GET /is_sleeping waited for its answer; "
+                raise CaseFailure(f"engine 0 sent ENGINE_CORE_DEAD while GET /is_sleeping waited for its answer; "
                                 f"{EXPECT_S:g} s later the request is still waiting") from None
             except PeerCrashed:
                 return   # exiting is a way of failing closed
@@ -173,7 +173,7 @@ async def unknown_finish_reason_not_normal(m: FrontendManager) -> None:
             reply = await fe.driver.complete(unique("finish7"), SHORT_MAX_TOKENS)
         except PeerCrashed:
             return   # exiting is a way of refusing it
-        except Violation:
+        except CaseFailure:
             return   # the connection closed without an answer: not a normal finish either
         finish = _choice(reply).get("finish_reason") if reply.ok else None
         expect(not reply.ok or finish not in ("stop", "length", "abort", "repetition"),

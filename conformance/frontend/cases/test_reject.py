@@ -8,7 +8,7 @@ from ecp.conformance.frontend.cases._common import (
     EXPECT_S, NO_SUCH_MODEL, SHORT_MAX_TOKENS, adds_in_order, expect, notices, unique,
 )
 from ecp.conformance.frontend.session import FrontendManager, FrontendUnderTest
-from ecp.conformance.outcomes import CaseTimeout, Unsupported, Violation
+from ecp.conformance.outcomes import CaseTimeout, Unsupported, CaseFailure
 from ecp.conformance.registry import case
 
 
@@ -50,7 +50,7 @@ async def rejection_notice_shape(m: FrontendManager) -> None:
     except CaseTimeout:
         hint = (" (an attached frontend is assumed to have a KV connector: pass --no-kv-connector if it has none)"
                 if m.cfg.attach else "")
-        raise Violation("a request with do_remote_prefill rejected before admission sent no ADD with "
+        raise CaseFailure("a request with do_remote_prefill rejected before admission sent no ADD with "
                         "abort_immediately: the prefill node's KV blocks stay pinned" + hint, "ECP-REJECT-3") from None
     await fe.quiet()
     sent = notices(fe)

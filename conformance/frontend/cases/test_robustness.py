@@ -7,7 +7,7 @@ import asyncio
 from ecp.conformance.frontend.cases._common import EXPECT_S, expect, held_script, open_held
 from ecp.conformance.frontend.session import FrontendManager
 from ecp.conformance.frontend.sse import drop_all
-from ecp.conformance.outcomes import CaseTimeout, PeerCrashed, Violation
+from ecp.conformance.outcomes import CaseTimeout, PeerCrashed, CaseFailure
 from ecp.conformance.registry import case
 
 
@@ -24,7 +24,7 @@ async def engine_dead_fails_closed(m: FrontendManager) -> None:
             try:
                 await fe.wait_health(lambda s: s != 200, EXPECT_S, "GET /health to stop answering 200")
             except CaseTimeout:
-                raise Violation(f"GET /health still answers 200 {EXPECT_S:.0f} s after ENGINE_CORE_DEAD") from None
+                raise CaseFailure(f"GET /health still answers 200 {EXPECT_S:.0f} s after ENGINE_CORE_DEAD") from None
             except PeerCrashed:
                 pass   # exiting is a way of failing closed
             ends = await asyncio.gather(*(s.read_to_end(EXPECT_S) for s in streams))

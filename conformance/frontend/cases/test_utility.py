@@ -9,7 +9,7 @@ import msgspec
 
 from ecp.conformance.frontend.cases._common import EXPECT_S, expect
 from ecp.conformance.frontend.session import FrontendManager, FrontendUnderTest
-from ecp.conformance.outcomes import PeerCrashed, Violation
+from ecp.conformance.outcomes import PeerCrashed, CaseFailure
 from ecp.conformance.registry import case
 from ecp.spec.http import IsSleepingAnswer, ResetPrefixCacheAnswer, SleepAnswer, WakeUpAnswer
 
@@ -88,7 +88,7 @@ async def utility_reaches_every_engine(m: FrontendManager) -> None:
         try:
             answer = msgspec.to_builtins(msgspec.convert(reply.body, shape))
         except msgspec.ValidationError as exc:
-            raise Violation(f"{http_method} {path} answered HTTP {reply.status_code} with {reply.text[:100]!r}, not "
+            raise CaseFailure(f"{http_method} {path} answered HTTP {reply.status_code} with {reply.text[:100]!r}, not "
                             f"the body of {shape.__name__} ({exc})", "ECP-HTTP-9") from None
         wrong = {k: answer.get(k) for k, v in values.items() if answer.get(k) != v}
         expect(not wrong, f"every engine answered {method}; {http_method} {path} answered {reply.text[:100]!r}, "
@@ -137,10 +137,10 @@ async def unknown_call_id_dropped(m: FrontendManager) -> None:
             reply = await asyncio.wait_for(fe.driver.request("GET", "/is_sleeping"), EXPECT_S)
             status = await fe.driver.health()
         except (asyncio.TimeoutError, TimeoutError):
-            raise Violation(f"{what}, before its answer to is_sleeping; GET /is_sleeping got no answer within "
+            raise CaseFailure(f"{what}, before its answer to is_sleeping; GET /is_sleeping got no answer within "
                             f"{EXPECT_S:g} s") from None
         except PeerCrashed as exc:
-            raise Violation(f"{what}; the frontend exited instead of dropping it ({exc})") from None
+            raise CaseFailure(f"{what}; the frontend exited instead of dropping it ({exc})") from None
         expect(reply.ok and isinstance(reply.body, dict) and reply.body.get("is_sleeping") is False,
                f"{what} before its answer; GET /is_sleeping returned HTTP {reply.status_code} {reply.text[:100]}")
         expect(status == 200, f"{what}; GET /health then answered {status}")
