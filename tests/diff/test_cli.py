@@ -63,13 +63,14 @@ def test_diff_json_format(capsys):
     doc = json.loads(out)
     assert code == 1
     assert doc["old"]["name"] == "vllm-0.31" and doc["new"]["name"] == "vllm-0.32"
-    assert doc["summary"] == {"breaking": 3, "warning": 3, "info": 5}
+    assert doc["summary"] == {"breaking": 4, "warning": 3, "info": 4}
     first = doc["findings"][0]
-    assert set(first) >= {"rule", "severity", "subject", "message", "direction", "affects", "impact", "clause"}
+    assert set(first) >= {"rule", "severity", "subject", "message", "direction", "affects", "impact", "clause",
+                          "fix"}
     assert {f["subject"]: f["clause"] for f in doc["findings"] if f["severity"] == "breaking"} == {
         "SamplingParams.prompt_logprob_token_ids": "ECP-FRAME-6",
         "LoRARequest.tensorizer_config_dict": "ECP-FRAME-3",
-        "utility profile": "ECP-UTIL-1"}
+        "utility profile": "ECP-UTIL-1", "utility compute_weight_checksums": "ECP-UTIL-1"}
 
 
 def test_diff_github_format(capsys):

@@ -98,6 +98,7 @@ EDITS = {
     "DIFF-020": lambda d: set_field(d, "Reply", "label", type="str"),
     "DIFF-021": lambda d: set_field(d, "Req", "count", type="int | str"),
     "DIFF-022": lambda d: set_field(d, "Req", "count", type="str"),
+    "DIFF-024": lambda d: set_field(d, "Req", "count", type="float"),
     "DIFF-023": lambda d: set_field(d, "Reply", "size", required=False, default=0),
     "DIFF-030": lambda d: d["enums"].update({"Kind": {"values": {"A": 0}}}),
     "DIFF-031": lambda d: (d["enums"].pop("Why"), set_field(d, "Req", "reason", type="int | nil")),
@@ -116,6 +117,7 @@ EDITS = {
     "DIFF-054": lambda d: d["utility_methods"]["is_sleeping"].update(result="str"),
     "DIFF-055": lambda d: d["utility_methods"]["is_sleeping"].update(result="bool | nil"),
     "DIFF-056": lambda d: d["utility_methods"]["sleep"].update(result="nil"),
+    "DIFF-057": lambda d: d["utility_methods"].update(is_sleeping={"result": "any", "handled": False}),
 }
 # Edits of the "before" side, where the rule needs a different starting point.
 BEFORE_EDITS = {"DIFF-056": lambda d: d["utility_methods"]["sleep"].update(result="bool | nil")}
