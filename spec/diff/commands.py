@@ -49,6 +49,9 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
                         "workflow annotations")
     p.add_argument("--fail-on", choices=("breaking", "warning", "never"), default="breaking",
                    help="lowest severity that makes the exit status 1 (default: breaking)")
+    p.add_argument("--strict", action="store_true",
+                   help="also exit 1 on warnings: warning findings, and extraction warnings NEW records that "
+                        "OLD does not (a construct the change made unreadable)")
     p.set_defaults(func=_diff)
 
     p = sub.add_parser("compat", help="the cross-version interoperability table (Markdown)")
@@ -175,7 +178,7 @@ def _layout(args: argparse.Namespace) -> int:
 def _diff(args: argparse.Namespace) -> int:
     from ..layout.model import LayoutError
     from ..layout.resolve import resolve
-    from .compare import counts, diff_layouts
+    from .compare import counts, diff_layouts, new_warnings
     from .report import render
 
     try:
@@ -186,6 +189,11 @@ def _diff(args: argparse.Namespace) -> int:
     findings = diff_layouts(old, new)
     sys.stdout.write(render(args.format, old, new, findings))
     c = counts(findings)
+    if args.strict:
+        introduced = new_warnings(old, new)
+        for w in introduced:
+            print(f"warning: {w} (not in {old.name})", file=sys.stderr)
+        return 1 if c["breaking"] or c["warning"] or introduced else 0
     if args.fail_on == "breaking":
         return 1 if c["breaking"] else 0
     if args.fail_on == "warning":

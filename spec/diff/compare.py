@@ -403,3 +403,13 @@ def _located(f: Finding, old: Layout, new: Layout) -> Finding:
 
 def counts(findings: list[Finding]) -> dict[str, int]:
     return {s: sum(1 for f in findings if f.severity == s) for s in ("breaking", "warning", "info")}
+
+
+def new_warnings(old: Layout, new: Layout) -> list[str]:
+    """Extraction warnings ``new`` records that ``old`` does not (compared without line numbers:
+    an unmodified construct that moved is the same warning)."""
+    def key(w: str) -> str:
+        path, _, rest = w.partition(":")
+        return path + ":" + rest.partition(":")[2] if rest.partition(":")[0].isdigit() else w
+    seen = {key(w) for w in (old.provenance.warnings if old.provenance else [])}
+    return [w for w in (new.provenance.warnings if new.provenance else []) if key(w) not in seen]

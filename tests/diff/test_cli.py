@@ -91,7 +91,8 @@ def test_diff_markdown_format(capsys):
     assert out.startswith("### Protocol diff: `vllm-0.32` (0.32.0) → `vllm-0.33` (0.33.0)")
     rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert len(rows) == 12
-    assert rows[0].startswith("| breaking | DIFF-052 utility-signature-changed | `utility profile` |")
+    assert rows[0].startswith("| breaking | DIFF-052 utility-signature-changed | `utility profile` "
+                              "(`vllm/v1/engine/core.py:")
     assert "| ECP-UTIL-1 |" in rows[0] and "str \\| nil" in rows[0]  # pipes escaped inside cells
     code, out, _ = run(capsys, "spec", "diff", "vllm-0.24", "vllm-0.25", "--format", "markdown")
     assert code == 0 and "no breaking change" in out
