@@ -38,6 +38,8 @@ class Finding:
     clause: str | None = None
     #: line of ``file`` (from the layout's ``provenance.locations``), for annotations
     line: int | None = None
+    #: who is hurt, in the words of a comparison between peers (:mod:`.peer`)
+    pairing: str | None = None
 
     @property
     def severity(self) -> str:
@@ -52,6 +54,8 @@ class Finding:
 
     def impact(self) -> str:
         """Who is hurt, in roles: ``frontends built against OLD -> engines built against NEW``."""
+        if self.pairing is not None:
+            return self.pairing
         if self.affects == "none":
             return "compatible in both directions" if self.severity == "info" else "same bytes"
         sender, _, receiver = (self.direction or "sender->receiver").partition("->")
@@ -342,7 +346,12 @@ def _compare_utility(out: _Collector, old: Layout, new: Layout) -> None:
 
 # --------------------------------------------------------------------------- entry point
 def diff_layouts(old: Layout, new: Layout) -> list[Finding]:
-    """Every difference between ``old`` and ``new`` that a peer could notice."""
+    """Every difference between ``old`` and ``new`` that a peer could notice. When exactly one
+    side was read from Rust, the two are peers, not releases (:mod:`.peer`)."""
+    from .peer import diff_peer, is_peer_pair
+
+    if is_peer_pair(old, new):
+        return diff_peer(old, new)
     out = _Collector()
     not_compared: list[str] = []
     for name, msg in new.messages.items():

@@ -132,6 +132,34 @@ _RULES: tuple[Rule, ...] = (
     Rule("DIFF-057", "breaking", "utility-method-unhandled", "the frontend calls a method that no engine-side handler "
                                                              "of the same tree answers: every call fails",
          fix='define the method on the engine core (keep the old method name as an alias)'),
+    # a peer's copy (Rust) against a release (Python): ecp.spec.diff.peer
+    Rule("DIFF-060", "breaking", "peer-array-length", "the receiver's array takes another number of fields than "
+                                                      "the sender writes",
+         fix='copy every field, in order; give the trailing ones #[serde(default)]'),
+    Rule("DIFF-061", "breaking", "peer-field-misplaced", "a field both sides know sits at another array position: "
+                                                         "every value from there on lands in the wrong field",
+         fix='put the field where the Python struct has it; append new ones last'),
+    Rule("DIFF-062", "breaking", "peer-field-type", "the receiver's type does not accept what the sender writes",
+         fix='declare the type the other side writes (an integer where Python has int, Option where nil travels)'),
+    Rule("DIFF-063", "breaking", "peer-key-missing", "the receiver requires a field the sender leaves out",
+         fix='send the field always, or give the reader a default (#[serde(default)] / Option)'),
+    Rule("DIFF-064", "breaking", "peer-enum-value", "an enum member travels as another integer, or the reader "
+                                                    "has no member for a value",
+         fix='copy the values exactly (#[repr] discriminants equal to Python\'s)'),
+    Rule("DIFF-065", "breaking", "peer-request-type", "a request-type byte means another request type",
+         fix='use the bytes of EngineCoreRequestType exactly'),
+    Rule("DIFF-066", "breaking", "peer-utility-unknown", "the peer calls a UTILITY method the engine does not "
+                                                         "define",
+         fix='call a method the engine defines (check the spelling)'),
+    Rule("DIFF-067", "breaking", "peer-utility-arguments", "the peer passes a number of arguments the engine's "
+                                                           "method does not take",
+         fix='pass the arguments the engine method takes, in order'),
+    Rule("DIFF-068", "warning", "peer-field-renamed", "an array position both sides name differently: same "
+                                                      "bytes, the meaning may differ",
+         fix='name the field as the Python struct does'),
+    Rule("DIFF-069", "info", "peer-float32", "the peer sends float32 where Python sends float64; receivers "
+                                             "accept both (ECP-COMPAT-2)",
+         fix='none needed; send f64 where full precision matters'),
 )
 
 RULES: dict[str, Rule] = {r.id: r for r in _RULES}
