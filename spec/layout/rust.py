@@ -17,7 +17,9 @@ The crate is parsed with tree-sitter's Rust grammar (the ``rust`` extra:
   whose name starts with ``call_utility``, with the number of elements of the argument
   tuple passed next.
 
-Rust types map onto the layout's wire types (integers of any width and sign: ``int``,
+An array struct whose fields are ``dtype, shape, data`` is the tensor form of
+``ECP-FRAME-7`` (``tensor``); a ``#[serde(flatten)]`` map struct adds its keys to the
+map that holds it. Rust types map onto the layout's wire types (integers of any width and sign: ``int``,
 the width kept in the field's note; ``f32``/``f64``: ``float``; ``Vec<u8>`` with
 ``serde_bytes``, ``Bytes``, ``ByteBuf``: ``bytes``; sequences: ``array``; maps: ``map``;
 ``rmpv::Value``/``serde_json::Value``: ``any``). A type it cannot map is ``any`` and
@@ -56,6 +58,7 @@ CODES: dict[str, str] = {
 }
 
 _INTS = {"u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16", "i32", "i64", "i128", "isize"}
+_NONZERO = {"NonZero" + t.capitalize() for t in _INTS}  # NonZeroU32 ...
 _SEQ = {"Vec", "VecDeque", "HashSet", "BTreeSet", "IndexSet", "SmallVec", "LinkedList"}
 _MAPS = {"HashMap", "BTreeMap", "IndexMap"}
 _WRAPPERS = {"Box", "Arc", "Rc", "Cow"}
@@ -215,6 +218,20 @@ def _members(container) -> Iterator[tuple[Any, _Attrs]]:
             attrs = _Attrs()
 
 
+def _test_modules(rel: str, root) -> list[str]:
+    """Paths (without ``.rs``) of the modules a file declares as ``#[cfg(test)] mod name;``."""
+    stem = rel[:-3]
+    base = stem.rsplit("/", 1)[0] if stem.rsplit("/", 1)[-1] in ("lib", "main", "mod") else stem
+    if "/" not in stem and stem in ("lib", "main", "mod"):
+        base = ""
+    out = []
+    for node, attrs in _members(root):
+        if node.type == "mod_item" and attrs.cfg_test and node.child_by_field_name("body") is None:
+            name = _text(node.child_by_field_name("name"))
+            out.append(f"{base}/{name}" if base else name)
+    return out
+
+
 class _Crate:
     def __init__(self, root: Path, names: dict[str, str]) -> None:
         self.root = root
@@ -233,12 +250,18 @@ class _Crate:
     # ------------------------------------------------------------------ reading
     def read(self) -> None:
         parser = _parser()
+        trees = {}
         for path in sorted(self.root.rglob("*.rs")):
-            rel = path.relative_to(self.root).as_posix()
-            if "target" in path.relative_to(self.root).parts[:-1]:
+            parts = path.relative_to(self.root).parts
+            # build output, integration tests, benchmarks and examples are not the crate's wire code
+            if any(p in ("target", "tests", "benches", "examples") for p in parts[:-1]):
                 continue
+            trees[path.relative_to(self.root).as_posix()] = parser.parse(path.read_bytes())
+        test_dirs = [d for rel, tree in trees.items() for d in _test_modules(rel, tree.root_node)]
+        for rel, tree in trees.items():
+            if any(rel == d + ".rs" or rel.startswith(d + "/") for d in test_dirs):
+                continue  # the file of a `#[cfg(test)] mod name;`
             self.files.append(rel)
-            tree = parser.parse(path.read_bytes())
             if tree.root_node.has_error:
                 self.warn("parse-error", rel, tree.root_node, "the file does not parse cleanly; what parsed is read")
             self._scan(tree.root_node, rel)
@@ -337,6 +360,7 @@ class _Builder:
         self.not_described: list[str] = []
         self.locations: dict[str, str] = {}
         self._busy: set[str] = set()
+        self._generics: set[str] = set()
 
     def name_of(self, rust: str) -> str:
         return self.crate.names.get(rust, rust)
@@ -388,6 +412,10 @@ class _Builder:
                 return f"array[{self._wire(args[0], file, where)}]"
             if name in _MAPS and len(args) >= 2:
                 return f"map[{self._wire(args[0], file, where)}, {self._wire(args[1], file, where)}]"
+            if name in _NONZERO:
+                return "int"
+            if name in self._generics:
+                return "any"  # a type parameter: whatever the user of the struct puts there
             if name in _STR:
                 return "str"
             if name in _BYTES:
@@ -435,7 +463,20 @@ class _Builder:
                             f"{where}: {item.name} derives no serde trait and implements none; any")
             return "any"
         self.message(item)
+        msg = self.messages.get(self.name_of(item.name))
+        if msg is not None and msg.encoding == "array" and [f.name for f in msg.fields] == _TENSOR_FIELDS:
+            return "tensor"  # the [dtype, shape, data] form of ECP-FRAME-7
         return f"struct:{self.name_of(item.name)}"
+
+    def _flattened(self, type_node) -> list[FieldLayout] | None:
+        """The fields of the map struct a ``#[serde(flatten)]`` field holds, or ``None``."""
+        name = _text(type_node).split("<")[0].rsplit("::", 1)[-1]
+        item = self.crate.items.get(name)
+        if item is None or item.kind != "struct" or not item.attrs.derives & {"Serialize", "Deserialize"}:
+            return None
+        self.message(item)
+        inner = self.messages.get(self.name_of(name))
+        return list(inner.fields) if inner is not None and inner.encoding == "map" else None
 
     # ------------------------------------------------------------------ enums
     def enum(self, item: _Item) -> str:
@@ -501,11 +542,22 @@ class _Builder:
                                                                          f"modelled")
         fields: list[FieldLayout] = []
         self.locations[name] = f"{item.file}:{item.node.start_point[0] + 1}"
+        params = item.node.child_by_field_name("type_parameters")
+        outer_generics = self._generics
+        self._generics = outer_generics | {_text(c.child_by_field_name("name") or c) for c in (
+            params.named_children if params is not None else []) if c.type in ("type_parameter", "type_identifier")}
         members = list(_members(body)) if body is not None and body.type == "field_declaration_list" else []
         for node, attrs in members:
             if node.type != "field_declaration":
                 continue
-            rust_name = _text(node.child_by_field_name("name"))
+            rust_name = _text(node.child_by_field_name("name")).removeprefix("r#")
+            if attrs.serde_has("flatten") and not array:
+                flat = self._flattened(node.child_by_field_name("type"))
+                if flat is not None:  # serde writes the inner struct's keys into this map
+                    for f in flat:
+                        fields.append(FieldLayout(index=len(fields), name=f.name, type=f.type, required=f.required,
+                                                  default=f.default, note=f.note))
+                    continue
             if attrs.serde_has("skip") or (attrs.serde_has("skip_serializing") and attrs.serde_has(
                     "skip_deserializing")):
                 continue
@@ -535,12 +587,15 @@ class _Builder:
             fields.append(fl)
             self.locations[f"{name}.{wire_name}"] = f"{item.file}:{node.start_point[0] + 1}"
         self._busy.discard(name)
+        self._generics = outer_generics
         self.messages[name] = MessageLayout(
             encoding="array" if array else "map", direction="both", fields=fields, defined_in=item.file,
             note=f"Rust struct {item.name}" + (f" ({', '.join(sorted(derives & _SERDE))})" if derives else ""))
 
 
 _SERDE = {"Serialize", "Deserialize", "Serialize_tuple", "Deserialize_tuple"}
+#: the tensor form of ECP-FRAME-7, ``[dtype, shape, data]``, as an array struct's field names
+_TENSOR_FIELDS = ["dtype", "shape", "data"]
 _NONE = object()
 
 
@@ -594,6 +649,7 @@ def extract_rust(path: str | Path, names: dict[str, str] | None = None, role: st
         item = crate.items.get(rust)
         if item is None or not item.attrs.derives & _SERDE:
             b._hand_written(rust)
+    b.not_described = [n for n in b.not_described if n not in b.messages]
     request_types = []
     rt = crate.items.get(next((r for r, p in crate.names.items() if p == "EngineCoreRequestType"),
                               "EngineCoreRequestType"))
