@@ -561,13 +561,15 @@ class _Builder:
             if attrs.serde_has("skip") or (attrs.serde_has("skip_serializing") and attrs.serde_has(
                     "skip_deserializing")):
                 continue
-            for key, _ in attrs.serde:
+            for key, value in attrs.serde:
+                if key == "with" and value == "serde_bytes":
+                    continue  # modelled: bytes
                 if key in ("flatten", "with", "serialize_with", "deserialize_with", "borrow", "getter"):
                     self.crate.warn("serde-attribute", item.file, node,
                                     f"{item.name}.{rust_name}: #[serde({key})] is not modelled")
             wire_name = attrs.serde_value("rename") or _rename_all(rust_name, rename_all)
             type_node = node.child_by_field_name("type")
-            if attrs.serde_value("with") in ("serde_bytes",) or attrs.serde_value("with") == "\"serde_bytes\"":
+            if attrs.serde_value("with") == "serde_bytes":
                 type_str, rust = "bytes", _text(type_node)
             else:
                 type_str, rust = self.wire(type_node, item.file, f"{item.name}.{rust_name}")

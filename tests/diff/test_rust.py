@@ -77,10 +77,15 @@ def test_the_client_crate_is_read_with_its_serde_shapes():
     assert layout.messages["UtilityRequest"].fields[1].type == "any"  # the hand-written UtilityCallId
     assert layout.enums["RequestOutputKind"].values == {"CUMULATIVE": 0, "DELTA": 1, "FINAL_ONLY": 2}
     assert layout.enums["FinishReason"].values["REPETITION"] == 4
+    assert layout.enums["EngineCoreEventType"].values == {"QUEUED": 1, "SCHEDULED": 2, "PREEMPTED": 3}
+    assert layout.messages["EngineCoreEvent"].fields[0].name == "type"  # r#type
+    out = layout.messages["EngineCoreOutput"]
+    assert out.field("routed_experts").type == "tensor | nil"  # [dtype, shape, data]: ECP-FRAME-7
+    assert layout.messages["WireTensor"].fields[2].type == "bytes"  # serde_bytes
     assert [(rt.byte, rt.name) for rt in layout.request_types] == [
         ("00", "ADD"), ("01", "ABORT"), ("02", "START_DP_WAVE"), ("03", "UTILITY")]
     assert {n: len(m.params) for n, m in layout.utility_methods.items()} == {
-        "is_sleeping": 0, "reset_prefix_cache": 2, "sleep": 2, "profile": 2, "collective_rpc": 4}
+        "is_sleeping": 0, "reset_prefix_cache": 2, "sleep": 2, "profile": 2, "collective_rpc": 4}  # no test's call
     # nothing dropped: what is not read is named
     assert layout.not_described == ["UtilityCallId"]
     assert [(w.code, w.file) for w in result.warnings] == [
