@@ -405,6 +405,9 @@ def location(layout: Layout, subject: str) -> tuple[str, int | None] | None:
 def _located(f: Finding, old: Layout, new: Layout) -> Finding:
     # NEW first: the change under review is there; what NEW no longer has is found in OLD.
     where = location(new, f.subject) or location(old, f.subject)
+    if where is None and f.subject == "layout scope":  # the first thing listed that either side locates
+        names = [n for side in (f.old, f.new) for n in side or ()]
+        where = next((loc for n in names for loc in (location(new, n), location(old, n)) if loc), None)
     if where is None:
         return f
     return replace(f, file=where[0], line=where[1])

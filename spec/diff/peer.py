@@ -126,7 +126,7 @@ class _Peer:
             if only_rs:
                 parts.append(f"Rust only: {', '.join(only_rs)} (named differently? --name RUST=PYTHON)")
             self.findings.append(Finding(RULES["DIFF-006"], "layout scope", "not compared, " + "; ".join(parts),
-                                         None, "none", only_py if not self.rust_is_new else only_rs,
+                                         None, "none", only_py if self.rust_is_new else only_rs,
                                          only_rs if self.rust_is_new else only_py))
 
     def compare(self, name: str, p: MessageLayout, r: MessageLayout, sender: MessageLayout,
@@ -320,6 +320,10 @@ class _Peer:
         out = []
         for f in self.findings:
             where = location(self.rs, f.subject)
+            if f.subject == "layout scope":  # the first thing listed that a side locates, Rust first
+                names = [n for side in ((f.new, f.old) if self.rust_is_new else (f.old, f.new)) for n in side or ()]
+                where = next((loc for n in names for loc in (location(self.rs, n), location(self.py, n)) if loc),
+                             None)
             f = replace(f, clause=clause_for(f.rule.id, f.subject, old, new))
             if where is not None:
                 f = replace(f, file=where[0], line=where[1])

@@ -113,6 +113,10 @@ def test_the_unmodified_crates_agree_with_0_33(tmp_path, capsys):
     assert all(f["clause"] == "ECP-COMPAT-2" for f in findings if f["rule"] == "DIFF-069")
     code, findings = _diff(capsys, ENGINE, tmp_path, role="engine")
     assert code == 0 and not _breaking(findings)
+    code, text = _diff(capsys, CLIENT, tmp_path, fmt="github")
+    annotations = [line for line in text.splitlines() if line.startswith("::")]
+    assert annotations and all(line.split("::")[1].split(",")[0].split(" ")[1] .startswith("file=src/")
+                                and ",line=" in line.split("::")[1] for line in annotations), annotations
 
 
 def test_a_ready_response_missing_a_field(tmp_path, capsys):
