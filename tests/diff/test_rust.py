@@ -105,6 +105,18 @@ def test_names_and_errors():
         extract_rust(CLIENT, role="router")
 
 
+def test_cli_usage_errors(capsys, tmp_path):
+    assert main(["spec", "layout", "--from-rust", str(tmp_path / "none")]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    assert main(["spec", "layout", "--from-rust", str(CLIENT), "--name", "NoEquals"]) == 2
+    assert main(["spec", "layout", "--role", "engine"]) == 2  # --role without --from-rust
+    out = tmp_path / "layout.json"
+    assert main(["spec", "layout", "--from-rust", str(CLIENT), "--out", str(out)]) == 0
+    assert main(["spec", "layout", "--from-rust", str(CLIENT), "--out", str(out), "--check"]) == 0
+    assert main(["spec", "layout", "--from-rust", str(CLIENT), "--strict"]) == 1  # two constructs not read
+    capsys.readouterr()
+
+
 # --------------------------------------------------------------------------- against Python
 def test_the_unmodified_crates_agree_with_0_33(tmp_path, capsys):
     code, findings = _diff(capsys, CLIENT, tmp_path)
@@ -115,7 +127,7 @@ def test_the_unmodified_crates_agree_with_0_33(tmp_path, capsys):
     assert code == 0 and not _breaking(findings)
     code, text = _diff(capsys, CLIENT, tmp_path, fmt="github")
     annotations = [line for line in text.splitlines() if line.startswith("::")]
-    assert annotations and all(line.split("::")[1].split(",")[0].split(" ")[1] .startswith("file=src/")
+    assert annotations and all(line.split("::")[1].split(",")[0].split(" ")[1].startswith("file=src/")
                                 and ",line=" in line.split("::")[1] for line in annotations), annotations
 
 
