@@ -121,7 +121,8 @@ def _field_changes(out: _Collector, mname: str, old_f: FieldLayout, new_f: Field
                 old_f.type, new_f.type, file)
     elif rel == "widened" and _every_value_retyped(old_f.wire_type, new_f.wire_type):
         out.add("DIFF-024", subject, f"type changed from {old_f.type} to {new_f.type}: NEW senders send every "
-                                     f"value as a type OLD receivers refuse", d, "new->old", old_f.type, new_f.type, file)
+                                     f"value as a type OLD receivers refuse", d, "new->old", old_f.type, new_f.type,
+                file)
     elif rel == "widened":
         out.add("DIFF-021", subject, f"type widened from {old_f.type} to {new_f.type}", d, "new->old",
                 old_f.type, new_f.type, file)

@@ -148,11 +148,10 @@ class _Peer:
                 continue  # an unconstrained sender: nothing to check
             if not wt.accepts(self.loose(rf.type, not rust_sends), sent):
                 subj = f"{name}.{rf.name}"
-                self.add("DIFF-062", subj, f"{rn}.{rf.name} ({self.where(subj)}): {'the Rust side' if not rust_sends else self.release} "
-                                           f"reads {rf.type}, {'the Rust side' if rust_sends else self.release} "
+                reader, writer = ("the Rust side", self.release) if not rust_sends else (self.release, "the Rust side")
+                self.add("DIFF-062", subj, f"{rn}.{rf.name} ({self.where(subj)}): {reader} reads {rf.type}, {writer} "
                                            f"sends {sf.type}: {who} cannot decode {self.frame(name)} payloads "
-                                           f"holding it",
-                         d, rust_sends, sf.type, rf.type)
+                                           f"holding it", d, rust_sends, sf.type, rf.type)
         if rust_sends:
             for rf in r.fields:
                 if rf.note and "Rust f32" in rf.note and rf.type.startswith("float"):
@@ -227,6 +226,12 @@ class _Peer:
 
     def map(self, name, p, r, sender, receiver, rust_sends, rn, at, who) -> None:
         d = p.direction
+        missing = [f.name for f in p.fields if r.field(f.name) is None]
+        if missing and (not rust_sends or all(not f.required for f in p.fields if f.name in missing)):
+            verb = "sends" if rust_sends else "reads"
+            self.add("DIFF-070", name, f"{rn} ({at}) {verb} {len(p.fields) - len(missing)} of {self.release}'s "
+                                       f"{len(p.fields)} keys; not copied: {', '.join(missing)}", d, rust_sends,
+                     len(p.fields), len(p.fields) - len(missing))
         for f in receiver.fields:
             if not f.required:
                 continue

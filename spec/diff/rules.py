@@ -160,6 +160,10 @@ _RULES: tuple[Rule, ...] = (
     Rule("DIFF-069", "info", "peer-float32", "the peer sends float32 where Python sends float64; receivers "
                                              "accept both (ECP-COMPAT-2)",
          fix='none needed; send f64 where full precision matters'),
+    Rule("DIFF-070", "info", "peer-keys-not-copied", "a map the peer's copy describes with fewer keys than the "
+                                                     "release: receivers skip what they do not know, senders "
+                                                     "leave Python's defaults in place",
+         fix='none needed on the wire; copy the keys the peer should use'),
 )
 
 RULES: dict[str, Rule] = {r.id: r for r in _RULES}
