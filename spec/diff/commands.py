@@ -44,11 +44,12 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "diff", help="compare two layouts; exit 1 on breaking changes",
-        description="Each side is a layout file (e.g. written by `ecp spec layout --from-vllm`), a shipped "
+        description="Each side is a layout file (e.g. written by `ecp spec layout --from-vllm` or --from-rust), a shipped "
                     "layout name (vllm-0.21 ... vllm-0.33), 'current' (ecp.spec's own types) or a git ref of "
                     "this repository (REF or REF:PATH; REF alone reads spec/layouts/vllm-0.33.json at that ref). "
-                    "Each finding names its rule (DIFF-nnn), the clause of spec/PROTOCOL.md it violates and "
-                    "the peers it hurts.",
+                    "Each finding names its rule (DIFF-nnn), the clause of spec/PROTOCOL.md it violates, "
+                    "the peers it hurts, where it is written (file:line) and a one-line fix. When exactly one side "
+                    "was read from Rust, the two are compared as peers: the Rust crate in its role against vLLM.",
         epilog="Exit status: 0 when no finding reaches --fail-on, 1 when one does, 2 when a reference names "
                "no layout.")
     p.add_argument("old", metavar="OLD")
