@@ -227,6 +227,12 @@ class _Peer:
     def map(self, name, p, r, sender, receiver, rust_sends, rn, at, who) -> None:
         d = p.direction
         missing = [f.name for f in p.fields if r.field(f.name) is None]
+        if missing and not rust_sends and r.note is not None and "deny_unknown_fields" in r.note:
+            always = [n for n in missing if p.field(n).required]
+            self.add("DIFF-071", name, f"{rn} ({at}) refuses keys it does not know, and {self.release} writes "
+                                       f"{', '.join(missing)}: this {self.role} cannot decode "
+                                       f"{'any' if always else 'such a'} {self.frame(name)}", d, False,
+                     missing, None)
         if missing and (not rust_sends or all(not f.required for f in p.fields if f.name in missing)):
             verb = "sends" if rust_sends else "reads"
             self.add("DIFF-070", name, f"{rn} ({at}) {verb} {len(p.fields) - len(missing)} of {self.release}'s "

@@ -164,6 +164,10 @@ _RULES: tuple[Rule, ...] = (
                                                      "release: receivers skip what they do not know, senders "
                                                      "leave Python's defaults in place",
          fix='none needed on the wire; copy the keys the peer should use'),
+    Rule("DIFF-071", "breaking", "peer-unknown-key-refused", "the reader refuses keys it does not know "
+                                                            "(#[serde(deny_unknown_fields)]) and the sender writes "
+                                                            "some",
+         fix='copy every key the other side writes, or drop deny_unknown_fields'),
 )
 
 RULES: dict[str, Rule] = {r.id: r for r in _RULES}

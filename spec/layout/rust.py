@@ -239,6 +239,8 @@ class _Crate:
         self.items: dict[str, _Item] = {}
         self.hand_written: dict[str, tuple[str, int, str]] = {}  # type -> (file, line, trait)
         self.utility_calls: dict[str, tuple[str, int, int | None]] = {}
+        self.consts: dict[str, str] = {}  # const NAME: &str = "literal"
+        self._pending_calls: list[tuple[Any, str]] = []
         self.warnings: list[RustWarning] = []
         self.files: list[str] = []
 
@@ -265,6 +267,8 @@ class _Crate:
             if tree.root_node.has_error:
                 self.warn("parse-error", rel, tree.root_node, "the file does not parse cleanly; what parsed is read")
             self._scan(tree.root_node, rel)
+        for node, file in self._pending_calls:
+            self._calls(node, file)
 
     def _scan(self, container, file: str) -> None:
         for node, attrs in _members(container):
@@ -278,12 +282,16 @@ class _Crate:
                     self._python_name(name, attrs)
             elif node.type == "impl_item":
                 self._impl(node, file)
+            elif node.type == "const_item":
+                value = node.child_by_field_name("value")
+                if value is not None and value.type == "string_literal":
+                    self.consts[_text(node.child_by_field_name("name"))] = _string_value(value)
             elif node.type == "mod_item":
                 body = node.child_by_field_name("body")
                 if body is not None:
                     self._scan(body, file)
             if node.type in ("function_item", "impl_item", "mod_item"):
-                self._calls(node, file)
+                self._pending_calls.append((node, file))  # read once every file's consts are known
 
     def _python_name(self, name: str, attrs: _Attrs) -> None:
         """The Python class a struct copies, from a doc line naming it: "Python ... (`Name`)"."""
@@ -336,12 +344,16 @@ class _Crate:
         args = [c for c in call.child_by_field_name("arguments").named_children if c.type != "line_comment"]
         if not args:
             return
-        if args[0].type != "string_literal":
-            if args[0].type not in ("identifier",):  # a forwarding helper passes its own parameter
+        first = _text(args[0]).rsplit("::", 1)[-1]
+        if args[0].type == "string_literal":
+            method = _string_value(args[0])
+        elif args[0].type in ("identifier", "scoped_identifier") and first in self.consts:
+            method = self.consts[first]
+        else:
+            if args[0].type != "identifier":  # a forwarding helper passes its own parameter
                 self.warn("utility-dynamic", file, call, f"{_text(fn)}({_text(args[0])}, ...): method name is not "
                                                          f"a string literal")
             return
-        method = _string_value(args[0])
         count: int | None = None
         if len(args) > 1:
             a = args[1]
@@ -592,7 +604,8 @@ class _Builder:
         self._generics = outer_generics
         self.messages[name] = MessageLayout(
             encoding="array" if array else "map", direction="both", fields=fields, defined_in=item.file,
-            note=f"Rust struct {item.name}" + (f" ({', '.join(sorted(derives & _SERDE))})" if derives else ""))
+            note=f"Rust struct {item.name}" + (f" ({', '.join(sorted(derives & _SERDE))})" if derives else "")
+            + ("; deny_unknown_fields" if item.attrs.serde_has("deny_unknown_fields") else ""))
 
 
 _SERDE = {"Serialize", "Deserialize", "Serialize_tuple", "Deserialize_tuple"}

@@ -85,7 +85,8 @@ def test_the_client_crate_is_read_with_its_serde_shapes():
     assert [(rt.byte, rt.name) for rt in layout.request_types] == [
         ("00", "ADD"), ("01", "ABORT"), ("02", "START_DP_WAVE"), ("03", "UTILITY")]
     assert {n: len(m.params) for n, m in layout.utility_methods.items()} == {
-        "is_sleeping": 0, "reset_prefix_cache": 2, "sleep": 2, "profile": 2, "collective_rpc": 4}  # no test's call
+        "is_sleeping": 0, "reset_prefix_cache": 2, "sleep": 2, "profile": 2, "get_supported_tasks": 0,
+        "collective_rpc": 4}  # a const's value; no call of a test
     # nothing dropped: what is not read is named
     assert layout.not_described == ["UtilityCallId"]
     assert [(w.code, w.file) for w in result.warnings] == [
@@ -210,3 +211,15 @@ def test_either_side_may_be_the_rust_one(tmp_path, capsys):
     assert main(["spec", "diff", str(rust), "vllm-0.33", "--format", "json"]) == 1
     (f,) = _breaking(json.loads(capsys.readouterr().out)["findings"])
     assert f["rule"] == "DIFF-064" and f["file"] == "src/protocol/output.rs"
+
+
+def test_a_reader_that_refuses_unknown_keys(tmp_path, capsys):
+    crate = _copy(tmp_path, CLIENT, {"src/protocol/handshake.rs": [
+        ("/// What each engine reports once it is initialised.\n#[derive(Debug, Clone, Serialize, Deserialize)]\n",
+         "/// What each engine reports once it is initialised.\n#[derive(Debug, Clone, Serialize, Deserialize)]\n"
+         "#[serde(deny_unknown_fields)]\n")]})
+    code, findings = _diff(capsys, crate, tmp_path)
+    assert code == 1
+    (f,) = _breaking(findings)
+    assert f["rule"] == "DIFF-071" and f["subject"] == "EngineCoreReadyResponse"
+    assert "tensor_parallel_size" in f["message"] and f["line"] == 21  # the struct, one line lower
