@@ -17,7 +17,8 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
     spec.set_defaults(func=_usage, spec_parser=spec)
 
     p = sub.add_parser(
-        "layout", help="write a layout as JSON: of vLLM's sources (--from-vllm) or of ecp.spec",
+        "layout", help="write a layout as JSON: of vLLM's sources (--from-vllm), of a Rust crate (--from-rust) "
+                       "or of ecp.spec",
         description="With --from-vllm, extract the wire layout statically (Python ast; nothing of vLLM is "
                     "imported) from a vLLM source checkout, an unpacked wheel or a .whl file. Without it, "
                     "describe the messages of ecp.spec itself. Constructs that cannot be resolved statically "
@@ -25,6 +26,14 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
                     "provenance; exit 1 with --strict when there are any.")
     p.add_argument("--from-vllm", metavar="PATH", dest="from_vllm",
                    help="a vLLM checkout (the directory holding vllm/), an unpacked wheel or a .whl file")
+    p.add_argument("--from-rust", metavar="DIR", dest="from_rust",
+                   help="a Rust crate or source directory: its serde definitions of the protocol (tree-sitter; "
+                        "needs the rust extra)")
+    p.add_argument("--role", choices=("frontend", "engine"), default=None,
+                   help="with --from-rust: the part the crate plays (default: frontend)")
+    p.add_argument("--name", action="append", default=[], metavar="RUST=PYTHON",
+                   help="with --from-rust: describe Rust type RUST under the Python class name PYTHON "
+                        "(repeatable; a doc comment naming the Python class does the same)")
     p.add_argument("--vllm-version", metavar="X.Y.Z", dest="vllm_version",
                    help="the release the tree is (for a checkout that does not record its version)")
     p.add_argument("--out", metavar="FILE", help="where to write it (default: stdout)")
@@ -35,11 +44,12 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "diff", help="compare two layouts; exit 1 on breaking changes",
-        description="Each side is a layout file (e.g. written by `ecp spec layout --from-vllm`), a shipped "
+        description="Each side is a layout file (e.g. written by `ecp spec layout --from-vllm` or --from-rust), a shipped "
                     "layout name (vllm-0.21 ... vllm-0.33), 'current' (ecp.spec's own types) or a git ref of "
                     "this repository (REF or REF:PATH; REF alone reads spec/layouts/vllm-0.33.json at that ref). "
-                    "Each finding names its rule (DIFF-nnn), the clause of spec/PROTOCOL.md it violates and "
-                    "the peers it hurts.",
+                    "Each finding names its rule (DIFF-nnn), the clause of spec/PROTOCOL.md it violates, "
+                    "the peers it hurts, where it is written (file:line) and a one-line fix. When exactly one side "
+                    "was read from Rust, the two are compared as peers: the Rust crate in its role against vLLM.",
         epilog="Exit status: 0 when no finding reaches --fail-on, 1 when one does, 2 when a reference names "
                "no layout.")
     p.add_argument("old", metavar="OLD")
@@ -49,6 +59,9 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
                         "workflow annotations")
     p.add_argument("--fail-on", choices=("breaking", "warning", "never"), default="breaking",
                    help="lowest severity that makes the exit status 1 (default: breaking)")
+    p.add_argument("--strict", action="store_true",
+                   help="also exit 1 on warnings: warning findings, and extraction warnings NEW records that "
+                        "OLD does not (a construct the change made unreadable)")
     p.set_defaults(func=_diff)
 
     p = sub.add_parser("compat", help="the cross-version interoperability table (Markdown)")
@@ -148,6 +161,11 @@ def _write_or_check(text: bytes, out: str | None, check: bool, what: str) -> int
 def _layout(args: argparse.Namespace) -> int:
     from ..layout.model import encode_layout
 
+    if args.from_rust is not None:
+        return _layout_rust(args)
+    if args.role or args.name:
+        print("ecp spec layout: --role and --name apply to --from-rust only", file=sys.stderr)
+        return 2
     if args.from_vllm is None:
         if args.vllm_version or args.strict:
             print("ecp spec layout: --vllm-version and --strict apply to --from-vllm only", file=sys.stderr)
@@ -172,10 +190,39 @@ def _layout(args: argparse.Namespace) -> int:
     return code
 
 
+def _layout_rust(args: argparse.Namespace) -> int:
+    from ..layout.model import encode_layout
+    from ..layout.rust import RustSourceError, extract_rust
+
+    if args.from_vllm is not None:
+        print("ecp spec layout: --from-vllm and --from-rust exclude each other", file=sys.stderr)
+        return 2
+    names = {}
+    for pair in args.name:
+        rust, sep, python = pair.partition("=")
+        if not sep or not rust.isidentifier() or not python.isidentifier():
+            print(f"ecp spec layout: --name {pair!r} is not RUST=PYTHON", file=sys.stderr)
+            return 2
+        names[rust] = python
+    try:
+        result = extract_rust(args.from_rust, names=names, role=args.role or "frontend",
+                              vllm_version=args.vllm_version)
+    except RustSourceError as exc:
+        print(f"ecp spec layout: {exc}", file=sys.stderr)
+        return 2
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    code = _write_or_check(encode_layout(result.layout), args.out, args.check, "the layout")
+    if code == 0 and args.strict and result.warnings:
+        print(f"ecp spec layout: {len(result.warnings)} construct(s) not read (--strict)", file=sys.stderr)
+        return 1
+    return code
+
+
 def _diff(args: argparse.Namespace) -> int:
     from ..layout.model import LayoutError
     from ..layout.resolve import resolve
-    from .compare import counts, diff_layouts
+    from .compare import counts, diff_layouts, new_warnings
     from .report import render
 
     try:
@@ -186,6 +233,11 @@ def _diff(args: argparse.Namespace) -> int:
     findings = diff_layouts(old, new)
     sys.stdout.write(render(args.format, old, new, findings))
     c = counts(findings)
+    if args.strict:
+        introduced = new_warnings(old, new)
+        for w in introduced:
+            print(f"warning: {w} (not in {old.name})", file=sys.stderr)
+        return 1 if c["breaking"] or c["warning"] or introduced else 0
     if args.fail_on == "breaking":
         return 1 if c["breaking"] else 0
     if args.fail_on == "warning":

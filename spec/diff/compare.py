@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..layout import types as wt
-from ..layout.model import FieldLayout, Layout, MessageLayout
+from ..layout.model import FieldLayout, Layout, MessageLayout, UtilityMethodLayout
 from .clauses import clause_for
-from .rules import RULES, Rule
+from .rules import ACCEPT, RULES, Rule
 
 Affects = Literal["old->new", "new->old", "both", "none"]
 
@@ -36,13 +36,26 @@ class Finding:
     file: str | None = None
     #: the clause of spec/PROTOCOL.md the change violates (:mod:`.clauses`)
     clause: str | None = None
+    #: line of ``file`` (from the layout's ``provenance.locations``), for annotations
+    line: int | None = None
+    #: who is hurt, in the words of a comparison between peers (:mod:`.peer`)
+    pairing: str | None = None
 
     @property
     def severity(self) -> str:
         return self.rule.severity
 
+    @property
+    def fix(self) -> str:
+        """One line: how to make the change compatible, or how to accept a break."""
+        if self.severity == "breaking":
+            return f"{self.rule.fix}; or {ACCEPT}"
+        return self.rule.fix
+
     def impact(self) -> str:
         """Who is hurt, in roles: ``frontends built against OLD -> engines built against NEW``."""
+        if self.pairing is not None:
+            return self.pairing
         if self.affects == "none":
             return "compatible in both directions" if self.severity == "info" else "same bytes"
         sender, _, receiver = (self.direction or "sender->receiver").partition("->")
@@ -59,7 +72,7 @@ class Finding:
             "rule": self.rule.id, "name": self.rule.name, "severity": self.severity, "subject": self.subject,
             "message": self.message, "direction": self.direction, "affects": self.affects,
             "impact": self.impact(), "old": self.old, "new": self.new, "file": self.file,
-            "clause": self.clause,
+            "clause": self.clause, "line": self.line, "fix": self.fix,
         }
 
 
@@ -85,6 +98,20 @@ def _repo_file(msg: MessageLayout | None) -> str | None:
 
 
 # --------------------------------------------------------------------------- fields
+def _holds_any(m: wt.Member) -> bool:
+    return m.kind == "any" or any(_holds_any(x) for a in m.args for x in a.members)
+
+
+def _every_value_retyped(old: wt.WireType, new: wt.WireType) -> bool:
+    """Whether no value of ``new`` (nil aside) is of a type ``old`` accepts: ``int -> float``
+    widens (a float field takes ints) yet a sender of the new type sends ``1.0``, which a
+    receiver of the old one refuses."""
+    values = [m for m in new.members if m.kind != "nil"]
+    if any(_holds_any(m) for m in values):
+        return False  # unconstrained: it may well send the old type
+    return bool(values) and not any(wt.accepts(old, wt.WireType((m,))) for m in values)
+
+
 def _field_changes(out: _Collector, mname: str, old_f: FieldLayout, new_f: FieldLayout, msg: MessageLayout) -> None:
     subject = f"{mname}.{new_f.name}"
     d, file = msg.direction, _repo_file(msg)
@@ -92,6 +119,10 @@ def _field_changes(out: _Collector, mname: str, old_f: FieldLayout, new_f: Field
     if rel == "narrowed":
         out.add("DIFF-020", subject, f"type narrowed from {old_f.type} to {new_f.type}", d, "old->new",
                 old_f.type, new_f.type, file)
+    elif rel == "widened" and _every_value_retyped(old_f.wire_type, new_f.wire_type):
+        out.add("DIFF-024", subject, f"type changed from {old_f.type} to {new_f.type}: NEW senders send every "
+                                     f"value as a type OLD receivers refuse", d, "new->old", old_f.type, new_f.type,
+                file)
     elif rel == "widened":
         out.add("DIFF-021", subject, f"type widened from {old_f.type} to {new_f.type}", d, "new->old",
                 old_f.type, new_f.type, file)
@@ -253,13 +284,32 @@ def _signature_affects(om, nm) -> Affects:
     return "both"
 
 
+def _same_signature(om: UtilityMethodLayout, nm: UtilityMethodLayout) -> bool:
+    if om.params is None or nm.params is None or len(om.params) != len(nm.params):
+        return False
+    types = [(a.type, b.type) for a, b in zip(om.params, nm.params)] + [(om.result, nm.result)]
+    return all(wt.relation(wt.parse(a), wt.parse(b)) == "same" for a, b in types)
+
+
 def _compare_utility(out: _Collector, old: Layout, new: Layout) -> None:
     d = "frontend->engine"
+    gone = [n for n in old.utility_methods if n not in new.utility_methods]
+    came = [n for n in new.utility_methods if n not in old.utility_methods]
+    # a method that vanished while one of the same signature appeared: a rename on both sides
+    renamed = {o: n for o in gone for n in came if _same_signature(old.utility_methods[o], new.utility_methods[n])}
+    renamed_to = {n: o for o, n in renamed.items()}
     for name, nm in new.utility_methods.items():
         om = old.utility_methods.get(name)
         subject = f"utility {name}"
-        if om is None:
-            out.add("DIFF-050", subject, f"new utility method {name}", d, "none")
+        if not nm.handled:
+            if om is None or om.handled:
+                out.add("DIFF-057", subject, f"NEW frontends call {name} but no engine-side handler of NEW answers "
+                                             f"it: every call fails, from frontends of either layout", d, "old->new")
+            continue
+        if om is None or not om.handled:
+            was = f" (renamed from {renamed_to[name]}?)" if name in renamed_to else ""
+            out.add("DIFF-050", subject, f"new utility method {name}{was}", d,
+                    "new->old")
             continue
         if om.params is None and nm.params is None:
             pass  # neither side documents the arguments: nothing to compare
@@ -287,14 +337,22 @@ def _compare_utility(out: _Collector, old: Layout, new: Layout) -> None:
             rule_id, affects = result_rule[rel]
             out.add(rule_id, subject, f"result {rel} from {om.result} to {nm.result}", "engine->frontend",
                     affects, om.result, nm.result)
-    for name in old.utility_methods:
-        if name not in new.utility_methods:
-            out.add("DIFF-051", f"utility {name}", f"utility method {name} removed", d, "old->new")
+    for name in gone:
+        if not old.utility_methods[name].handled:
+            continue  # OLD engines never answered it either
+        now = f" (renamed to {renamed[name]}?)" if name in renamed else ""
+        out.add("DIFF-051", f"utility {name}", f"utility method {name} removed{now}",
+                d, "old->new")
 
 
 # --------------------------------------------------------------------------- entry point
 def diff_layouts(old: Layout, new: Layout) -> list[Finding]:
-    """Every difference between ``old`` and ``new`` that a peer could notice."""
+    """Every difference between ``old`` and ``new`` that a peer could notice. When exactly one
+    side was read from Rust, the two are peers, not releases (:mod:`.peer`)."""
+    from .peer import diff_peer, is_peer_pair
+
+    if is_peer_pair(old, new):
+        return diff_peer(old, new)
     out = _Collector()
     not_compared: list[str] = []
     for name, msg in new.messages.items():
@@ -320,8 +378,51 @@ def diff_layouts(old: Layout, new: Layout) -> list[Finding]:
     _compare_enums(out, old, new)
     _compare_request_types(out, old, new)
     _compare_utility(out, old, new)
-    return [replace(f, clause=clause_for(f.rule.id, f.subject, old, new)) for f in out.findings]
+    return [_located(replace(f, clause=clause_for(f.rule.id, f.subject, old, new)), old, new)
+            for f in out.findings]
+
+
+def _candidates(subject: str) -> list[str]:
+    """Location keys for ``subject``, most precise first: ``A.b`` then ``A``; ``enum E.M`` then
+    ``enum E``; for the scope finding, none."""
+    out = [subject]
+    head, _, tail = subject.rpartition(".")
+    if head and tail and " 0x" not in subject:
+        out.append(head)
+    return out
+
+
+def location(layout: Layout, subject: str) -> tuple[str, int | None] | None:
+    """``(file, line)`` where ``layout`` writes ``subject`` (or what holds it), if it records it."""
+    locations = layout.provenance.locations if layout.provenance else {}
+    for key in _candidates(subject):
+        where = locations.get(key)
+        if where:
+            path, _, line = where.rpartition(":")
+            return (path, int(line)) if path and line.isdigit() else (where, None)
+    return None
+
+
+def _located(f: Finding, old: Layout, new: Layout) -> Finding:
+    # NEW first: the change under review is there; what NEW no longer has is found in OLD.
+    where = location(new, f.subject) or location(old, f.subject)
+    if where is None and f.subject == "layout scope":  # the first thing listed that either side locates
+        names = [n for side in (f.old, f.new) for n in side or ()]
+        where = next((loc for n in names for loc in (location(new, n), location(old, n)) if loc), None)
+    if where is None:
+        return f
+    return replace(f, file=where[0], line=where[1])
 
 
 def counts(findings: list[Finding]) -> dict[str, int]:
     return {s: sum(1 for f in findings if f.severity == s) for s in ("breaking", "warning", "info")}
+
+
+def new_warnings(old: Layout, new: Layout) -> list[str]:
+    """Extraction warnings ``new`` records that ``old`` does not (compared without line numbers:
+    an unmodified construct that moved is the same warning)."""
+    def key(w: str) -> str:
+        path, _, rest = w.partition(":")
+        return path + ":" + rest.partition(":")[2] if rest.partition(":")[0].isdigit() else w
+    seen = {key(w) for w in (old.provenance.warnings if old.provenance else [])}
+    return [w for w in (new.provenance.warnings if new.provenance else []) if key(w) not in seen]

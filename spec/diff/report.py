@@ -35,7 +35,9 @@ def render_text(old: Layout, new: Layout, findings: list[Finding]) -> str:
         return "\n".join(lines) + "\n"
     for f in _ordered(findings):
         lines.append(f"{f.severity.upper():<8} {f.rule.id} {f.subject}: {f.message}")
-        lines.append(f"         {f.rule.name}; {_clause_text(f)}; {f.impact()}")
+        where = f" ({f.file}:{f.line})" if f.file and f.line else f" ({f.file})" if f.file else ""
+        lines.append(f"         {f.rule.name}; {_clause_text(f)}; {f.impact()}{where}")
+        lines.append(f"         fix: {f.fix}")
     lines.append(_summary(findings))
     return "\n".join(lines) + "\n"
 
@@ -68,8 +70,11 @@ def render_github(old: Layout, new: Layout, findings: list[Finding]) -> str:
         props = []
         if f.file:
             props.append(f"file={_escape_property(f.file)}")
+            if f.line:
+                props.append(f"line={f.line}")
         props.append(f"title={_escape_property(f'{f.rule.id} {f.rule.name}')}")
-        body = f"{f.subject}: {f.message} ({_clause_text(f)}; {f.impact()}; {old.name} -> {new.name})"
+        body = (f"{f.subject}: {f.message} ({_clause_text(f)}; {f.impact()}; {old.name} -> {new.name}). "
+                f"Fix: {f.fix}")
         lines.append(f"::{_COMMAND[f.severity]} {','.join(props)}::{_escape_data(body)}")
     lines.append(f"ecp spec diff {old.name} -> {new.name}: {_summary(findings) if findings else 'no differences'}")
     return "\n".join(lines) + "\n"
@@ -88,10 +93,11 @@ def render_markdown(old: Layout, new: Layout, findings: list[Finding]) -> str:
              f"{verdict} ({_summary(findings)}).", ""]
     if not findings:
         return "\n".join(lines)
-    lines += ["| severity | rule | subject | change | clause | who breaks |", "|---|---|---|---|---|---|"]
+    lines += ["| severity | rule | subject | change | clause | who breaks | fix |", "|---|---|---|---|---|---|---|"]
     for f in _ordered(findings):
-        lines.append(f"| {f.severity} | {f.rule.id} {f.rule.name} | `{_cell(f.subject)}` | {_cell(f.message)} "
-                     f"| {f.clause} | {_cell(f.impact())} |")
+        where = f" (`{f.file}:{f.line}`)" if f.file and f.line else ""
+        lines.append(f"| {f.severity} | {f.rule.id} {f.rule.name} | `{_cell(f.subject)}`{where} | {_cell(f.message)} "
+                     f"| {f.clause} | {_cell(f.impact())} | {_cell(f.fix)} |")
     lines += ["", "Clauses are those of `spec/PROTOCOL.md` of the engine-core protocol (`ecp`); the rules are "
                   "described in `docs/ci.md` of ecp."]
     return "\n".join(lines) + "\n"

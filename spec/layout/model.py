@@ -106,6 +106,9 @@ class UtilityMethodLayout(msgspec.Struct, omit_defaults=True, forbid_unknown_fie
 
     result: str
     params: list[UtilityParamLayout] | None = None
+    #: false: the frontend of the same tree calls the method but no engine-side handler answers
+    #: it (every call fails); a receiver rates that as a break, never as a widened result
+    handled: bool = True
 
 
 class Provenance(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
@@ -120,6 +123,10 @@ class Provenance(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True)
     sha256: str | None = None
     #: every construct the extractor could not resolve statically (``file:line: code: what``)
     warnings: list[str] = []
+    #: where each described thing is written (``path:line``, the path relative to the tree), keyed
+    #: like diff subjects: ``Message``, ``Message.field``, ``enum Name``, ``enum Name.MEMBER``,
+    #: ``request type 0xNN``, ``utility name``; annotations of ``ecp spec diff`` point there
+    locations: dict[str, str] = {}
 
 
 class Layout(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):

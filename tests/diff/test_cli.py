@@ -63,13 +63,14 @@ def test_diff_json_format(capsys):
     doc = json.loads(out)
     assert code == 1
     assert doc["old"]["name"] == "vllm-0.31" and doc["new"]["name"] == "vllm-0.32"
-    assert doc["summary"] == {"breaking": 3, "warning": 3, "info": 5}
+    assert doc["summary"] == {"breaking": 4, "warning": 3, "info": 4}
     first = doc["findings"][0]
-    assert set(first) >= {"rule", "severity", "subject", "message", "direction", "affects", "impact", "clause"}
+    assert set(first) >= {"rule", "severity", "subject", "message", "direction", "affects", "impact", "clause",
+                          "fix"}
     assert {f["subject"]: f["clause"] for f in doc["findings"] if f["severity"] == "breaking"} == {
         "SamplingParams.prompt_logprob_token_ids": "ECP-FRAME-6",
         "LoRARequest.tensorizer_config_dict": "ECP-FRAME-3",
-        "utility profile": "ECP-UTIL-1"}
+        "utility profile": "ECP-UTIL-1", "utility compute_weight_checksums": "ECP-UTIL-1"}
 
 
 def test_diff_github_format(capsys):
@@ -90,7 +91,8 @@ def test_diff_markdown_format(capsys):
     assert out.startswith("### Protocol diff: `vllm-0.32` (0.32.0) → `vllm-0.33` (0.33.0)")
     rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert len(rows) == 12
-    assert rows[0].startswith("| breaking | DIFF-052 utility-signature-changed | `utility profile` |")
+    assert rows[0].startswith("| breaking | DIFF-052 utility-signature-changed | `utility profile` "
+                              "(`vllm/v1/engine/core.py:")
     assert "| ECP-UTIL-1 |" in rows[0] and "str \\| nil" in rows[0]  # pipes escaped inside cells
     code, out, _ = run(capsys, "spec", "diff", "vllm-0.24", "vllm-0.25", "--format", "markdown")
     assert code == 0 and "no breaking change" in out

@@ -197,9 +197,11 @@ class _Extractor:
                     continue
                 fields = [FieldLayout(index=0, name=k, type=self._value_type(core, func, v, k, tag), required=True)
                           for k, v in pairs if k != "status"]
+                self.reader.locations[name] = f"{core.path}:{node.lineno}"
+                self.reader.locations.update((f"{name}.{k}", f"{core.path}:{v.lineno}") for k, v in pairs)
                 var = self._assigned_name(func, node)
                 if var is not None:
-                    fields += self._later_keys(core, func, var, tag, {f.name for f in fields})
+                    fields += self._later_keys(core, func, var, tag, {f.name for f in fields}, name)
                 for i, f in enumerate(fields):
                     f.index = i
                 return MessageLayout(encoding="map", direction="engine->frontend", fields=fields,
@@ -215,7 +217,7 @@ class _Extractor:
                 return node.targets[0].id
         return None
 
-    def _later_keys(self, mod: Module, func, var: str, tag: str, seen: set[str]) -> list[FieldLayout]:
+    def _later_keys(self, mod: Module, func, var: str, tag: str, seen: set[str], msg: str) -> list[FieldLayout]:
         out = []
         for node in ast.walk(func):
             if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
@@ -226,6 +228,7 @@ class _Extractor:
                     and t.slice.value not in seen):
                 key = t.slice.value
                 seen.add(key)
+                self.reader.locations[f"{msg}.{key}"] = f"{mod.path}:{node.lineno}"
                 type_str = self._value_type(mod, func, node.value, key, tag)
                 if type_str not in ("any",) and "nil" not in type_str.split(" | "):
                     type_str += " | nil"
@@ -255,6 +258,7 @@ class _Extractor:
                         types = ["any"] * len(names)
                     fields = [FieldLayout(index=i, name=n, type=t, required=True)
                               for i, (n, t) in enumerate(zip(names, types))]
+                    self.reader.locations[name] = f"{core.path}:{stmt.lineno}"
                     return MessageLayout(encoding="array", direction="frontend->engine", fields=fields,
                                          defined_in=core.path,
                                          note=f"a tuple: names from the engine core's unpacking in {core.path}, "
@@ -363,14 +367,23 @@ class _Extractor:
         core, methods, order = self._engine_methods()
         names = [n for n in order if n in calls] + sorted(n for n in calls if n not in order)
         out: dict[str, UtilityMethodLayout] = {}
+        dispatched = self._dispatched()
         for name in names:
             func = methods.get(name)
-            if func is None or core is None:
-                mod, call = calls[name]
-                self._warn("utility-unknown", mod, call, f"{name}: called by the frontend, not defined by the "
-                                                         f"engine core classes in {CORE}")
+            mod, call = calls[name]
+            if name in dispatched and func is None and core is not None:
+                # answered by the input thread before the method lookup (0.33: the fault-tolerance
+                # sentinel); what it takes and returns is not declared there
+                self.reader.locations[f"utility {name}"] = f"{core.path}:{dispatched[name]}"
                 out[name] = UtilityMethodLayout(result="any", params=None)
                 continue
+            if func is None or core is None:
+                self._warn("utility-unknown", mod, call, f"{name}: called by the frontend, not defined by the "
+                                                         f"engine core classes in {CORE}")
+                self.reader.locations[f"utility {name}"] = f"{mod.path}:{call.lineno}"
+                out[name] = UtilityMethodLayout(result="any", params=None, handled=False)
+                continue
+            self.reader.locations[f"utility {name}"] = f"{core.path}:{func.lineno}"
             args = func.args.posonlyargs + func.args.args
             first_default = len(args) - len(func.args.defaults)
             is_static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in func.decorator_list)
@@ -382,6 +395,22 @@ class _Extractor:
             out[name] = UtilityMethodLayout(result=self._result(core, func), params=params)
             self._root_types(out[name].result, "engine->frontend")
         self.reader.describe_pending()
+        return out
+
+    def _dispatched(self) -> dict[str, int]:
+        """Method names the engine core's input handling answers itself, ahead of the method
+        lookup: ``if method == NAME:`` with NAME a string constant -> the line of the test."""
+        core = self._core()
+        out: dict[str, int] = {}
+        for node in ast.walk(core.tree) if core else ():
+            if (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq)
+                    and isinstance(node.left, ast.Name) and node.left.id == "method"):
+                name = self._constant(core, node.comparators[0]) if isinstance(
+                    node.comparators[0], (ast.Name, ast.Attribute)) else None
+                if isinstance(node.comparators[0], ast.Constant) and isinstance(node.comparators[0].value, str):
+                    name = node.comparators[0].value
+                if name is not None:
+                    out.setdefault(name, node.lineno)
         return out
 
     def _result(self, mod: Module, func) -> str:
@@ -456,7 +485,7 @@ class _Extractor:
             provenance=Provenance(
                 vllm_version=version or "unknown", extractor=EXTRACTOR_VERSION, tree=self.tree.kind,
                 wheel=self.tree.wheel_name, sha256=self.tree.sha256,
-                warnings=[str(w) for w in warnings]),
+                warnings=[str(w) for w in warnings], locations=dict(sorted(self.reader.locations.items()))),
         )
         for path in FRONTEND_FILES:  # read for the request types even when nothing else is
             self.index.module_at(path)

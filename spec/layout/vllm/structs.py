@@ -72,6 +72,8 @@ class TypeReader:
         self._pending: list[tuple[str, Resolved]] = []
         self._qualnames: dict[str, str] = {}
         self._in_progress: set[str] = set()
+        #: subject -> ``path:line`` (``Provenance.locations``)
+        self.locations: dict[str, str] = {}
 
     # ------------------------------------------------------------------ warnings
     def warn(self, code: str, mod: Module | None, node: ast.AST | None, message: str) -> None:
@@ -184,7 +186,7 @@ class TypeReader:
             return f"struct:{name}" if name in self.messages or name in self._in_progress else "any"
         self._qualnames[name] = found.qualname
         if info.kind == "enum":
-            values = self.enum_values(found)
+            values = self.enum_values(found, record=name not in self.enums)
             if values is None:
                 return "str"
             self.enums.setdefault(name, values)
@@ -194,29 +196,44 @@ class TypeReader:
             self._pending.append((name, found))
         return f"struct:{name}"
 
-    def enum_values(self, found: Resolved) -> dict[str, int] | None:
-        """Member -> int for an integer enum; ``None`` for a string-valued one."""
+    def enum_values(self, found: Resolved, record: bool = False) -> dict[str, int] | None:
+        """Member -> int for an integer enum; ``None`` for a string-valued one. ``auto()`` gives
+        the previous member's value plus one (1 for the first), as Python's ``Enum`` does."""
         node, mod = found.node, found.module
         assert isinstance(node, ast.ClassDef) and mod is not None
         values: dict[str, int] = {}
+        lines: dict[str, int] = {}
+        last: int | None = None
         for stmt in node.body:
             if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
                 name = stmt.targets[0].id
-                try:
-                    value = ast.literal_eval(stmt.value)
-                except ValueError:
-                    self.warn("enum-value", mod, stmt, f"{node.name}.{name}: value is not a literal; left out")
-                    continue
+                if self._is_auto(mod, stmt.value):
+                    value: Any = 1 if last is None else last + 1
+                else:
+                    try:
+                        value = ast.literal_eval(stmt.value)
+                    except ValueError:
+                        self.warn("enum-value", mod, stmt, f"{node.name}.{name}: value is not a literal; left out")
+                        continue
                 if isinstance(value, bool) or not isinstance(value, int):
                     return None
-                values[name] = value
+                values[name] = last = value
+                lines[name] = stmt.lineno
+        if record:
+            self.locations[f"enum {node.name}"] = f"{mod.path}:{node.lineno}"
+            self.locations.update((f"enum {node.name}.{m}", f"{mod.path}:{line}") for m, line in lines.items())
         return values
+
+    def _is_auto(self, mod: Module, value: ast.expr) -> bool:
+        return (isinstance(value, ast.Call) and not value.args and not value.keywords
+                and self.index.resolve_expr(mod, value.func).qualname == "enum.auto")
 
     def byte_enum(self, found: Resolved) -> list[tuple[str, str]]:
         """``[(NAME, hex byte)]`` of an enum whose values are one-byte ``bytes`` literals."""
         node, mod = found.node, found.module
         assert isinstance(node, ast.ClassDef) and mod is not None
         out = []
+        self.locations["request types"] = f"{mod.path}:{node.lineno}"
         for stmt in node.body:
             if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
                 try:
@@ -225,6 +242,7 @@ class TypeReader:
                     value = None
                 if isinstance(value, bytes) and len(value) == 1:
                     out.append((stmt.targets[0].id, value.hex()))
+                    self.locations[f"request type 0x{value.hex()}"] = f"{mod.path}:{stmt.lineno}"
                 else:
                     self.warn("request-type", mod, stmt,
                               f"{node.name}.{stmt.targets[0].id} is not a one-byte bytes literal; left out")
@@ -248,8 +266,10 @@ class TypeReader:
         array = info.kind == "namedtuple" or (info.kind == "struct" and bool(info.config.get("array_like")))
         fields = []
         total = info.config.get("total", True) is not False
+        self.locations[node.name] = f"{mod.path}:{node.lineno}"
         for i, (fmod, stmt) in enumerate(self._class_fields(found, info)):
             name = stmt.target.id  # type: ignore[union-attr]
+            self.locations[f"{node.name}.{name}"] = f"{fmod.path}:{stmt.lineno}"
             type_str = self.type_of(fmod, stmt.annotation)
             has_default, default = self.default_of(fmod, stmt, info)
             required = not has_default if info.kind != "typeddict" else total and not self._not_required(
