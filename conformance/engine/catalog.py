@@ -28,7 +28,7 @@ CASES: tuple[Case, ...] = (
        checks=("ECP-HS-5.1",)),
     _c("ENG-HS-5", "ECP-HS-3", "MUST", "one-registration-per-input",
        "The engine registers exactly once on each input socket and sends nothing else there.",
-       checks=("ECP-HS-3.1",)),
+       checks=("ECP-HS-3.1", "ECP-HS-3.2")),
     _c("ENG-HS-6", "ECP-SOCK-3", "MUST", "multiple-clients",
        "With two clients in INIT the engine registers on both inputs and serves both.",
        checks=("ECP-SOCK-3.1", "ECP-SOCK-3.2")),
@@ -207,7 +207,8 @@ CASES: tuple[Case, ...] = (
        "An ADD whose client_index has no output socket does not crash the engine.",
        checks=("ECP-ROB-4.1",)),
     _c("ENG-ROB-7", "ECP-ROB-2", "SHOULD", "invalid-add-answered",
-       "An undecodable ADD whose request id is recoverable is answered with an ERROR output.",
+       "An undecodable ADD whose request id is recoverable is answered with an ERROR output, on the output of "
+       "the input it came in on when it has no client_index (an array shorter than 12).",
        checks=("ECP-ROB-2.1", "ECP-ROB-2.2", "ECP-OUT-5.2")),
     _c("ENG-ROB-8", "ECP-ROB-5", "MUST", "graceful-shutdown",
        "On SIGTERM the engine ends its in-flight requests with terminal outputs and exits 0 (a launched COMMAND only).",

@@ -134,6 +134,22 @@ def test_invalid_add_answered(engine):
     if error is not None and error.retryable is not False:
         raise Violation(f"the ERROR for mistyped ADD {rid} says retryable: {error.retryable!r}; the same ADD "
                         "would be refused again, so it must say false", clause="ECP-OUT-5")
+    # an array shorter than 12 has no client_index (element 11): the answer goes to outputs[i] of the
+    # inputs[i] the ADD came in on, never back on the input socket (ECP-ROB-2.2, ECP-HS-3.2)
+    short_id = fe.new_id("short-wrong")
+    short = decode_any(_add_payload(fe, short_id))[:10]
+    short[3]["temperature"] = "hot"
+    fe.send_raw([b"\x00", enc(short)], client=0, decode=lambda: "(deliberately mistyped 10-element ADD)")
+    fe.serves(after="a mistyped 10-element ADD")
+    fe.observe()
+    answers = fe.terminals(short_id)
+    if not answers:
+        raise Violation(f"a 10-element ADD ({short_id}, no client_index) with a recoverable id but a mistyped "
+                        "field got no ERROR output on outputs[0], the output of the input it came in on")
+    if answers[0].client != 0 or answers[0].output.finish_reason != FinishReason.ERROR:
+        raise Violation(f"the 10-element mistyped ADD {short_id}, sent on input[0], was answered with "
+                        f"{answers[0].output.finish_reason!r} on output[{answers[0].client}]; expected ERROR on "
+                        "output[0]")
 
 
 #: how long an engine may take from SIGTERM to its exit (a real engine core tears down workers)
