@@ -185,8 +185,10 @@ CASES: tuple[Case, ...] = (
        "only global rank 0 sends wave_complete.",
        checks=("ECP-OUT-6.2", "ECP-DP-5.4", "ECP-DP-5.5")),
     _c("ENG-DP-6", "ECP-DP-5", "MUST", "newer-wave-adopted",
-       "With a coordinator, ADDs stamped with a newer current_wave make the engines report wave_complete for that wave.",
-       checks=("ECP-DP-5.2", "ECP-DP-5.3")),
+       "With a coordinator, ADDs stamped with a newer current_wave are adopted: rank 0 reports wave_complete for "
+       "that wave; in a launch without rank 0 each rank, once idle, answers a later ADD of that wave with start_wave "
+       "of a newer one.",
+       checks=("ECP-DP-5.2", "ECP-DP-5.3", "ECP-DP-5.5")),
     # ------------------------------------------------------------ robustness
     _c("ENG-ROB-1", "ECP-ROB-1", "MUST", "unknown-type-byte",
        "Unknown or engine-internal type bytes (0x04, 0x05, 0x7f, two bytes) are rejected; the engine keeps serving.",

@@ -724,12 +724,20 @@ class HarnessFrontend:
     def wait_finished(self, rid: str, timeout: float = 5.0, max_tokens: int | None = None) -> Seen:
         """Wait for the terminal output of ``rid``.
 
-        When ``max_tokens`` tokens arrived and the engine then stays quiet for
-        the quiet window without a terminal output, that is a violation of
-        ``ECP-OUT-1``, not a timeout.
+        ``timeout`` bounds the wait for progress, not for the whole request: while
+        the request's outputs keep arriving the wait goes on, up to the case's
+        budget (which follows the engine's measured pace, docs/conformance.md "Time
+        budgets"), so a slow engine that is still producing tokens is waited for;
+        one that goes silent for ``timeout`` seconds times out. When ``max_tokens``
+        tokens arrived and the engine then stays quiet for the quiet window without
+        a terminal output, that is a violation of ``ECP-OUT-1``, not a timeout.
         """
-        end = time.monotonic() + timeout
+        started = time.monotonic()
+        end = started + timeout
         while not self.terminals(rid):
+            seen = self.seen(rid)
+            if seen:
+                end = max(end, seen[-1].t + timeout)
             self._check_input_open(f"end of request {rid}")
             if max_tokens is not None and len(self.tokens(rid)) >= max_tokens:
                 last = self.seen(rid)[-1].t
@@ -741,8 +749,8 @@ class HarnessFrontend:
             if self.deadline is not None and now >= self.deadline:
                 raise CaseTimeout(f"case time budget exhausted while waiting for the end of {rid}")
             if now >= end:
-                raise CaseTimeout(f"request {rid} did not finish within {timeout:.1f}s "
-                                  f"({len(self.tokens(rid))} tokens so far)")
+                raise CaseTimeout(f"request {rid} did not finish within {now - started:.1f}s "
+                                  f"({len(self.tokens(rid))} tokens so far, none in the last {timeout:.1f}s)")
             self.pump(min(end, now + 0.05))
         return self.terminals(rid)[0]
 

@@ -326,3 +326,18 @@ def test_replacement_engines_are_launched_ahead_once_engines_keep_dying(run_ecp,
     assert "started ahead in the background" not in cases["ENG-ROB-1"]["transcript_text"]
     assert "started ahead in the background" in cases["ENG-ROB-2"]["transcript_text"], cases["ENG-ROB-2"]
     assert "started ahead in the background" in cases["ENG-ROB-3"]["transcript_text"], cases["ENG-ROB-3"]
+
+
+def test_a_launch_without_rank_0_at_a_slow_token_pace_passes_the_wave_and_pace_cases(run_ecp, tmp_path):
+    """The reference engine at ranks 2..3 (no rank 0: no wave_complete is due, ECP-DP-5.5) and at 60 ms a
+    token (ENG-REJECT-2's 100-token neighbour takes 6 s; the wait follows the tokens as they come, within the
+    case budget that follows the measured pace) passes ENG-DP-6 and ENG-REJECT-2."""
+    out = tmp_path / "r.json"
+    code, stdout = run_ecp(
+        "conformance", "engine", "--engine-start-index", "2", "--case", "ENG-DP-6", "--case", "ENG-REJECT-2",
+        "--json", str(out), "--quiet-window", "0.2", "--startup-timeout", "30", "--",
+        sys.executable, "-m", "ecp.reference.engine", "--handshake-address", "{handshake_address}",
+        "--engine-count", "{engine_count}", "--engine-start-index", "{engine_start_index}", "--step-time-ms", "60")
+    _, cases = _results(out)
+    assert code == 0, stdout
+    assert {cid: c["outcome"] for cid, c in cases.items()} == {"ENG-DP-6": "PASS", "ENG-REJECT-2": "PASS"}, stdout
