@@ -37,15 +37,17 @@ CASES: tuple[Case, ...] = (
        checks=("ECP-HS-13.1",)),
     # ------------------------------------------------------ requests/outputs
     _c("ENG-REQ-1", "ECP-REQ-4", "MUST", "exact-max-tokens",
-       "With ignore_eos a request produces exactly max_tokens tokens and finishes with LENGTH.",
-       checks=("ECP-REQ-4.1",)),
+       "With ignore_eos a request produces exactly max_tokens tokens and finishes with LENGTH; every token id is "
+       "non-negative and below the model's vocabulary size (--engine-vocab-size; checked on every output).",
+       checks=("ECP-REQ-4.1", "ECP-OUT-3.2")),
     _c("ENG-REQ-2", "ECP-REQ-5", "MUST", "stop-token-finishes-stop",
        "A request whose greedy first token is in stop_token_ids finishes with STOP after one token, stop_reason "
        "that token, also when it is the max_tokens-th token; a STOP on the request's EOS id has stop_reason nil.",
        checks=("ECP-REQ-5.1", "ECP-REQ-5.2", "ECP-REQ-5.3")),
     _c("ENG-REQ-3", "ECP-REQ-5", "MUST", "min-tokens",
-       "No stop condition applies before min_tokens tokens were produced.",
-       checks=("ECP-REQ-5.1",)),
+       "No request finishes with STOP before min_tokens tokens were produced; a stop token among them (the "
+       "engine did not mask it) is accepted.",
+       checks=("ECP-REQ-5.1", "ECP-REQ-5.4")),
     _c("ENG-REQ-4", "ECP-REQ-2", "MUST", "duplicate-id-error",
        "An ADD whose id is in flight gets an ERROR output with a RequestError; the running request keeps running; "
        "once it ended, an ADD with its id is a new request.",

@@ -213,6 +213,8 @@ class HarnessFrontend:
         #: may answer each with its failure, or drop it
         self.refused_call_ids: set[int] = set()
         self.max_model_len: int | None = None
+        #: the vocabulary size of the engine's model, when the run was told it (``ECP-OUT-3``)
+        self.vocab_size: int | None = None
 
     def _make_peer(self) -> None:
         """The frontend skeleton in recording mode: it answers every HELLO (even a malformed one, or one
@@ -673,7 +675,15 @@ class HarnessFrontend:
         self.messages.append((client, msg))
         if msg.is_dp_control:
             self.dp_control_on_outputs.append((client, msg))
+        vocab = self.vocab_size
         for out in msg.outputs:
+            if out.new_token_ids and (min(out.new_token_ids) < 0
+                                      or (vocab is not None and max(out.new_token_ids) >= vocab)):
+                bad = [t for t in out.new_token_ids if t < 0 or (vocab is not None and t >= vocab)]
+                raise Violation(f"rank {msg.engine_index} sent token id(s) {bad[:5]} for {out.request_id} on "
+                                f"{socket}; a token id t is 0 <= t < V"
+                                + (f" (V = {vocab}, --engine-vocab-size)" if vocab is not None else ""),
+                                clause="ECP-OUT-3")
             self.by_request.setdefault(out.request_id, []).append(
                 Seen(client, msg.engine_index, out, msg.finished_requests, now))
             if self.first_answer_s is None and self._first_add is not None and out.request_id == self._first_add[0]:

@@ -60,6 +60,7 @@ REFERENCE_KNOBS: dict[str, list[str]] = {
     "pause-default-keep": ["ENG-UTIL-6"],
     "duplicate-error-finished": ["ENG-REQ-4"],
     "rejected-add-retryable": ["ENG-REQ-4", "ENG-REQ-5", "ENG-REQ-6", "ENG-ROB-7"],
+    "negative-token-ids": ["ENG-REQ-1"],
 }
 
 
@@ -341,3 +342,17 @@ def test_a_launch_without_rank_0_at_a_slow_token_pace_passes_the_wave_and_pace_c
     _, cases = _results(out)
     assert code == 0, stdout
     assert {cid: c["outcome"] for cid, c in cases.items()} == {"ENG-DP-6": "PASS", "ENG-REJECT-2": "PASS"}, stdout
+
+
+def test_token_ids_beyond_the_stated_vocabulary_fail(run_ecp, tmp_path):
+    """The reference engine's synthetic ids lie in [16, 32000): told the model has 16 tokens, the harness
+    fails the first output (ECP-OUT-3.2); told 32000, it passes."""
+    out = tmp_path / "r.json"
+    code, stdout = run_ecp("conformance", "engine", "--adapter", "reference_adapters:paced", "--case", "ENG-REQ-1",
+                           "--engine-vocab-size", "16", "--json", str(out), *FAST)
+    _, cases = _results(out)
+    assert code == 1 and cases["ENG-REQ-1"]["outcome"] == "FAIL", stdout
+    assert "[ECP-OUT-3" in stdout and "V = 16" in stdout, stdout
+    code, stdout = run_ecp("conformance", "engine", "--adapter", "reference_adapters:paced", "--case", "ENG-REQ-1",
+                           "--engine-vocab-size", "32000", *FAST)
+    assert code == 0, stdout
