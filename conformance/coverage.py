@@ -166,6 +166,11 @@ REASONS: dict[str, Reason] = {
         "with the model-free engines the suite can assume.",
         "Nothing on a peer yet; ENG-REQ-13 sends vllm-rs's ADD, which carries default values (top_p, "
         "min_p, penalties) explicitly, and fails an engine that does not serve it as sent."),
+    "ECP-FRAME-11.3": Reason(
+        _BOTH, "A statement about the bytes of spec/vectors (which of them are vLLM's choice), not a behaviour a "
+        "peer shows on the wire; what a peer writes is ECP-FRAME-11.1's (ENG-REQ-11, FE-OUT-5).",
+        "tests/spec/test_second_encoder.py: every vector re-encoded by the msgpack package differs only as the "
+        "table allows, and ecp.spec decodes every allowed variant to the vector's value."),
     "ECP-FRAME-6.4": Reason(
         _BOTH, "A rule for tools that compare bytes, not a behaviour of a peer on the wire.",
         "tests/spec/test_vectors.py compares the vllm-rs (fixmap) and Python (map16) forms by meaning."),

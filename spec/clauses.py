@@ -197,6 +197,10 @@ _CLAUSES: tuple[Clause, ...] = (
        and nesting depth before allocating for a declared size."""),
     _c("ECP-FRAME-10", "MUST", "Identity of request ids", """Request ids are strings; ABORT carries the same
        internal ids that ADD used."""),
+    _c("ECP-FRAME-11", "MUST", "Wire forms of values", """A value conforms by its msgpack type and value, not
+       its bytes: senders write any integer form that holds an int (never a float), float64 or an exact
+       float32 or an integer for a float, any header width; receivers accept every such form; untyped
+       values keep their type; no timestamps, other ext types, trailing bytes or repeated keys."""),
     # ----------------------------------------------------------------- REQ
     _c("ECP-REQ-1", "MUST", "ADD payload", """An ADD payload is an ``EngineCoreRequest``; exactly one of
        ``sampling_params`` and ``pooling_params`` is non-nil."""),

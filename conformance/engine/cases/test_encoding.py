@@ -13,7 +13,7 @@ from ecp.conformance.engine.cases._common import (abort_fenced, check_aborted, f
 from ecp.conformance import capabilities
 from ecp.conformance.outcomes import Violation
 from ecp.conformance.registry import case
-from ecp.spec import FinishReason, decode_any
+from ecp.spec import FinishReason, decode_any, wireforms
 from ecp.spec.golden import load_documents
 from ecp.spec.tensors import DTYPE_ITEMSIZE
 
@@ -196,6 +196,16 @@ def test_tolerant_scalars(engine):
     sp["_all_stop_token_ids"] = []  # an array where a set is declared
     _send_add_payload(fe, rid, _float32(msgspec.msgpack.encode(add), 0.123456789, 1.0))
     _served(fe, rid, "an ADD with temperature as an int, top_p as float32 and a set as an array", 3)
+    # ECP-FRAME-11: the same value in other wire forms (what an encoder in another language may write)
+    rid = fe.new_id("wire-forms")
+    add = _add_array(fe, rid, 3)
+    add[5] = float(int(add[5]))  # an integral arrival_time, written below as an int
+    tree = wireforms.parse(msgspec.msgpack.encode(add))
+    payload = wireforms.write(tree, ints="int64", headers="widest", floats="float32",
+                              int_for_float=lambda path: path == (5,))
+    _send_add_payload(fe, rid, payload)
+    _served(fe, rid, "an ADD with every int as int64 (d3), every header at its widest (dd/df/db), float32 floats "
+            "and an integral arrival_time as an int", 3)
 
 
 @case("ENG-REQ-12")
