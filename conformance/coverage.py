@@ -166,6 +166,12 @@ REASONS: dict[str, Reason] = {
         "with the model-free engines the suite can assume.",
         "Nothing on a peer yet; ENG-REQ-13 sends vllm-rs's ADD, which carries default values (top_p, "
         "min_p, penalties) explicitly, and fails an engine that does not serve it as sent."),
+    **{sid: Reason(
+        _ENG, "No case asks an engine for prompt logprobs yet: the model-free engines the suite runs against (the "
+        "reference engine's synthetic executor, vLLM's fake executor) compute none, so there is no tensor to judge.",
+        "tests/spec/test_vectors.py::test_tensor_vectors_hold_vllms_logprob_dtypes_inline_and_in_aux_frames reads "
+        "vLLM 0.33's own prompt-logprob bytes (torch names int32/float32/int32, P - 1 rows, inline and in aux "
+        "frames) with ecp.spec's decoder.") for sid in ("ECP-OUT-10.4", "ECP-OUT-10.5")},
     "ECP-FRAME-11.3": Reason(
         _BOTH, "A statement about the bytes of spec/vectors (which of them are vLLM's choice), not a behaviour a "
         "peer shows on the wire; what a peer writes is ECP-FRAME-11.1's (ENG-REQ-11, FE-OUT-5).",

@@ -248,6 +248,9 @@ _CLAUSES: tuple[Clause, ...] = (
        that socket (with one output socket per client: all of them) and becomes unhealthy."""),
     _c("ECP-OUT-9", "MUST", "Outputs for unknown ids", """A frontend drops outputs for request ids it no longer
        tracks."""),
+    _c("ECP-OUT-10", "MUST", "Logprob tensors", """Sampled logprobs are numpy arrays (ids ``<i4`` [N, K+1],
+       logprobs ``<f4`` [N, K+1], 1-based ranks ``<i8`` [N], the sampled token first); ``logprobs: -1`` is
+       K = V; prompt logprobs are torch tensors (``int32``, ``float32``, ``int32``) of P - 1 rows."""),
     # --------------------------------------------------------------- ABORT
     _c("ECP-ABORT-1", "MUST", "ABORT payload", """An ABORT payload is an array of internal request ids, sent
        only to the engine that owns them."""),

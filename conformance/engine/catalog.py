@@ -106,8 +106,10 @@ CASES: tuple[Case, ...] = (
        "An ERROR output (an ADD while paused) carries error {code, message, retryable} and its id in finished_requests.",
        checks=("ECP-OUT-5.1",)),
     _c("ENG-OUT-9", "ECP-FRAME-7", "MUST", "tensor-encoding",
-       "Logprobs tensors are [dtype, shape, data], data inline (ext 3) or a frame index, sized dtype x shape.",
-       checks=("ECP-FRAME-7.1", "ECP-HS-4.3")),
+       "Logprobs tensors are [dtype, shape, data], data inline (ext 3) or a frame index, sized dtype x shape; "
+       "ids <i4 [N, K+1], logprobs <f4 [N, K+1], 1-based ranks <i8 [N].",
+       also=("ECP-OUT-10",),
+       checks=("ECP-FRAME-7.1", "ECP-HS-4.3", "ECP-OUT-10.1", "ECP-OUT-10.2")),
     _c("ENG-OUT-10", "ECP-FRAME-8", "SHOULD", "aux-frame-threshold",
        "Tensor buffers of 256 bytes or more are sent in aux frames, smaller ones inline.",
        checks=("ECP-FRAME-8.1", "ECP-HS-4.3")),

@@ -295,11 +295,34 @@ def _tensor_bytes(name: str, tensor, frames: list[bytes]) -> bytes:
     return data
 
 
+#: ECP-OUT-10: the numpy dtype of each LogprobsLists tensor
+LOGPROB_DTYPES = {"logprob_token_ids": "<i4", "logprobs": "<f4", "sampled_token_ranks": "<i8"}
+
+
 @case("ENG-OUT-9")
 def test_tensor_encoding(engine):
     fe = engine
+    rows: dict[str, dict[str, tuple[list, bytes]]] = {}
     for name, tensor, frames in _logprob_tensors(fe, "tensors"):
-        _tensor_bytes(name, tensor, frames)
+        data = _tensor_bytes(name, tensor, frames)
+        field = name.split(".")[1]
+        want = LOGPROB_DTYPES[field]
+        if tensor[0] != want:
+            raise Violation(f"{name} has dtype {tensor[0]!r}; sampled logprobs are numpy arrays of {want} "
+                            f"(ids <i4, logprobs <f4, ranks <i8)", clause="ECP-OUT-10")
+        rows.setdefault(str(id(frames)), {})[field] = (tensor[1], data)  # the tensors of one output message
+    for parts in rows.values():
+        if len(parts) < 3:
+            continue
+        (id_shape, ids), (rank_shape, ranks) = parts["logprob_token_ids"], parts["sampled_token_ranks"]
+        n = id_shape[0]
+        if id_shape != [n, LOGPROBS + 1] or rank_shape != [n]:
+            raise Violation(f"new_logprobs shapes: ids {id_shape}, ranks {rank_shape}; for logprobs={LOGPROBS} "
+                            f"they are [N, {LOGPROBS + 1}] and [N]", clause="ECP-OUT-10")
+        rank_values = struct.unpack(f"<{n}q", ranks)
+        if any(r < 1 for r in rank_values):
+            raise Violation(f"sampled_token_ranks {list(rank_values)}: a rank is 1-based (1: the most likely "
+                            "token)", clause="ECP-OUT-10")
 
 
 @case("ENG-OUT-10")
