@@ -62,8 +62,9 @@ CASES: tuple[Case, ...] = (
        "Outputs carry the ADD's request id verbatim (long, non-ASCII, digits only), and ABORT by that id stops it.",
        checks=("ECP-FRAME-10.1", "ECP-FRAME-10.2", "ECP-FRAME-10.3")),
     _c("ENG-REQ-9", "ECP-REQ-7", "MUST", "paused-engine-errors",
-       "An ADD while generation is paused (pause_generation mode abort) gets an ERROR output with code engine_paused and retryable: true.",
-       checks=("ECP-REQ-7.1",)),
+       "An ADD while generation is paused (pause_generation mode abort) gets an ERROR output with code engine_paused and retryable: true; "
+       "so does one sent while a pause in mode wait still lets a running request finish.",
+       checks=("ECP-REQ-7.1", "ECP-REQ-7.3")),
     _c("ENG-REQ-14", "ECP-REQ-7", "MUST", "pause-keep-queues",
        "An ADD while paused with mode keep is queued (no output) and runs to its length after resume_scheduler.",
        checks=("ECP-REQ-7.2",)),
@@ -150,7 +151,7 @@ CASES: tuple[Case, ...] = (
        "is_sleeping is false, true after sleep, and false again after wake_up(None); an ADD while asleep is "
        "queued until the wake_up or refused with a retryable engine_paused ERROR, never run asleep nor dropped.",
        feature="sleep",
-       checks=("ECP-UTIL-8.1", "ECP-UTIL-8.3", "ECP-UTIL-8.5", "ECP-UTIL-8.6")),
+       checks=("ECP-UTIL-8.1", "ECP-UTIL-8.3", "ECP-UTIL-8.5", "ECP-UTIL-8.6", "ECP-UTIL-8.7")),
     _c("ENG-UTIL-5", "ECP-UTIL-9", "MUST", "reset-prefix-cache-bool",
        "reset_prefix_cache on an idle engine succeeds with a bool result (true).",
        checks=("ECP-UTIL-9.1",)),
@@ -175,7 +176,7 @@ CASES: tuple[Case, ...] = (
     # ------------------------------------------------------------------- DP
     _c("ENG-DP-1", "ECP-DP-1", "MUST", "distinct-identities",
        "N engines handshake with N distinct identities start..start+N-1 and each serves its own requests.",
-       checks=("ECP-DP-1.1", "ECP-HS-5.2")),
+       checks=("ECP-DP-1.1", "ECP-HS-5.2", "ECP-DP-1.2")),
     _c("ENG-DP-2", "ECP-DP-4", "MUST", "start-dp-wave-tolerated",
        "START_DP_WAVE (newer and older waves) is accepted and every engine keeps serving.",
        checks=("ECP-DP-4.1",)),
@@ -212,8 +213,9 @@ CASES: tuple[Case, ...] = (
        "Collections and strings declaring lengths beyond the frame are rejected before allocation; the engine keeps serving.",
        checks=("ECP-FRAME-9.1",)),
     _c("ENG-ROB-6", "ECP-ROB-4", "MUST", "client-index-out-of-range",
-       "An ADD whose client_index has no output socket does not crash the engine.",
-       checks=("ECP-ROB-4.1",)),
+       "An ADD whose client_index has no output socket (7, or -1) does not crash the engine; nothing of it reaches "
+       "another client or the coordinator.",
+       checks=("ECP-ROB-4.1", "ECP-ROB-4.2")),
     _c("ENG-ROB-7", "ECP-ROB-2", "SHOULD", "invalid-add-answered",
        "An undecodable ADD whose request id is recoverable is answered with an ERROR output, on the output of "
        "the input it came in on when it has no client_index (an array shorter than 12).",

@@ -113,6 +113,17 @@ def test_client_index_out_of_range(engine):
     if fe.seen(rid) and any(s.client != 0 for s in fe.seen(rid)):
         raise Violation("outputs for an unroutable client_index arrived on another client's socket",
                         clause="ECP-SOCK-4")
+    # a negative client_index names no socket either; -1 is the coordinator's index inside an engine,
+    # and nothing of a client's request may go there (ECP-ROB-4.2)
+    negative = fe.new_id("negative-client")
+    fe.send_raw(fe.codec.encode_add(msgspec.structs.replace(fe.request(negative, max_tokens=2), client_index=-1)),
+                client=0)
+    fe.serves(after="an ADD with client_index -1")
+    fe.observe()
+    if any(s.client != 0 for s in fe.seen(negative)) or any(
+            o.request_id == negative for m in fe.coordinator_messages for o in m.outputs):
+        raise Violation("outputs for an ADD with client_index -1 went to another socket than the output of the "
+                        "input it came in on", clause="ECP-ROB-4")
 
 
 @case("ENG-ROB-7")
