@@ -120,6 +120,7 @@ class Rank:
         self.running: dict[str, Running] = {}
         self.finished: set[str] = set()
         self.sleeping = False
+        self.sleeping_tags: set[str] = set()
         self.paused = False
         #: a user pause (pause_generation abort|wait) refuses new ADDs; any other pause queues them
         self.refusing = False
@@ -369,10 +370,16 @@ class Rank:
                         self.emit(r.client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ABORT)],
                                   finished={rid})
             self.sleeping = True
+            self.sleeping_tags = {"weights", "kv_cache"}  # level 1 or 2 puts both to sleep (ECP-UTIL-8.7)
             ok(None)
         elif method == "wake_up":
-            self.sleeping = False
-            ok(True)
+            tags = args["tags"]
+            if tags is None:
+                self.sleeping_tags = set()
+            else:
+                self.sleeping_tags -= set(tags)
+            self.sleeping = bool(self.sleeping_tags)
+            ok(not self.sleeping)
         elif method == "reset_prefix_cache":
             if "reset-prefix-cache-fails" in self.bugs:
                 fail(failure_message(method, "injected fault"))
