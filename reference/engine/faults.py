@@ -74,6 +74,8 @@ FAULTS: dict[str, Fault] = table(
     Fault("length-before-stop", "ECP-REQ-5",
           "a stop token that is also the max_tokens-th token ends its request with LENGTH"),
     Fault("negative-token-ids", "ECP-OUT-3", "every output token id t is sent as -1 - t"),
+    Fault("error-on-input-socket", "ECP-HS-3",
+          "the ERROR answering an undecodable ADD goes out on the input socket it came in on, not its output"),
 )
 
 
@@ -122,6 +124,11 @@ class FaultLayer:
         if "local-and-headless" in self.names:
             ready = msgspec.structs.replace(ready, local=True, headless=True)
         return ready
+
+    def misroutes(self, payload: object) -> bool:
+        """``error-on-input-socket``: whether ``payload`` (an output) goes out on the input socket instead."""
+        return "error-on-input-socket" in self.names and isinstance(payload, EngineCoreOutputs) and any(
+            o.error is not None and o.error.code == "invalid_request" for o in payload.outputs)
 
     # ------------------------------------------------------------------ in
     def on_bad_frame(self, error: ProtocolError) -> None:

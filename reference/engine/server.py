@@ -372,6 +372,10 @@ class EngineServer:
             if sock is None:
                 log.warning("[ECP-ROB-4] dropped an output for client %d (no such output socket)", client)
                 continue
+            if self.faults and client != COORDINATOR and self.faults.misroutes(ob.payload):
+                # a deliberate fault: the output goes back on the input socket, around the machine
+                self._inputs[client].send_multipart(machine.codec.encode_outputs(ob.payload))
+                continue
             if self.faults:
                 # a deliberate fault goes out around the rules; the machine still follows it
                 socket = "coordinator_output" if client == COORDINATOR else self._output_names[client]

@@ -61,6 +61,7 @@ REFERENCE_KNOBS: dict[str, list[str]] = {
     "duplicate-error-finished": ["ENG-REQ-4"],
     "rejected-add-retryable": ["ENG-REQ-4", "ENG-REQ-5", "ENG-REQ-6", "ENG-ROB-7"],
     "negative-token-ids": ["ENG-REQ-1"],
+    "error-on-input-socket": ["ENG-ROB-4", "ENG-ROB-7"],
 }
 
 
@@ -356,3 +357,18 @@ def test_token_ids_beyond_the_stated_vocabulary_fail(run_ecp, tmp_path):
     code, stdout = run_ecp("conformance", "engine", "--adapter", "reference_adapters:paced", "--case", "ENG-REQ-1",
                            "--engine-vocab-size", "32000", *FAST)
     assert code == 0, stdout
+
+
+def test_an_error_sent_on_the_input_socket_is_named_for_the_rule_it_breaks(run_ecp, tmp_path):
+    """An engine that answers an undecodable ADD on the input socket it came in on (the old reading of
+    ECP-ROB-2.2's "the socket the ADD came in on") fails ENG-ROB-4 with ECP-HS-3, and the message says
+    where the ERROR belongs; it used to read "[ECP-HS-4] Expected `object`, got `array`; [ECP-HS-11]
+    duplicate registration"."""
+    out = tmp_path / "r.json"
+    code, stdout = run_ecp("conformance", "engine", "--adapter", "reference_adapters:bug_error-on-input-socket",
+                           "--case", "ENG-ROB-4", "--json", str(out), *FAST)
+    _, cases = _results(out)
+    assert code == 1 and cases["ENG-ROB-4"]["outcome"] == "FAIL", stdout
+    assert cases["ENG-ROB-4"]["clause"] == "ECP-HS-3", cases["ENG-ROB-4"]
+    message = cases["ENG-ROB-4"]["message"]
+    assert "ECP-ROB-2.2" in message and "outputs[0]" in message and "ECP-HS-11" not in message, message
