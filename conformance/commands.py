@@ -41,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     eng.add_argument("--startup-timeout", type=float, default=STARTUP_TIMEOUT_S, metavar="S",
                      help=f"handshake budget of the first launch ({STARTUP_TIMEOUT_S:g}); later launches get "
                           "4x the slowest measured start-up when that is more")
+    eng.add_argument("--engine-vocab-size", type=int, default=None, metavar="V",
+                     help="the vocabulary size of the engine's model: every output token id must be below it "
+                          "(ECP-OUT-3; no message carries it). Without it only negative ids are refused")
     eng.add_argument("--quiet-window", type=float, default=0.3, metavar="S",
                      help="how long the harness watches for stray outputs after a case's last expected one (0.3)")
     from .capabilities import flag_choices
@@ -233,7 +236,7 @@ def _engine(args: argparse.Namespace) -> int:
         "command": command, "attach": args.attach, "adapter": args.adapter, "transport": args.transport,
         "engine_count": args.engine_count, "engine_start_index": args.engine_start_index,
         "startup_timeout_s": args.startup_timeout, "quiet_window_s": args.quiet_window,
-        "lacks": sorted(set(args.engine_lacks)),
+        "lacks": sorted(set(args.engine_lacks)), "vocab_size": args.engine_vocab_size,
     }
     target = " ".join(command) if command else f"--attach {args.attach}" if args.attach else f"--adapter {args.adapter}"
     return run("engine", args, role_config, target)

@@ -166,6 +166,50 @@ REASONS: dict[str, Reason] = {
         "with the model-free engines the suite can assume.",
         "Nothing on a peer yet; ENG-REQ-13 sends vllm-rs's ADD, which carries default values (top_p, "
         "min_p, penalties) explicitly, and fails an engine that does not serve it as sent."),
+    **{sid: Reason(
+        _ENG, "No case asks an engine for prompt logprobs yet: the model-free engines the suite runs against (the "
+        "reference engine's synthetic executor, vLLM's fake executor) compute none, so there is no tensor to judge.",
+        "tests/spec/test_vectors.py::test_tensor_vectors_hold_vllms_logprob_dtypes_inline_and_in_aux_frames reads "
+        "vLLM 0.33's own prompt-logprob bytes (torch names int32/float32/int32, P - 1 rows, inline and in aux "
+        "frames) with ecp.spec's decoder.") for sid in ("ECP-OUT-10.4", "ECP-OUT-10.5")},
+    "ECP-HS-2.4": Reason(
+        _BOTH, "The harness sends only well-formed INITs (engine role); rejecting an INIT is an engine's act, "
+        "which a frontend cannot be driven into (frontend role).",
+        "ecp.spec's INIT type refuses such an INIT while decoding: "
+        "tests/spec/test_codec.py::test_init_with_unusable_addresses_is_refused."),
+    "ECP-FRAME-7.3": Reason(
+        _BOTH, "No peer of the suite can be made to send an aux frame without a tensor: ecp.spec's encoder appends "
+        "a frame only for a tensor it places there; a receiver's choice (ignore or refuse) is free.",
+        "ecp.spec's encoder: tests/spec/test_codec.py (aux frames only for tensors of 256 bytes or more)."),
+    "ECP-REQ-1.5": Reason(
+        _FE, "A rule for engines (the frontend role's engines are scripted).",
+        "The reference engine's scheduler queues what max_num_seqs does not admit: tests/engine."),
+    "ECP-UTIL-12.3": Reason(
+        _FE, "A rule for engines; a conforming frontend never sends a negative call id.",
+        "ENG-ROB-4 sends a UTILITY with call id -5 and fails an engine that answers it with a result."),
+    **{sid: Reason(
+        roles, "A MAY whose choices all conform: no peer can fail it.", checked_by)
+       for sid, roles, checked_by in (
+           ("ECP-HS-1.6", _ENG, "ENG-HS-1 accepts either pair and checks the two MUSTs of ECP-HS-1."),
+           ("ECP-HS-5.3", _ENG, "ENG-DP-1 checks that a DP > 1 engine sends a hash (ECP-HS-5.2), whatever string."),
+           ("ECP-HS-8.3", _BOTH, "Nothing on the wire: an engine's own waits show only as its start-up time."),
+           ("ECP-REQ-1.4", _BOTH, "The harness sends n = 1 (ECP-REQ-1.1); the frontend role's FE-REQ cases decode "
+            "every ADD."),
+           ("ECP-REQ-4.2", _ENG, "Frontends never send max_tokens nil; ENG-REQ-1 checks max_tokens as sent."),
+           ("ECP-REQ-4.3", _ENG, "ENG-REQ-5 checks a prompt longer than max_model_len is refused."),
+           ("ECP-OUT-10.3", _ENG, "ENG-OUT-9 checks the logprob tensors of an explicit K."),
+           ("ECP-UTIL-3.2", _ENG, "ENG-UTIL-3 (an unknown method) and ENG-ROB-4 (a UTILITY whose args are a str)."),
+           ("ECP-UTIL-3.3", _ENG, "ENG-UTIL-1 checks the result envelope of what an engine does serve."),
+           ("ECP-UTIL-8.8", _ENG, "ENG-UTIL-4 checks the tags an engine puts to sleep and wakes."),
+           ("ECP-UTIL-8.9", _ENG, "ENG-UTIL-6 checks what mode abort does to running requests."),
+           ("ECP-UTIL-8.10", _ENG, "ENG-UTIL-4 checks the tags of level 1."),
+           ("ECP-DP-4.3", _ENG, "ENG-DP-2 sends START_DP_WAVE without a coordinator and checks the engine serves."),
+       )},
+    "ECP-FRAME-11.3": Reason(
+        _BOTH, "A statement about the bytes of spec/vectors (which of them are vLLM's choice), not a behaviour a "
+        "peer shows on the wire; what a peer writes is ECP-FRAME-11.1's (ENG-REQ-11, FE-OUT-5).",
+        "tests/spec/test_second_encoder.py: every vector re-encoded by the msgpack package differs only as the "
+        "table allows, and ecp.spec decodes every allowed variant to the vector's value."),
     "ECP-FRAME-6.4": Reason(
         _BOTH, "A rule for tools that compare bytes, not a behaviour of a peer on the wire.",
         "tests/spec/test_vectors.py compares the vllm-rs (fixmap) and Python (map16) forms by meaning."),

@@ -197,6 +197,10 @@ _CLAUSES: tuple[Clause, ...] = (
        and nesting depth before allocating for a declared size."""),
     _c("ECP-FRAME-10", "MUST", "Identity of request ids", """Request ids are strings; ABORT carries the same
        internal ids that ADD used."""),
+    _c("ECP-FRAME-11", "MUST", "Wire forms of values", """A value conforms by its msgpack type and value, not
+       its bytes: senders write any integer form that holds an int (never a float), float64 or an exact
+       float32 or an integer for a float, any header width; receivers accept every such form; untyped
+       values keep their type; no timestamps, other ext types, trailing bytes or repeated keys."""),
     # ----------------------------------------------------------------- REQ
     _c("ECP-REQ-1", "MUST", "ADD payload", """An ADD payload is an ``EngineCoreRequest``; exactly one of
        ``sampling_params`` and ``pooling_params`` is non-nil."""),
@@ -244,6 +248,9 @@ _CLAUSES: tuple[Clause, ...] = (
        that socket (with one output socket per client: all of them) and becomes unhealthy."""),
     _c("ECP-OUT-9", "MUST", "Outputs for unknown ids", """A frontend drops outputs for request ids it no longer
        tracks."""),
+    _c("ECP-OUT-10", "MUST", "Logprob tensors", """Sampled logprobs are numpy arrays (ids ``<i4`` [N, K+1],
+       logprobs ``<f4`` [N, K+1], 1-based ranks ``<i8`` [N], the sampled token first); ``logprobs: -1`` is
+       K = V; prompt logprobs are torch tensors (``int32``, ``float32``, ``int32``) of P - 1 rows."""),
     # --------------------------------------------------------------- ABORT
     _c("ECP-ABORT-1", "MUST", "ABORT payload", """An ABORT payload is an array of internal request ids, sent
        only to the engine that owns them."""),

@@ -36,6 +36,11 @@ SOURCE_FILES = (
     "traffic-engine-to-foreign-frontend.txt",
     "traffic-vllm-rs-to-engine.txt",
 )
+#: Captures kept in this repository, under :data:`CAPTURES_DIR`: written by a script run against
+#: vLLM 0.33 (``spec/vectors/captures/make_tensor_dump.py``: logprob tensors inline and in aux
+#: frames, a multimodal ADD with an aux frame), in the encoder-dump format.
+LOCAL_SOURCE_FILES = ("tensor-dump.txt",)
+CAPTURES_DIR = VECTORS_DIR / "captures"
 #: Producers whose bytes came from vLLM's Python ``MsgpackEncoder`` / msgspec.
 PYTHON_PRODUCERS = frozenset({"python-encoder", "python-frontend", "python-engine"})
 
@@ -131,7 +136,7 @@ def _dump_kind_frames(section: str, title: str, frames: list[bytes]) -> tuple[st
     if num == "4":
         if len(frames) == 3 and len(frames[0]) == 2:  # ROUTER view: drop the identity frame
             return "input", frames[1:]
-        if len(frames) == 2:
+        if len(frames) >= 2 and len(frames[0]) == 1:  # the DEALER's view: type, payload, aux frames
             return "input", frames
         type_byte = {"UTILITY": b"\x03", "ADD": b"\x00", "ABORT": b"\x01"}[title.split()[0]]
         return "input", [type_byte, frames[0]]
@@ -229,14 +234,17 @@ def extract_file(path: Path) -> list[Vector]:
 
 
 def extract(source_dir: Path) -> dict[str, dict[str, Any]]:
-    """Vector documents for every file of :data:`SOURCE_FILES`, keyed by output file name."""
+    """Vector documents for every file of :data:`SOURCE_FILES` (in ``source_dir``) and of
+    :data:`LOCAL_SOURCE_FILES` (in :data:`CAPTURES_DIR`), keyed by output file name."""
     docs = {}
-    for name in SOURCE_FILES:
-        path = Path(source_dir) / name
+    sources = [(Path(source_dir) / name, f"shared/protocol/vllm-0.33/{name}") for name in SOURCE_FILES]
+    sources += [(CAPTURES_DIR / name, f"spec/vectors/captures/{name}") for name in LOCAL_SOURCE_FILES]
+    for path, source in sources:
+        name = path.name
         raw = path.read_bytes()
         vectors = extract_file(path)
         docs[name.replace(".txt", ".json")] = {
-            "source": f"shared/protocol/vllm-0.33/{name}",
+            "source": source,
             "source_sha256": hashlib.sha256(raw).hexdigest(),
             "vllm_version": "0.33.0",
             "vectors": [v.to_json() for v in vectors],

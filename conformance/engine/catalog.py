@@ -28,7 +28,7 @@ CASES: tuple[Case, ...] = (
        checks=("ECP-HS-5.1",)),
     _c("ENG-HS-5", "ECP-HS-3", "MUST", "one-registration-per-input",
        "The engine registers exactly once on each input socket and sends nothing else there.",
-       checks=("ECP-HS-3.1",)),
+       checks=("ECP-HS-3.1", "ECP-HS-3.2")),
     _c("ENG-HS-6", "ECP-SOCK-3", "MUST", "multiple-clients",
        "With two clients in INIT the engine registers on both inputs and serves both.",
        checks=("ECP-SOCK-3.1", "ECP-SOCK-3.2")),
@@ -37,15 +37,17 @@ CASES: tuple[Case, ...] = (
        checks=("ECP-HS-13.1",)),
     # ------------------------------------------------------ requests/outputs
     _c("ENG-REQ-1", "ECP-REQ-4", "MUST", "exact-max-tokens",
-       "With ignore_eos a request produces exactly max_tokens tokens and finishes with LENGTH.",
-       checks=("ECP-REQ-4.1",)),
+       "With ignore_eos a request produces exactly max_tokens tokens and finishes with LENGTH; every token id is "
+       "non-negative and below the model's vocabulary size (--engine-vocab-size; checked on every output).",
+       checks=("ECP-REQ-4.1", "ECP-OUT-3.2")),
     _c("ENG-REQ-2", "ECP-REQ-5", "MUST", "stop-token-finishes-stop",
        "A request whose greedy first token is in stop_token_ids finishes with STOP after one token, stop_reason "
        "that token, also when it is the max_tokens-th token; a STOP on the request's EOS id has stop_reason nil.",
        checks=("ECP-REQ-5.1", "ECP-REQ-5.2", "ECP-REQ-5.3")),
     _c("ENG-REQ-3", "ECP-REQ-5", "MUST", "min-tokens",
-       "No stop condition applies before min_tokens tokens were produced.",
-       checks=("ECP-REQ-5.1",)),
+       "No request finishes with STOP before min_tokens tokens were produced; a stop token among them (the "
+       "engine did not mask it) is accepted.",
+       checks=("ECP-REQ-5.1", "ECP-REQ-5.4")),
     _c("ENG-REQ-4", "ECP-REQ-2", "MUST", "duplicate-id-error",
        "An ADD whose id is in flight gets an ERROR output with a RequestError; the running request keeps running; "
        "once it ended, an ADD with its id is a new request.",
@@ -60,8 +62,9 @@ CASES: tuple[Case, ...] = (
        "Outputs carry the ADD's request id verbatim (long, non-ASCII, digits only), and ABORT by that id stops it.",
        checks=("ECP-FRAME-10.1", "ECP-FRAME-10.2", "ECP-FRAME-10.3")),
     _c("ENG-REQ-9", "ECP-REQ-7", "MUST", "paused-engine-errors",
-       "An ADD while generation is paused (pause_generation mode abort) gets an ERROR output with code engine_paused and retryable: true.",
-       checks=("ECP-REQ-7.1",)),
+       "An ADD while generation is paused (pause_generation mode abort) gets an ERROR output with code engine_paused and retryable: true; "
+       "so does one sent while a pause in mode wait still lets a running request finish.",
+       checks=("ECP-REQ-7.1", "ECP-REQ-7.3")),
     _c("ENG-REQ-14", "ECP-REQ-7", "MUST", "pause-keep-queues",
        "An ADD while paused with mode keep is queued (no output) and runs to its length after resume_scheduler.",
        checks=("ECP-REQ-7.2",)),
@@ -69,8 +72,10 @@ CASES: tuple[Case, ...] = (
        "An ADD cut to its 9 required fields, and one with unknown trailing elements, are served.",
        checks=("ECP-FRAME-4.1",)),
     _c("ENG-REQ-11", "ECP-FRAME-5", "MUST", "tolerant-scalars",
-       "An ADD with an int for a float, a float32, and an array for a set is served as sent.",
-       checks=("ECP-FRAME-5.1",)),
+       "An ADD with an int for a float, a float32, and an array for a set is served as sent; so is an ADD with "
+       "every int as int64, every header at its widest, float32 floats and an integral arrival_time as an int.",
+       also=("ECP-FRAME-11",),
+       checks=("ECP-FRAME-5.1", "ECP-FRAME-11.1")),
     _c("ENG-REQ-12", "ECP-FRAME-6", "MUST", "sampling-params-map",
        "A SamplingParams map that omits defaults and carries an unknown key is served as sent.",
        checks=("ECP-FRAME-6.1", "ECP-FRAME-6.2")),
@@ -91,7 +96,7 @@ CASES: tuple[Case, ...] = (
        checks=("ECP-OUT-3.1",)),
     _c("ENG-OUT-5", "ECP-FRAME-2", "MUST", "output-framing",
        "Every output message (request outputs, utility replies) is [EngineCoreOutputs payload, *aux].",
-       checks=("ECP-FRAME-2.1",)),
+       checks=("ECP-FRAME-2.1", "ECP-FRAME-11.2")),
     _c("ENG-OUT-6", "ECP-FRAME-3", "MUST", "full-length-arrays",
        "EngineCoreOutputs (9), EngineCoreOutput (19) and UtilityOutput (3) are sent at full length.",
        checks=("ECP-FRAME-3.1",)),
@@ -102,8 +107,10 @@ CASES: tuple[Case, ...] = (
        "An ERROR output (an ADD while paused) carries error {code, message, retryable} and its id in finished_requests.",
        checks=("ECP-OUT-5.1",)),
     _c("ENG-OUT-9", "ECP-FRAME-7", "MUST", "tensor-encoding",
-       "Logprobs tensors are [dtype, shape, data], data inline (ext 3) or a frame index, sized dtype x shape.",
-       checks=("ECP-FRAME-7.1", "ECP-HS-4.3")),
+       "Logprobs tensors are [dtype, shape, data], data inline (ext 3) or a frame index, sized dtype x shape; "
+       "ids <i4 [N, K+1], logprobs <f4 [N, K+1], 1-based ranks <i8 [N].",
+       also=("ECP-OUT-10",),
+       checks=("ECP-FRAME-7.1", "ECP-HS-4.3", "ECP-OUT-10.1", "ECP-OUT-10.2")),
     _c("ENG-OUT-10", "ECP-FRAME-8", "SHOULD", "aux-frame-threshold",
        "Tensor buffers of 256 bytes or more are sent in aux frames, smaller ones inline.",
        checks=("ECP-FRAME-8.1", "ECP-HS-4.3")),
@@ -144,7 +151,7 @@ CASES: tuple[Case, ...] = (
        "is_sleeping is false, true after sleep, and false again after wake_up(None); an ADD while asleep is "
        "queued until the wake_up or refused with a retryable engine_paused ERROR, never run asleep nor dropped.",
        feature="sleep",
-       checks=("ECP-UTIL-8.1", "ECP-UTIL-8.3", "ECP-UTIL-8.5", "ECP-UTIL-8.6")),
+       checks=("ECP-UTIL-8.1", "ECP-UTIL-8.3", "ECP-UTIL-8.5", "ECP-UTIL-8.6", "ECP-UTIL-8.7")),
     _c("ENG-UTIL-5", "ECP-UTIL-9", "MUST", "reset-prefix-cache-bool",
        "reset_prefix_cache on an idle engine succeeds with a bool result (true).",
        checks=("ECP-UTIL-9.1",)),
@@ -169,7 +176,7 @@ CASES: tuple[Case, ...] = (
     # ------------------------------------------------------------------- DP
     _c("ENG-DP-1", "ECP-DP-1", "MUST", "distinct-identities",
        "N engines handshake with N distinct identities start..start+N-1 and each serves its own requests.",
-       checks=("ECP-DP-1.1", "ECP-HS-5.2")),
+       checks=("ECP-DP-1.1", "ECP-HS-5.2", "ECP-DP-1.2")),
     _c("ENG-DP-2", "ECP-DP-4", "MUST", "start-dp-wave-tolerated",
        "START_DP_WAVE (newer and older waves) is accepted and every engine keeps serving.",
        checks=("ECP-DP-4.1",)),
@@ -185,8 +192,10 @@ CASES: tuple[Case, ...] = (
        "only global rank 0 sends wave_complete.",
        checks=("ECP-OUT-6.2", "ECP-DP-5.4", "ECP-DP-5.5")),
     _c("ENG-DP-6", "ECP-DP-5", "MUST", "newer-wave-adopted",
-       "With a coordinator, ADDs stamped with a newer current_wave make the engines report wave_complete for that wave.",
-       checks=("ECP-DP-5.2", "ECP-DP-5.3")),
+       "With a coordinator, ADDs stamped with a newer current_wave are adopted: rank 0 reports wave_complete for "
+       "that wave; in a launch without rank 0 each rank, once idle, answers a later ADD of that wave with start_wave "
+       "of a newer one.",
+       checks=("ECP-DP-5.2", "ECP-DP-5.3", "ECP-DP-5.5")),
     # ------------------------------------------------------------ robustness
     _c("ENG-ROB-1", "ECP-ROB-1", "MUST", "unknown-type-byte",
        "Unknown or engine-internal type bytes (0x04, 0x05, 0x7f, two bytes) are rejected; the engine keeps serving.",
@@ -204,10 +213,12 @@ CASES: tuple[Case, ...] = (
        "Collections and strings declaring lengths beyond the frame are rejected before allocation; the engine keeps serving.",
        checks=("ECP-FRAME-9.1",)),
     _c("ENG-ROB-6", "ECP-ROB-4", "MUST", "client-index-out-of-range",
-       "An ADD whose client_index has no output socket does not crash the engine.",
-       checks=("ECP-ROB-4.1",)),
+       "An ADD whose client_index has no output socket (7, or -1) does not crash the engine; nothing of it reaches "
+       "another client or the coordinator.",
+       checks=("ECP-ROB-4.1", "ECP-ROB-4.2")),
     _c("ENG-ROB-7", "ECP-ROB-2", "SHOULD", "invalid-add-answered",
-       "An undecodable ADD whose request id is recoverable is answered with an ERROR output.",
+       "An undecodable ADD whose request id is recoverable is answered with an ERROR output, on the output of "
+       "the input it came in on when it has no client_index (an array shorter than 12).",
        checks=("ECP-ROB-2.1", "ECP-ROB-2.2", "ECP-OUT-5.2")),
     _c("ENG-ROB-8", "ECP-ROB-5", "MUST", "graceful-shutdown",
        "On SIGTERM the engine ends its in-flight requests with terminal outputs and exits 0 (a launched COMMAND only).",

@@ -213,6 +213,8 @@ class HarnessFrontend:
         #: may answer each with its failure, or drop it
         self.refused_call_ids: set[int] = set()
         self.max_model_len: int | None = None
+        #: the vocabulary size of the engine's model, when the run was told it (``ECP-OUT-3``)
+        self.vocab_size: int | None = None
 
     def _make_peer(self) -> None:
         """The frontend skeleton in recording mode: it answers every HELLO (even a malformed one, or one
@@ -673,7 +675,15 @@ class HarnessFrontend:
         self.messages.append((client, msg))
         if msg.is_dp_control:
             self.dp_control_on_outputs.append((client, msg))
+        vocab = self.vocab_size
         for out in msg.outputs:
+            if out.new_token_ids and (min(out.new_token_ids) < 0
+                                      or (vocab is not None and max(out.new_token_ids) >= vocab)):
+                bad = [t for t in out.new_token_ids if t < 0 or (vocab is not None and t >= vocab)]
+                raise Violation(f"rank {msg.engine_index} sent token id(s) {bad[:5]} for {out.request_id} on "
+                                f"{socket}; a token id t is 0 <= t < V"
+                                + (f" (V = {vocab}, --engine-vocab-size)" if vocab is not None else ""),
+                                clause="ECP-OUT-3")
             self.by_request.setdefault(out.request_id, []).append(
                 Seen(client, msg.engine_index, out, msg.finished_requests, now))
             if self.first_answer_s is None and self._first_add is not None and out.request_id == self._first_add[0]:
@@ -724,12 +734,20 @@ class HarnessFrontend:
     def wait_finished(self, rid: str, timeout: float = 5.0, max_tokens: int | None = None) -> Seen:
         """Wait for the terminal output of ``rid``.
 
-        When ``max_tokens`` tokens arrived and the engine then stays quiet for
-        the quiet window without a terminal output, that is a violation of
-        ``ECP-OUT-1``, not a timeout.
+        ``timeout`` bounds the wait for progress, not for the whole request: while
+        the request's outputs keep arriving the wait goes on, up to the case's
+        budget (which follows the engine's measured pace, docs/conformance.md "Time
+        budgets"), so a slow engine that is still producing tokens is waited for;
+        one that goes silent for ``timeout`` seconds times out. When ``max_tokens``
+        tokens arrived and the engine then stays quiet for the quiet window without
+        a terminal output, that is a violation of ``ECP-OUT-1``, not a timeout.
         """
-        end = time.monotonic() + timeout
+        started = time.monotonic()
+        end = started + timeout
         while not self.terminals(rid):
+            seen = self.seen(rid)
+            if seen:
+                end = max(end, seen[-1].t + timeout)
             self._check_input_open(f"end of request {rid}")
             if max_tokens is not None and len(self.tokens(rid)) >= max_tokens:
                 last = self.seen(rid)[-1].t
@@ -741,8 +759,8 @@ class HarnessFrontend:
             if self.deadline is not None and now >= self.deadline:
                 raise CaseTimeout(f"case time budget exhausted while waiting for the end of {rid}")
             if now >= end:
-                raise CaseTimeout(f"request {rid} did not finish within {timeout:.1f}s "
-                                  f"({len(self.tokens(rid))} tokens so far)")
+                raise CaseTimeout(f"request {rid} did not finish within {now - started:.1f}s "
+                                  f"({len(self.tokens(rid))} tokens so far, none in the last {timeout:.1f}s)")
             self.pump(min(end, now + 0.05))
         return self.terminals(rid)[0]
 

@@ -49,6 +49,8 @@ class EngineRunConfig:
     workdir: str = ""
     #: capabilities the engine lacks, declared with ``--engine-lacks`` (ecp.conformance.capabilities)
     lacks: list[str] = field(default_factory=list)
+    #: the vocabulary size of the engine's model (``--engine-vocab-size``): output token ids stay below it
+    vocab_size: int | None = None
     #: the vLLM release the harness speaks: ``--vllm RELEASE|PATH|auto`` (ecp.conformance.engine.release_choice)
     vllm: str = "0.33"
     #: built from :attr:`vllm` by the manager and shared by every launch of the run (not in the JSON)
@@ -111,6 +113,7 @@ class EngineUnderTest:
         self.fe = HarnessFrontend(ctx, addresses, engine_count, cfg.engine_start_index, transcript,
                                   cfg.quiet_window_s, release=cfg.release)
         self.fe.declared_lacks = frozenset(cfg.lacks)
+        self.fe.vocab_size = cfg.vocab_size
         try:
             with deferred():  # an interrupt must find the started peer held, to stop it below
                 self.handle = self._start(launch_no)

@@ -56,7 +56,7 @@ CASES: tuple[Case, ...] = (
     _c("FE-REQ-1", "ECP-REQ-1", "MUST", "add-payload-decodes",
        "Completions and chat requests reach an engine as ADDs that decode per spec, with the requested max_tokens.",
        also=("ECP-HTTP-1",),
-       checks=("ECP-REQ-1.1", "ECP-HTTP-1.1", "ECP-HTTP-4.1", "ECP-FRAME-10.1")),
+       checks=("ECP-REQ-1.1", "ECP-HTTP-1.1", "ECP-HTTP-4.1", "ECP-FRAME-10.1", "ECP-FRAME-11.2")),
     _c("FE-REQ-2", "ECP-REQ-6", "MUST", "client-index-and-wave",
        "Each ADD's client_index names the input socket it arrived on, and current_wave is not negative.",
        also=("ECP-HTTP-1",),
@@ -167,9 +167,10 @@ CASES: tuple[Case, ...] = (
        checks=("ECP-FRAME-4.1", "ECP-OUT-4.2", "ECP-OUT-1.2")),
     _c("FE-OUT-5", "ECP-FRAME-5", "MUST", "tolerant-output-scalars",
        "Outputs with an int or a float32 timestamp, scheduler stats with an int for a float, map16 headers on "
-       "small maps and a set as an array are served like plain ones.",
-       also=("ECP-HTTP-1",),
-       checks=("ECP-FRAME-5.1",)),
+       "small maps and a set as an array are served like plain ones; so are outputs with every int as int64, "
+       "every header at its widest, float32 floats and an integral timestamp as an int.",
+       also=("ECP-HTTP-1", "ECP-FRAME-11"),
+       checks=("ECP-FRAME-5.1", "ECP-FRAME-11.1")),
     _c("FE-OUT-6", "ECP-FRAME-7", "MUST", "output-tensors",
        "Logprob tensors inline (ext 3) and in aux frames are read: the request is served alike, and reported "
        "logprobs are the engine's.",

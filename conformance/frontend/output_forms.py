@@ -16,6 +16,8 @@ form                clause          what changes
 ``scalars``         ECP-FRAME-5     the timestamp an int or a float32 (alternately); scheduler stats with
                                     an int for ``kv_cache_usage``; every map, even a small one, under a
                                     map16 header; ``finished_requests`` (a set) as an array
+``wire-forms``      ECP-FRAME-11    every int as int64 (``d3``), every header at its widest, every float a
+                                    float32 holds exactly as float32, an integral timestamp as an int
 ``python``          ECP-COMPAT-2    what vLLM 0.33's Python engine adds: QUEUED/SCHEDULED events on a
                                     request's first output, its recorded scheduler stats (map16)
 ``rust``            ECP-COMPAT-2    the Rust engine's forms: float32 floats, timestamps in UNIX seconds,
@@ -49,10 +51,12 @@ import msgspec
 
 from ecp.spec import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from ecp.spec import codec as codec_033
+from ecp.spec import wireforms
 
 #: the forms :class:`OutputForm` knows, each with the clause it exercises
 FORMS: dict[str, str] = {
     "full": "ECP-FRAME-3", "short": "ECP-FRAME-4", "long": "ECP-FRAME-4", "scalars": "ECP-FRAME-5",
+    "wire-forms": "ECP-FRAME-11",
     "python": "ECP-COMPAT-2", "rust": "ECP-COMPAT-2", "tensors-inline": "ECP-FRAME-7",
     "tensors-aux": "ECP-FRAME-7", "sample-full": "ECP-COMPAT-4", "sample-sparse": "ECP-COMPAT-4",
 }
@@ -243,6 +247,15 @@ class OutputForm:
     # -- the forms (raw payload and aux frames in; payload, raw or packed, and aux frames out) ------
     def _full(self, raw: list, aux: list[bytes]) -> tuple[Any, list[bytes]]:
         return raw, aux
+
+    def _wire_forms(self, raw: list, aux: list[bytes]) -> tuple[Any, list[bytes]]:
+        tree = wireforms.parse(pack(raw))
+        if self._count % 2:  # every other message: an integral timestamp, written as an int where a float is declared
+            ts = tree.items[_TIMESTAMP]
+            if ts.kind == "float":
+                tree.items[_TIMESTAMP] = wireforms.Node("float", float(int(ts.value)), 0xCB)
+        return wireforms.write(tree, ints="int64", headers="widest", floats="float32",
+                               int_for_float=lambda path: path == (_TIMESTAMP,)), aux
 
     def _short(self, raw: list, aux: list[bytes]) -> tuple[Any, list[bytes]]:
         outputs_fields, output_fields = self._fields

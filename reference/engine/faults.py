@@ -73,6 +73,9 @@ FAULTS: dict[str, Fault] = table(
           "pause_generation with mode keep runs as mode wait: new ADDs are refused with engine_paused"),
     Fault("length-before-stop", "ECP-REQ-5",
           "a stop token that is also the max_tokens-th token ends its request with LENGTH"),
+    Fault("negative-token-ids", "ECP-OUT-3", "every output token id t is sent as -1 - t"),
+    Fault("error-on-input-socket", "ECP-HS-3",
+          "the ERROR answering an undecodable ADD goes out on the input socket it came in on, not its output"),
 )
 
 
@@ -119,6 +122,11 @@ class FaultLayer:
         if "local-and-headless" in self.names:
             ready = msgspec.structs.replace(ready, local=True, headless=True)
         return ready
+
+    def misroutes(self, payload: object) -> bool:
+        """``error-on-input-socket``: whether ``payload`` (an output) goes out on the input socket instead."""
+        return "error-on-input-socket" in self.names and isinstance(payload, EngineCoreOutputs) and any(
+            o.error is not None and o.error.code == "invalid_request" for o in payload.outputs)
 
     # ------------------------------------------------------------------ in
     def on_bad_frame(self, error: ProtocolError) -> None:
@@ -197,6 +205,8 @@ class FaultLayer:
                 out = msgspec.structs.replace(out, stop_reason=None)
             if "no-logprobs" in names and out.new_logprobs is not None:
                 out = msgspec.structs.replace(out, new_logprobs=None)
+            if "negative-token-ids" in names and out.new_token_ids:
+                out = msgspec.structs.replace(out, new_token_ids=[-1 - t for t in out.new_token_ids])
             if "truncated-request-ids" in names and len(out.request_id) > 32:
                 out = msgspec.structs.replace(out, request_id=out.request_id[:32])
             if out.request_id in self._lengths:

@@ -302,9 +302,15 @@ class EngineServer:
             except InjectedCrash as crash:
                 raise _Fatal(str(crash)) from None
             if exc.request_id is not None:
-                # the machine read the id of an undecodable ADD: it is owed one ERROR, answered
-                # on the socket it came in on (ECP-ROB-2)
-                self.core.reject(exc.request_id, client, "invalid_request", f"[{exc.clause}] {exc.message}")
+                # the machine read the id of an undecodable ADD: it is owed one ERROR, on
+                # outputs[client_index] when element 11 is an int, else on the output of the input it
+                # came in on, never on the input socket itself (ECP-ROB-2.2, ECP-HS-3.2)
+                to = client if exc.client_index is None else exc.client_index
+                if 0 <= to < len(self._outputs):
+                    self.core.reject(exc.request_id, to, "invalid_request", f"[{exc.clause}] {exc.message}")
+                else:  # no such output socket: dropped and logged (ECP-ROB-4)
+                    bad_input_log.warning("[ECP-ROB-4] undecodable ADD %r names client_index %d; its ERROR "
+                                          "is dropped", exc.request_id, to)
             elif exc.call_id is not None:
                 # the machine read the call id of an undecodable UTILITY: answered with its failure on
                 # outputs[client_index] where that exists, else the socket it came in on (ECP-ROB-1)
@@ -365,6 +371,10 @@ class EngineServer:
                 sock = None
             if sock is None:
                 log.warning("[ECP-ROB-4] dropped an output for client %d (no such output socket)", client)
+                continue
+            if self.faults and client != COORDINATOR and self.faults.misroutes(ob.payload):
+                # a deliberate fault: the output goes back on the input socket, around the machine
+                self._inputs[client].send_multipart(machine.codec.encode_outputs(ob.payload))
                 continue
             if self.faults:
                 # a deliberate fault goes out around the rules; the machine still follows it

@@ -158,6 +158,18 @@ class FrontendConnection(_Connection):
         try:
             response = self.codec.decode_ready_response(frames[1])
         except RemoteProtocolError as exc:
+            if client in view.registered:
+                # not a second ready payload but something else on an input DEALER after the
+                # registration: an output sent to the wrong socket (ECP-HS-3.2), most often the ERROR
+                # answering an undecodable ADD, whose place is outputs[client] (ECP-ROB-2.2)
+                exc = HandshakeError(
+                    f"rank {rank} sent a message that is not a ready payload on {socket} after its registration "
+                    f"({exc.message}); the registration is the only message an engine sends on an input "
+                    f"socket (ECP-HS-3.2): every output, an ERROR answering an undecodable ADD included, goes "
+                    f"to an output socket, outputs[{client}] for an ADD that came in on {socket} (ECP-ROB-2.2)",
+                    clause="ECP-HS-3", expected="nothing after the registration", got="a further message")
+                self._remote(exc, socket, frames, rank)
+                return []
             self._remote(exc, socket, frames, rank)
             response = None
             if self.mode == "strict":

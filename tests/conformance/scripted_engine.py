@@ -120,6 +120,7 @@ class Rank:
         self.running: dict[str, Running] = {}
         self.finished: set[str] = set()
         self.sleeping = False
+        self.sleeping_tags: set[str] = set()
         self.paused = False
         #: the spec's sleep/pause state, stepped on the calls this engine answered: whether a new ADD
         #: is refused (a user pause) is asked of it
@@ -370,12 +371,18 @@ class Rank:
                         self.emit(r.client, [EngineCoreOutput(rid, [], finish_reason=FinishReason.ABORT)],
                                   finished={rid})
             self.sleeping = True
+            self.sleeping_tags = {"weights", "kv_cache"}  # level 1 or 2 puts both to sleep (ECP-UTIL-8.7)
             self.control.carried_out(method, call.args, None)
             ok(None)
         elif method == "wake_up":
-            self.sleeping = False
-            self.control.carried_out(method, call.args, True)
-            ok(True)
+            tags = args["tags"]
+            if tags is None:
+                self.sleeping_tags = set()
+            else:
+                self.sleeping_tags -= set(tags)
+            self.sleeping = bool(self.sleeping_tags)
+            self.control.carried_out(method, call.args, not self.sleeping)
+            ok(not self.sleeping)
         elif method == "reset_prefix_cache":
             if "reset-prefix-cache-fails" in self.bugs:
                 fail(failure_message(method, "injected fault"))

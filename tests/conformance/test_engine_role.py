@@ -60,6 +60,8 @@ REFERENCE_KNOBS: dict[str, list[str]] = {
     "pause-default-keep": ["ENG-UTIL-6"],
     "duplicate-error-finished": ["ENG-REQ-4"],
     "rejected-add-retryable": ["ENG-REQ-4", "ENG-REQ-5", "ENG-REQ-6", "ENG-ROB-7"],
+    "negative-token-ids": ["ENG-REQ-1"],
+    "error-on-input-socket": ["ENG-ROB-4", "ENG-ROB-7"],
 }
 
 
@@ -326,3 +328,47 @@ def test_replacement_engines_are_launched_ahead_once_engines_keep_dying(run_ecp,
     assert "started ahead in the background" not in cases["ENG-ROB-1"]["transcript_text"]
     assert "started ahead in the background" in cases["ENG-ROB-2"]["transcript_text"], cases["ENG-ROB-2"]
     assert "started ahead in the background" in cases["ENG-ROB-3"]["transcript_text"], cases["ENG-ROB-3"]
+
+
+def test_a_launch_without_rank_0_at_a_slow_token_pace_passes_the_wave_and_pace_cases(run_ecp, tmp_path):
+    """The reference engine at ranks 2..3 (no rank 0: no wave_complete is due, ECP-DP-5.5) and at 60 ms a
+    token (ENG-REJECT-2's 100-token neighbour takes 6 s; the wait follows the tokens as they come, within the
+    case budget that follows the measured pace) passes ENG-DP-6 and ENG-REJECT-2."""
+    out = tmp_path / "r.json"
+    code, stdout = run_ecp(
+        "conformance", "engine", "--engine-start-index", "2", "--case", "ENG-DP-6", "--case", "ENG-REJECT-2",
+        "--json", str(out), "--quiet-window", "0.2", "--startup-timeout", "30", "--",
+        sys.executable, "-m", "ecp.reference.engine", "--handshake-address", "{handshake_address}",
+        "--engine-count", "{engine_count}", "--engine-start-index", "{engine_start_index}", "--step-time-ms", "60")
+    _, cases = _results(out)
+    assert code == 0, stdout
+    assert {cid: c["outcome"] for cid, c in cases.items()} == {"ENG-DP-6": "PASS", "ENG-REJECT-2": "PASS"}, stdout
+
+
+def test_token_ids_beyond_the_stated_vocabulary_fail(run_ecp, tmp_path):
+    """The reference engine's synthetic ids lie in [16, 32000): told the model has 16 tokens, the harness
+    fails the first output (ECP-OUT-3.2); told 32000, it passes."""
+    out = tmp_path / "r.json"
+    code, stdout = run_ecp("conformance", "engine", "--adapter", "reference_adapters:paced", "--case", "ENG-REQ-1",
+                           "--engine-vocab-size", "16", "--json", str(out), *FAST)
+    _, cases = _results(out)
+    assert code == 1 and cases["ENG-REQ-1"]["outcome"] == "FAIL", stdout
+    assert "[ECP-OUT-3" in stdout and "V = 16" in stdout, stdout
+    code, stdout = run_ecp("conformance", "engine", "--adapter", "reference_adapters:paced", "--case", "ENG-REQ-1",
+                           "--engine-vocab-size", "32000", *FAST)
+    assert code == 0, stdout
+
+
+def test_an_error_sent_on_the_input_socket_is_named_for_the_rule_it_breaks(run_ecp, tmp_path):
+    """An engine that answers an undecodable ADD on the input socket it came in on (the old reading of
+    ECP-ROB-2.2's "the socket the ADD came in on") fails ENG-ROB-4 with ECP-HS-3, and the message says
+    where the ERROR belongs; it used to read "[ECP-HS-4] Expected `object`, got `array`; [ECP-HS-11]
+    duplicate registration"."""
+    out = tmp_path / "r.json"
+    code, stdout = run_ecp("conformance", "engine", "--adapter", "reference_adapters:bug_error-on-input-socket",
+                           "--case", "ENG-ROB-4", "--json", str(out), *FAST)
+    _, cases = _results(out)
+    assert code == 1 and cases["ENG-ROB-4"]["outcome"] == "FAIL", stdout
+    assert cases["ENG-ROB-4"]["clause"] == "ECP-HS-3", cases["ENG-ROB-4"]
+    message = cases["ENG-ROB-4"]["message"]
+    assert "ECP-ROB-2.2" in message and "outputs[0]" in message and "ECP-HS-11" not in message, message

@@ -83,6 +83,26 @@ def test_frontend_rejects_duplicate_hello_and_ready_and_unknown_identity():
         p.fe.receive("handshake", [b"\x00\x00\x00", frame])
 
 
+def test_an_output_sent_on_an_input_socket_names_the_input_rule_and_where_it_belongs():
+    """An ERROR answering an undecodable ADD belongs on outputs[i] (ECP-ROB-2.2); sent on input[i]
+    instead it breaks ECP-HS-3.2, and the error says so rather than calling it a bad registration."""
+    from ecp.spec import encode_handshake
+    p = Pair()
+    p.handshake()
+    error = encode_outputs(out(0, "bad-add", FinishReason.ERROR, error=True))
+    with raises(RemoteProtocolError, "ECP-HS-3") as info:
+        p.fe.receive("input[0]", [b"\x00\x00", *error])
+    assert "outputs[0]" in str(info.value) and "ECP-ROB-2.2" in str(info.value)
+    # a second ready payload is still a duplicate registration (ECP-HS-11)
+    with raises(RemoteProtocolError, "ECP-HS-11"):
+        p.fe.receive("input[0]", [b"\x00\x00", encode_handshake(ready_response(0))])
+    # recording mode keeps the violation and carries on
+    r = Pair(frontend_mode="record")
+    r.handshake()
+    assert r.fe.receive("input[0]", [b"\x00\x00", *error]) == []
+    assert [v.clause for v in r.fe.violations] == ["ECP-HS-3"]
+
+
 def test_frontend_accepts_ready_read_before_a_registration():
     p = Pair()
     p.e(EngineHello(0, Hello(local=True, headless=False)))

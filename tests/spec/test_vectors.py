@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import struct
 from pathlib import Path
 
 import msgspec
@@ -25,7 +26,7 @@ def _id(v: golden.Vector) -> str:
 
 def test_every_source_file_and_kind_is_covered():
     docs = golden.load_documents()
-    assert sorted(docs) == sorted(n.replace(".txt", ".json") for n in golden.SOURCE_FILES)
+    assert sorted(docs) == sorted(n.replace(".txt", ".json") for n in (*golden.SOURCE_FILES, *golden.LOCAL_SOURCE_FILES))
     kinds = {v.kind for v in VECTORS}
     assert kinds >= {"add", "abort", "utility", "start_dp_wave", "outputs", "engine_dead", "hello", "ready",
                      "init", "ready_response"}
@@ -106,3 +107,39 @@ def test_vectors_command(tmp_path, capsys):
         assert main(["vectors", "--src", str(SHARED_DUMPS), "--out", str(tmp_path / "v"), "--check"]) == 1
     else:
         assert "no dump directory" in capsys.readouterr().err
+
+
+def _tensor_vectors() -> list[golden.Vector]:
+    return [v for v in VECTORS if v.source["file"] == "tensor-dump.txt"]
+
+
+def test_tensor_vectors_hold_vllms_logprob_dtypes_inline_and_in_aux_frames():
+    """vLLM 0.33's own encoder wrote these (spec/vectors/captures/make_tensor_dump.py); ecp.spec reads
+    them: sampled logprobs as numpy dtypes (ids <i4, logprobs <f4, ranks <i8), prompt logprobs as torch
+    names (int32, float32, int32) with P - 1 rows, buffers of 256 bytes or more in aux frames."""
+    vectors = {v.name.split(" (")[0]: v for v in _tensor_vectors()}
+    assert len(vectors) == 5
+    small = decode_frames(vectors["outputs: 1 sampled position, logprobs=2"].frames, "output").body.outputs[0]
+    ids, lps, ranks = small.new_logprobs.logprob_token_ids, small.new_logprobs.logprobs, \
+        small.new_logprobs.sampled_token_ranks
+    assert (ids.dtype, tuple(ids.shape), lps.dtype, tuple(lps.shape), ranks.dtype, tuple(ranks.shape)) == \
+        ("<i4", (1, 3), "<f4", (1, 3), "<i8", (1,))
+    # a row: the sampled token first, then the top-K; its rank is 1-based (1: the most likely token)
+    assert struct.unpack("<3i", ids.data) == (100, 200, 201) and struct.unpack("<q", ranks.data) == (2,)
+    big_v = vectors["outputs: 8 sampled positions, logprobs=20"]
+    assert len(big_v.frames) == 3 and len(big_v.frames[1]) == 8 * 21 * 4  # ids and logprobs in aux frames
+    big = decode_frames(big_v.frames, "output").body.outputs[0].new_logprobs
+    assert tuple(big.logprob_token_ids.shape) == (8, 21) and big.logprob_token_ids.data == big_v.frames[1]
+    prompt = decode_frames(vectors["outputs: prompt logprobs of a 4-token prompt, prompt_logprobs=1"].frames,
+                           "output").body.outputs[0].new_prompt_logprobs_tensors
+    assert (prompt.logprob_token_ids.dtype, tuple(prompt.logprob_token_ids.shape)) == ("int32", (3, 2))
+    assert (prompt.logprobs.dtype, prompt.selected_token_ranks.dtype) == ("float32", "int32")
+    long_v = vectors["outputs: prompt logprobs of a 40-token prompt, prompt_logprobs=2"]
+    assert len(long_v.frames) == 3
+    long = decode_frames(long_v.frames, "output").body.outputs[0].new_prompt_logprobs_tensors
+    assert tuple(long.logprobs.shape) == (39, 3) and long.logprobs.data == long_v.frames[2]
+    mm_v = vectors["ADD multimodal"]
+    assert len(mm_v.frames) == 3 and len(mm_v.frames[2]) == 400
+    mm = decode_frames(mm_v.frames, "input").body.mm_features[0]
+    pixels = mm.data["pixel_values"]["data"]
+    assert (pixels.dtype, tuple(pixels.shape), pixels.data) == ("uint8", (2, 200), mm_v.frames[2])

@@ -140,6 +140,10 @@ def test_newer_wave_adopted(engines):
                     for kind, value in (("wave_complete", msg.wave_complete), ("start_wave", msg.start_wave))
                     if value is not None]
 
+        if fe.start_index > 0:
+            # no rank 0: nobody reports the wave (ECP-DP-5.5), so adopting it shows in what comes next
+            _judge_adoption_without_rank_0(fe, n, control)
+            return
         # vLLM's rank 0 reports the wave of the whole DP group; an engine may also report its own
         try:
             fe.wait(lambda: any(kind == "wave_complete" for kind, _, _ in control()), 5.0,
@@ -163,3 +167,33 @@ def test_newer_wave_adopted(engines):
             if value != NEWER_WAVE:
                 raise CaseFailure(f"rank {index} was sent requests stamped current_wave={NEWER_WAVE} but reported "
                                 f"wave_complete={value}; an engine receiving a newer wave adopts it")
+
+
+def _judge_adoption_without_rank_0(fe, n: int, control) -> None:
+    """A launch whose ranks exclude 0 sends no ``wave_complete``; each rank that adopted the stamped
+    wave moves on to the next one when idle (``ECP-DP-5.5``), so an ADD stamped with the adopted,
+    now completed, wave makes that idle rank announce ``start_wave`` of a newer one (``ECP-DP-5.2``).
+    An engine that ignored the stamp would still be below it: the same ADD is news to it, and it
+    announces nothing."""
+    import msgspec
+
+    violation = wave_complete_violation(fe)
+    if violation is not None:
+        raise violation
+    for k in range(n):
+        rank = fe.start_index + k
+        rid = fe.new_id(f"wave{NEWER_WAVE}-again-rank{rank}")
+        fe.add(msgspec.structs.replace(fe.request(rid, max_tokens=1), current_wave=NEWER_WAVE), engine=k)
+        fe.wait_finished(rid, max_tokens=1)
+        try:
+            fe.wait(lambda: any(kind == "start_wave" and index == rank for kind, index, _ in control()), 5.0,
+                    f"a start_wave from rank {rank} for an ADD of the wave it completed")
+        except CaseTimeout:
+            raise Violation(f"rank {rank} finished requests stamped current_wave={NEWER_WAVE}, then took another "
+                            f"ADD stamped {NEWER_WAVE} without announcing start_wave: a rank that adopted wave "
+                            f"{NEWER_WAVE} is past it once idle and starts the next wave for a request of a "
+                            "completed one (this launch has no rank 0, so no wave_complete is due)") from None
+    for kind, index, value in control():
+        if kind == "start_wave" and value <= NEWER_WAVE:
+            raise Violation(f"rank {index} announced start_wave={value} after finishing requests stamped "
+                            f"current_wave={NEWER_WAVE}; a rank that adopted that wave announces a newer one")

@@ -13,7 +13,7 @@ from ecp.conformance.engine.cases._common import (abort_fenced, check_aborted, f
 from ecp.conformance import capabilities
 from ecp.conformance.outcomes import CaseFailure
 from ecp.conformance.registry import case
-from ecp.spec import FinishReason, decode_any
+from ecp.spec import FinishReason, decode_any, wireforms
 from ecp.spec.golden import load_documents
 from ecp.spec.tensors import DTYPE_ITEMSIZE
 
@@ -196,6 +196,16 @@ def test_tolerant_scalars(engine):
     sp["_all_stop_token_ids"] = []  # an array where a set is declared
     _send_add_payload(fe, rid, _float32(msgspec.msgpack.encode(add), 0.123456789, 1.0))
     _served(fe, rid, "an ADD with temperature as an int, top_p as float32 and a set as an array", 3)
+    # ECP-FRAME-11: the same value in other wire forms (what an encoder in another language may write)
+    rid = fe.new_id("wire-forms")
+    add = _add_array(fe, rid, 3)
+    add[5] = float(int(add[5]))  # an integral arrival_time, written below as an int
+    tree = wireforms.parse(msgspec.msgpack.encode(add))
+    payload = wireforms.write(tree, ints="int64", headers="widest", floats="float32",
+                              int_for_float=lambda path: path == (5,))
+    _send_add_payload(fe, rid, payload)
+    _served(fe, rid, "an ADD with every int as int64 (d3), every header at its widest (dd/df/db), float32 floats "
+            "and an integral arrival_time as an int", 3)
 
 
 @case("ENG-REQ-12")
@@ -285,11 +295,34 @@ def _tensor_bytes(name: str, tensor, frames: list[bytes]) -> bytes:
     return data
 
 
+#: ECP-OUT-10: the numpy dtype of each LogprobsLists tensor
+LOGPROB_DTYPES = {"logprob_token_ids": "<i4", "logprobs": "<f4", "sampled_token_ranks": "<i8"}
+
+
 @case("ENG-OUT-9")
 def test_tensor_encoding(engine):
     fe = engine
+    rows: dict[str, dict[str, tuple[list, bytes]]] = {}
     for name, tensor, frames in _logprob_tensors(fe, "tensors"):
-        _tensor_bytes(name, tensor, frames)
+        data = _tensor_bytes(name, tensor, frames)
+        field = name.split(".")[1]
+        want = LOGPROB_DTYPES[field]
+        if tensor[0] != want:
+            raise Violation(f"{name} has dtype {tensor[0]!r}; sampled logprobs are numpy arrays of {want} "
+                            f"(ids <i4, logprobs <f4, ranks <i8)", clause="ECP-OUT-10")
+        rows.setdefault(str(id(frames)), {})[field] = (tensor[1], data)  # the tensors of one output message
+    for parts in rows.values():
+        if len(parts) < 3:
+            continue
+        (id_shape, ids), (rank_shape, ranks) = parts["logprob_token_ids"], parts["sampled_token_ranks"]
+        n = id_shape[0]
+        if id_shape != [n, LOGPROBS + 1] or rank_shape != [n]:
+            raise Violation(f"new_logprobs shapes: ids {id_shape}, ranks {rank_shape}; for logprobs={LOGPROBS} "
+                            f"they are [N, {LOGPROBS + 1}] and [N]", clause="ECP-OUT-10")
+        rank_values = struct.unpack(f"<{n}q", ranks)
+        if any(r < 1 for r in rank_values):
+            raise Violation(f"sampled_token_ranks {list(rank_values)}: a rank is 1-based (1: the most likely "
+                            "token)", clause="ECP-OUT-10")
 
 
 @case("ENG-OUT-10")

@@ -2,7 +2,7 @@
 
 import time
 
-from ecp.conformance.engine.cases._common import goes_quiet, long_max_tokens, paused
+from ecp.conformance.engine.cases._common import goes_quiet, long_max_tokens, ok_value, paused, start_long
 from ecp.conformance import capabilities
 from ecp.conformance.outcomes import CaseTimeout, Unsupported, CaseFailure
 from ecp.conformance.registry import case
@@ -266,6 +266,21 @@ def test_paused_engine_errors(engine, engines):
         if fe.tokens(rid):
             raise CaseFailure(f"{len(fe.tokens(rid))} token(s) produced for an ADD refused while paused")
     fe.serves(after="pause_scheduler and resume_scheduler")
+    # mode wait refuses new ADDs from the moment the pause is received, while a running request still
+    # finishes before the pause's reply (ECP-REQ-7.3)
+    [(running, n)] = start_long(fe, "draining")
+    call_id = fe.send_utility("pause_generation", ["wait"])
+    rid = fe.new_id("while-draining")
+    fe.add(fe.request(rid, max_tokens=2))
+    term = fe.wait_finished(rid)
+    if term.output.finish_reason != FinishReason.ERROR or term.output.error is None \
+            or term.output.error.code != "engine_paused":
+        raise Violation(f"an ADD sent after pause_generation [\"wait\"], while request {running} was still "
+                        f"running, ended with {term.output.finish_reason!r}, error={term.output.error!r}; "
+                        "a pause in mode wait refuses new ADDs with engine_paused from the moment it is received")
+    fe.send_raw(fe.codec.encode_abort([running]), decode=lambda: f"ABORT {running}")
+    fe.wait(lambda: bool(fe.replies.get(call_id)), 10.0, "the reply to pause_generation [\"wait\"]")
+    ok_value(fe.call("resume_scheduler", []), "resume_scheduler")
 
 
 @case("ENG-REQ-14")

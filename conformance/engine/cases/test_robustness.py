@@ -113,6 +113,17 @@ def test_client_index_out_of_range(engine):
     if fe.seen(rid) and any(s.client != 0 for s in fe.seen(rid)):
         raise CaseFailure("outputs for an unroutable client_index arrived on another client's socket",
                         clause="ECP-SOCK-4")
+    # a negative client_index names no socket either; -1 is the coordinator's index inside an engine,
+    # and nothing of a client's request may go there (ECP-ROB-4.2)
+    negative = fe.new_id("negative-client")
+    fe.send_raw(fe.codec.encode_add(msgspec.structs.replace(fe.request(negative, max_tokens=2), client_index=-1)),
+                client=0)
+    fe.serves(after="an ADD with client_index -1")
+    fe.observe()
+    if any(s.client != 0 for s in fe.seen(negative)) or any(
+            o.request_id == negative for m in fe.coordinator_messages for o in m.outputs):
+        raise Violation("outputs for an ADD with client_index -1 went to another socket than the output of the "
+                        "input it came in on", clause="ECP-ROB-4")
 
 
 @case("ENG-ROB-7")
@@ -134,6 +145,22 @@ def test_invalid_add_answered(engine):
     if error is not None and error.retryable is not False:
         raise CaseFailure(f"the ERROR for mistyped ADD {rid} says retryable: {error.retryable!r}; the same ADD "
                         "would be refused again, so it must say false", clause="ECP-OUT-5")
+    # an array shorter than 12 has no client_index (element 11): the answer goes to outputs[i] of the
+    # inputs[i] the ADD came in on, never back on the input socket (ECP-ROB-2.2, ECP-HS-3.2)
+    short_id = fe.new_id("short-wrong")
+    short = decode_any(_add_payload(fe, short_id))[:10]
+    short[3]["temperature"] = "hot"
+    fe.send_raw([b"\x00", enc(short)], client=0, decode=lambda: "(deliberately mistyped 10-element ADD)")
+    fe.serves(after="a mistyped 10-element ADD")
+    fe.observe()
+    answers = fe.terminals(short_id)
+    if not answers:
+        raise Violation(f"a 10-element ADD ({short_id}, no client_index) with a recoverable id but a mistyped "
+                        "field got no ERROR output on outputs[0], the output of the input it came in on")
+    if answers[0].client != 0 or answers[0].output.finish_reason != FinishReason.ERROR:
+        raise Violation(f"the 10-element mistyped ADD {short_id}, sent on input[0], was answered with "
+                        f"{answers[0].output.finish_reason!r} on output[{answers[0].client}]; expected ERROR on "
+                        "output[0]")
 
 
 #: how long an engine may take from SIGTERM to its exit (a real engine core tears down workers)

@@ -138,7 +138,7 @@ async def tolerant_output_arrays(m: FrontendManager) -> None:
 
 async def tolerant_output_scalars(m: FrontendManager) -> None:
     """FE-OUT-5."""
-    await _served_alike(await m.shared(), ("scalars",))
+    await _served_alike(await m.shared(), ("scalars", "wire-forms"))
 
 
 async def output_tensors(m: FrontendManager) -> None:
