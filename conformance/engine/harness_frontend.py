@@ -680,7 +680,7 @@ class HarnessFrontend:
             if out.new_token_ids and (min(out.new_token_ids) < 0
                                       or (vocab is not None and max(out.new_token_ids) >= vocab)):
                 bad = [t for t in out.new_token_ids if t < 0 or (vocab is not None and t >= vocab)]
-                raise Violation(f"rank {msg.engine_index} sent token id(s) {bad[:5]} for {out.request_id} on "
+                raise CaseFailure(f"rank {msg.engine_index} sent token id(s) {bad[:5]} for {out.request_id} on "
                                 f"{socket}; a token id t is 0 <= t < V"
                                 + (f" (V = {vocab}, --engine-vocab-size)" if vocab is not None else ""),
                                 clause="ECP-OUT-3")

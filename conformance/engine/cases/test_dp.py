@@ -189,11 +189,11 @@ def _judge_adoption_without_rank_0(fe, n: int, control) -> None:
             fe.wait(lambda: any(kind == "start_wave" and index == rank for kind, index, _ in control()), 5.0,
                     f"a start_wave from rank {rank} for an ADD of the wave it completed")
         except CaseTimeout:
-            raise Violation(f"rank {rank} finished requests stamped current_wave={NEWER_WAVE}, then took another "
+            raise CaseFailure(f"rank {rank} finished requests stamped current_wave={NEWER_WAVE}, then took another "
                             f"ADD stamped {NEWER_WAVE} without announcing start_wave: a rank that adopted wave "
                             f"{NEWER_WAVE} is past it once idle and starts the next wave for a request of a "
                             "completed one (this launch has no rank 0, so no wave_complete is due)") from None
     for kind, index, value in control():
         if kind == "start_wave" and value <= NEWER_WAVE:
-            raise Violation(f"rank {index} announced start_wave={value} after finishing requests stamped "
+            raise CaseFailure(f"rank {index} announced start_wave={value} after finishing requests stamped "
                             f"current_wave={NEWER_WAVE}; a rank that adopted that wave announces a newer one")

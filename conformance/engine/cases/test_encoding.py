@@ -308,7 +308,7 @@ def test_tensor_encoding(engine):
         field = name.split(".")[1]
         want = LOGPROB_DTYPES[field]
         if tensor[0] != want:
-            raise Violation(f"{name} has dtype {tensor[0]!r}; sampled logprobs are numpy arrays of {want} "
+            raise CaseFailure(f"{name} has dtype {tensor[0]!r}; sampled logprobs are numpy arrays of {want} "
                             f"(ids <i4, logprobs <f4, ranks <i8)", clause="ECP-OUT-10")
         rows.setdefault(str(id(frames)), {})[field] = (tensor[1], data)  # the tensors of one output message
     for parts in rows.values():
@@ -317,11 +317,11 @@ def test_tensor_encoding(engine):
         (id_shape, ids), (rank_shape, ranks) = parts["logprob_token_ids"], parts["sampled_token_ranks"]
         n = id_shape[0]
         if id_shape != [n, LOGPROBS + 1] or rank_shape != [n]:
-            raise Violation(f"new_logprobs shapes: ids {id_shape}, ranks {rank_shape}; for logprobs={LOGPROBS} "
+            raise CaseFailure(f"new_logprobs shapes: ids {id_shape}, ranks {rank_shape}; for logprobs={LOGPROBS} "
                             f"they are [N, {LOGPROBS + 1}] and [N]", clause="ECP-OUT-10")
         rank_values = struct.unpack(f"<{n}q", ranks)
         if any(r < 1 for r in rank_values):
-            raise Violation(f"sampled_token_ranks {list(rank_values)}: a rank is 1-based (1: the most likely "
+            raise CaseFailure(f"sampled_token_ranks {list(rank_values)}: a rank is 1-based (1: the most likely "
                             "token)", clause="ECP-OUT-10")
 
 

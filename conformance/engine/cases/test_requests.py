@@ -275,7 +275,7 @@ def test_paused_engine_errors(engine, engines):
     term = fe.wait_finished(rid)
     if term.output.finish_reason != FinishReason.ERROR or term.output.error is None \
             or term.output.error.code != "engine_paused":
-        raise Violation(f"an ADD sent after pause_generation [\"wait\"], while request {running} was still "
+        raise CaseFailure(f"an ADD sent after pause_generation [\"wait\"], while request {running} was still "
                         f"running, ended with {term.output.finish_reason!r}, error={term.output.error!r}; "
                         "a pause in mode wait refuses new ADDs with engine_paused from the moment it is received")
     fe.send_raw(fe.codec.encode_abort([running]), decode=lambda: f"ABORT {running}")

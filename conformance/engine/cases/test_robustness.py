@@ -122,7 +122,7 @@ def test_client_index_out_of_range(engine):
     fe.observe()
     if any(s.client != 0 for s in fe.seen(negative)) or any(
             o.request_id == negative for m in fe.coordinator_messages for o in m.outputs):
-        raise Violation("outputs for an ADD with client_index -1 went to another socket than the output of the "
+        raise CaseFailure("outputs for an ADD with client_index -1 went to another socket than the output of the "
                         "input it came in on", clause="ECP-ROB-4")
 
 
@@ -155,10 +155,10 @@ def test_invalid_add_answered(engine):
     fe.observe()
     answers = fe.terminals(short_id)
     if not answers:
-        raise Violation(f"a 10-element ADD ({short_id}, no client_index) with a recoverable id but a mistyped "
+        raise CaseFailure(f"a 10-element ADD ({short_id}, no client_index) with a recoverable id but a mistyped "
                         "field got no ERROR output on outputs[0], the output of the input it came in on")
     if answers[0].client != 0 or answers[0].output.finish_reason != FinishReason.ERROR:
-        raise Violation(f"the 10-element mistyped ADD {short_id}, sent on input[0], was answered with "
+        raise CaseFailure(f"the 10-element mistyped ADD {short_id}, sent on input[0], was answered with "
                         f"{answers[0].output.finish_reason!r} on output[{answers[0].client}]; expected ERROR on "
                         "output[0]")
 

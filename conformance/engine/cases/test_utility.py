@@ -77,10 +77,10 @@ def test_sleep_wake_transitions(engine, engines):
     # level 1 put both tags to sleep: waking the weights alone leaves the engine asleep (ECP-UTIL-8.7)
     partly = ok_value(fe.call("wake_up", [["weights"]]), "wake_up")
     if expect_bool(fe.call("is_sleeping"), "is_sleeping") is not True or partly is True:
-        raise Violation(f"after sleep(1) and wake_up(['weights']) (answered {partly!r}) the engine reports itself "
+        raise CaseFailure(f"after sleep(1) and wake_up(['weights']) (answered {partly!r}) the engine reports itself "
                         "awake; level 1 puts kv_cache to sleep too, so it sleeps until that tag is woken")
     if fe.tokens(rid):
-        raise Violation(f"{rid} produced tokens after a wake_up that left kv_cache asleep", clause="ECP-UTIL-8")
+        raise CaseFailure(f"{rid} produced tokens after a wake_up that left kv_cache asleep", clause="ECP-UTIL-8")
     woke = ok_value(fe.call("wake_up", [None]), "wake_up")
     if woke is not None and not isinstance(woke, bool):
         raise CaseFailure(f"wake_up returned {woke!r}, expected a bool", clause="ECP-UTIL-9")
