@@ -48,8 +48,9 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
                         "needs; failures of hardened-level clauses are reported as 'not required' and do not "
                         "fail the run) or 'hardened' (everything; default)")
     p.add_argument("--case-timeout", type=float, default=10.0, metavar="S", help="time budget per case (%(default)g)")
-    p.add_argument("--expected-failures", metavar="FILE",
-                   help="known failures: '<case id or glob> <reason>' per line")
+    p.add_argument("--expected-failures", metavar="FILE|NAME",
+                   help="known failures: a file with '<case id or glob> <reason>' per line, or the name of a "
+                        f"shipped one ({', '.join(xf.shipped())})")
     p.add_argument("--update-expected-failures", action="store_true",
                    help="rewrite --expected-failures FILE to list exactly the cases failing now")
     p.add_argument("--junit-xml", metavar="FILE", help="write a JUnit XML report")
@@ -141,8 +142,8 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
             return 2
         problems = xf.apply(results, entries, [c.id for c in catalogue])
         if args.update_expected_failures:
-            n = xf.rewrite(args.expected_failures, results, entries, [c.id for c in catalogue])
-            print(f"rewrote {args.expected_failures}: {n} expected failure(s)")
+            n = xf.rewrite(xf.resolve(args.expected_failures), results, entries, [c.id for c in catalogue])
+            print(f"rewrote {xf.resolve(args.expected_failures)}: {n} expected failure(s)")
             problems = []
             for r in results:
                 if r.outcome.is_failure:

@@ -27,6 +27,15 @@ import sys
 from typing import Iterable
 
 ENTRY_POINT_GROUP = "ecp.commands"
+DISTRIBUTION = "engine-core-protocol"
+
+
+def version() -> str:
+    """The installed distribution's version (``unknown`` when ``ecp`` runs from an uninstalled tree)."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def command_plugins() -> list[importlib.metadata.EntryPoint]:
@@ -51,6 +60,7 @@ def build_parser(plugins: Iterable[importlib.metadata.EntryPoint] | None = None,
         prog="ecp",
         description="The vLLM 0.33 engine-core protocol: spec tools, reference peers, conformance suite.",
     )
+    parser.add_argument("--version", action="version", version=f"ecp {version()} ({DISTRIBUTION})")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     problems: list[str] = []
     for ep in command_plugins() if plugins is None else plugins:
