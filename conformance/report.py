@@ -39,6 +39,9 @@ class RunSummary:
     launches: dict[str, Any] | None = None
     #: the peer's release fingerprint (:meth:`ecp.conformance.release.ReleaseWatch.to_dict`)
     release: dict[str, Any] | None = None
+    #: selected cases the run did not reach, and why it stopped before them ("" when it did not)
+    not_run: int = 0
+    stopped: str = ""
 
     @property
     def release_line(self) -> str | None:
@@ -132,6 +135,8 @@ def write_console(s: RunSummary, out: TextIO) -> None:
             out.write(f"    also {len(extra) - 5} more finding(s) (see the JSON report)\n")
     for p in s.problems:
         out.write(f"PROBLEM {p}\n")
+    if s.not_run:
+        out.write(f"NOT RUN {s.not_run} case(s): {s.stopped or 'the run stopped before them'}\n")
     out.write(f"\n{summary_line(s.coverage)} ({s.role} role; the matrix: --markdown, --html, --json or "
               f"ecp conformance list --matrix)\n")
     out.write(describe_launches(s.launches) + "\n")
@@ -166,6 +171,8 @@ def tally(s: RunSummary) -> str:
         if n - sum(apart.values()):
             parts.append(f"{n - sum(apart.values())} {outcome}")
         parts += [f"{k} {status}" for status, k in sorted(apart.items())]
+    if s.not_run:
+        parts.append(f"{s.not_run} NOT RUN")
     return ", ".join(parts)
 
 

@@ -110,6 +110,10 @@ def _decode(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"ecp decode: cannot read {args.file}: {exc}", file=sys.stderr)
             return 2
+        except UnicodeDecodeError as exc:
+            print(f"ecp decode: {args.file} is not a text capture (byte 0x{exc.object[exc.start]:02x} at offset "
+                  f"{exc.start} is not UTF-8): --file reads text, hex frames one message per line or a vLLM dump file", file=sys.stderr)
+            return 2
         from .golden import looks_like_capture, scan_capture
 
         if looks_like_capture(lines):
