@@ -214,19 +214,26 @@ def write_junit(s: RunSummary, path: Path) -> None:
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
 
 
-def markdown(s: RunSummary) -> str:
+def markdown(s: RunSummary, empty: str = "no case ran", exit_code: int | None = None) -> str:
+    """The Markdown report; ``empty`` says what a run without results means (the monitor: no clause
+    was violated), ``exit_code`` overrides the summary's own (a caller that adds its own errors)."""
+    tallied = tally(s) or empty
     lines = [f"# ecp conformance: {s.role} role", "",
              *([f"**{s.release_line}**", ""] if s.release_line else []),
              f"- target: `{s.target}`",
              f"- started: {s.started}, {s.duration_s:.1f}s, strict: {s.strict}, level: {s.conformance_level}",
-             f"- result: **exit {s.exit_code}** ({', '.join(f'{n} {k}' for k, n in s.counts.items() if n)})",
+             f"- result: **exit {s.exit_code if exit_code is None else exit_code}** ({tallied})",
+             *([f"- not run: {s.not_run} case(s): {s.stopped}"] if s.not_run else []),
              f"- {describe_launches(s.launches)}", ""]
     if s.problems:
         lines += ["## Problems", ""] + [f"- {p}" for p in s.problems] + [""]
     if s.launches and s.launches.get("launches"):
         lines += ["<details><summary>launches</summary>", ""] + [f"- {line}" for line in launch_lines(s)] + [
             "", "</details>", ""]
-    lines += ["| case | clause | level | conformance level | outcome | requirement |", "|---|---|---|---|---|---|"]
+    if s.results:
+        lines += ["| case | clause | level | conformance level | outcome | requirement |", "|---|---|---|---|---|---|"]
+    else:
+        lines += [f"{empty[0].upper()}{empty[1:]}."]
     for r in s.results:
         lines.append(f"| {r.id} `{r.slug}` | {r.clause} | {r.level} | {r.conformance_level} | {_status(r, s)} "
                      f"| {r.requirement} |")
