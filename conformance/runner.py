@@ -74,6 +74,9 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
             raise UsageError(f"--case-timeout must be > 0, got {args.case_timeout}")
         if args.update_expected_failures and not args.expected_failures:
             raise UsageError("--update-expected-failures needs --expected-failures FILE")
+        if args.update_expected_failures and not Path(args.expected_failures).is_file():
+            raise UsageError("--update-expected-failures rewrites a file: give its path (copy a shipped one "
+                             f"first: {xf.resolve(args.expected_failures)})")
         check_outputs(args)
         selected = [c for c in catalogue if not args.case or any(
             fnmatch.fnmatchcase(c.id, p) or fnmatch.fnmatchcase(c.slug, p) for p in args.case)]

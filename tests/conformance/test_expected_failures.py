@@ -144,3 +144,11 @@ def test_a_bad_expected_failures_file_is_one_line_before_anything_starts(tmp_pat
         assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
         assert words in err
     assert not marker.exists()  # the peer never started
+
+
+def test_update_needs_a_path_not_a_shipped_name(tmp_path):
+    name = next(iter(xf.shipped()))
+    code, _, err = _cli(["conformance", "engine", "--expected-failures", name, "--update-expected-failures",
+                         "--", "true"])
+    assert code == 2 and "--update-expected-failures rewrites a file: give its path" in err, err
+    assert len(err.strip().splitlines()) == 1
