@@ -35,6 +35,9 @@ def load_benchmark() -> Callable[[str], ModuleType]:
 
 
 TORCH_HINT = "pip install -e '.[dev,gpu]' (the CPU build of torch is enough)"
+#: the browser tests drive the system's Chromium (Debian package chromium) with Playwright
+CHROMIUM = Path("/usr/bin/chromium")
+BROWSER_HINT = "apt-get install -y chromium (Debian's package; Playwright drives it, no browser download)"
 
 
 def _torch_missing() -> bool:
@@ -43,26 +46,34 @@ def _torch_missing() -> bool:
 
 #: tests/gpu needs torch in every module: not collected at all without it
 collect_ignore = ["gpu"] if _torch_missing() else []
-_left_out: list[str] = []
+#: marker -> (what is missing, or "" when it is there; the hint to install it; the variable that requires it)
+_NEEDS = {
+    "torch": ("torch" if _torch_missing() else "", TORCH_HINT, "ECP_REQUIRE_TORCH"),
+    "browser": (f"{CHROMIUM}" if not CHROMIUM.exists() else "", BROWSER_HINT, "ECP_REQUIRE_BROWSER"),
+}
+_left_out: dict[str, list[str]] = {marker: [] for marker in _NEEDS}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if _torch_missing() and os.environ.get("ECP_REQUIRE_TORCH") == "1":
-        raise pytest.UsageError(f"ECP_REQUIRE_TORCH=1 but torch is not installed: {TORCH_HINT}")
+    for marker, (missing, hint, variable) in _NEEDS.items():
+        if missing and os.environ.get(variable) == "1":
+            raise pytest.UsageError(f"{variable}=1 but {missing} is not installed: {hint}")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not _torch_missing():
-        return
-    kept = [item for item in items if item.get_closest_marker("torch") is None]
-    left = [item for item in items if item.get_closest_marker("torch") is not None]
-    if left:
-        config.hook.pytest_deselected(items=left)
-        items[:] = kept
-    _left_out.extend(item.nodeid for item in left)
+    for marker, (missing, _hint, _variable) in _NEEDS.items():
+        if not missing:
+            continue
+        left = [item for item in items if item.get_closest_marker(marker) is not None]
+        if left:
+            config.hook.pytest_deselected(items=left)
+            items[:] = [item for item in items if item.get_closest_marker(marker) is None]
+        _left_out[marker].extend(item.nodeid for item in left)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    if _torch_missing():
-        terminalreporter.write_line(f"torch is not installed: tests/gpu/ and {len(_left_out)} test(s) marked "
-                                    f"'torch' were not run; to run them: {TORCH_HINT}")
+    for marker, (missing, hint, _variable) in _NEEDS.items():
+        if missing:
+            where = "tests/gpu/ and " if marker == "torch" else ""
+            terminalreporter.write_line(f"{missing} is not installed: {where}{len(_left_out[marker])} test(s) "
+                                        f"marked '{marker}' were not run; to run them: {hint}")

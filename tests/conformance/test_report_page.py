@@ -1,7 +1,7 @@
 """The HTML report leads to the failure: failures first, each reason in full (wrapped, the fix in
 view) with its transcript, the coverage matrix linking to the cases, and a bounded size. Checked
 in a real headless browser: Playwright driving the system's Chromium (Debian package ``chromium``,
-installed by .ci/run; no browser download)."""
+installed by .ci/run, which requires it with ECP_REQUIRE_BROWSER=1; no browser download)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ def browser():
             b.close()
 
 
+@pytest.mark.browser
 def test_the_first_failure_reason_and_transcript_are_in_view_and_coverage_links_to_it(run_ecp, tmp_path, browser):
     html, out = tmp_path / "r.html", tmp_path / "r.json"
     # an engine that returns no logprobs without declaring it: ENG-OUT-9 fails, and its reason ends
