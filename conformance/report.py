@@ -88,6 +88,7 @@ class RunSummary:
             "exit_code": self.exit_code,
             "counts": self.counts,
             "problems": self.problems,
+            **({"not_run": {"count": self.not_run, "why": self.stopped}} if self.not_run else {}),
             "launches": self.launches or {"count": 0, "total_startup_s": 0.0, "launches": [], "response_s": None,
                                           "case_budget_s": None, "startup_budget_s": None},
             "cases": [r.to_dict() for r in self.results],

@@ -90,14 +90,25 @@ _EXITS = ("import sys; sys.stderr.write('engine: unknown flag --no-such-flag\\n'
 
 @pytest.mark.parametrize("role, placeholders", [("engine", "{handshake_address}"),
                                                 ("frontend", "{handshake_port} {http_port}")])
-def test_a_command_that_exits_before_its_handshake_is_reported_once(run_ecp, role, placeholders):
+def test_a_command_that_exits_before_its_handshake_is_reported_once(run_ecp, tmp_path, role, placeholders):
     """One CRASH with the exit status and the command's last words, the other cases NOT RUN: not the
     same crash paragraph once per case."""
     from ecp.conformance.registry import load_role
 
     total = len(load_role(role))
-    code, stdout = run_ecp("conformance", role, "--", sys.executable, "-c", _EXITS.format(placeholders))
+    out = tmp_path / "r.json"
+    code, stdout = run_ecp("conformance", role, "--json", str(out), "--", sys.executable, "-c",
+                           _EXITS.format(placeholders))
     assert code == 1, stdout
+    import json
+
+    import jsonschema
+
+    from ecp.conformance.report import SCHEMA_PATH
+
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, json.loads(SCHEMA_PATH.read_text()))
+    assert len(doc["cases"]) == 1 and doc["not_run"]["count"] == total - 1 and "status 3" in doc["not_run"]["why"]
     assert stdout.count("\nCRASH ") == 1, stdout
     not_run = [ln for ln in stdout.splitlines() if ln.startswith("NOT RUN ")]
     assert len(not_run) == 1, stdout
