@@ -149,3 +149,16 @@ def test_a_missing_extra_is_named_in_one_line(argv, hidden, extra):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr == (f"ecp {argv[0]}: needs the '{extra}' extra ({hidden[0]} is not installed): "
                            f"pip install 'engine-core-protocol[{extra}]'\n")
+
+
+def test_the_frontend_role_against_ecp_serve_without_its_extra_says_which_extra(run_ecp):
+    """`ecp serve` without the [serve] extra: one CRASH whose evidence names the extra, the rest NOT RUN."""
+    serve = ("import sys; sys.modules['starlette'] = None; from ecp.spec.cli import main; "
+             "sys.exit(main(['serve', '--data-parallel-size-local', '0', '--data-parallel-address', '127.0.0.1', "
+             "'--data-parallel-rpc-port', '{handshake_port}', '--port', '{http_port}']))")
+    code, stdout = run_ecp("conformance", "frontend", "--", sys.executable, "-c", serve)
+    assert code == 1, stdout
+    [not_run] = [ln for ln in stdout.splitlines() if ln.startswith("NOT RUN ")]
+    assert "exited with status 2 before its first handshake" in not_run, not_run
+    assert "ecp serve: needs the 'serve' extra (starlette is not installed): " \
+           "pip install 'engine-core-protocol[serve]'" in not_run, not_run
