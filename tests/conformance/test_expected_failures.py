@@ -125,30 +125,35 @@ def test_shipped_files_are_addressed_by_their_name_and_paths_still_work(tmp_path
     assert xf.resolve(local) == local
 
 
-def _cli(argv):
-    import subprocess
-    import sys
+@pytest.fixture
+def cli(capsys):
+    """``ecp ARGV`` in-process: (exit code, stdout, stderr)."""
+    from ecp.spec.cli import main
 
-    proc = subprocess.run([sys.executable, "-m", "ecp.spec.cli", *argv], capture_output=True, text=True, timeout=60)
-    return proc.returncode, proc.stdout, proc.stderr
+    def run(argv):
+        code = main(argv)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
 
 
-def test_a_bad_expected_failures_file_is_one_line_before_anything_starts(tmp_path):
+def test_a_bad_expected_failures_file_is_one_line_before_anything_starts(tmp_path, cli):
     binary = tmp_path / "xf.txt"
     binary.write_bytes(b"ENG-HS-1 fine\n\xff\xfe\x00 not text\n")
     marker = tmp_path / "started"
     for arg, words in ((str(binary), f"{binary}:2: not UTF-8 text (byte 0xff at offset 14)"),
                        ("vllm-9.99-engine", "not a file, nor the name of a shipped one"),
                        (str(tmp_path), "not a file, nor the name of a shipped one")):
-        code, out, err = _cli(["conformance", "engine", "--expected-failures", arg, "--", "touch", str(marker)])
+        code, out, err = cli(["conformance", "engine", "--expected-failures", arg, "--", "touch", str(marker)])
         assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
         assert words in err
     assert not marker.exists()  # the peer never started
 
 
-def test_update_needs_a_path_not_a_shipped_name(tmp_path):
+def test_update_needs_a_path_not_a_shipped_name(cli):
     name = next(iter(xf.shipped()))
-    code, _, err = _cli(["conformance", "engine", "--expected-failures", name, "--update-expected-failures",
+    code, _, err = cli(["conformance", "engine", "--expected-failures", name, "--update-expected-failures",
                          "--", "true"])
     assert code == 2 and "--update-expected-failures rewrites a file: give its path" in err, err
     assert len(err.strip().splitlines()) == 1
