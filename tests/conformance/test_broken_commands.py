@@ -121,18 +121,17 @@ def test_a_command_that_exits_before_its_handshake_is_reported_once(run_ecp, tmp
 
 @pytest.mark.parametrize("option, name", [("--html", "r.html"), ("--json", "r.json"), ("--markdown", "r.md"),
                                           ("--junit-xml", "r.xml"), ("--transcripts", "t")])
-def test_an_unwritable_report_path_is_refused_before_the_run_starts(tmp_path, option, name):
-    import subprocess
+def test_an_unwritable_report_path_is_refused_before_the_run_starts(tmp_path, capsys, option, name):
+    from ecp.spec.cli import main
 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     marker = tmp_path / "started"
-    proc = subprocess.run([sys.executable, "-m", "ecp.spec.cli", "conformance", "engine", option,
-                           str(blocker / name), "--", "touch", str(marker), "{handshake_address}"],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and not proc.stdout and not marker.exists(), proc.stdout
-    assert proc.stderr == (f"ecp conformance: {option} {blocker / name}: cannot be written "
-                           f"({blocker} is a file, not a folder)\n")
+    code = main(["conformance", "engine", option, str(blocker / name), "--", "touch", str(marker),
+                 "{handshake_address}"])
+    out, err = capsys.readouterr()
+    assert code == 2 and not out and not marker.exists(), out
+    assert err == f"ecp conformance: {option} {blocker / name}: cannot be written ({blocker} is a file, not a folder)\n"
 
 
 @pytest.mark.parametrize("argv, hidden, extra", [
