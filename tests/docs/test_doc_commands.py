@@ -12,7 +12,13 @@ How the runs are kept cheap, without changing what the command says:
   tests/conformance/test_engine_role.py, tests/spec/test_distribution.py for README line 1);
 * an explorer run's ``--budget`` is cut to 2 s;
 * a command that writes files runs in a scratch directory, with the inputs it names (a capture,
-  the expected-failures file of the example) made there first.
+  the expected-failures file of the example) made there first;
+* ``ecp serve`` (the quick start's) runs until the ``curl`` line below it got its completion.
+
+Left out, with their reasons in :data:`RULES`: what needs real vLLM or the torch executor, synopses
+with elided parts, the example CI workflows' steps that need the engine's own repository, benchmark
+scripts, and the multi-process server sessions on fixed ports (DP serve, frontend-only serve with
+an engine, the monitor between them: their tests start the same commands on free ports).
 """
 
 from __future__ import annotations
@@ -182,6 +188,55 @@ def check_decode(cmd: DocCommand, tmp: Path) -> None:
         assert found == json.loads(value), (key, value, printed)
 
 
+def check_serve_then_curl(cmd: DocCommand, tmp: Path) -> None:
+    """``ecp serve`` as written (port 8000, one embedded reference engine), then the ``curl`` line the
+    doc puts below it, as written: a completion comes back. The server is stopped at the end."""
+    import json
+    import queue
+    import signal
+    import socket
+    import threading
+    import time
+
+    following = [c for c in COMMANDS if c.doc == cmd.doc and c.line > cmd.line]
+    curl = next(c for c in following if c.text.startswith("curl "))
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", 8000)) == 0:
+            pytest.fail("port 8000 is taken by another process: the documented `ecp serve` cannot bind it")
+    environ = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    server = subprocess.Popen(["bash", "-c", f"exec {cmd.text}"], cwd=tmp, env=environ, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        for line in server.stdout:  # type: ignore[union-attr]
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        deadline, seen = time.monotonic() + 60, []
+        while True:  # its own line says when it serves (bounded: 60 s), or it exits
+            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            assert line is not None, "ecp serve exited:\n" + "".join(seen)
+            seen.append(line)
+            if line.startswith("ecp serve: serving "):
+                break
+        answer = _run(curl.text, tmp, timeout=30)
+        assert answer.returncode == 0, answer.stderr
+        body = json.loads(answer.stdout)
+        assert body["object"] == "text_completion" and body["choices"][0]["text"], body
+        assert body["usage"]["completion_tokens"] == json.loads(re.search(r"-d '([^']*)'", curl.text).group(1))[
+            "max_tokens"]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(5)
+
+
 # ------------------------------------------------------------------------------------- rules
 def skip(reason: str) -> str:
     return reason
@@ -211,7 +266,9 @@ RULES: list[tuple[str, Callable[[DocCommand, Path], None] | str]] = [
                                       "tests/conformance/test_explore.py replays one")),
     (r"^python benchmarks/", skip("a benchmark or campaign script (minutes); its seeded short variant is a test")),
     (r"^bash \.\./shared", skip("installs real vLLM")),
-    # long-running servers: started by their own tests with free ports
+    # long-running servers
+    (r"^ecp serve$", check_serve_then_curl),
+    (r"^curl -s localhost:8000/v1/completions", skip("sent by the check of the `ecp serve` above it")),
     (r"^ecp serve\b|^curl |^ecp monitor --listen|^ecp engine --handshake-address tcp://",
      skip("a server that runs until stopped, on a fixed port; tests/frontend/test_cli.py, "
           "tests/monitor/test_e2e.py start the same commands on free ports")),
