@@ -7,8 +7,12 @@ PARTS = ("spec", "conformance", "reference")
 setup(
     packages=["ecp." + name for name in find_packages(include=[f"{p}*" for p in PARTS])],
     package_dir={f"ecp.{p}": p for p in PARTS},
+    # every file a doc or a command names is package data (tests/spec/test_distribution.py builds
+    # the wheel and checks it against the tracked files); py.typed: the packages are annotated (PEP 561)
     package_data={
-        "ecp.spec": ["PROTOCOL.md", "sentences.txt", "schema/*.json", "vectors/*.json", "layouts/*.json"],
-        "ecp.conformance": ["*.json", "schema/*.json"],
+        "ecp.spec": ["py.typed", "PROTOCOL.md", "sentences.txt", "schema/*.json", "vectors/*.json",
+                     "layouts/*.json", "compat/*.json"],
+        "ecp.conformance": ["py.typed", "*.json", "schema/*.json", "expected/*.txt", "templates/*"],
+        "ecp.reference": ["py.typed"],
     },
 )

@@ -246,6 +246,9 @@ def _frontend(args: argparse.Namespace) -> int:
     import shlex
     import sys
 
+    import h11  # noqa: F401 - the [conformance] extra's HTTP clients, checked before anything starts
+    import httpx  # noqa: F401
+
     from .runner import run
 
     command = list(args.command)

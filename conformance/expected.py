@@ -10,7 +10,9 @@ File format, one entry per line::
 
 A case id or an ``fnmatch`` glob, optionally the outcomes the entry accepts in brackets (a peer
 whose behaviour is racy: either outcome is expected, as WPT's metadata lists ``[PASS, FAIL]``),
-whitespace, then a mandatory reason. Rules applied to a run's results:
+whitespace, then a mandatory reason. The files shipped with the package (``expected/*.txt``: one per
+vLLM release and peer) are addressed by name, the file's name without ``.txt``
+(``--expected-failures vllm-0.33-engine``); any other file by its path. Rules applied to a run's results:
 
 * a listed case that fails (FAIL/TIMEOUT/CRASH) becomes XFAIL and does not fail the run;
 * a listed case that passes becomes XPASS: the list is stale and the run fails;
@@ -36,8 +38,32 @@ _LINE_RE = re.compile(r"^(?P<pattern>\S+)(?:\s+\[(?P<outcomes>[A-Z|, ]+)\])?\s+(
 ACCEPTABLE = (Outcome.PASS, Outcome.FAIL, Outcome.TIMEOUT, Outcome.CRASH)
 
 
+#: the expected-failure files shipped as package data, addressed by name (:func:`shipped`)
+SHIPPED_DIR = Path(__file__).resolve().parent / "expected"
+
+
 class ExpectedFailuresError(Exception):
-    """The file is malformed (usage error, exit 2)."""
+    """The file is missing, unreadable or malformed (usage error, exit 2)."""
+
+
+def shipped() -> dict[str, Path]:
+    """The shipped expected-failure files by name (file name without ``.txt``), in name order."""
+    return {p.stem: p for p in sorted(SHIPPED_DIR.glob("*.txt"))}
+
+
+def resolve(name_or_path: str | Path) -> Path:
+    """The file ``--expected-failures`` names: an existing path, else a shipped file's name.
+
+    Raises :class:`ExpectedFailuresError` naming the shipped files when it is neither."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    files = shipped()
+    name = path.name[:-4] if path.name.endswith(".txt") else path.name
+    if str(name_or_path) in (name, f"{name}.txt") and name in files:
+        return files[name]
+    raise ExpectedFailuresError(f"no expected-failures file {str(name_or_path)!r}: not a file, nor the name of a "
+                                f"shipped one ({', '.join(files) or 'none shipped'})")
 
 
 @dataclass(frozen=True)
@@ -87,11 +113,21 @@ def parse(text: str, source: str = "<expected-failures>") -> list[Entry]:
     return entries
 
 
-def load(path: str | Path) -> list[Entry]:
+def load(name_or_path: str | Path) -> list[Entry]:
+    """The entries of a file or shipped name (:func:`resolve`); a file that cannot be read or is not
+    UTF-8 text raises :class:`ExpectedFailuresError` with a one-line reason."""
+    path = resolve(name_or_path)
     try:
-        return parse(Path(path).read_text(), str(path))
+        data = path.read_bytes()
     except OSError as exc:
         raise ExpectedFailuresError(f"cannot read expected-failures file: {exc}") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ExpectedFailuresError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                                    f"{exc.start}); an expected-failures file is UTF-8 text") from None
+    return parse(text, str(path))
 
 
 def apply(results: list[CaseResult], entries: list[Entry], catalogue_ids: Iterable[str]) -> list[str]:

@@ -54,6 +54,19 @@ class PeerCrashed(Exception):
     """The peer under test died (process exit, or ENGINE_CORE_DEAD)."""
 
 
+class PeerNeverStarted(PeerCrashed):
+    """The peer's command exited before its first handshake of the run completed (a wrong command,
+    a missing extra, a crash at start-up): no case can run against it. The case that launched it
+    reports it once, as CRASH with the exit status and the tail of the peer's output; the harness
+    then stops the run, and the cases left are reported as NOT RUN, not as 60 identical crashes."""
+
+    def __init__(self, message: str, exit_status: int | None = None, output: list[str] | None = None) -> None:
+        super().__init__(message)
+        #: the command's exit status (None: unknown) and the last lines it printed
+        self.exit_status = exit_status
+        self.output = output or []
+
+
 class FailedClosed(PeerCrashed):
     """The engine announced its death with ENGINE_CORE_DEAD (``ECP-OUT-8``) -- it failed *closed*.
 

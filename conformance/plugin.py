@@ -202,6 +202,30 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         with open(state.results_path, "a") as f:
             f.write(json.dumps(result.to_dict()) + "\n")
         report.ecp_outcome = result.outcome.value  # type: ignore[attr-defined]
+        _stop_if_never_started(state, call, item, result)
+
+
+#: beside the results file: why the run stopped before its last case (read by the runner)
+STOPPED_FILE = "stopped.txt"
+
+
+def _stop_if_never_started(state: RunState, call: pytest.CallInfo, item: pytest.Item, result) -> None:
+    """The peer's command exits before any handshake of the run (:class:`PeerNeverStarted`): this case
+    reported it; stop the run (pytest's ``shouldfail``: exit 1, no case after it runs) and leave the
+    reason, with the peer's last output, for the runner's one line."""
+    from .outcomes import PeerNeverStarted
+
+    if call.excinfo is None or not isinstance(call.excinfo.value, PeerNeverStarted):
+        return
+    exc = call.excinfo.value
+    tail = [ln.strip() for ln in (exc.output or (result.peer_stderr_tail or "").splitlines())
+            if ln.strip() and not ln.startswith("$ ")][-4:]  # ("$ COMMAND": the launcher's own first line)
+    status = f"with status {exc.exit_status} " if exc.exit_status is not None else ""
+    reason = f"the {state.role} command exited {status}before its first handshake (reported by {result.id})"
+    if tail:
+        reason += "; its last output: " + " | ".join(tail)
+    state.results_path.with_name(STOPPED_FILE).write_text(reason)
+    item.session.shouldfail = reason
 
 
 def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Item):

@@ -3,7 +3,6 @@ Markdown, HTML and per-case transcript files."""
 
 from __future__ import annotations
 
-import html
 import json
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -39,6 +38,9 @@ class RunSummary:
     launches: dict[str, Any] | None = None
     #: the peer's release fingerprint (:meth:`ecp.conformance.release.ReleaseWatch.to_dict`)
     release: dict[str, Any] | None = None
+    #: selected cases the run did not reach, and why it stopped before them ("" when it did not)
+    not_run: int = 0
+    stopped: str = ""
 
     @property
     def release_line(self) -> str | None:
@@ -86,6 +88,7 @@ class RunSummary:
             "exit_code": self.exit_code,
             "counts": self.counts,
             "problems": self.problems,
+            **({"not_run": {"count": self.not_run, "why": self.stopped}} if self.not_run else {}),
             "launches": self.launches or {"count": 0, "total_startup_s": 0.0, "launches": [], "response_s": None,
                                           "case_budget_s": None, "startup_budget_s": None},
             "cases": [r.to_dict() for r in self.results],
@@ -132,6 +135,8 @@ def write_console(s: RunSummary, out: TextIO) -> None:
             out.write(f"    also {len(extra) - 5} more finding(s) (see the JSON report)\n")
     for p in s.problems:
         out.write(f"PROBLEM {p}\n")
+    if s.not_run:
+        out.write(f"NOT RUN {s.not_run} case(s): {s.stopped or 'the run stopped before them'}\n")
     out.write(f"\n{summary_line(s.coverage)} ({s.role} role; the matrix: --markdown, --html, --json or "
               f"ecp conformance list --matrix)\n")
     out.write(describe_launches(s.launches) + "\n")
@@ -166,6 +171,8 @@ def tally(s: RunSummary) -> str:
         if n - sum(apart.values()):
             parts.append(f"{n - sum(apart.values())} {outcome}")
         parts += [f"{k} {status}" for status, k in sorted(apart.items())]
+    if s.not_run:
+        parts.append(f"{s.not_run} NOT RUN")
     return ", ".join(parts)
 
 
@@ -207,19 +214,26 @@ def write_junit(s: RunSummary, path: Path) -> None:
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
 
 
-def markdown(s: RunSummary) -> str:
+def markdown(s: RunSummary, empty: str = "no case ran", exit_code: int | None = None) -> str:
+    """The Markdown report; ``empty`` says what a run without results means (the monitor: no clause
+    was violated), ``exit_code`` overrides the summary's own (a caller that adds its own errors)."""
+    tallied = tally(s) or empty
     lines = [f"# ecp conformance: {s.role} role", "",
              *([f"**{s.release_line}**", ""] if s.release_line else []),
              f"- target: `{s.target}`",
              f"- started: {s.started}, {s.duration_s:.1f}s, strict: {s.strict}, level: {s.conformance_level}",
-             f"- result: **exit {s.exit_code}** ({', '.join(f'{n} {k}' for k, n in s.counts.items() if n)})",
+             f"- result: **exit {s.exit_code if exit_code is None else exit_code}** ({tallied})",
+             *([f"- not run: {s.not_run} case(s): {s.stopped}"] if s.not_run else []),
              f"- {describe_launches(s.launches)}", ""]
     if s.problems:
         lines += ["## Problems", ""] + [f"- {p}" for p in s.problems] + [""]
     if s.launches and s.launches.get("launches"):
         lines += ["<details><summary>launches</summary>", ""] + [f"- {line}" for line in launch_lines(s)] + [
             "", "</details>", ""]
-    lines += ["| case | clause | level | conformance level | outcome | requirement |", "|---|---|---|---|---|---|"]
+    if s.results:
+        lines += ["| case | clause | level | conformance level | outcome | requirement |", "|---|---|---|---|---|---|"]
+    else:
+        lines += [f"{empty[0].upper()}{empty[1:]}."]
     for r in s.results:
         lines.append(f"| {r.id} `{r.slug}` | {r.clause} | {r.level} | {r.conformance_level} | {_status(r, s)} "
                      f"| {r.requirement} |")
@@ -259,48 +273,88 @@ def _coverage_cell(row: ClauseRow, role: str) -> str:
     return "MISSING: no case and no stated reason"
 
 
-def write_html(s: RunSummary, path: Path) -> None:
-    colour = {"PASS": "#cfc", "FAIL": "#fcc", "TIMEOUT": "#fdb", "CRASH": "#f99", "UNSUPPORTED": "#eee",
-              "XFAIL": "#eef", "XPASS": "#fcf", "ERROR": "#f66"}
-    rows = []
+#: outcome -> background colour, in every HTML table
+COLOURS = {"PASS": "#cfc", "FAIL": "#fcc", "TIMEOUT": "#fdb", "CRASH": "#f99", "UNSUPPORTED": "#eee",
+           "XFAIL": "#eef", "XPASS": "#fcf", "ERROR": "#f66"}
+#: the HTML report's size bound: what all transcripts together may take, and one case at most
+#: (a run where every case fails stays well under 2 MB; the JSON report and --transcripts keep all)
+HTML_TRANSCRIPTS_CHARS = 1_000_000
+HTML_TRANSCRIPT_CHARS = 16_000
+HTML_MESSAGE_CHARS = 8_000
+HTML_LOG_CHARS = 4_000
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def _cut(text: str, limit: int, what: str) -> tuple[str, str]:
+    """``text`` cut to about ``limit`` characters (its head and its tail, the middle left out), and the
+    note that says so ('' when nothing was cut)."""
+    if len(text) <= limit:
+        return text, ""
+    head, tail = text[: limit * 2 // 3], text[-(limit // 3):]
+    left = len(text) - len(head) - len(tail)
+    return (f"{head}\n…\n{tail}",
+            f"{left:,} characters of the {what} were cut here (its head and tail are shown); the whole "
+            "of it: --json or --transcripts DIR")
+
+
+def _html_failed(r: CaseResult) -> bool:
+    """A case the report lists among the failures: it counts, or its outcome is an error or a stale entry."""
+    return r.counts_as_failure or r.outcome in (Outcome.ERROR, Outcome.XPASS)
+
+
+def html_view(s: RunSummary) -> dict[str, Any]:
+    """What the HTML template shows, every long text already cut to the report's bounds."""
+    failed = [r for r in s.results if _html_failed(r)]
+    per_case = max(2_000, min(HTML_TRANSCRIPT_CHARS, HTML_TRANSCRIPTS_CHARS // max(1, len(failed))))
+    failures = []
+    for r in failed:
+        message, message_cut = _cut(r.message or "", HTML_MESSAGE_CHARS, "message")
+        transcript, transcript_cut = _cut(r.transcript_text or "", per_case, "transcript")
+        failures.append({
+            "id": r.id, "slug": r.slug, "clause": r.clause, "levels": _levels(r), "requirement": r.requirement,
+            "outcome": r.outcome.value, "status": _status(r, s), "expected": r.expected_failure_reason,
+            "message": message, "message_cut": message_cut, "transcript": transcript,
+            "transcript_cut": transcript_cut, "log": (r.peer_stderr_tail or "")[-HTML_LOG_CHARS:],
+            "findings": [f for f in r.findings if f"[{f['clause']}] {f['message']}" not in (r.message or "")][:5],
+        })
+    failed_ids = {r.id for r in failed}
+    cases = []
     for r in s.results:
-        detail = ""
-        if r.message or r.transcript_text:
-            detail = (f"<details><summary>details</summary><pre>{html.escape(r.message)}</pre>"
-                      f"<pre>{html.escape(r.transcript_text)}</pre>"
-                      f"<pre>{html.escape(r.peer_stderr_tail[-4000:])}</pre></details>")
-        rows.append(f"<tr style='background:{colour.get(r.outcome.value, '#fff')}'><td>{r.id}</td>"
-                    f"<td>{html.escape(r.slug)}</td><td>{r.clause}</td><td>{r.level}</td><td>{r.conformance_level}</td>"
-                    f"<td>{html.escape(_status(r, s))}</td><td>{html.escape(r.requirement)}{detail}</td></tr>")
-    counts = ", ".join(f"{n} {k}" for k, n in s.counts.items() if n)
-    matrix = []
+        note = ""
+        if r.id not in failed_ids and r.outcome is not Outcome.PASS:
+            note = (r.expected_failure_reason if r.outcome is Outcome.XFAIL else r.message.splitlines()[0]
+                    if r.message else "")
+        cases.append({"id": r.id, "slug": r.slug, "clause": r.clause, "level": r.level,
+                      "conformance_level": r.conformance_level, "outcome": r.outcome.value, "status": _status(r, s),
+                      "requirement": r.requirement, "failed": r.id in failed_ids, "note": note[:500]})
+    ran = {r.id for r in s.results}
+    coverage = []
     for row in s.coverage:
-        cases = " ".join(f"<span class='o {row.outcomes.get(c, 'none')}'>{c}</span>" for c in row.cases.get(s.role, []))
-        cell = _coverage_cell(row, s.role)
-        status = row.verdict if row.cases.get(s.role) and row.verdict else row.status
-        matrix.append(f"<tr><td>{row.clause}</td><td>{row.level}</td><td>{html.escape(row.title)}</td>"
-                      f"<td>{cases or '-'}</td><td class='o {html.escape(status)}'>{html.escape(cell)}</td></tr>")
-    style = ("<style>body{font-family:sans-serif;font-size:13px;margin:1em}table{border-collapse:collapse;"
-             "margin-bottom:1.5em}td,th{border:1px solid #999;padding:2px 5px;vertical-align:top}"
-             + "".join(f".o.{k}{{background:{v}}}" for k, v in colour.items())
-             + ".o.none{background:#fff}.o.reason{background:#eef}.o.missing{background:#fcc}"
-             ".o{padding:0 3px}</style>")
-    doc = (f"<!doctype html><meta charset='utf-8'><title>ecp conformance {s.role}</title>{style}"
-           f"<h1>ecp conformance: {s.role} role</h1>"
-           + (f"<p><b>{html.escape(s.release_line)}</b></p>" if s.release_line else "") +
-           f"<p>target <code>{html.escape(s.target)}</code>; "
-           f"level {s.conformance_level}; exit {s.exit_code}; {counts}</p>"
-           f"<p>{html.escape(describe_launches(s.launches))}</p>"
-           + ("<details><summary>launches</summary><ul>"
-              + "".join(f"<li>{html.escape(x)}</li>" for x in launch_lines(s)) + "</ul></details>"
-              if launch_lines(s) else "")
-           + "".join(f"<p><b>problem</b> {html.escape(p)}</p>" for p in s.problems)
-           + "<table border=1 cellspacing=0 cellpadding=3><tr><th>case</th><th>slug</th><th>clause</th>"
-           "<th>level</th><th>conformance level</th><th>outcome</th><th>requirement</th></tr>" + "".join(rows) + "</table>"
-           f"<h2 id='coverage'>Coverage</h2><p>{html.escape(summary_line(s.coverage))}</p>"
-           "<table><tr><th>clause</th><th>level</th><th>title</th><th>cases</th><th>coverage</th></tr>"
-           + "".join(matrix) + "</table>")
-    path.write_text(doc)
+        links = [{"id": c, "outcome": row.outcomes.get(c, "none"),
+                  "anchor": f"fail-{c}" if c in failed_ids else f"case-{c}" if c in ran else f"clause-{row.clause}"}
+                 for c in row.cases.get(s.role, [])]
+        coverage.append({"clause": row.clause, "level": row.level, "title": row.title, "cases": links,
+                         "cell": _coverage_cell(row, s.role),
+                         "status": row.verdict if row.cases.get(s.role) and row.verdict else row.status})
+    return {"role": s.role, "target": s.target, "exit_code": s.exit_code, "tally": tally(s) or "no case ran",
+            "level": s.conformance_level, "strict": s.strict, "duration_s": s.duration_s,
+            "release_line": s.release_line, "problems": s.problems, "not_run": s.not_run, "stopped": s.stopped,
+            "failures": failures, "cases": cases, "coverage": coverage, "coverage_line": summary_line(s.coverage),
+            "launches_line": describe_launches(s.launches), "launch_lines": launch_lines(s), "colours": COLOURS}
+
+
+def render_html(s: RunSummary) -> str:
+    """The HTML report (``templates/report.html.j2``): the failures first, each with its reason in full
+    and its transcript, then every case, then the coverage matrix whose case ids link to the cases."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return env.get_template("report.html.j2").render(html_view(s))
+
+
+def write_html(s: RunSummary, path: Path) -> None:
+    path.write_text(render_html(s), encoding="utf-8")
 
 
 def write_transcripts(s: RunSummary, directory: Path) -> list[Path]:

@@ -48,8 +48,9 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
                         "needs; failures of hardened-level clauses are reported as 'not required' and do not "
                         "fail the run) or 'hardened' (everything; default)")
     p.add_argument("--case-timeout", type=float, default=10.0, metavar="S", help="time budget per case (%(default)g)")
-    p.add_argument("--expected-failures", metavar="FILE",
-                   help="known failures: '<case id or glob> <reason>' per line")
+    p.add_argument("--expected-failures", metavar="FILE|NAME",
+                   help="known failures: a file with '<case id or glob> <reason>' per line, or the name of a "
+                        f"shipped one ({', '.join(xf.shipped())})")
     p.add_argument("--update-expected-failures", action="store_true",
                    help="rewrite --expected-failures FILE to list exactly the cases failing now")
     p.add_argument("--junit-xml", metavar="FILE", help="write a JUnit XML report")
@@ -73,6 +74,10 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
             raise UsageError(f"--case-timeout must be > 0, got {args.case_timeout}")
         if args.update_expected_failures and not args.expected_failures:
             raise UsageError("--update-expected-failures needs --expected-failures FILE")
+        if args.update_expected_failures and not Path(args.expected_failures).is_file():
+            raise UsageError("--update-expected-failures rewrites a file: give its path (copy a shipped one "
+                             f"first: {xf.resolve(args.expected_failures)})")
+        check_outputs(args)
         selected = [c for c in catalogue if not args.case or any(
             fnmatch.fnmatchcase(c.id, p) or fnmatch.fnmatchcase(c.slug, p) for p in args.case)]
         if not selected:
@@ -141,8 +146,8 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
             return 2
         problems = xf.apply(results, entries, [c.id for c in catalogue])
         if args.update_expected_failures:
-            n = xf.rewrite(args.expected_failures, results, entries, [c.id for c in catalogue])
-            print(f"rewrote {args.expected_failures}: {n} expected failure(s)")
+            n = xf.rewrite(xf.resolve(args.expected_failures), results, entries, [c.id for c in catalogue])
+            print(f"rewrote {xf.resolve(args.expected_failures)}: {n} expected failure(s)")
             problems = []
             for r in results:
                 if r.outcome.is_failure:
@@ -154,6 +159,9 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
                              duration_s=time.monotonic() - started,
                              launches=json.loads(launches_path.read_text()) if launches_path.exists() else None,
                              release=json.loads(release_path.read_text()) if release_path.exists() else None)
+        stopped = results_path.with_name("stopped.txt")  # plugin.STOPPED_FILE: the peer never started
+        if stopped.exists():
+            summary.stopped, summary.not_run = stopped.read_text(), max(0, len(selected) - len(results))
         write_console(summary, sys.stdout)
         try:
             _write_reports(summary, args)
@@ -166,6 +174,37 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
             print(f"work dir kept: {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Before the run starts, every report path is tried: its missing folders are created (as
+    pytest's --junit-xml does) and the file is opened for writing (a new one removed again, an
+    existing one left as it is until the run ends); a path that fails is a :class:`UsageError`."""
+    outputs = [("--json", args.json_path), ("--junit-xml", args.junit_xml), ("--markdown", args.markdown),
+               ("--html", args.html), ("--transcripts", args.transcripts)]
+    for option, target in outputs:
+        if not target:
+            continue
+        path = Path(target)
+        existing = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
+        if existing != path.absolute() and not existing.is_dir():
+            raise UsageError(f"{option} {target}: cannot be written ({existing} is a file, not a folder)")
+        try:
+            if option == "--transcripts":
+                path.mkdir(parents=True, exist_ok=True)
+                probe = tempfile.NamedTemporaryFile(dir=path)  # removed on close
+                probe.close()
+                continue
+            if path.is_dir():
+                raise IsADirectoryError(f"{path} is a directory")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            existed = path.exists()
+            with open(path, "a"):
+                pass
+            if not existed:
+                path.unlink()
+        except OSError as exc:
+            raise UsageError(f"{option} {target}: cannot be written ({exc.strerror or exc})") from None
 
 
 def _write_reports(summary: RunSummary, args: argparse.Namespace) -> None:

@@ -27,6 +27,37 @@ import sys
 from typing import Iterable
 
 ENTRY_POINT_GROUP = "ecp.commands"
+DISTRIBUTION = "engine-core-protocol"
+
+
+def version() -> str:
+    """The installed distribution's version (``unknown`` when ``ecp`` runs from an uninstalled tree)."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def extra_providing(module: str, command: str = "") -> str | None:
+    """The optional extra of this distribution that installs ``module`` (a top-level import name),
+    from the installed metadata's ``Requires-Dist`` lines: the one named like ``command`` when
+    several do, else the first in the metadata's order; None when no extra does (or the
+    distribution's metadata is not installed). ``dev`` is never named: it is for the test suite."""
+    import re
+
+    try:
+        requires = importlib.metadata.requires(DISTRIBUTION) or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    wanted = re.sub(r"[-_.]+", "_", module).lower()
+    extras = []
+    for req in requires:
+        m = re.match(r"\s*([A-Za-z0-9._-]+).*;\s*extra\s*==\s*['\"]([^'\"]+)['\"]", req)
+        if m and re.sub(r"[-_.]+", "_", m.group(1)).lower() == wanted and m.group(2) != "dev":
+            extras.append(m.group(2))
+    if command in extras:
+        return command
+    return extras[0] if extras else None
 
 
 def command_plugins() -> list[importlib.metadata.EntryPoint]:
@@ -51,6 +82,7 @@ def build_parser(plugins: Iterable[importlib.metadata.EntryPoint] | None = None,
         prog="ecp",
         description="The vLLM 0.33 engine-core protocol: spec tools, reference peers, conformance suite.",
     )
+    parser.add_argument("--version", action="version", version=f"ecp {version()} ({DISTRIBUTION})")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     problems: list[str] = []
     for ep in command_plugins() if plugins is None else plugins:
@@ -83,6 +115,15 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as exc:
+        # a command whose optional extra is not installed: one line naming it, not a traceback
+        command = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), "")
+        extra = extra_providing((exc.name or "").split(".")[0], command)
+        if extra is None:
+            raise
+        print(f"ecp {command}: needs the '{extra}' extra ({exc.name} is not installed): "
+              f"pip install 'engine-core-protocol[{extra}]'", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # The reader went away (`ecp decode --file big | head`): stop quietly, without a
         # traceback, and keep the interpreter's final flush from raising again.

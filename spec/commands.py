@@ -51,11 +51,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("vectors", help="extract (or --check) the golden vectors from vLLM 0.33 dumps")
     p.add_argument("--src", type=Path, default=None,
-                   help="directory with the vllm-0.33 dump files (default: ../shared/protocol/vllm-0.33 "
-                        "beside the repository)")
+                   help="directory with the vLLM dump files the vectors are extracted from")
     p.add_argument("--out", type=Path, default=None, help="directory (default: spec/vectors in the package)")
     p.add_argument("--check", action="store_true",
-                   help="do not write; exit 1 if the files in --out differ from a fresh extraction")
+                   help="do not write; with --src, exit 1 if the files in --out differ from a fresh "
+                        "extraction; without it, exit 1 unless every vector in --out decodes to its recorded "
+                        "value and every Python-encoded one re-encodes byte for byte")
     p.set_defaults(func=_vectors)
 
 
@@ -108,6 +109,10 @@ def _decode(args: argparse.Namespace) -> int:
             lines = args.file.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
             print(f"ecp decode: cannot read {args.file}: {exc}", file=sys.stderr)
+            return 2
+        except UnicodeDecodeError as exc:
+            print(f"ecp decode: {args.file} is not a text capture (byte 0x{exc.object[exc.start]:02x} at offset "
+                  f"{exc.start} is not UTF-8): --file reads text, hex frames one message per line or a vLLM dump file", file=sys.stderr)
             return 2
         from .golden import looks_like_capture, scan_capture
 
@@ -251,12 +256,30 @@ def _schema(args: argparse.Namespace) -> int:
 def _vectors(args: argparse.Namespace) -> int:
     import sys
 
-    from .golden import VECTORS_DIR, dump_documents, extract
+    from .golden import VECTORS_DIR, check_vectors, dump_documents, extract
 
-    src = args.src or (Path(__file__).resolve().parents[1] / ".." / "shared" / "protocol" / "vllm-0.33")
+    out = args.out or VECTORS_DIR
+    if args.src is None:
+        if not args.check:
+            print("ecp vectors: pass --src DIR, the directory with the vLLM dump files to extract from "
+                  "(or --check to check the vectors against the codec)", file=sys.stderr)
+            return 2
+        try:
+            count, problems = check_vectors(out)
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # not a vector file (JSON, not ours)
+            print(f"ecp vectors: {out} does not hold vector files ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return 2
+        for line in problems:
+            print(line, file=sys.stderr)
+        if problems or not count:
+            print(f"ecp vectors: {len(problems)} of {count} vector(s) in {out} do not hold", file=sys.stderr)
+            return 1
+        print(f"{count} vectors in {out} decode to their recorded values and the Python-encoded ones "
+              "re-encode byte for byte (--src DIR also re-extracts them from the vLLM dumps)")
+        return 0
+    src = args.src
     if not src.is_dir():
         print(f"ecp vectors: no dump directory at {src} (pass --src)", file=sys.stderr)
         return 2
-    out = args.out or VECTORS_DIR
     return _check_or_write(dump_documents(extract(src)), out, args.check, "vector",
                            "ecp vectors --src <dir with the vllm-0.33 dumps>")

@@ -266,3 +266,31 @@ def load_documents(directory: Path = VECTORS_DIR) -> dict[str, dict[str, Any]]:
 def load_vectors(directory: Path = VECTORS_DIR) -> list[Vector]:
     """Every checked-in golden vector, in file then capture order."""
     return [Vector.from_json(v) for doc in load_documents(directory).values() for v in doc["vectors"]]
+
+
+def check_vectors(directory: Path = VECTORS_DIR) -> tuple[int, list[str]]:
+    """Check vectors against the codec, without the dumps they came from: each decodes to its
+    recorded kind and value, and each one vLLM's Python encoder wrote re-encodes byte for byte.
+
+    Returns the number of vectors checked and one line per vector that does not hold."""
+    import msgspec
+
+    from .errors import ProtocolError
+    from .frames import encode_decoded
+
+    vectors = load_vectors(directory)
+    problems = []
+    for v in vectors:
+        where = f"{v.source.get('file')}:{v.source.get('line')} ({v.name})"
+        try:
+            decoded = decode_frames(v.frames, v.direction)
+        except ProtocolError as exc:
+            problems.append(f"{where}: does not decode: {exc}")
+            continue
+        if decoded.kind != v.kind:
+            problems.append(f"{where}: decodes as {decoded.kind}, recorded as {v.kind}")
+        elif msgspec.json.decode(msgspec.json.encode(decoded.value)) != v.value:
+            problems.append(f"{where}: decodes to another value than the recorded one")
+        elif v.reencode and encode_decoded(decoded) != v.frames:
+            problems.append(f"{where}: re-encodes to other bytes")
+    return len(vectors), problems

@@ -1,9 +1,16 @@
 """What every test folder shares: the scripts of ``benchmarks/`` loaded as modules (their short
-variants are tests; the scripts are not a package)."""
+variants are tests; the scripts are not a package), and the torch tests' place.
+
+The torch tests (``tests/gpu/`` and tests marked ``torch``) need the ``gpu`` extra, which the
+``dev`` extra leaves out so the protocol library's tests need no multi-GB download. Where torch is
+not importable they are not collected, and the run's summary says how many and what to install;
+``ECP_REQUIRE_TORCH=1`` (set by ``.ci/run``) makes a missing torch an error instead.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 from types import ModuleType
 from typing import Callable
@@ -25,3 +32,48 @@ def _load(name: str) -> ModuleType:
 def load_benchmark() -> Callable[[str], ModuleType]:
     """``load_benchmark("bench_codec")``: ``benchmarks/bench_codec.py`` as a fresh module."""
     return _load
+
+
+TORCH_HINT = "pip install -e '.[dev,gpu]' (the CPU build of torch is enough)"
+#: the browser tests drive the system's Chromium (Debian package chromium) with Playwright
+CHROMIUM = Path("/usr/bin/chromium")
+BROWSER_HINT = "apt-get install -y chromium (Debian's package; Playwright drives it, no browser download)"
+
+
+def _torch_missing() -> bool:
+    return importlib.util.find_spec("torch") is None
+
+
+#: tests/gpu needs torch in every module: not collected at all without it
+collect_ignore = ["gpu"] if _torch_missing() else []
+#: marker -> (what is missing, or "" when it is there; the hint to install it; the variable that requires it)
+_NEEDS = {
+    "torch": ("torch" if _torch_missing() else "", TORCH_HINT, "ECP_REQUIRE_TORCH"),
+    "browser": (f"{CHROMIUM}" if not CHROMIUM.exists() else "", BROWSER_HINT, "ECP_REQUIRE_BROWSER"),
+}
+_left_out: dict[str, list[str]] = {marker: [] for marker in _NEEDS}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for marker, (missing, hint, variable) in _NEEDS.items():
+        if missing and os.environ.get(variable) == "1":
+            raise pytest.UsageError(f"{variable}=1 but {missing} is not installed: {hint}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for marker, (missing, _hint, _variable) in _NEEDS.items():
+        if not missing:
+            continue
+        left = [item for item in items if item.get_closest_marker(marker) is not None]
+        if left:
+            config.hook.pytest_deselected(items=left)
+            items[:] = [item for item in items if item.get_closest_marker(marker) is None]
+        _left_out[marker].extend(item.nodeid for item in left)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    for marker, (missing, hint, _variable) in _NEEDS.items():
+        if missing:
+            where = "tests/gpu/ and " if marker == "torch" else ""
+            terminalreporter.write_line(f"{missing} is not installed: {where}{len(_left_out[marker])} test(s) "
+                                        f"marked '{marker}' were not run; to run them: {hint}")

@@ -26,7 +26,7 @@ import zmq
 
 from ..interrupts import deferred
 from ..launch import AdapterPeer, AttachedPeer, CommandPeer, LaunchError, PeerHandle
-from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, Unsupported
+from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, PeerNeverStarted, Unsupported
 from ..pace import STARTUP_TIMEOUT_S, LaunchRecord, Pace
 from ..transcript import Transcript
 from .harness_frontend import Addresses, HarnessFrontend
@@ -126,7 +126,11 @@ class EngineUnderTest:
             detail = self._exit_detail()
             self.close()
             if detail:
-                raise PeerCrashed(f"{exc} {detail}") from exc
+                err = PeerCrashed(f"{exc} {detail}")
+                # the process is gone (not a dead rank): its status and last lines, for PeerNeverStarted
+                err.exited = (self.handle.exit_status(),  # type: ignore[attr-defined, union-attr]
+                              [ln for ln in self.handle.log_tail(4096).splitlines() if ln.strip()][-8:])  # type: ignore[union-attr]
+                raise err from exc
             raise
         except CaseTimeout as exc:
             never = not self.fe.records
@@ -330,6 +334,13 @@ class EngineManager:
             if not self._ever_connected:
                 # the run's engine never reached us once: waiting again per case would only multiply the wait
                 self._never_connected = exc
+            raise
+        except PeerCrashed as exc:
+            Pace.launch_failed(record, type(exc).__name__)
+            exited = getattr(exc, "exited", None)
+            if not self._ever_connected and exited is not None:
+                # the command exits before any handshake of the run: every case would crash the same way
+                raise PeerNeverStarted(f"{exc}", *exited) from exc
             raise
         except BaseException as exc:
             Pace.launch_failed(record, type(exc).__name__)

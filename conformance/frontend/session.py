@@ -29,7 +29,7 @@ import zmq.asyncio
 
 from ..interrupts import deferred
 from ..launch import CommandPeer, LaunchError, PeerHandle
-from ..outcomes import CaseTimeout, PeerCrashed, Unsupported, CaseFailure
+from ..outcomes import CaseTimeout, PeerCrashed, PeerNeverStarted, Unsupported, CaseFailure
 from ..pace import STARTUP_TIMEOUT_S, LaunchRecord, Pace
 from ..release import VERSION_CHANNEL
 from ..transcript import Transcript
@@ -590,6 +590,9 @@ class FrontendManager:
                 watching = True
         except BaseException as exc:
             Pace.launch_failed(record, str(exc) or type(exc).__name__)
+            status = fut.handle.exit_status() if isinstance(exc, PeerCrashed) and fut.handle is not None else None
+            if status is not None:  # the process is gone: its status and last lines, for PeerNeverStarted
+                exc.exited = (status, [ln for ln in fut.log_tail().splitlines() if ln.strip()][-8:])  # type: ignore[attr-defined]
             await fut.close()
             raise
         finally:
@@ -610,6 +613,10 @@ class FrontendManager:
             try:
                 self._shared = await self._launch()
             except (CaseTimeout, PeerCrashed, LaunchError) as exc:
+                exited = getattr(exc, "exited", None)
+                if not self._ever_started and exited is not None:
+                    # the command exits before it ever served: every case would crash the same way
+                    raise PeerNeverStarted(str(exc), *exited) from exc
                 if not self._ever_started and self.startup_failure is None:
                     # The plain COMMAND never came up once: a bad command (a missing placeholder, a
                     # wrong option) fails every launch alike, and waiting --startup-timeout per case

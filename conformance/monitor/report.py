@@ -105,7 +105,8 @@ class MonitorReport:
         return lines() if lines is not None else []
 
     def markdown(self) -> str:
-        text = markdown(self.summary).replace("# ecp conformance: monitor role", "# ecp monitor report", 1)
+        text = markdown(self.summary, empty="no clause was violated", exit_code=self.exit_code).replace(
+            "# ecp conformance: monitor role", "# ecp monitor report", 1)
         if self.release_lines:
             head, _, rest = text.partition("\n")
             text = head + "\n\n" + "\n".join(f"**{line}**" for line in self.release_lines) + "\n" + rest

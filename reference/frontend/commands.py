@@ -82,6 +82,9 @@ def _serve(args: argparse.Namespace) -> int:
     import logging
     import sys
 
+    import starlette  # noqa: F401 - the [serve] extra, checked before any engine starts
+    import uvicorn  # noqa: F401
+
     from .http_server import resolve_http
     from .server import serve
 

@@ -6,6 +6,7 @@ passed). The first must show the exit status and the engine's own last words;
 the second must wait the startup budget once per run, not once per case.
 """
 
+import re
 import sys
 
 import pytest
@@ -82,3 +83,81 @@ def test_transcript_decodes_the_init_the_harness_sent(run_ecp, tmp_path):
 ])
 def test_nonsense_options_are_usage_errors(run_ecp, argv):
     assert run_ecp("conformance", "engine", "--case", "ENG-HS-1", *argv)[0] == 2
+
+
+_EXITS = ("import sys; sys.stderr.write('engine: unknown flag --no-such-flag\\n'); sys.exit(3)  # {}")
+
+
+@pytest.mark.parametrize("role, placeholders", [("engine", "{handshake_address}"),
+                                                ("frontend", "{handshake_port} {http_port}")])
+def test_a_command_that_exits_before_its_handshake_is_reported_once(run_ecp, tmp_path, role, placeholders):
+    """One CRASH with the exit status and the command's last words, the other cases NOT RUN: not the
+    same crash paragraph once per case."""
+    from ecp.conformance.registry import load_role
+
+    total = len(load_role(role))
+    out = tmp_path / "r.json"
+    code, stdout = run_ecp("conformance", role, "--json", str(out), "--", sys.executable, "-c",
+                           _EXITS.format(placeholders))
+    assert code == 1, stdout
+    import json
+
+    import jsonschema
+
+    from ecp.conformance.report import SCHEMA_PATH
+
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, json.loads(SCHEMA_PATH.read_text()))
+    assert len(doc["cases"]) == 1 and doc["not_run"]["count"] == total - 1 and "status 3" in doc["not_run"]["why"]
+    assert stdout.count("\nCRASH ") == 1, stdout
+    not_run = [ln for ln in stdout.splitlines() if ln.startswith("NOT RUN ")]
+    assert len(not_run) == 1, stdout
+    assert not_run[0].startswith(f"NOT RUN {total - 1} case(s): the {role} command exited with status 3 "
+                                 "before its first handshake"), not_run
+    assert "engine: unknown flag --no-such-flag" in not_run[0]
+    assert re.search(rf": 1 CRASH, {total - 1} NOT RUN in [0-9.]+s at level \w+ -> exit 1$", stdout.strip()), stdout
+    assert len(stdout.splitlines()) < 20, stdout
+
+
+@pytest.mark.parametrize("option, name", [("--html", "r.html"), ("--json", "r.json"), ("--markdown", "r.md"),
+                                          ("--junit-xml", "r.xml"), ("--transcripts", "t")])
+def test_an_unwritable_report_path_is_refused_before_the_run_starts(tmp_path, capsys, option, name):
+    from ecp.spec.cli import main
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    marker = tmp_path / "started"
+    code = main(["conformance", "engine", option, str(blocker / name), "--", "touch", str(marker),
+                 "{handshake_address}"])
+    out, err = capsys.readouterr()
+    assert code == 2 and not out and not marker.exists(), out
+    assert err == f"ecp conformance: {option} {blocker / name}: cannot be written ({blocker} is a file, not a folder)\n"
+
+
+@pytest.mark.parametrize("argv, hidden, extra", [
+    (["serve"], ("starlette", "uvicorn"), "serve"),
+    (["conformance", "frontend", "--", "x", "{handshake_port}", "{http_port}"], ("httpx",), "conformance"),
+])
+def test_a_missing_extra_is_named_in_one_line(argv, hidden, extra):
+    import subprocess
+
+    # sys.modules[name] = None makes a module unimportable, as in an install without the extra
+    code = (f"import sys; sys.modules.update(dict.fromkeys({list(hidden)!r})); from ecp.spec.cli import main; "
+            f"sys.exit(main({argv!r}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (f"ecp {argv[0]}: needs the '{extra}' extra ({hidden[0]} is not installed): "
+                           f"pip install 'engine-core-protocol[{extra}]'\n")
+
+
+def test_the_frontend_role_against_ecp_serve_without_its_extra_says_which_extra(run_ecp):
+    """`ecp serve` without the [serve] extra: one CRASH whose evidence names the extra, the rest NOT RUN."""
+    serve = ("import sys; sys.modules['starlette'] = None; from ecp.spec.cli import main; "
+             "sys.exit(main(['serve', '--data-parallel-size-local', '0', '--data-parallel-address', '127.0.0.1', "
+             "'--data-parallel-rpc-port', '{handshake_port}', '--port', '{http_port}']))")
+    code, stdout = run_ecp("conformance", "frontend", "--", sys.executable, "-c", serve)
+    assert code == 1, stdout
+    [not_run] = [ln for ln in stdout.splitlines() if ln.startswith("NOT RUN ")]
+    assert "exited with status 2 before its first handshake" in not_run, not_run
+    assert "ecp serve: needs the 'serve' extra (starlette is not installed): " \
+           "pip install 'engine-core-protocol[serve]'" in not_run, not_run

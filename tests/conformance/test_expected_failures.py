@@ -109,3 +109,51 @@ def test_the_tally_counts_a_failure_that_is_not_required_apart():
     assert tally(s) == "1 PASS, 1 FAIL, 1 FAIL (not required at level interop)"
     required.outcome = Outcome.PASS
     assert tally(s) == "2 PASS, 1 FAIL (not required at level interop)" and s.exit_code == 0
+
+
+def test_shipped_files_are_addressed_by_their_name_and_paths_still_work(tmp_path):
+    shipped = xf.shipped()
+    assert shipped and all(path.name == f"{name}.txt" for name, path in shipped.items())
+    for name, path in shipped.items():  # the name comes from the file: every release's files, none hard-coded
+        assert xf.resolve(name) == path and xf.resolve(f"{name}.txt") == path
+        assert xf.load(name) == xf.load(path) == xf.load(str(path))
+    with pytest.raises(xf.ExpectedFailuresError, match="not a file, nor the name of a shipped one") as exc:
+        xf.resolve("vllm-9.99-engine")
+    assert next(iter(shipped)) in str(exc.value)
+    local = tmp_path / next(iter(shipped))  # a file of the same name in the directory wins: it is a path
+    local.write_text("ENG-HS-1 mine\n")
+    assert xf.resolve(local) == local
+
+
+@pytest.fixture
+def cli(capsys):
+    """``ecp ARGV`` in-process: (exit code, stdout, stderr)."""
+    from ecp.spec.cli import main
+
+    def run(argv):
+        code = main(argv)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def test_a_bad_expected_failures_file_is_one_line_before_anything_starts(tmp_path, cli):
+    binary = tmp_path / "xf.txt"
+    binary.write_bytes(b"ENG-HS-1 fine\n\xff\xfe\x00 not text\n")
+    marker = tmp_path / "started"
+    for arg, words in ((str(binary), f"{binary}:2: not UTF-8 text (byte 0xff at offset 14)"),
+                       ("vllm-9.99-engine", "not a file, nor the name of a shipped one"),
+                       (str(tmp_path), "not a file, nor the name of a shipped one")):
+        code, out, err = cli(["conformance", "engine", "--expected-failures", arg, "--", "touch", str(marker)])
+        assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert words in err
+    assert not marker.exists()  # the peer never started
+
+
+def test_update_needs_a_path_not_a_shipped_name(cli):
+    name = next(iter(xf.shipped()))
+    code, _, err = cli(["conformance", "engine", "--expected-failures", name, "--update-expected-failures",
+                         "--", "true"])
+    assert code == 2 and "--update-expected-failures rewrites a file: give its path" in err, err
+    assert len(err.strip().splitlines()) == 1

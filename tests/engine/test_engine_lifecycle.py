@@ -119,6 +119,7 @@ def test_local_engine_exits_when_its_parent_is_killed(tmp_path, engine_count):
             pass
 
 
+@pytest.mark.torch
 def test_executor_that_cannot_load_exits_one(tmp_path):
     from ecp.spec import EngineHandshakeMetadata, EngineZmqAddresses, encode_handshake
 

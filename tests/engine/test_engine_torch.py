@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from engine_rawfront import make_request
 
 from ecp.spec import FinishReason
 
 
+@pytest.mark.torch
 def test_torch_executor_serves_requests(rig):
     fe, _ = rig.start(1, executor="torch", model="random:tiny", device="cpu", dtype="float32",
                       max_model_len=128, num_gpu_blocks=64, block_size=16)

@@ -139,9 +139,14 @@ def test_report_json_matches_its_schema_and_markdown_lists_the_clauses(tmp_path)
     assert doc["traffic"]["messages"]["to_engine"]["abort"] == 1
     md = report.markdown()
     assert "# ecp monitor report" in md and "| MON-SEC-1 `" in md and "| to_engine | abort | 1 |" in md
+    assert "- result: **exit 1** (2 FAIL)" in md
     clean = Session(CodecValidator())
     clean.observe_msg(_messages()[0])
     assert MonitorReport(clean, "test").exit_code == 0
+    # a clean session: the result says so, and no empty case table is written
+    md = MonitorReport(clean, "test").markdown()
+    assert "- result: **exit 0** (no clause was violated)" in md and "()" not in md
+    assert "| case |" not in md and "\nNo clause was violated.\n" in md
 
 
 def test_replay_reproduces_the_findings_of_the_recorded_session(tmp_path):

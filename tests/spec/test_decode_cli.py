@@ -145,3 +145,12 @@ def test_closed_stdout_ends_quietly_without_a_traceback(tmp_path):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 2
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_decode_a_binary_file_is_one_line(tmp_path, capsys):
+    path = tmp_path / "capture.bin"
+    path.write_bytes(bytes.fromhex("00") + b"\x99\xa2\xff\xfe\x00\x01")
+    assert main(["decode", "--file", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"ecp decode: {path} is not a text capture (byte 0x99 at offset 1 is not UTF-8): --file reads "
+                   "text, hex frames one message per line or a vLLM dump file\n")

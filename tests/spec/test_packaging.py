@@ -1,6 +1,7 @@
 """The README's test command, ``pip install -e ".[dev]" && pytest``, must work on a fresh machine:
 the ``dev`` extra (with the core dependencies) has to provide every third-party module that the
-tests and the packages they exercise import."""
+tests and the packages they exercise import, torch's aside: the torch tests (tests/gpu, the torch
+executor) need the ``gpu`` extra too, and the ``dev`` extra must not pull torch."""
 
 from __future__ import annotations
 
@@ -55,7 +56,16 @@ def _requirement_closure(pyproject: dict, extra: str) -> set[str]:
     return names
 
 
-def _third_party_imports(*folders: str) -> dict[str, str]:
+#: what needs the gpu extra beside dev: the torch tests and the torch executor they exercise
+TORCH_TREES = (REPO / "tests" / "gpu", REPO / "reference" / "engine" / "torch_executor")
+TORCH_FILES = (REPO / "tests" / "engine" / "test_engine_torch.py",)
+
+
+def _needs_gpu_extra(path: Path) -> bool:
+    return path in TORCH_FILES or any(path.is_relative_to(tree) for tree in TORCH_TREES)
+
+
+def _third_party_imports(*folders: str, gpu: bool = False) -> dict[str, str]:
     """Top-level module -> first file importing it, for modules outside the stdlib and the repo."""
     local = {"ecp", "tests"}
     # benchmarks/ scripts are local too: the reliability tests run their seeded variants
@@ -66,7 +76,7 @@ def _third_party_imports(*folders: str) -> dict[str, str]:
     found: dict[str, str] = {}
     for folder in folders:
         for path in sorted((REPO / folder).rglob("*.py")):
-            if _is_data(path):
+            if _is_data(path) or _needs_gpu_extra(path) != gpu:
                 continue
             tree = ast.parse(path.read_text(encoding="utf-8"))
             # an import in an except clause is a fallback (tomli on 3.10), not a requirement
@@ -92,11 +102,17 @@ def test_dev_extra_provides_every_module_the_tests_import():
     dev = _requirement_closure(pyproject, "dev")
     providers = importlib.metadata.packages_distributions()
     assert all((tree / "vllm" / "__init__.py").is_file() for tree in DATA_TREES)  # no stale exclusion
+    assert "torch" not in dev, "the dev extra must not pull torch (a multi-GB download): that is the gpu extra's"
+    with_gpu = dev | _requirement_closure(pyproject, "gpu")
+    assert "torch" in with_gpu
     imports = _third_party_imports("tests", "reference", "conformance")
-    assert {"torch", "tokenizers", "hypothesis", "zmq"} <= set(imports)  # the scan sees them
+    gpu_imports = _third_party_imports("tests", "reference", gpu=True)
+    assert {"tokenizers", "hypothesis", "zmq"} <= set(imports)  # the scan sees them
+    assert "torch" not in imports, f"only the torch tests may import torch: {imports.get('torch')}"
+    assert {"torch", "safetensors"} <= set(gpu_imports)
     missing = {}
-    for mod, where in imports.items():
+    for (mod, where), provided in [*((i, dev) for i in imports.items()), *((i, with_gpu) for i in gpu_imports.items())]:
         dists = {_norm(d) for d in providers.get(mod, [])}
-        if not dists & dev:
+        if not dists & provided:
             missing[mod] = (where, sorted(dists) or "not installed")
-    assert not missing, f"imported by the tests but not installed by the dev extra: {missing}"
+    assert not missing, f"imported by the tests but not installed by the dev (or dev+gpu) extra: {missing}"

@@ -143,3 +143,21 @@ def test_tensor_vectors_hold_vllms_logprob_dtypes_inline_and_in_aux_frames():
     mm = decode_frames(mm_v.frames, "input").body.mm_features[0]
     pixels = mm.data["pixel_values"]["data"]
     assert (pixels.dtype, tuple(pixels.shape), pixels.data) == ("uint8", (2, 200), mm_v.frames[2])
+
+
+def test_vectors_check_needs_no_dumps(tmp_path, capsys):
+    """``ecp vectors --check`` alone checks the shipped vectors against the codec (it works from a
+    wheel, where no dump directory exists), and names a vector whose bytes no longer decode."""
+    from ecp.spec.cli import main
+
+    assert main(["vectors", "--check"]) == 0
+    assert f"{len(VECTORS)} vectors" in capsys.readouterr().out
+    assert main(["vectors"]) == 2 and "pass --src DIR" in capsys.readouterr().err
+    docs = golden.load_documents()
+    doc = docs["encoder-dump.json"]
+    doc["vectors"][0]["frames"] = ["00"] + doc["vectors"][0]["frames"]  # a stray frame: not an ADD any more
+    for name, text in golden.dump_documents(docs).items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    assert main(["vectors", "--check", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"1 of {len(VECTORS)} vector(s)" in err and doc["vectors"][0]["name"] in err
