@@ -11,6 +11,7 @@ setup(
     # the wheel and checks it against the tracked files); py.typed: the packages are annotated (PEP 561)
     package_data={
         "ecp.spec": ["py.typed", "PROTOCOL.md", "sentences.txt", "schema/*.json", "vectors/*.json",
+                     "vectors/captures/*",
                      "layouts/*.json", "compat/*.json"],
         "ecp.conformance": ["py.typed", "*.json", "schema/*.json", "expected/*.txt", "templates/*"],
         "ecp.reference": ["py.typed"],

@@ -159,13 +159,18 @@ def check_with_capture(cmd: DocCommand, tmp: Path) -> None:
 
 
 def check_spec_diff_in_workflow(cmd: DocCommand, tmp: Path) -> None:
-    """The gate's diff steps, on the layout the workflow's first step extracts (here a shipped
-    release's, as a file at the path the step names, moved into the scratch directory)."""
+    """The gate's diff steps, on the layouts the workflow's first steps extract from the merge base
+    and the pull request (here two shipped releases', as files at the paths the steps name, moved
+    into the scratch directory)."""
     import shutil
 
-    shutil.copy(REPO / "spec" / "layouts" / "vllm-0.32.json", tmp / "pr-layout.json")
-    command = cmd.text.replace("/tmp/pr-layout.json", str(tmp / "pr-layout.json")).replace(
-        "/tmp/protocol.md", str(tmp / "protocol.md"))
+    layouts = sorted((REPO / "spec" / "layouts").glob("vllm-*.json"), key=lambda f: tuple(
+        int(x) for x in f.stem.removeprefix("vllm-").split(".")))
+    shutil.copy(layouts[-2], tmp / "base-layout.json")
+    shutil.copy(layouts[-1], tmp / "pr-layout.json")
+    command = cmd.text
+    for name in ("base-layout.json", "pr-layout.json", "protocol.md"):
+        command = command.replace(f"/tmp/{name}", str(tmp / name))
     _ran_and_judged(_run(command, tmp), ok=(0, 1))  # 1: the gate found a break between the releases
 
 
@@ -260,7 +265,12 @@ RULES: list[tuple[str, Callable[[DocCommand, Path], None] | str]] = [
     (r"^pip install ", skip("installs the package (tests/spec/test_distribution.py builds and installs the "
                             "wheel)")),
     (r"^ecp spec diff \"\$UPSTREAM\"", skip("a step of the example fork workflow: needs its protocol/layout.json")),
-    (r"^ecp spec diff vllm-0\.33 /tmp/pr-layout\.json", check_spec_diff_in_workflow),
+    (r"^ecp spec layout --from-rust crates/engine-client|^ecp spec diff \"\$VLLM\" /tmp/rust-layout\.json",
+     skip("a step of the example Rust-project workflow: needs that project's crate; "
+          "tests/diff/test_rust.py runs --from-rust and the diff on a fixture crate")),
+    (r"^ecp spec layout --from-rust /tmp/vllm-|^ecp spec diff (/tmp/py\.json|vllm-0\.33) /tmp/rust\.json",
+     skip("needs vLLM's Rust client, read from vLLM's source at run time")),
+    (r"^ecp spec diff (--strict )?/tmp/base-layout\.json /tmp/pr-layout\.json", check_spec_diff_in_workflow),
     (r"^ecp conformance replay", skip("needs a reproducer an explore run wrote; "
                                       "tests/conformance/test_explore.py replays one")),
     (r"^python benchmarks/", skip("a benchmark or campaign script (minutes); its seeded short variant is a test")),
