@@ -35,6 +35,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="extra flags for the embedded engines, e.g. \"--step-time-ms 2\"")
     p.add_argument("--kv-connector", default=None,
                    help="KV connector name; enables rejection notifications (ECP-REJECT-3)")
+    p.add_argument("--trust-request-kv-params", action="store_true",
+                   help="forward kv_transfer_params from every HTTP client to the engines (ECP-SEC-5). Without it "
+                        "(and without --kv-params-trust-header) a request carrying them is refused with a 400: "
+                        "they name the KV producer an engine connects to")
+    p.add_argument("--kv-params-trust-header", default=None, metavar="NAME=VALUE",
+                   help="forward kv_transfer_params only from requests carrying header NAME with exactly VALUE, "
+                        "a secret the trusted proxy in front of this server sets (ECP-SEC-5, docs/frontend.md)")
     p.add_argument("--dev-mode", action="store_true",
                    help="register the dev endpoints (also VLLM_SERVER_DEV_MODE=1)")
     p.add_argument("--bug", action="append", default=[], metavar="NAME",

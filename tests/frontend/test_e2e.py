@@ -188,7 +188,8 @@ def test_rejection_notice_reaches_the_producer_and_frees_its_pinned_blocks():
                 pinned = (await producer_client.call_utility("get_kv_connector_stats"))[0]
                 assert params["do_remote_prefill"] and pinned["pinned_blocks"] > 0
 
-                async with deployment(1, kv_connector="reference", kv_role="consumer") as d:
+                # ECP-SEC-4: the consumer may notify the producer's side channel, nothing else
+                async with deployment(1, kv_connector="reference", kv_role="consumer", kv_producers=[side]) as d:
                     r = await d.http.post("/v1/completions", json={
                         "prompt": PROMPT, "temperature": 9.0, "kv_transfer_params": params},
                         headers={"X-Request-Id": "decode-1"})
