@@ -116,9 +116,22 @@ def check_args(args: argparse.Namespace) -> str | None:
         name, sep, value = header.partition("=")
         if not sep or not name.strip() or not value or not all(c.isalnum() or c in "-_" for c in name.strip()):
             return "--kv-params-trust-header must be NAME=VALUE (a header name and the secret value the proxy sets)"
+    try:
+        http_limits(args)
+    except ValueError as exc:
+        return f"HTTP limits: {exc}"
     if getattr(args, "api_server_count", 1) < 1:
         return "--api-server-count must be at least 1"
     return check_release(getattr(args, "vllm", "0.33"))
+
+
+def http_limits(args: argparse.Namespace) -> Any:
+    """The header deadline and connection caps ``ecp serve``'s arguments ask for."""
+    from .http_limits import HttpLimits
+
+    return HttpLimits(header_timeout_s=getattr(args, "http_header_timeout", 10.0),
+                      max_connections=getattr(args, "max_connections", None),
+                      max_connections_per_client=getattr(args, "max_connections_per_client", 4096))
 
 
 def check_release(reference: str) -> str | None:
