@@ -12,8 +12,9 @@ port) and runs five phases, each bounded in count and time, every choice drawn f
    ``X-data-parallel-rank`` and ``Content-Type`` headers; ``kv_transfer_params`` naming another
    producer port each time (the server trusts them, the engine allows every loopback port: its
    notice sockets meet their bound); a tenth of the connections half-closed after the request.
-   With ``--dev-mode`` the dev routes are served and generated too (the engine is woken and
-   resumed afterwards). Every
+   With ``--dev-mode`` the dev routes are served and generated too; an operator task wakes and
+   resumes the engine every 2 s meanwhile (a request waits while the engine sleeps or is paused,
+   as in vLLM) and once afterwards. Every
    answer must be a documented status (200, 400, 404, 405, 408, 413, 503) and every error the
    OpenAI error object; every 200 stream ends with one finish reason per choice and one
    ``[DONE]``. Requests whose bytes break HTTP itself are answered by the HTTP parser (uvicorn's
@@ -63,6 +64,8 @@ from ecp.reference.frontend.generate import GENERATE_ROUTES  # noqa: E402
 DOCUMENTED = {200, 400, 404, 405, 408, 413, 503}
 MAX_MODEL_LEN = 256
 IO_TIMEOUT_S = 30.0
+#: dev mode: how often the campaign's operator wakes and resumes the engine during phase 1
+WAKE_EVERY_S = 2.0
 
 
 # ---------------------------------------------------------------- the server under test
@@ -308,11 +311,30 @@ async def generated(host: str, port: int, count: int, concurrency: int, seed: in
                 return
             tally.judge(label, status, headers, body)
 
-    while sent < count and time.monotonic() < deadline:
-        batch = work[:count - sent]
-        await asyncio.gather(*(one(*w) for w in batch))
-        sent += len(batch)
-        work = [one_request(rnd, routes) for _ in range(min(count - sent, 1000))]
+    async def operator(stop: asyncio.Event) -> None:
+        # with the dev routes drawn, the engine may be put to sleep or paused at any time, and a
+        # request then waits (as in vLLM) until it is woken and resumed: the operator does so every
+        # WAKE_EVERY_S, which bounds that wait far below IO_TIMEOUT_S
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), WAKE_EVERY_S)
+            except asyncio.TimeoutError:
+                pass
+            for path in ("/wake_up", "/resume"):
+                tally.judge(f"POST {path} (operator)", *await exchange(host, port, request_bytes("POST", path, b"", {})))
+
+    stop = asyncio.Event()
+    waker = asyncio.ensure_future(operator(stop)) if dev_mode else None
+    try:
+        while sent < count and time.monotonic() < deadline:
+            batch = work[:count - sent]
+            await asyncio.gather(*(one(*w) for w in batch))
+            sent += len(batch)
+            work = [one_request(rnd, routes) for _ in range(min(count - sent, 1000))]
+    finally:
+        stop.set()
+        if waker is not None:
+            await waker
     return sent
 
 
@@ -437,6 +459,8 @@ async def slow_and_idle(host: str, port: int, slow: int, slow_s: float, idle: in
         opened += 1
         try:
             for byte in data:
+                if writer.is_closing() or writer.transport.get_extra_info("socket") is None:
+                    return  # the server closed it (its header deadline)
                 writer.write(bytes([byte]))
                 try:
                     await asyncio.wait_for(stop.wait(), 1.0)  # one byte a second until the phase ends
