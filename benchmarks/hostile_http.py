@@ -10,7 +10,11 @@ port) and runs five phases, each bounded in count and time, every choice drawn f
    valid or with fields of the wrong type, out of range, huge, deeply nested, or as broken JSON,
    random bytes, an over-limit ``Content-Length``; random ``X-Request-Id``,
    ``X-data-parallel-rank`` and ``Content-Type`` headers; ``kv_transfer_params`` naming another
-   producer port each time; a tenth of the connections half-closed after the request. Every
+   producer port each time (the server trusts them, the engine allows every loopback port: its
+   notice sockets meet their bound); a tenth of the connections half-closed after the request.
+   With ``--dev-mode`` the dev routes are served and generated too; an operator task wakes and
+   resumes the engine every 2 s meanwhile (a request waits while the engine sleeps or is paused,
+   as in vLLM) and once afterwards. Every
    answer must be a documented status (200, 400, 404, 405, 408, 413, 503) and every error the
    OpenAI error object; every 200 stream ends with one finish reason per choice and one
    ``[DONE]``. Requests whose bytes break HTTP itself are answered by the HTTP parser (uvicorn's
@@ -20,9 +24,10 @@ port) and runs five phases, each bounded in count and time, every choice drawn f
    new admissions: every named id in exactly one list of its answer, every stream ended once, and
    every stream that ended with ``abort`` reported by exactly one call.
 3. **slow clients** (``--slow``): connections sending a request one byte a second for
-   ``--slow-seconds``, while other requests are answered.
+   ``--slow-seconds``, while other requests are answered (the server's header deadline, 10 s,
+   answers them 408).
 4. **idle connections** (``--idle``): connections that never send, held open while a completion
-   is served, then closed.
+   is served, then closed (from several loopback addresses, each under the cap per client).
 5. **after**: ``/health`` 200, a normal completion served, ``/load`` 0, the engine process
    alive, and the server's descriptors back to their baseline (the engine's within the bound of
    its KV notice sockets, 64); RSS growth over phases 1 and 2 within ``--rss-bound-mib``, and
@@ -59,16 +64,18 @@ from ecp.reference.frontend.generate import GENERATE_ROUTES  # noqa: E402
 DOCUMENTED = {200, 400, 404, 405, 408, 413, 503}
 MAX_MODEL_LEN = 256
 IO_TIMEOUT_S = 30.0
+#: dev mode: how often the campaign's operator wakes and resumes the engine during phase 1
+WAKE_EVERY_S = 2.0
 
 
 # ---------------------------------------------------------------- the server under test
 class Server:
     """``ecp serve`` as a subprocess, with its log drained in a thread."""
 
-    def __init__(self, engine_args: str) -> None:
+    def __init__(self, engine_args: str, serve_args: tuple[str, ...] = ()) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ecp.spec.cli", "serve", "--port", "0", "--max-model-len", str(MAX_MODEL_LEN),
-             "--kv-connector", "reference", "--engine-args", engine_args, "--log-level", "error"],
+             "--kv-connector", "reference", "--engine-args", engine_args, "--log-level", "error", *serve_args],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             start_new_session=True)
         self.host, self.port = "", 0
@@ -107,9 +114,12 @@ class Server:
 
 
 # ---------------------------------------------------------------- a raw HTTP/1.1 client
-async def exchange(host: str, port: int, data: bytes, *, half_close: bool = False) -> tuple[int, dict, bytes]:
-    """Send ``data`` on a new connection and read the answer to its end (the server closes it)."""
-    reader, writer = await asyncio.open_connection(host, port, limit=1 << 22)
+async def exchange(host: str, port: int, data: bytes, *, half_close: bool = False,
+                   local: str | None = None) -> tuple[int, dict, bytes]:
+    """Send ``data`` on a new connection (from the loopback address ``local``) and read the
+    answer to its end (the server closes it)."""
+    reader, writer = await asyncio.open_connection(host, port, limit=1 << 22,
+                                                   local_addr=(local, 0) if local else None)
     try:
         writer.write(data)
         if half_close:
@@ -228,13 +238,14 @@ class Tally:
 
 
 # ---------------------------------------------------------------- phase 1: generated requests
-def route_table() -> list[tuple[str, str]]:
-    """(method, path) of every route ``ecp serve`` registers, from its own app."""
+def route_table(dev_mode: bool = False) -> list[tuple[str, str]]:
+    """(method, path) of every route ``ecp serve`` registers, from its own app (the dev routes
+    with ``dev_mode``)."""
     from ecp.reference.frontend.app import ServeApp
     from ecp.reference.frontend.serving import Frontend, FrontendConfig
     from ecp.reference.tokenizer import ByteTokenizer
 
-    asgi = ServeApp(Frontend(None, ByteTokenizer(), FrontendConfig())).build()
+    asgi = ServeApp(Frontend(None, ByteTokenizer(), FrontendConfig(dev_mode=dev_mode))).build()
     return sorted({(m, r.path) for r in asgi.app.routes for m in (r.methods or ()) if m != "HEAD"})
 
 
@@ -274,9 +285,9 @@ def one_request(rnd: random.Random, routes: list[tuple[str, str]]) -> tuple[byte
 
 
 async def generated(host: str, port: int, count: int, concurrency: int, seed: int, deadline: float,
-                    tally: Tally) -> int:
+                    tally: Tally, dev_mode: bool = False) -> int:
     rnd = random.Random(seed)
-    routes = route_table()
+    routes = route_table(dev_mode)
     work = [one_request(rnd, routes) for _ in range(min(count, 1000))]  # regenerated per batch
     sent = 0
     sem = asyncio.Semaphore(concurrency)
@@ -300,11 +311,30 @@ async def generated(host: str, port: int, count: int, concurrency: int, seed: in
                 return
             tally.judge(label, status, headers, body)
 
-    while sent < count and time.monotonic() < deadline:
-        batch = work[:count - sent]
-        await asyncio.gather(*(one(*w) for w in batch))
-        sent += len(batch)
-        work = [one_request(rnd, routes) for _ in range(min(count - sent, 1000))]
+    async def operator(stop: asyncio.Event) -> None:
+        # with the dev routes drawn, the engine may be put to sleep or paused at any time, and a
+        # request then waits (as in vLLM) until it is woken and resumed: the operator does so every
+        # WAKE_EVERY_S, which bounds that wait far below IO_TIMEOUT_S
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), WAKE_EVERY_S)
+            except asyncio.TimeoutError:
+                pass
+            for path in ("/wake_up", "/resume"):
+                tally.judge(f"POST {path} (operator)", *await exchange(host, port, request_bytes("POST", path, b"", {})))
+
+    stop = asyncio.Event()
+    waker = asyncio.ensure_future(operator(stop)) if dev_mode else None
+    try:
+        while sent < count and time.monotonic() < deadline:
+            batch = work[:count - sent]
+            await asyncio.gather(*(one(*w) for w in batch))
+            sent += len(batch)
+            work = [one_request(rnd, routes) for _ in range(min(count - sent, 1000))]
+    finally:
+        stop.set()
+        if waker is not None:
+            await waker
     return sent
 
 
@@ -406,6 +436,17 @@ async def _first_then_rest(reader: asyncio.StreamReader, opened: asyncio.Event) 
 
 
 # ---------------------------------------------------------------- phases 3 and 4: slow and idle connections
+#: loopback addresses the idle connections come from, this many per address: under ``ecp serve``'s
+#: default cap per client (4,096); the probe and the slow clients have addresses of their own
+IDLE_PER_ADDRESS = 2000
+PROBE_ADDRESS = "127.0.0.2"
+SLOW_ADDRESS = "127.0.0.3"
+
+
+def idle_address(i: int) -> str:
+    return f"127.0.1.{1 + i // IDLE_PER_ADDRESS}"
+
+
 async def slow_and_idle(host: str, port: int, slow: int, slow_s: float, idle: int, tally: Tally) -> dict:
     body = json.dumps({"prompt": "slow", "max_tokens": 2}).encode()
     data = request_bytes("POST", "/v1/completions", body, {"Content-Type": b"application/json"})
@@ -414,10 +455,12 @@ async def slow_and_idle(host: str, port: int, slow: int, slow_s: float, idle: in
 
     async def slow_client() -> None:
         nonlocal opened
-        _, writer = await asyncio.open_connection(host, port)
+        _, writer = await asyncio.open_connection(host, port, local_addr=(SLOW_ADDRESS, 0))
         opened += 1
         try:
             for byte in data:
+                if writer.is_closing() or writer.transport.get_extra_info("socket") is None:
+                    return  # the server closed it (its header deadline)
                 writer.write(bytes([byte]))
                 try:
                     await asyncio.wait_for(stop.wait(), 1.0)  # one byte a second until the phase ends
@@ -430,7 +473,8 @@ async def slow_and_idle(host: str, port: int, slow: int, slow_s: float, idle: in
     idle_writers = []
     for _ in range(idle):
         try:
-            idle_writers.append((await asyncio.open_connection(host, port))[1])
+            idle_writers.append((await asyncio.open_connection(host, port,
+                                                               local_addr=(idle_address(len(idle_writers)), 0)))[1])
         except OSError as exc:
             tally.violation(f"idle: connection {len(idle_writers)} refused: {exc}")
             break
@@ -440,7 +484,7 @@ async def slow_and_idle(host: str, port: int, slow: int, slow_s: float, idle: in
     end = loop.time() + slow_s
     while loop.time() < end:  # the server keeps answering meanwhile
         t0 = loop.time()
-        status, headers, answer = await exchange(host, port, data)
+        status, headers, answer = await exchange(host, port, data, local=PROBE_ADDRESS)
         latencies.append(loop.time() - t0)
         tally.judge("while slow and idle clients", status, headers, answer)
         if status != 200:
@@ -468,11 +512,13 @@ async def _settle(server: Server, baseline: dict, bound_s: float) -> dict:
 
 async def campaign(requests: int, *, seed: int = 0, concurrency: int = 32, bursts_n: int = 10, burst_streams: int = 16,
                    slow: int = 20, slow_s: float = 5.0, idle: int = 1000, idle_rounds: int = 1,
-                   max_seconds: float = 1800.0, rss_bound_mib: float = 32.0) -> dict[str, Any]:
-    # 5 ms steps: a burst's streams (248 tokens) are still running when the aborts come
+                   max_seconds: float = 1800.0, rss_bound_mib: float = 32.0, dev_mode: bool = False) -> dict[str, Any]:
+    # 5 ms steps: a burst's streams (248 tokens) are still running when the aborts come. The
+    # requests' kv_transfer_params reach the engine (the server trusts them) and name producers on
+    # every loopback port, which its allow-list lets through: its notice sockets meet their bound
     engine_args = ("--kv-connector reference --kv-role consumer --log-level ERROR --num-gpu-blocks 4096 "
-                   "--step-time-ms 5")
-    server = Server(engine_args)
+                   "--step-time-ms 5 --kv-producer 127.0.0.1/32")
+    server = Server(engine_args, ("--trust-request-kv-params",) + (("--dev-mode",) if dev_mode else ()))
     tally = Tally()
     t0 = time.monotonic()
     deadline = t0 + max_seconds
@@ -486,7 +532,10 @@ async def campaign(requests: int, *, seed: int = 0, concurrency: int = 32, burst
         big = json.dumps({"prompt": "warm", "max_tokens": 1, "stop": ["s" * 1000] * 80}).encode()
         tally.judge("warm-up", *await exchange(host, port, request_bytes("POST", "/v1/completions", big, {})))
         baseline = server.figures()
-        sent = await generated(host, port, requests, concurrency, seed, deadline, tally)
+        sent = await generated(host, port, requests, concurrency, seed, deadline, tally, dev_mode)
+        if dev_mode:  # the dev routes may have left the engine asleep or paused: the later phases need it serving
+            for path in ("/wake_up", "/resume"):
+                tally.judge(f"POST {path} (after phase 1)", *await exchange(host, port, request_bytes("POST", path, b"", {})))
         burst_figures = await bursts(host, port, bursts_n, burst_streams, seed, deadline, tally)
         after_requests = await _settle(server, baseline, 15.0)
         slow_figures = await slow_and_idle(host, port, slow, slow_s, idle, tally)
@@ -510,7 +559,8 @@ async def campaign(requests: int, *, seed: int = 0, concurrency: int = 32, burst
     idle_round_growth = (idle_rss[-1] - idle_rss[0]) / 1024
     engine_rss_growth = (after["engine_rss_kib"] - baseline["engine_rss_kib"]) / 1024
     result = {
-        "campaign": "hostile-http", "seed": seed, "requests_sent": sent, "requests_asked": requests,
+        "campaign": "hostile-http", "seed": seed, "dev_mode": dev_mode, "requests_sent": sent,
+        "requests_asked": requests,
         "statuses": dict(sorted(tally.statuses.items())), "status_500": tally.statuses.get(500, 0),
         "parser_refused": tally.parser_refused, "half_closed_dropped": tally.half_closed_dropped,
         "streams_ended_once": tally.streams_ended,
@@ -548,13 +598,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--idle-rounds", type=int, default=3, help="times phase 4 runs (RSS must not grow round over round)")
     p.add_argument("--max-seconds", type=float, default=3600.0, help="bound on phases 1 and 2")
     p.add_argument("--rss-bound-mib", type=float, default=32.0)
+    p.add_argument("--dev-mode", action="store_true", help="serve (and generate requests for) the dev routes too")
     args = p.parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the idle connections; ecp serve inherits it
     result = asyncio.run(campaign(args.requests, seed=args.seed, concurrency=args.concurrency, bursts_n=args.bursts,
                                   burst_streams=args.burst_streams, slow=args.slow, slow_s=args.slow_seconds,
                                   idle=args.idle, idle_rounds=args.idle_rounds, max_seconds=args.max_seconds,
-                                  rss_bound_mib=args.rss_bound_mib))
+                                  rss_bound_mib=args.rss_bound_mib, dev_mode=args.dev_mode))
     print(json.dumps(result, indent=1))
     return 0 if result["passed"] else 1
 

@@ -78,6 +78,14 @@ REASONS: dict[str, Reason] = {
         _BOTH, "The rule is an absence: the protocol carries no credentials or encryption to check.",
         "Treating every frame as untrusted is checked by the cases of ECP-FRAME-9 (ENG-ROB-5), ECP-SEC-1 "
         "(ENG-SEC-1..3) and ECP-ROB-1 (ENG-ROB-1..4)."),
+    "ECP-SEC-4": Reason(
+        _BOTH, "Which producers an engine allows is its operator's configuration (an allow-list the harness "
+        "cannot read), and a refused producer is an absence: no connection to observe from the wire.",
+        "The reference engine: tests/frontend/test_kv_trust.py puts decoy listeners at every form of address a "
+        "request can name (host/port, tcp://, ipc://, an ipc path climbing out of the allowed directory, "
+        "inproc://) and checks that none is connected to, that each request is answered with a 400 naming "
+        "kv_transfer_params and that each refusal is logged once, while the allowed producer gets its notice; "
+        "benchmarks/hostile_bounds.py addresses repeats it with 1,000 addresses and decoys listening."),
     "ECP-COMPAT-1": Reason(
         _BOTH, "There is no version field or negotiation on the wire to observe.",
         "The layout gate: tests/diff/test_spec_matches_vllm.py compares ecp.spec's types with the layout "

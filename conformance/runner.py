@@ -28,7 +28,8 @@ from .report import RunSummary, markdown, write_console, write_html, write_json,
 CASE_MODULES: dict[str, tuple[str, ...]] = {
     "engine": ("handshake", "requests", "encoding", "abort", "reject", "utility", "wire", "dp", "robustness",
                "security"),
-    "frontend": ("handshake", "requests", "outputs", "abort", "reject", "utility", "dp", "http", "robustness"),
+    "frontend": ("handshake", "requests", "outputs", "abort", "reject", "security", "utility", "dp", "http",
+                 "robustness"),
 }
 CASE_PACKAGES = {"engine": Path(__file__).parent / "engine" / "cases",
                  "frontend": Path(__file__).parent / "frontend" / "cases"}

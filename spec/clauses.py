@@ -46,6 +46,8 @@ HARDENED: frozenset[str] = frozenset({
     "ECP-ROB-2",    # ERROR for a mistyped ADD: vLLM's engine stops serving
     "ECP-ROB-4",    # out-of-range client_index: vLLM's output thread ends
     "ECP-ABORT-5",  # coalesced auto-aborts: vLLM's Python frontend sends one ABORT per stream
+    "ECP-SEC-4",    # producer allow-list: vLLM's NIXL worker connects wherever a request says
+    "ECP-SEC-5",    # trusted kv_transfer_params: vLLM's frontend forwards any client's
 })
 
 #: Clauses that hold only in the releases that have a feature (``spec/releases.py`` computes which
@@ -368,6 +370,15 @@ _CLAUSES: tuple[Clause, ...] = (
     _c("ECP-SEC-3", "MUST", "No authentication on the wire", """The protocol has no authentication or
        encryption; a deployment exposing tcp sockets restricts who can reach them, and a receiver treats
        every frame as untrusted input (``ECP-FRAME-9``, ``ECP-SEC-1``)."""),
+    _c("ECP-SEC-4", "MUST", "Producers an engine connects to", """A consumer engine connects only to the KV
+       producers its operator allows (addresses, networks, ipc directories; by default only what its own
+       configuration names); a request whose ``kv_transfer_params`` name another producer is refused with
+       an ERROR output (``kv_producer_not_allowed``) before anything is connected, and the refusal is
+       logged once."""),
+    _c("ECP-SEC-5", "MUST", "Whose transfer parameters reach an engine", """A frontend forwards an HTTP
+       request's ``kv_transfer_params`` to an engine only when its operator configured it to trust them;
+       otherwise the request is refused with a 400 naming ``kv_transfer_params`` (or the parameters are
+       dropped), and no rejection notice is sent for it."""),
     # -------------------------------------------------------------- COMPAT
     _c("ECP-COMPAT-1", "MUST", "One pinned version", """There is no version field and no negotiation; both peers
        pin one vLLM release's layout (here 0.33.0)."""),

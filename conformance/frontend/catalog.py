@@ -212,6 +212,13 @@ CASES: tuple[Case, ...] = (
        "Without a KV connector configured, a rejected request with do_remote_prefill sends no notice.",
        also=("ECP-HTTP-1", "ECP-HTTP-4"),
        checks=("ECP-REJECT-3.2",)),
+    # ------------------------------------------------------------- security
+    _c("FE-SEC-1", "ECP-SEC-5", "MUST", "untrusted-kv-params-not-forwarded",
+       "A frontend with a KV connector that is not configured to trust its clients' kv_transfer_params "
+       "(COMMAND without its trust option) sends no ADD carrying a client's kv_transfer_params, and no "
+       "rejection notice for the request.", feature="kv_connector",
+       also=("ECP-HTTP-1",),
+       checks=("ECP-SEC-5.1", "ECP-SEC-5.2", "ECP-SEC-5.3")),
     # ------------------------------------------------------- DP aggregation
     _c("FE-UTIL-1", "ECP-UTIL-4", "MUST", "is-sleeping-disagreement-is-error",
        "When engines disagree on is_sleeping, GET /is_sleeping fails instead of returning one engine's answer.",

@@ -20,6 +20,9 @@ PLACEHOLDERS = ("handshake_port", "handshake_address", "http_port", "engine_coun
 #: The harness removes them to run a frontend *without* a connector
 #: (``ecp serve --kv-connector NAME``; vLLM ``--kv-transfer-config JSON``).
 KV_CONNECTOR_OPTIONS: dict[str, int] = {"--kv-connector": 1, "--kv-transfer-config": 1}
+#: Options that make a frontend trust its HTTP clients' ``kv_transfer_params`` (``ECP-SEC-5``), with how
+#: many values each takes. The harness removes them to run a frontend that trusts no client.
+KV_TRUST_OPTIONS: dict[str, int] = {"--trust-request-kv-params": 0, "--kv-params-trust-header": 1}
 
 
 #: Where ports are drawn from, below the kernel's ephemeral range (:func:`free_port`).
@@ -95,13 +98,22 @@ def has_kv_connector(argv: list[str]) -> bool:
 
 def without_kv_connector(argv: list[str]) -> list[str]:
     """``argv`` with every KV connector option (and its value) removed."""
+    return _without(argv, KV_CONNECTOR_OPTIONS)
+
+
+def without_kv_trust(argv: list[str]) -> list[str]:
+    """``argv`` with every option that trusts clients' ``kv_transfer_params`` (and its value) removed."""
+    return _without(argv, KV_TRUST_OPTIONS)
+
+
+def _without(argv: list[str], options: dict[str, int]) -> list[str]:
     out = []
     i = 0
     while i < len(argv):
         arg = argv[i]
         name = arg.split("=", 1)[0]
-        if name in KV_CONNECTOR_OPTIONS:
-            i += 1 + (0 if "=" in arg else KV_CONNECTOR_OPTIONS[name])
+        if name in options:
+            i += 1 + (0 if "=" in arg else options[name])
             continue
         out.append(arg)
         i += 1

@@ -36,7 +36,7 @@ from ..transcript import Transcript
 from .engine_release import EngineRelease, engine_release
 from .scripted_engines import EngineHandshakeFailed, ScriptedEngine
 from .http_driver import HttpDriver
-from .launcher import Placeholders, has_kv_connector, without_kv_connector
+from .launcher import Placeholders, has_kv_connector, without_kv_connector, without_kv_trust
 from .probe import Capabilities, probe
 from .recorder import FrameRecord
 
@@ -676,6 +676,9 @@ class FrontendManager:
 
     def command_without_kv_connector(self) -> list[str]:
         return without_kv_connector(self.cfg.command)
+
+    def command_without_kv_trust(self) -> list[str]:
+        return without_kv_trust(self.cfg.command)
 
     def begin_case(self) -> None:
         """Called by the plugin before each case: no deadline yet, nothing touched."""

@@ -28,6 +28,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "--data-parallel-address 127.0.0.1 --data-parallel-rpc-port 13345)")
     g.add_argument("--relay-host", default="127.0.0.1", metavar="HOST",
                    help="interface for the relay's tcp sockets, an address the engines can reach (127.0.0.1)")
+    g.add_argument("--max-engines", type=int, default=256, metavar="N",
+                   help="engine identities relayed at most (256); HELLOs under further identities are dropped, "
+                        "counted and logged once")
+    g.add_argument("--max-clients", type=int, default=64, metavar="N",
+                   help="client socket pairs one INIT may make the relay build (64); a larger INIT is forwarded "
+                        "unrewritten, with one log line")
     g.add_argument("--replay", metavar="FILE", help="re-check a capture written by --record instead of relaying")
     g.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds")
     g = p.add_argument_group("checking")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -47,6 +48,12 @@ from .rewrite import Addresses, RewriteError, parse_init, restore_ready_response
 from .session import Session
 
 POLL_MS = 100
+#: engine identities the relay opens upstream sockets for (``--max-engines``): each costs about
+#: two descriptors at once and a dozen more per INIT, so a peer sending HELLO under ever new
+#: identities (the 2-byte space has 65,536) cannot exhaust the monitor's descriptors
+DEFAULT_MAX_ENGINES = 256
+#: client pairs (input + output socket) one INIT may make the relay build (``--max-clients``)
+DEFAULT_MAX_CLIENTS = 64
 #: messages taken from one socket before the loop looks at the others (fairness)
 BATCH = 256
 #: how long sockets toward a peer keep undelivered messages at shutdown
@@ -95,7 +102,10 @@ class EngineLink:
 
 class Relay:
     def __init__(self, listen: str, frontend: str, session: Session, *, relay_host: str = "127.0.0.1",
-                 fail_closed: bool = False) -> None:
+                 fail_closed: bool = False, max_engines: int = DEFAULT_MAX_ENGINES,
+                 max_clients: int = DEFAULT_MAX_CLIENTS, warn: Callable[[str], None] | None = None) -> None:
+        if max_engines < 1 or max_clients < 1:
+            raise ValueError("max_engines and max_clients must be at least 1")
         self.listen_address = listen
         self.frontend = frontend
         self.session = session
@@ -111,6 +121,12 @@ class Relay:
         self.listen: zmq.Socket | None = None
         self.bound_address: str | None = None
         self.drops = 0
+        #: the bounds per side: engine identities (engine side), client pairs per INIT (frontend side)
+        self.max_engines = max_engines
+        self.max_clients = max_clients
+        #: messages dropped because their identity was over ``max_engines`` (counted, never stored)
+        self.refused_identities = 0
+        self._warn = warn if warn is not None else (lambda line: print(line, file=sys.stderr, flush=True))
 
     # ------------------------------------------------------------------ sockets
     def _socket(self, kind: int, identity: bytes | None = None, linger: int = 0) -> zmq.Socket:
@@ -225,6 +241,15 @@ class Relay:
             return False
         identity, payload = frames[0], frames[1:]
         link = self.links.get(identity)
+        if link is None and len(self.links) >= self.max_engines:
+            # the engine-side bound: no socket, no state, only a count (one line the first time)
+            self.refused_identities += 1
+            if self.refused_identities == 1:
+                self._warn(f"ecp monitor: refused engine identity {identity.hex()}: already relaying "
+                           f"{len(self.links)} engine identities (--max-engines {self.max_engines}); messages "
+                           f"under further new identities are dropped and counted")
+                self.session.note("engine_identity_refused", identity=identity.hex(), max_engines=self.max_engines)
+            return True
         if link is None:
             up = self._socket(zmq.DEALER, identity=identity, linger=SHUTDOWN_LINGER_MS)
             try:
@@ -297,6 +322,11 @@ class Relay:
             up.connect(original)
             return down, up, advertised
 
+        if len(a.inputs) > self.max_clients:
+            # the frontend-side bound
+            self._warn(f"ecp monitor: INIT for rank {link.rank} names {len(a.inputs)} clients; the relay builds "
+                       f"sockets for at most {self.max_clients} (--max-clients): forwarded unrewritten")
+            raise RewriteError(f"INIT names {len(a.inputs)} clients, more than --max-clients {self.max_clients}")
         inputs, outputs = [], []
         originals: dict[str, str] = {}  # relay address -> the frontend's, for the ready payload
         for i, (in_addr, out_addr) in enumerate(zip(a.inputs, a.outputs)):

@@ -60,7 +60,11 @@ def live(args: argparse.Namespace) -> int:
         return _fail(f"cannot open an output file: {exc}")
     except LayoutError as exc:
         return _fail(f"--vllm: {exc}")
-    relay = Relay(args.listen, args.frontend, session, relay_host=args.relay_host, fail_closed=args.fail_closed)
+    if args.max_engines < 1 or args.max_clients < 1:
+        session.close()
+        return _fail("--max-engines and --max-clients must be at least 1")
+    relay = Relay(args.listen, args.frontend, session, relay_host=args.relay_host, fail_closed=args.fail_closed,
+                  max_engines=args.max_engines, max_clients=args.max_clients)
     try:
         bound = relay.start()
         server = None

@@ -83,6 +83,11 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="where a producer listens for consumer notices (default: tcp://127.0.0.1:0)")
     g.add_argument("--kv-lease-s", type=float, default=480.0, help="how long pinned blocks are kept")
     g.add_argument("--kv-engine-id", default=None, help="remote_engine_id to advertise (default: generated)")
+    g.add_argument("--kv-producer", dest="kv_producers", action="append", default=[], metavar="ADDRESS",
+                   help="a KV producer this consumer may connect to (repeatable): tcp://HOST:PORT, HOST:PORT, "
+                        "NETWORK/PREFIX (any port), ipc:///DIR/ (any path inside), ipc:///PATH or inproc://NAME. "
+                        "A request naming any other producer is refused (kv_producer_not_allowed) and nothing "
+                        "is connected. Default: only this engine's own side channel (ECP-SEC-4, docs/engine.md)")
 
     g = p.add_argument_group("misbehaving on purpose")
     g.add_argument("--bug", action="append", default=[], metavar="NAME",

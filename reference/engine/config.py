@@ -58,6 +58,9 @@ class EngineConfig:
     kv_side_channel: str | None = None
     kv_lease_s: float = 480.0
     kv_engine_id: str | None = None
+    #: ECP-SEC-4: producers a consumer may notify (--kv-producer); this engine's own side channel
+    #: (--kv-side-channel, and where it bound) is always allowed
+    kv_producers: list[str] = field(default_factory=list)
     # -- protocol surface -------------------------------------------------
     #: the vLLM release spoken on the wire (``--vllm RELEASE|PATH``): its codec, ready payload and UTILITY table
     vllm: str = "0.33"
@@ -92,6 +95,9 @@ class EngineConfig:
             raise ValueError("kv_connector must be 'reference'")
         if self.kv_role not in KV_ROLES:
             raise ValueError(f"kv_role must be one of {KV_ROLES}")
+        from .kv_connector import ProducerAllowList
+
+        ProducerAllowList(self.kv_producers)  # raises ValueError naming a malformed entry
         if self.scheduling_policy not in ("fcfs", "priority"):
             raise ValueError("scheduling_policy must be fcfs or priority")
         from ecp.spec.layout.model import LayoutError
@@ -139,6 +145,10 @@ def config_to_argv(config: EngineConfig) -> list[str]:
         if f.name == "bugs":
             for bug in value:
                 argv += ["--bug", bug]
+            continue
+        if f.name == "kv_producers":
+            for entry in value:
+                argv += ["--kv-producer", entry]
             continue
         if value == getattr(default, f.name):
             continue

@@ -43,6 +43,8 @@ from .waves import Waves
 __all__ = ["EngineCore", "Outbound", "PauseState", "SLEEP_TAGS", "UTILITIES", "UtilityFailure"]
 
 log = logging.getLogger("ecp.engine")
+#: a client's bad input, rate-limited per template (the IO layer installs the limiter)
+refusal_log = logging.getLogger("ecp.engine.bad_input")
 
 DEFAULT_NUM_GPU_BLOCKS = 8192
 PAUSED_MESSAGE = "Generation is paused. Please retry after it resumes."
@@ -154,6 +156,12 @@ class EngineCore:
             return
         abort_now = req.abort_immediately
         params = req.kv_transfer_params
+        refusal = self.connector.producer_refusal(params) if self.connector is not None else None
+        if refusal is not None:
+            # ECP-SEC-4: the request chose where this engine would connect; it connects nowhere
+            refusal_log.warning("[ECP-SEC-4] ADD %r refused: %s", rid, refusal)
+            self.reject(rid, client, "kv_producer_not_allowed", refusal)
+            return
         decision = self.scheduler_control.admission(abort_now)
         if decision is Admission.QUEUE:
             self.held.append((req, arrival_client, duplicate))

@@ -20,14 +20,22 @@ It implements the one hook the protocol makes observable, ``request_finished``:
 Side-channel message (msgpack map, one frame, PUSH → PULL):
 ``{"type": "free", "request_id": str, "engine_id": str}``. The address is
 ``tcp://{remote_host}:{remote_port}``, or ``remote_host`` itself when it is an
-``ipc://`` address. The IO layer (:mod:`.server`) moves the notices.
+``ipc://``, ``tcp://`` or ``inproc://`` address. The IO layer (:mod:`.server`) moves the notices.
+
+The address comes from the request, so from whoever wrote it (``ECP-SEC-4``): a consumer
+connects only to producers its :class:`ProducerAllowList` names (``--kv-producer``; by default
+only this engine's own side channel). :meth:`ReferenceKVConnector.producer_refusal` says why a
+request's producer is refused, and the connector never queues a notice for one.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 
 @dataclass
@@ -65,12 +73,126 @@ def side_channel_address(remote_host: str, remote_port: int | None) -> str:
     return f"tcp://{remote_host}:{remote_port}"
 
 
+#: a host name a tcp address may carry: letters, digits, dots and dashes (no ``;``, which ZeroMQ
+#: reads as a source-address prefix, no ``*``, no interface names)
+_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})$")
+
+
+def _tcp_parts(rest: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` (``[V6]:PORT``) of a tcp address, or None when it is anything else."""
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            return str(ipaddress.IPv6Address(host)), int(port)
+        except ValueError:
+            return None
+    try:
+        return str(ipaddress.IPv4Address(host)), int(port)
+    except ValueError:
+        pass
+    return (host.lower(), int(port)) if _HOSTNAME_RE.match(host) else None
+
+
+def _ipc_path(rest: str) -> str | None:
+    """The absolute, normalised path of an ``ipc://`` address, or None (relative, ``..``, empty)."""
+    if not rest.startswith("/") or os.path.normpath(rest) != rest or "\0" in rest:
+        return None
+    return rest
+
+
+class ProducerAllowList:
+    """The KV producers a consumer may connect to (``ECP-SEC-4``). Entries (``--kv-producer``):
+
+    * ``tcp://HOST:PORT`` or ``HOST:PORT``: that address only (a host name matches that same name,
+      never what it resolves to: nothing is resolved);
+    * ``NETWORK/PREFIX``, optionally ``tcp://``-prefixed (``10.0.0.0/8``, ``::1/128``): any port of
+      any IP address in the network;
+    * ``ipc:///DIR/`` (ending in ``/``): any ipc path inside ``DIR``; ``ipc:///PATH``: that path;
+    * ``inproc://NAME``: that name.
+
+    An address is allowed when an entry matches it; one that does not parse as a plain address
+    (a ``;`` source prefix, a wildcard, a relative or ``..`` ipc path) matches nothing.
+    """
+
+    def __init__(self, entries: Iterable[str] = ()) -> None:
+        self.entries: list[str] = []
+        self._tcp: set[tuple[str, int]] = set()
+        self._networks: list[Any] = []
+        self._ipc_files: set[str] = set()
+        self._ipc_dirs: list[str] = []
+        self._inproc: set[str] = set()
+        for entry in entries:
+            self.add(entry)
+
+    def add(self, entry: str) -> None:
+        """Add one entry; ``ValueError`` naming it when it is none of the forms above."""
+        text = entry.strip()
+        if text.startswith("ipc://"):
+            path = text[6:]
+            is_dir = path.endswith("/") and len(path) > 1
+            norm = _ipc_path(path.rstrip("/") if is_dir else path)
+            if norm is None:
+                raise ValueError(f"--kv-producer {entry!r}: an ipc entry needs an absolute path without '..'")
+            if is_dir:
+                self._ipc_dirs.append(norm.rstrip("/") + "/")
+            else:
+                self._ipc_files.add(norm)
+        elif text.startswith("inproc://"):
+            if len(text) == 9:
+                raise ValueError(f"--kv-producer {entry!r}: an inproc entry needs a name")
+            self._inproc.add(text)
+        else:
+            rest = text[6:] if text.startswith("tcp://") else text
+            if "/" in rest:
+                try:
+                    self._networks.append(ipaddress.ip_network(rest, strict=False))
+                except ValueError:
+                    raise ValueError(f"--kv-producer {entry!r}: not a network (NETWORK/PREFIX)") from None
+            else:
+                parts = _tcp_parts(rest)
+                if parts is None:
+                    raise ValueError(f"--kv-producer {entry!r}: expected tcp://HOST:PORT, HOST:PORT, "
+                                     "NETWORK/PREFIX, ipc:///DIR/, ipc:///PATH or inproc://NAME")
+                self._tcp.add(parts)
+        self.entries.append(text)
+
+    def allows(self, address: str) -> bool:
+        """Whether a notice may be sent to ``address`` (a side-channel address as
+        :func:`side_channel_address` builds it)."""
+        if address.startswith("ipc://"):
+            path = _ipc_path(address[6:])
+            if path is None:
+                return False
+            return path in self._ipc_files or any(path.startswith(d) for d in self._ipc_dirs)
+        if address.startswith("inproc://"):
+            return address in self._inproc
+        if not address.startswith("tcp://"):
+            return False
+        parts = _tcp_parts(address[6:])
+        if parts is None:
+            return False
+        if parts in self._tcp:
+            return True
+        try:
+            ip = ipaddress.ip_address(parts[0])
+        except ValueError:
+            return False
+        return any(ip in net for net in self._networks)
+
+    def __repr__(self) -> str:
+        return f"ProducerAllowList({self.entries!r})"
+
+
 @dataclass
 class ReferenceKVConnector:
     """Producer and/or consumer state of one engine.
 
     ``free_blocks`` is called with the block ids of a lease that ends.
     ``host``/``port`` are where this engine's side channel listens (producer).
+    ``producers``: where a consumer may send notices (``ECP-SEC-4``); none allows nothing.
     """
 
     engine_id: str
@@ -79,6 +201,7 @@ class ReferenceKVConnector:
     host: str | None = None
     port: int | None = None
     lease_s: float = 480.0
+    producers: ProducerAllowList = field(default_factory=ProducerAllowList)
     clock: Callable[[], float] = time.monotonic
     leases: dict[str, Lease] = field(default_factory=dict)
     outbox: list[Notice] = field(default_factory=list)
@@ -133,13 +256,31 @@ class ReferenceKVConnector:
             }
         return False, None
 
+    def producer_refusal(self, params: dict[str, Any] | None) -> str | None:
+        """Why a request with these params may not be admitted (``ECP-SEC-4``): it would make this
+        consumer send a notice to a producer the allow-list does not name. None when it may."""
+        if not params or not self.is_consumer or not params.get("do_remote_prefill"):
+            return None
+        host = params.get("remote_host")
+        if not isinstance(host, str):
+            return None  # no address: no notice is ever sent
+        address = side_channel_address(host, params.get("remote_port"))
+        if self.producers.allows(address):
+            return None
+        return (f"kv_transfer_params names the KV producer {address[:200]!r}, which this engine does not "
+                "allow (its --kv-producer allow-list); no connection was made")
+
     def _notice(self, request_id: str, params: dict[str, Any]) -> Notice | None:
-        """The ``free`` notice a consumer request with these params owes its producer."""
+        """The ``free`` notice a consumer request with these params owes its producer (none for a
+        producer the allow-list does not name: the engine connects only where it is allowed)."""
         host = params.get("remote_host")
         if not isinstance(host, str):
             return None
+        address = side_channel_address(host, params.get("remote_port"))
+        if not self.producers.allows(address):
+            return None
         rid = params.get("remote_request_id") or request_id
-        return Notice(side_channel_address(host, params.get("remote_port")), {
+        return Notice(address, {
             "type": "free", "request_id": str(rid), "engine_id": str(params.get("remote_engine_id", "")),
         })
 

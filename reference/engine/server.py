@@ -36,7 +36,7 @@ from ecp.spec.profile import wire_codec
 from .config import EngineConfig
 from .core import EngineCore
 from .faults import FaultLayer, InjectedCrash
-from .kv_connector import ReferenceKVConnector
+from .kv_connector import ProducerAllowList, ReferenceKVConnector
 from .kv_notices import NoticeSockets
 from .log_limit import RepeatLimiter
 
@@ -203,6 +203,8 @@ class EngineServer:
             return None
         engine_id = cfg.kv_engine_id or f"ecp-{self.instance_id}-{self.rank}"
         host = port = None
+        # ECP-SEC-4: the producers this engine's configuration names, and its own side channel
+        producers = ProducerAllowList(cfg.kv_producers)
         if cfg.kv_role in ("producer", "both"):
             address = rank_side_channel(cfg.kv_side_channel or "tcp://127.0.0.1:0", self.local_index)
             pull = self._ctx.socket(zmq.PULL)
@@ -219,9 +221,13 @@ class EngineServer:
                 host, port = h, int(p)
             else:
                 host = bound
+            try:
+                producers.add(bound)
+            except ValueError:  # an address no request can name the same way (e.g. an abstract ipc name)
+                pass
             log.info("KV side channel (producer) at %s", bound)
         return ReferenceKVConnector(engine_id=engine_id, role=cfg.kv_role, free_blocks=lambda b: None,
-                                    host=host, port=port, lease_s=cfg.kv_lease_s)
+                                    host=host, port=port, lease_s=cfg.kv_lease_s, producers=producers)
 
     def _ready_response(self) -> EngineCoreReadyResponse:
         cfg = self.config

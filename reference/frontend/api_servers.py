@@ -220,7 +220,7 @@ async def api_server(spec: dict[str, Any]) -> int:
     from ..tokenizer import load_tokenizer
     from .peers import PeerLink
     from .http_server import start_http
-    from .launch import build_app, client_config, tune_gc_for_serving, stop_event, until_stopped
+    from .launch import build_app, client_config, http_limits, tune_gc_for_serving, stop_event, until_stopped
 
     args = argparse.Namespace(**spec["args"])
     index = spec["index"]
@@ -242,7 +242,7 @@ async def api_server(spec: dict[str, Any]) -> int:
         await link.start()
         sock = socket.socket(fileno=spec["listen_fd"])
         sock.setblocking(False)
-        http = await start_http(app, log_level=args.log_level, http=args.http, sock=sock)
+        http = await start_http(app, log_level=args.log_level, http=args.http, sock=sock, limits=http_limits(args))
         tune_gc_for_serving()
         await until_stopped(stop, asyncio.shield(http.task))
         await http.stop()

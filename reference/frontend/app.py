@@ -22,6 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 
+from ..client.errors import UtilityCallFailed
 from ..client.release import NotInRelease
 from .faults import FrontendFaults
 from .generate import GENERATE_ROUTES, Generate, ServeASGI
@@ -187,6 +188,8 @@ class ServeApp:
         carry the per-engine values (``ECP-UTIL-4``, ``ECP-UTIL-3``)."""
         try:
             return await call()
+        except OpenAIError:  # the route's own answer (a 4xx decided from the failure)
+            raise
         except NotInRelease as exc:
             # the engines' release lacks the method or its arguments: nothing was sent (ecp serve --vllm)
             raise _UtilityHTTPError(json_response(
@@ -304,8 +307,18 @@ class ServeApp:
             if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)
                                         or not 0 < timeout <= 3600):
                 raise bad_request("timeout must be a number of seconds in (0, 3600]", "timeout")
-            results = await self._utility(
-                lambda: self.client.collective_rpc(method, timeout, list(args), kwargs))
+            async def call() -> Any:
+                try:
+                    return await self.client.collective_rpc(method, timeout, list(args), kwargs)
+                except UtilityCallFailed as exc:
+                    # every engine's worker lacks the method: the client named it wrongly, a 400
+                    # (vLLM's workers, and the reference engine's, fail with an AttributeError message)
+                    marker = f"has no attribute {method!r}"
+                    if exc.failures and all(marker in str(m) for m in exc.failures.values()):
+                        raise bad_request(f"collective_rpc: no engine's worker has a method {method!r} "
+                                          f"({exc.failures[min(exc.failures)]})", "method") from None
+                    raise
+            results = await self._utility(call)
             return json_response({"results": _jsonable(results)})
         return await self._dev(request, h)
 

@@ -35,6 +35,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="extra flags for the embedded engines, e.g. \"--step-time-ms 2\"")
     p.add_argument("--kv-connector", default=None,
                    help="KV connector name; enables rejection notifications (ECP-REJECT-3)")
+    p.add_argument("--http-header-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="a request's headers must arrive within SECONDS of the connection opening (or of the next "
+                        "request's first byte), else 408 and the connection is closed (default 10)")
+    p.add_argument("--max-connections", type=int, default=None, metavar="N",
+                   help="open HTTP connections at most, per API server process; more are answered 503 and closed "
+                        "(default: the descriptor limit less 256)")
+    p.add_argument("--max-connections-per-client", type=int, default=4096, metavar="N",
+                   help="open HTTP connections one client address may hold, per API server process; more are "
+                        "answered 503 and closed (default 4096)")
+    p.add_argument("--trust-request-kv-params", action="store_true",
+                   help="forward kv_transfer_params from every HTTP client to the engines (ECP-SEC-5). Without it "
+                        "(and without --kv-params-trust-header) a request carrying them is refused with a 400: "
+                        "they name the KV producer an engine connects to")
+    p.add_argument("--kv-params-trust-header", default=None, metavar="NAME=VALUE",
+                   help="forward kv_transfer_params only from requests carrying header NAME with exactly VALUE, "
+                        "a secret the trusted proxy in front of this server sets (ECP-SEC-5, docs/frontend.md)")
     p.add_argument("--dev-mode", action="store_true",
                    help="register the dev endpoints (also VLLM_SERVER_DEV_MODE=1)")
     p.add_argument("--bug", action="append", default=[], metavar="NAME",

@@ -4,7 +4,8 @@ The frontend's own faults bend decisions taken once when the app is built:
 whether rejected requests that asked for a remote prefill are announced to the
 engine (``ECP-REJECT-3``: exactly when a KV connector is configured), and which
 ``max_model_len`` it serves (``ECP-HS-9``: the minimum over the engines); and
-one answer: what the HTTP client of a refused generation request gets (``ECP-REJECT-4``:
+whether every HTTP client's ``kv_transfer_params`` are forwarded (``ECP-SEC-5``: only when the
+operator trusts them); one answer: what the HTTP client of a refused generation request gets (``ECP-REJECT-4``:
 its error, ``ECP-HTTP-2``: a 4xx for its own mistake, ``ECP-HTTP-3``: the OpenAI error object).
 The client's faults (the rest of ``--bug``) are ``reference/client/faults.py``.
 """
@@ -22,6 +23,7 @@ MAX_MODEL_LEN_MAXIMUM = "max-model-len-maximum"
 NOTICE_INSTEAD_OF_ERROR = "notice-instead-of-error"
 REFUSALS_AS_500 = "refusals-as-500"
 PLAIN_ERROR_BODIES = "plain-error-bodies"
+FORWARD_UNTRUSTED_KV_PARAMS = "forward-untrusted-kv-params"
 
 FAULTS: dict[str, Fault] = table(
     Fault(NO_REJECTION_NOTIFICATION, "ECP-REJECT-3", "never sends the rejection notice, even with a KV connector"),
@@ -35,6 +37,9 @@ FAULTS: dict[str, Fault] = table(
           "too long) is answered 500, not 4xx"),
     Fault(PLAIN_ERROR_BODIES, "ECP-HTTP-3",
           "a refused generation request's error body is {\"detail\": message}, not the OpenAI error object"),
+    Fault(FORWARD_UNTRUSTED_KV_PARAMS, "ECP-SEC-5",
+          "forwards every HTTP client's kv_transfer_params to the engine, as if --trust-request-kv-params "
+          "were given"),
 )
 
 #: Every name ``ecp serve --bug`` accepts: the frontend's faults, then the client's.
@@ -59,6 +64,11 @@ class FrontendFaults:
         if NOTIFY_WITHOUT_CONNECTOR in self.names:
             return True
         return correct
+
+    def trust_kv_params(self, correct: bool) -> bool:
+        """Whether every client's ``kv_transfer_params`` are forwarded, given the ``correct`` answer
+        (the operator's ``--trust-request-kv-params``)."""
+        return correct or FORWARD_UNTRUSTED_KV_PARAMS in self.names
 
     def rejection_answer(self, status: int, body: dict[str, Any], announced: bool) -> tuple[int, dict[str, Any]]:
         """The status and body the HTTP client of a refused generation request gets, given the correct

@@ -16,6 +16,7 @@ rejection notice); later failures become an SSE error event.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 from typing import Any, Awaitable, Callable
 
@@ -29,7 +30,7 @@ from .faults import FrontendFaults
 from .limits import CLOSE, MAX_BODY_BYTES, MAX_CONTROL_BODY_BYTES, BodyRefused, read_body, replay
 from .protocol import (
     ChatCompletionRequest, CompletionRequest, OpenAIError, client_error_to_openai, convert_body,
-    decode_json_object, engine_failure_to_openai, parse_rank,
+    bad_request, decode_json_object, engine_failure_to_openai, parse_rank,
 )
 from .serving import ChoiceRun, Deltas, Frontend, Prepared
 
@@ -47,6 +48,10 @@ _BODY_DECODERS = {typ: msgspec.json.Decoder(typ).decode for typ in GENERATE_ROUT
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8")]
 #: Bound on the rejection notice; its failure is only logged (spec/PROTOCOL.md ECP-REJECT-3).
 NOTIFY_TIMEOUT_S = 10.0
+#: ECP-SEC-5: the 400 for kv_transfer_params from a client the operator does not trust
+KV_PARAMS_UNTRUSTED = ("kv_transfer_params are accepted only from trusted clients: this server was not started "
+                       "with --trust-request-kv-params, and the request lacks the trusted proxy's header "
+                       "(--kv-params-trust-header)")
 
 
 async def send_json(send: Send, status: int, obj: Any, headers: list[tuple[bytes, bytes]] = ()) -> None:
@@ -74,6 +79,26 @@ class Generate:
         # ECP-REJECT-3: rejections are announced exactly when a KV connector is configured
         # (the fault layer may bend that too)
         self.notify_rejections = faults.notify_rejections(frontend.config.kv_connector is not None)
+        # ECP-SEC-5: whose kv_transfer_params reach the engine (the fault layer may trust everyone)
+        self.trust_kv_params = faults.trust_kv_params(frontend.config.trust_request_kv_params)
+        trust_header = frontend.config.kv_params_trust_header
+        self.trust_header: tuple[bytes, bytes] | None = None
+        if trust_header:
+            name, _, value = trust_header.partition("=")
+            self.trust_header = (name.strip().lower().encode("latin-1"), value.encode("latin-1"))
+
+    def kv_params_trusted(self, scope: dict[str, Any]) -> bool:
+        """``ECP-SEC-5``: whether this request's ``kv_transfer_params`` may reach an engine: the operator
+        trusts every client, or the request carries the trusted proxy's header with its value."""
+        if self.trust_kv_params:
+            return True
+        if self.trust_header is None:
+            return False
+        name, value = self.trust_header
+        for key, got in scope["headers"]:
+            if key == name and hmac.compare_digest(got, value):
+                return True
+        return False
 
     async def __call__(self, scope: dict[str, Any], raw: bytes, receive: Receive, send: Send, typ: type) -> None:
         """Answer one generate request whose body ``raw`` was read (:class:`ServeASGI`);
@@ -117,6 +142,12 @@ class Generate:
                 body_id = obj.get("request_id") if isinstance(obj.get("request_id"), str) else None
                 params = obj.get("kv_transfer_params")
             base = idconv.base_request_id(header_id, body_id)
+            if params is not None and not self.kv_params_trusted(scope):
+                # ECP-SEC-5: an untrusted client does not choose where an engine connects; refused
+                # before anything reaches an engine, and not announced (ECP-REJECT-3 gates on params
+                # the frontend accepted)
+                params = None
+                raise bad_request(KV_PARAMS_UNTRUSTED, "kv_transfer_params")
             rank = parse_rank(header(scope, b"x-data-parallel-rank"))
             if body is None:
                 body = convert_body(obj, typ)
@@ -133,6 +164,8 @@ class Generate:
             finally:
                 deltas.close()
         except OpenAIError as err:
+            if err.param == "kv_transfer_params":  # params refused (here or by the engine): nothing to free
+                params = None
             announced = await self._notify_rejection(params, idconv.response_id(kind, base), rank)
             # (the fault layer may bend the answer: reference/frontend/faults.py)
             await send_json(send, *self.faults.rejection_answer(err.status, err.body(), announced))

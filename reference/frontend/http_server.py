@@ -94,10 +94,23 @@ def listen_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     return sock
 
 
+def protocol_class(http: str = "auto", limits: Any = None) -> type:
+    """uvicorn's HTTP protocol class for ``http`` (:func:`resolve_http`), wrapped with the header
+    deadline and connection caps of ``limits`` (:class:`~.http_limits.HttpLimits`, its defaults when None)."""
+    from uvicorn.config import HTTP_PROTOCOLS
+    from uvicorn.importer import import_from_string
+
+    from .http_limits import HttpLimits, limited_protocol
+
+    base = import_from_string(HTTP_PROTOCOLS[resolve_http(http)])
+    return limited_protocol(base, limits if limits is not None else HttpLimits())
+
+
 async def start_http(app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning",
-                     http: str = "auto", sock: socket.socket | None = None) -> HttpServer:
+                     http: str = "auto", sock: socket.socket | None = None, limits: Any = None) -> HttpServer:
     """Serve ``app`` on ``host:port``, or on the listening ``sock`` when given
-    (:func:`listen_socket`). ``http``: see :func:`resolve_http`."""
+    (:func:`listen_socket`). ``http``: see :func:`resolve_http`; ``limits``: the header deadline
+    and connection caps (:class:`~.http_limits.HttpLimits`, its defaults when None)."""
     import uvicorn
 
     if sock is None:
@@ -105,7 +118,8 @@ async def start_http(app: Any, host: str = "127.0.0.1", port: int = 0, log_level
     # No proxy-headers middleware and no access log: nothing here reads a forwarded client
     # address, and both cost on every request.
     config = uvicorn.Config(app, log_level=log_level, lifespan="off", timeout_graceful_shutdown=5,
-                            backlog=2048, http=resolve_http(http), proxy_headers=False, access_log=False)
+                            backlog=2048, http=protocol_class(http, limits), proxy_headers=False,
+                            access_log=False)
     server = _server_class()(config)
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     # The socket already listens, so connections made from now on wait in the

@@ -111,9 +111,27 @@ def check_args(args: argparse.Namespace) -> str | None:
                 "--data-parallel-size (embedded engines); hybrid deployments are not supported")
     if args.data_parallel_size_local == 0 and args.data_parallel_rpc_port is None:
         return "--data-parallel-size-local 0 needs --data-parallel-rpc-port (or --handshake-port)"
+    header = getattr(args, "kv_params_trust_header", None)
+    if header is not None:
+        name, sep, value = header.partition("=")
+        if not sep or not name.strip() or not value or not all(c.isalnum() or c in "-_" for c in name.strip()):
+            return "--kv-params-trust-header must be NAME=VALUE (a header name and the secret value the proxy sets)"
+    try:
+        http_limits(args)
+    except ValueError as exc:
+        return f"HTTP limits: {exc}"
     if getattr(args, "api_server_count", 1) < 1:
         return "--api-server-count must be at least 1"
     return check_release(getattr(args, "vllm", "0.33"))
+
+
+def http_limits(args: argparse.Namespace) -> Any:
+    """The header deadline and connection caps ``ecp serve``'s arguments ask for."""
+    from .http_limits import HttpLimits
+
+    return HttpLimits(header_timeout_s=getattr(args, "http_header_timeout", 10.0),
+                      max_connections=getattr(args, "max_connections", None),
+                      max_connections_per_client=getattr(args, "max_connections_per_client", 4096))
 
 
 def check_release(reference: str) -> str | None:
@@ -180,6 +198,8 @@ def build_app(args: argparse.Namespace, client: EngineClient, tokenizer: Any, pe
     max_model_len = FrontendFaults(args.bug).max_model_len(client.max_model_len, reported)
     fcfg = FrontendConfig(model_name=args.model, max_model_len=max_model_len,
                           kv_connector=args.kv_connector, bugs=frozenset(args.bug),
+                          trust_request_kv_params=getattr(args, "trust_request_kv_params", False),
+                          kv_params_trust_header=getattr(args, "kv_params_trust_header", None),
                           vllm_version=_vllm_version(getattr(args, "vllm", "0.33")),
                           dev_mode=args.dev_mode or os.environ.get("VLLM_SERVER_DEV_MODE", "0") not in ("", "0"))
     frontend = Frontend(client, tokenizer, fcfg)

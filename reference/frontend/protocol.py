@@ -51,8 +51,17 @@ def client_error_to_openai(exc: BaseException, healthy: bool) -> OpenAIError:
     return OpenAIError(500, str(exc), "server_error")
 
 
+#: ERROR output codes that name the client's own input (a 400 naming the field), not a server fault
+CLIENT_ERROR_CODES: dict[str, str] = {
+    "kv_producer_not_allowed": "kv_transfer_params",  # ECP-SEC-4: the engine connected nowhere
+}
+
+
 def engine_failure_to_openai(code: str, message: str, retryable: bool) -> OpenAIError:
-    """An engine's ERROR output (``ECP-OUT-5``): 503 when the engine says a retry may work."""
+    """An engine's ERROR output (``ECP-OUT-5``): 503 when the engine says a retry may work, 400 for a
+    code of :data:`CLIENT_ERROR_CODES`, else 500."""
+    if code in CLIENT_ERROR_CODES:
+        return OpenAIError(400, f"{code}: {message}", "invalid_request_error", CLIENT_ERROR_CODES[code])
     status = 503 if retryable else 500
     return OpenAIError(status, f"{code}: {message}", "server_error" if status == 500 else "service_unavailable")
 

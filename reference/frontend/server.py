@@ -12,7 +12,7 @@ import sys
 
 from .http_server import start_http
 from .launch import (
-    build_app, check_args, client_config, embedded_engine_args, external_engines, tune_gc_for_serving,
+    build_app, check_args, client_config, embedded_engine_args, external_engines, http_limits, tune_gc_for_serving,
     spawn_engines, stop_event, stop_process, until_stopped,
 )
 
@@ -48,7 +48,7 @@ async def serve(args: argparse.Namespace) -> int:
         app, dev_mode = build_app(args, client, tokenizer)
         try:
             http = await start_http(app, args.host, args.port, log_level=args.log_level,
-                                    http=getattr(args, "http", "auto"))
+                                    http=getattr(args, "http", "auto"), limits=http_limits(args))
         except OSError as exc:  # port taken, unknown host: a usage error, not a crash
             print(f"ecp serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
             return 2

@@ -44,6 +44,11 @@ class FrontendConfig:
     model_name: str = "ecp-synthetic"
     max_model_len: int = 4096
     kv_connector: str | None = None
+    #: ECP-SEC-5: accept kv_transfer_params from every HTTP client (--trust-request-kv-params)
+    trust_request_kv_params: bool = False
+    #: ECP-SEC-5: accept them from a request carrying this header, which a trusted proxy in front sets
+    #: and strips from its own clients' requests (--kv-params-trust-header NAME; lower case)
+    kv_params_trust_header: str | None = None
     bugs: frozenset[str] = frozenset()
     dev_mode: bool = False
     #: what ``GET /version`` reports: the vLLM release the engines speak (``ecp serve --vllm``)

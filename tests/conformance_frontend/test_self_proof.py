@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 
 SERVE = ["-m", "ecp.spec.cli", "serve", "--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
          "--data-parallel-rpc-port", "{handshake_port}", "--data-parallel-size", "{engine_count}",
-         "--port", "{http_port}", "--dev-mode", "--kv-connector", "reference"]
+         "--port", "{http_port}", "--dev-mode", "--kv-connector", "reference", "--trust-request-kv-params"]
 
 #: knob -> the cases that must FAIL with it (issue 7's "named cases").
 KNOB_CASES: dict[str, tuple[str, ...]] = {
@@ -76,6 +76,7 @@ KNOB_CASES: dict[str, tuple[str, ...]] = {
     "reset-prefix-cache-never-true": ("FE-UTIL-3", "FE-UTIL-4"),
     "notice-random-id": ("FE-REJECT-1",),
     "engine-dead-fails-first-engine": ("FE-ROB-1",),
+    "forward-untrusted-kv-params": ("FE-SEC-1",),
 }
 
 #: cases no knob fails, and why (every other case is failed by at least one knob)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from ecp.reference.engine.kv_connector import ReferenceKVConnector
+from ecp.reference.engine.kv_connector import ProducerAllowList, ReferenceKVConnector
+
+#: the producer these tests' consumers name, allowed (ECP-SEC-4)
+PRODUCER_9 = ProducerAllowList(["tcp://127.0.0.1:9"])
 
 
 def test_a_reused_request_id_does_not_leak_the_first_lease():
@@ -22,7 +25,8 @@ def test_a_reused_request_id_does_not_leak_the_first_lease():
 
 
 def test_consumer_notifies_once_per_request_and_its_memory_of_notified_ids_is_bounded():
-    c = ReferenceKVConnector(engine_id="d", role="consumer", free_blocks=lambda blocks: None, notified_memory=4)
+    c = ReferenceKVConnector(engine_id="d", role="consumer", free_blocks=lambda blocks: None, notified_memory=4,
+                             producers=PRODUCER_9)
     params = {"do_remote_prefill": True, "remote_host": "127.0.0.1", "remote_port": 9, "remote_engine_id": "p"}
     c.request_finished("a", params, [], aborted=True)
     c.request_finished("a", params, [], aborted=True)  # the same request ending twice notifies once
@@ -39,7 +43,8 @@ def _consumer_core():
     from ecp.reference.engine.synthetic import SyntheticExecutor
 
     cfg = EngineConfig(max_model_len=128, num_gpu_blocks=64)
-    connector = ReferenceKVConnector(engine_id="d", role="consumer", free_blocks=lambda blocks: None)
+    connector = ReferenceKVConnector(engine_id="d", role="consumer", free_blocks=lambda blocks: None,
+                                     producers=PRODUCER_9)
     return EngineCore(cfg, SyntheticExecutor(seed=cfg.seed, vocab_size=cfg.vocab_size), connector=connector)
 
 

@@ -24,7 +24,9 @@ def _prefill(fe, rid, prompt_len=40):
 
 def test_abort_immediately_frees_producer_blocks_in_milliseconds(rig):
     pfe, _ = rig.start(1, kv_connector="reference", kv_role="producer", block_size=16)
-    dfe, _ = rig.start(1, kv_connector="reference", kv_role="consumer", block_size=16)
+    # ECP-SEC-4: the consumer may notify producers on loopback, any port (the producer's is ephemeral)
+    dfe, _ = rig.start(1, kv_connector="reference", kv_role="consumer", block_size=16,
+                       kv_producers=["127.0.0.1/32"])
     params = _prefill(pfe, "pd-1")
     assert params["do_remote_prefill"] is True and params["do_remote_decode"] is False
     assert len(params["remote_block_ids"]) == 3 and params["remote_port"] > 0
@@ -58,17 +60,22 @@ def test_abort_immediately_frees_producer_blocks_in_milliseconds(rig):
 
 @pytest.mark.parametrize("params", [{"remote_host": "127.0.0.1"}, {"remote_host": "h", "remote_port": "zz"},
                                     {"remote_host": "ipc://"}], ids=["no-port", "bad-port", "empty-ipc"])
-def test_a_bad_producer_address_in_kv_transfer_params_is_not_fatal(rig, params):
-    # the consumer's notice goes to an address taken from the request: a bad one is bad input (ECP-ROB-1)
-    fe, _ = rig.start(1, kv_connector="reference", kv_role="consumer")
+def test_a_bad_producer_address_in_kv_transfer_params_is_refused_and_not_fatal(rig, params):
+    # the consumer's notice would go to an address taken from the request: one that is no plain
+    # allowed address is refused with an ERROR (ECP-SEC-4), and the engine goes on (ECP-ROB-1)
+    fe, _ = rig.start(1, kv_connector="reference", kv_role="consumer", kv_producers=["127.0.0.0/8"])
     kv = {"do_remote_prefill": True, "remote_engine_id": "p", **params}
     fe.add(0, make_request("bad-pd", [0], max_tokens=1, abort_immediately=True,
                            extra_args={"kv_transfer_params": kv}))
     fe.add(0, make_request("bad-pd-2", max_tokens=2, extra_args={"kv_transfer_params": kv}))
-    assert fe.wait_finished(["bad-pd-2"])["bad-pd-2"].finish_reason == FinishReason.LENGTH
+    done = fe.wait_finished(["bad-pd", "bad-pd-2"])
+    for rid in ("bad-pd", "bad-pd-2"):
+        assert done[rid].finish_reason == FinishReason.ERROR and done[rid].error.code == "kv_producer_not_allowed"
     fe.add(0, make_request("after", max_tokens=2))
     assert fe.wait_finished(["after"])["after"].finish_reason == FinishReason.LENGTH
+    assert fe.value(0, "get_kv_connector_stats")["notices_sent"] == 0
     assert not fe.dead()
+
 
 def test_producer_lease_expires(rig):
     fe, _ = rig.start(1, kv_connector="reference", kv_role="producer", kv_lease_s=0.2)

@@ -23,17 +23,22 @@ def run(fn: Callable[[], Awaitable[Any]], timeout: float = 30.0) -> Any:
 @contextlib.asynccontextmanager
 async def served(client: Any, *, dev_mode: bool = False, kv_connector: str | None = None,
                  bugs: tuple[str, ...] = (), model: str = "ecp-synthetic",
-                 max_model_len: int | None = None) -> AsyncIterator[tuple[httpx.AsyncClient, Frontend]]:
+                 max_model_len: int | None = None, trust_kv_params: bool = True,
+                 kv_params_trust_header: str | None = None, limits: Any = None,
+                 http: str = "auto") -> AsyncIterator[tuple[httpx.AsyncClient, Frontend]]:
+    """``trust_kv_params``: as ``ecp serve --trust-request-kv-params`` (on here: most tests send
+    kv_transfer_params as the trusted proxy of a P/D deployment would; ECP-SEC-5's tests turn it off)."""
     cfg = FrontendConfig(model_name=model, max_model_len=max_model_len or client.max_model_len,
-                         kv_connector=kv_connector, bugs=frozenset(bugs), dev_mode=dev_mode)
+                         kv_connector=kv_connector, bugs=frozenset(bugs), dev_mode=dev_mode,
+                         trust_request_kv_params=trust_kv_params, kv_params_trust_header=kv_params_trust_header)
     frontend = Frontend(client, ByteTokenizer(), cfg)
-    http = await start_http(ServeApp(frontend).build())
+    server = await start_http(ServeApp(frontend).build(), limits=limits, http=http)
     try:
-        limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
-        async with httpx.AsyncClient(base_url=http.url, timeout=20, limits=limits) as h:
+        pool = httpx.Limits(max_connections=512, max_keepalive_connections=512)
+        async with httpx.AsyncClient(base_url=server.url, timeout=20, limits=pool) as h:
             yield h, frontend
     finally:
-        await http.stop()
+        await server.stop()
 
 
 def sse_events(text: str) -> list[Any]:

@@ -147,10 +147,15 @@ def test_dev_endpoints_across_two_engines():
             paused = [(await h.post("/pause", params={"mode": "keep"})).json(), (await h.get("/is_paused")).json(),
                       (await h.post("/resume")).json(), (await h.get("/is_paused")).json()]
             rpc = await h.post("/collective_rpc", json={"method": "no_such_method"})
+            known = await h.post("/collective_rpc", json={"method": "ping"})
         assert slept == {"is_sleeping": True} and woke["status"] == "awake" and awake == {"is_sleeping": False}
         assert reset == {"success": True, "engines": {"0": True, "1": True}}
         assert paused == [{"status": "paused"}, {"is_paused": True}, {"status": "resumed"}, {"is_paused": False}]
-        assert rpc.status_code in (200, 500)  # answered either way, never a crash
+        # an unknown worker method is the client's mistake: a 400 naming it, not a server error
+        assert rpc.status_code == 400, rpc.text
+        err = rpc.json()["error"]
+        assert err["param"] == "method" and "no_such_method" in err["message"], err
+        assert known.json() == {"results": ["pong", "pong"]}
 
         bad = {1: {"bugs": ["inconsistent-is-sleeping", "reset-prefix-cache-fails"]}}
         async with deployment(2, per_rank=bad, dev_mode=True) as d:
@@ -188,7 +193,8 @@ def test_rejection_notice_reaches_the_producer_and_frees_its_pinned_blocks():
                 pinned = (await producer_client.call_utility("get_kv_connector_stats"))[0]
                 assert params["do_remote_prefill"] and pinned["pinned_blocks"] > 0
 
-                async with deployment(1, kv_connector="reference", kv_role="consumer") as d:
+                # ECP-SEC-4: the consumer may notify the producer's side channel, nothing else
+                async with deployment(1, kv_connector="reference", kv_role="consumer", kv_producers=[side]) as d:
                     r = await d.http.post("/v1/completions", json={
                         "prompt": PROMPT, "temperature": 9.0, "kv_transfer_params": params},
                         headers={"X-Request-Id": "decode-1"})

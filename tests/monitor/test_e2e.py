@@ -71,8 +71,10 @@ def _drive(d: Deployment) -> dict[str, int]:
 
 
 def test_real_traffic_through_the_monitor_has_no_violations_and_replays_the_same(tmp_path):
-    d = Deployment(tmp_path, serve_args=("--kv-connector", "reference"),
-                   engine_args=("--kv-connector", "reference", "--step-time-ms", "2"))
+    # the rejected request below names a producer: the frontend trusts its client (ECP-SEC-5) and
+    # the engines allow that producer (ECP-SEC-4)
+    d = Deployment(tmp_path, serve_args=("--kv-connector", "reference", "--trust-request-kv-params"),
+                   engine_args=("--kv-connector", "reference", "--kv-producer", "127.0.0.1:1", "--step-time-ms", "2"))
     try:
         expected = _drive(d)
         code, report = d.stop_monitor()

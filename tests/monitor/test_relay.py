@@ -232,3 +232,54 @@ def test_a_metrics_port_in_use_is_a_usage_error(tmp_path):
         port = s.getsockname()[1]
         assert ecp_main(["monitor", "--listen", f"ipc://{tmp_path}/hs", "--frontend", f"ipc://{tmp_path}/fe",
                          "--metrics-port", str(port), "--quiet"]) == 2
+
+
+def test_the_relay_is_bounded_per_side_and_says_so_once(tmp_path):
+    """Engine side: HELLOs under more identities than --max-engines open no upstream socket; the
+    first refusal is one log line, the rest are counted. Frontend side: an INIT naming more clients
+    than --max-clients builds no relay sockets and is forwarded as it came, with one line."""
+    from ecp.spec import EngineHandshakeMetadata, EngineZmqAddresses
+
+    warned: list[str] = []
+    session = Session(CodecValidator(), context_after=0)
+    ctx = zmq.Context()
+    front = ctx.socket(zmq.ROUTER)
+    front.setsockopt(zmq.LINGER, 0)
+    front.bind(f"ipc://{tmp_path}/front-hs")
+    relay = Relay(f"ipc://{tmp_path}/mon-hs", f"ipc://{tmp_path}/front-hs", session, max_engines=3,
+                  max_clients=2, warn=warned.append)
+    thread = RelayThread(relay)
+    engines = []
+    hello = encode_handshake(Hello(local=False, headless=True))
+    try:
+        for rank in range(8):
+            engine = ctx.socket(zmq.DEALER)
+            engine.setsockopt(zmq.LINGER, 0)
+            engine.setsockopt(zmq.IDENTITY, rank.to_bytes(2, "little"))
+            engine.connect(thread.address)
+            engines.append(engine)
+            engine.send(hello)
+            if rank < 3:  # admitted one by one, so which three is certain
+                assert front.poll(5000), f"HELLO of rank {rank} not relayed"
+                assert front.recv_multipart() == [rank.to_bytes(2, "little"), hello]
+        deadline = time.monotonic() + 5
+        while relay.refused_identities < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert relay.refused_identities == 5 and len(relay.links) == 3
+        assert not front.poll(100)  # nothing of the refused identities reached the frontend
+        assert len(warned) == 1 and "refused engine identity 0300" in warned[0] and "--max-engines 3" in warned[0]
+        # the frontend side: INIT for rank 0 with 3 clients, over the bound of 2
+        init = EngineHandshakeMetadata(EngineZmqAddresses([f"ipc://{tmp_path}/in{i}" for i in range(3)],
+                                                          [f"ipc://{tmp_path}/out{i}" for i in range(3)]), {})
+        raw = encode_handshake(init)
+        front.send_multipart([b"\x00\x00", raw])
+        assert engines[0].poll(5000), "INIT not forwarded"
+        assert engines[0].recv_multipart() == [raw]  # unrewritten: no relay sockets were built
+        assert relay.links[b"\x00\x00"].sockets == []
+        assert len(warned) == 2 and "names 3 clients" in warned[1] and "--max-clients" in warned[1]
+    finally:
+        thread.close()
+        for engine in engines:
+            engine.close()
+        front.close()
+        ctx.term()

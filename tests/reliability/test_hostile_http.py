@@ -19,8 +19,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile-http-app")]
 
 
 def test_a_short_seeded_campaign_meets_every_criterion():
+    # dev mode on: the dev routes are generated and served too
     r = asyncio.run(asyncio.wait_for(hh.campaign(1000, seed=7, concurrency=16, bursts_n=2, burst_streams=8, slow=5,
-                                                  slow_s=2.0, idle=300, max_seconds=60), 120))
+                                                  slow_s=2.0, idle=300, max_seconds=60, dev_mode=True), 120))
+    assert r["dev_mode"] and any(path.startswith(("/sleep", "/pause", "/collective_rpc"))
+                                 for _, path in hh.route_table(True)), r
     assert r["requests_sent"] == 1000 and r["violations"] == [] and r["status_500"] == 0, r
     assert set(r["statuses"]) <= hh.DOCUMENTED and r["completions"] > 0 and r["streams_ended_once"] > 0, r
     assert r["bursts"]["bursts"] == 2 and r["bursts"]["aborted"] > 0, r

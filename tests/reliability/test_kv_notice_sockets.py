@@ -105,13 +105,15 @@ def test_consumer_engine_at_ulimit_200_survives_300_requests_naming_new_producer
         engine = subprocess.Popen(
             [sys.executable, "-m", "ecp.reference.engine", "--handshake-address", client.handshake_address,
              "--local", "--in-process", "--kv-connector", "reference", "--kv-role", "consumer",
+             "--kv-producer", "127.0.0.1/32",  # every port of loopback allowed (ECP-SEC-4)
              "--log-level", "ERROR"],
             stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_limit_fds)
         http = None
         try:
             await client.wait_ready()
             fe = Frontend(client, ByteTokenizer(), FrontendConfig(max_model_len=client.max_model_len,
-                                                                   kv_connector="reference"))
+                                                                   kv_connector="reference",
+                                                                   trust_request_kv_params=True))
             http = await start_http(ServeApp(fe).build())
             async with httpx.AsyncClient(base_url=http.url, timeout=30) as h:
                 fds_ready = open_fds(engine.pid)
