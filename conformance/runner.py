@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import expected as xf
-from .interrupts import Interrupted, interruptible
+from .interrupts import Interrupted, ignore_further, interruptible
 from .outcomes import CaseResult, Outcome
 from .registry import RegistryError, load_role
 from .report import RunSummary, markdown, write_console, write_html, write_json, write_junit, write_transcripts
@@ -127,6 +127,7 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
         results = [CaseResult.from_dict(json.loads(line))
                    for line in results_path.read_text().splitlines() if line.strip()] if results_path.exists() else []
         if caught.name is not None:
+            ignore_further()  # the run is over; a second signal must not end it in a traceback
             print(f"ecp conformance: interrupted by {caught.name} after {len(results)} of {len(selected)} case(s); "
                   "the peers it launched are stopped; no report was written", file=sys.stderr)
             return caught.exit_code

@@ -155,6 +155,10 @@ def _explore(args: argparse.Namespace, role: str, **extra) -> int:
     except LaunchFailed as exc:
         print(f"{name}: the {role} did not come up: {exc}", file=sys.stderr)
         return 2
+    if report.interrupted:
+        from ..interrupts import ignore_further
+
+        ignore_further()  # its peers are stopped; a second signal must not cut the summary short
     cut = f" (interrupted by {report.interrupted})" if report.interrupted else ""
     print(f"\n{report.sessions} session(s), {report.messages} message(s) judged in {report.elapsed_s:.1f}s{cut}; "
           f"{len(report.findings)} finding(s)")

@@ -147,9 +147,13 @@ class Runner:
         return result
 
     def close(self) -> None:
-        while self._idle:
-            self._idle.popitem()[1].close()
-        self.ctx.term()
+        """Stop every kept peer, then end the zmq context with LINGER 0 (``Context.term`` would wait
+        without end for a socket an interrupted launch left open)."""
+        try:
+            while self._idle:
+                self._idle.popitem()[1].close()
+        finally:
+            self.ctx.destroy(linger=0)
 
 
 class FrontendRunner:
