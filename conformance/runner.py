@@ -59,6 +59,9 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transcripts", metavar="DIR", help="write one transcript file per failing case")
     p.add_argument("--keep-workdir", action="store_true", help="keep the temp dir with sockets and peer logs")
     p.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output too")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no line per case while the run goes (on stderr: id, outcome, seconds, cases left); "
+                        "for CI logs")
 
 
 def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target: str,
@@ -93,7 +96,7 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
         config = {"role": role, "results_path": str(results_path), "launches_path": str(launches_path),
                   "cases": args.case,
                   "strict": args.strict, "level": args.level, role: role_config, "under_test": under_test,
-                  "release_path": str(release_path)}
+                  "release_path": str(release_path), "progress": not getattr(args, "quiet", False)}
         config_path = workdir / "config.json"
         config_path.write_text(json.dumps(config))
         ini = workdir / "pytest.ini"

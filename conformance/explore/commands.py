@@ -94,6 +94,9 @@ def _common_options(p: argparse.ArgumentParser, *, engines_help: str, max_steps:
                    help="how long the end of a session watches for frames after the last one owed, and how "
                         "long a request that reached max_tokens may go without its terminal output (0.3s)")
     p.add_argument("--max-findings", type=int, default=None, help="stop after this many distinct findings")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress line every 5 s (sessions, messages, findings); findings and the summary "
+                        "are still printed")
 
 
 def _replay_options(parser: argparse.ArgumentParser) -> None:
@@ -135,7 +138,7 @@ def _explore_frontend(args: argparse.Namespace) -> int:
 
 def _explore(args: argparse.Namespace, role: str, **extra) -> int:
     from .execute import LaunchFailed
-    from .run import ExploreOptions, explore
+    from .run import PROGRESS_S, ExploreOptions, explore
 
     name = f"ecp conformance explore {role}"
     command = _command(args)
@@ -149,7 +152,8 @@ def _explore(args: argparse.Namespace, role: str, **extra) -> int:
                           seed=args.seed, max_steps=args.max_steps, out_dir=args.out, shrink_runs=args.shrink_runs,
                           shrink_s=args.shrink_budget, step_timeout_s=args.step_timeout,
                           startup_timeout_s=args.startup_timeout, max_findings=args.max_findings,
-                          quiet_window_s=args.quiet_window, **extra)
+                          quiet_window_s=args.quiet_window, progress_s=0.0 if args.quiet else PROGRESS_S,
+                          **extra)
     try:
         report = explore(opts, say=lambda line: print(line, flush=True))
     except LaunchFailed as exc:

@@ -28,6 +28,23 @@ from .shrink import Budget, shrink
 #: replays of a finding's first session (and of its shrunk session) that decide whether it reproduces
 CONFIRM_RUNS = 3
 
+#: seconds between two progress lines of an exploration
+PROGRESS_S = 5.0
+
+
+class Progress:
+    """Says where the exploration stands at most every ``every`` seconds (never when 0)."""
+
+    def __init__(self, every: float, say: Callable[[str], None], started: float) -> None:
+        self.every, self.say, self.started = every, say, started
+        self._last = started
+
+    def tick(self, line: Callable[[], str]) -> None:
+        now = time.monotonic()
+        if self.every and now - self._last >= self.every:
+            self._last = now
+            self.say(f"[{now - self.started:4.0f}s] {line()}")
+
 
 @dataclass
 class ExploreOptions:
@@ -59,6 +76,9 @@ class ExploreOptions:
     engine_lacks: tuple[str, ...] = ()
     #: replays of a finding's first session (and of its shrunk session) that decide whether it reproduces
     confirm_runs: int = CONFIRM_RUNS
+    #: seconds between two progress lines (sessions, messages, findings; replays while a finding is
+    #: confirmed and shrunk); 0: none
+    progress_s: float = PROGRESS_S
 
 
 @dataclass
@@ -203,10 +223,13 @@ def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> Explore
         started = time.monotonic()
         shrinking_s = 0.0
         settling: tuple[Session, SessionResult, FindingReport] | None = None
+        progress = Progress(opts.progress_s, say, started)
         try:
             i = 0
             while time.monotonic() - started - shrinking_s < opts.budget_s and (
                     opts.max_sessions is None or i < opts.max_sessions):
+                progress.tick(lambda: f"{report.sessions} session(s), {report.messages} message(s) judged, "
+                                      f"{len(report.findings)} finding(s)")
                 seed = opts.seed + i
                 i += 1
                 session = runner.draw(seed)
@@ -232,7 +255,7 @@ def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> Explore
                 say(f"session {seed}: {first.clause}: {first.message}")
                 t0 = time.monotonic()
                 settling = (session, result, found)
-                _settle(runner, session, result, found, opts, say)
+                _settle(runner, session, result, found, opts, say, progress)
                 settling = None
                 shrinking_s += time.monotonic() - t0
                 if opts.max_findings is not None and len(report.findings) >= opts.max_findings:
@@ -252,11 +275,16 @@ def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> Explore
 
 
 def _settle(runner: Runner | FrontendRunner, session: Session, result: SessionResult, found: FindingReport,
-            opts: ExploreOptions, say: Callable[[str], None]) -> None:
+            opts: ExploreOptions, say: Callable[[str], None], progress: Progress | None = None) -> None:
     """Confirm, shrink and write one new finding."""
     clause = found.clause
+    replays = 0
 
     def fails(candidate: Session) -> tuple[bool, SessionResult | None]:
+        nonlocal replays
+        replays += 1
+        if progress is not None:
+            progress.tick(lambda: f"settling {clause}: {replays} replay(s), now of {len(candidate.steps)} step(s)")
         try:
             r = runner.play(candidate)
         except LaunchFailed:
