@@ -2,14 +2,14 @@
 fault of ``ecp engine`` or ``ecp serve`` (not a test).
 
     python benchmarks/explore_faults.py [--role engine|frontend] [--budget 120] [--seed 0]
-        [--fault NAME ...] [-- EXTRA EXPLORE OPTIONS]
+        [--fault NAME ...] [--peer-flag FLAG ...] [-- EXTRA EXPLORE OPTIONS]
 
 For each fault, with no hint of which rule it breaks, this runs what a user would run:
 ``ecp conformance explore engine --budget BUDGET --seed SEED -- ecp engine --handshake-address
 {handshake_address} --engine-count {engine_count} --bug NAME`` (``ecp serve …`` with ``--role
 frontend``), its options built by the CLI's own parser (:func:`ecp.conformance.explore.commands.options`),
 so every default is the CLI's; only ``--max-findings 1`` is added (the row is about the first
-finding), and the options after ``--`` if given. The budget bounds the whole run, shrinking
+finding), and the options after ``--`` if given (``--peer-flag`` adds to the peer's command). The budget bounds the whole run, shrinking
 included. Each row: fault, the clause of its table row, the clause found, time to find, sessions
 explored, steps before and after shrinking, shrink replays, the wall time of the whole run, and
 whether a replay of the reproducer against a fresh launch shows the same clause. The seeded test of
@@ -46,6 +46,8 @@ def main() -> int:
     ap.add_argument("--budget", default="120", help="--budget of each run (120)")
     ap.add_argument("--seed", default="0")
     ap.add_argument("--fault", action="append", default=None, help="only these faults (repeatable)")
+    ap.add_argument("--peer-flag", action="append", default=[], metavar="FLAG",
+                    help="append FLAG to the peer's command, e.g. --peer-flag=--step-time-ms --peer-flag=1 (repeatable)")
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     FAULTS = SERVE_FAULTS if args.role == "frontend" else ENGINE_FAULTS
     peer = SERVE if args.role == "frontend" else ENGINE
@@ -57,7 +59,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ecp-explore-bench-") as out:
         for fault in faults:
             opts = options([args.role, "--budget", args.budget, "--seed", args.seed, "--out", str(Path(out) / fault),
-                            "--max-findings", "1", "--quiet", *extra, "--", *peer, "--bug", fault])
+                            "--max-findings", "1", "--quiet", *extra, "--", *peer, *args.peer_flag, "--bug", fault])
             t0 = time.monotonic()
             report = explore(opts, say=lambda line: None)
             total = time.monotonic() - t0
