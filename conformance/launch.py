@@ -16,6 +16,7 @@ Three launch modes:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import os
@@ -23,13 +24,97 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
+import weakref
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .interrupts import deferred
+from .interrupts import deferred, on_last_resort
 
 STDERR_TAIL_BYTES = 16 * 1024
+
+#: how long a process the peer started, still running once the peer's own group is gone, gets after
+#: SIGTERM before SIGKILL, and how long the harness then waits for it to be gone
+ORPHAN_GRACE_S = 1.0
+ORPHAN_KILL_WAIT_S = 2.0
+
+
+def _process_table() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, start time in clock ticks) of every live process, from ``/proc`` (Linux);
+    empty where there is none. The start time tells a process from a later one given the same pid."""
+    table: dict[int, tuple[int, str]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                text = f.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and parentheses
+        if fields[0] not in ("Z", "X"):
+            table[int(name)] = (int(fields[1]), fields[19])
+    return table
+
+
+def descendants(pid: int, table: Mapping[int, tuple[int, str]] | None = None) -> dict[int, str]:
+    """Every live process below ``pid`` (children, theirs, …): pid -> start time."""
+    table = _process_table() if table is None else table
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in table.items():
+        children.setdefault(parent, []).append(child)
+    out: dict[int, str] = {}
+    todo = list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        if p not in out:
+            out[p] = table[p][1]
+            todo += children.get(p, [])
+    return out
+
+
+def _wait_gone(pids: Sequence[int], timeout: float) -> None:
+    """Wait until none of ``pids`` (not our children: no wait() for them) runs, at most ``timeout``.
+    A pidfd becomes readable when its process exits; without pidfds (not Linux), /proc is polled."""
+    import select
+
+    fds = []
+    for pid in pids:
+        try:
+            fds.append(os.pidfd_open(pid))
+        except (AttributeError, OSError):
+            continue
+    deadline = time.monotonic() + timeout
+    try:
+        pending = list(fds)
+        while pending and time.monotonic() < deadline:
+            ready, _, _ = select.select(pending, [], [], max(0.0, deadline - time.monotonic()))
+            pending = [fd for fd in pending if fd not in ready]
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+#: every command peer started and not yet stopped: the last resort of an interrupt kills them
+_LIVE: "weakref.WeakSet[CommandPeer]" = weakref.WeakSet()
+
+
+def _kill_live_peers() -> None:
+    """SIGKILL every command peer not stopped yet, and every process it started (the harness is about
+    to exit without its own cleanup: :func:`.interrupts.on_last_resort`)."""
+    for peer in list(_LIVE):
+        peer.kill_now()
+
+
+on_last_resort(_kill_live_peers)
+# whatever path the harness takes to its exit, no peer it started outlives it (the stops above are the
+# rule; this catches a peer whose owner was cut off by an interrupt before it held the handle)
+atexit.register(_kill_live_peers)
 
 
 class LaunchError(Exception):
@@ -105,6 +190,17 @@ class CommandPeer(PeerHandle):
         except OSError as exc:
             self._log.close()
             raise LaunchError(f"cannot start {self.argv[0]!r}: {exc}") from exc
+        #: the processes the peer started (pid -> start time), as last seen: its group's SIGKILL does not
+        #: reach one that moved to a group or session of its own, nor one orphaned when the peer died
+        self.family: dict[int, str] = {}
+        self._stopped = False
+        _LIVE.add(self)
+
+    def note_family(self) -> None:
+        """Record the processes the peer runs now (after its start-up, and before it is stopped), so that
+        :meth:`stop` finds them even once they are orphaned."""
+        if self.proc.poll() is None:
+            self.family.update(descendants(self.proc.pid))
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -119,20 +215,63 @@ class CommandPeer(PeerHandle):
             return None
 
     def stop(self, grace_s: float = 3.0) -> None:
-        """SIGTERM the process group we created, then SIGKILL it after ``grace_s``. An interrupt
-        (:mod:`.interrupts`) does not cut it short: it is raised once the peer is stopped."""
+        """SIGTERM the process group we created, then SIGKILL it after ``grace_s``; then stop every
+        process the peer started that is still running outside that group (:attr:`family`: SIGTERM,
+        SIGKILL after :data:`ORPHAN_GRACE_S`). Bounded: at most ``grace_s`` + 5 s +
+        :data:`ORPHAN_GRACE_S` + :data:`ORPHAN_KILL_WAIT_S`. An interrupt (:mod:`.interrupts`) does not
+        cut it short: it is raised once the peer is stopped."""
+        if self._stopped:
+            return
         with deferred():
+            self.note_family()
             if self.proc.poll() is None:
                 self._signal(signal.SIGTERM)
                 try:
                     self.proc.wait(grace_s)
                 except subprocess.TimeoutExpired:
+                    self.note_family()
                     self._signal(signal.SIGKILL)
-                    self.proc.wait(5)
+                    try:
+                        self.proc.wait(5)
+                    except subprocess.TimeoutExpired:
+                        pass  # unkillable (uninterruptible sleep): nothing more can be done
             else:
                 # the leader is gone; make sure children it left in its group go too
                 self._signal(signal.SIGKILL)
+            self._stop_family()
             self._log.close()
+            _LIVE.discard(self)
+            self._stopped = True
+
+    def _family_alive(self) -> dict[int, str]:
+        """The recorded processes still running (same pid and start time), with what they started since."""
+        table = _process_table()
+        alive = {pid: st for pid, st in self.family.items() if pid in table and table[pid][1] == st}
+        for pid in list(alive):
+            alive.update(descendants(pid, table))
+        return alive
+
+    def _stop_family(self) -> None:
+        for sig, wait in ((signal.SIGTERM, ORPHAN_GRACE_S), (signal.SIGKILL, ORPHAN_KILL_WAIT_S)):
+            alive = self._family_alive()
+            if not alive:
+                return
+            for pid in alive:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+            _wait_gone(list(alive), wait)
+
+    def kill_now(self) -> None:
+        """SIGKILL the peer's group and every process it started, without waiting: the harness is
+        exiting at once (:func:`_kill_live_peers`)."""
+        if self._stopped:
+            return
+        self.note_family()
+        if self.proc.poll() is None:  # (a reaped leader's group id may belong to another process by now)
+            self._signal(signal.SIGKILL)
+        for pid in self._family_alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
     def terminate(self) -> bool:
         """SIGTERM the process group we created; the caller waits for the exit (:meth:`wait`)."""

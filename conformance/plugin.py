@@ -18,6 +18,7 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import json
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -68,6 +69,8 @@ class RunState:
         self._case_started: dict[str, float] = {}
         #: (node id, case id) of the selected cases in run order (the managers plan launches ahead with it)
         self.order: list[tuple[str, str]] = []
+        #: cases that have a result
+        self.done = 0
 
     def selected(self, case_id: str) -> bool:
         if not self.patterns:
@@ -202,6 +205,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         with open(state.results_path, "a") as f:
             f.write(json.dumps(result.to_dict()) + "\n")
         report.ecp_outcome = result.outcome.value  # type: ignore[attr-defined]
+        state.done += 1
+        if state.config.get("progress"):
+            _progress(result, len(state.order) - state.done)
         _stop_if_never_started(state, call, item, result)
 
 
@@ -226,6 +232,14 @@ def _stop_if_never_started(state: RunState, call: pytest.CallInfo, item: pytest.
         reason += "; its last output: " + " | ".join(tail)
     state.results_path.with_name(STOPPED_FILE).write_text(reason)
     item.session.shouldfail = reason
+
+
+def _progress(result: Any, left: int) -> None:
+    """One line per case as it ends, on stderr (stdout holds the summary): a person watching the run
+    sees it move, and which case is slow. The outcome is the case's own: expected failures are
+    applied in the summary."""
+    sys.stderr.write(f"  {result.id:<13} {result.outcome.value:<11} {result.duration_s:6.2f} s   {left} left\n")
+    sys.stderr.flush()
 
 
 def _classify(state: RunState, cid: str, call: pytest.CallInfo, item: pytest.Item):

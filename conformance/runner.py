@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import expected as xf
-from .interrupts import Interrupted, interruptible
+from .interrupts import Interrupted, ignore_further, interruptible
 from .outcomes import CaseResult, Outcome
 from .registry import RegistryError, load_role
 from .report import RunSummary, markdown, write_console, write_html, write_json, write_junit, write_transcripts
@@ -61,6 +61,9 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transcripts", metavar="DIR", help="write one transcript file per failing case")
     p.add_argument("--keep-workdir", action="store_true", help="keep the temp dir with sockets and peer logs")
     p.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output too")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no line per case while the run goes (on stderr: id, outcome, seconds, cases left); "
+                        "for CI logs")
 
 
 def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target: str,
@@ -99,7 +102,7 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
         config = {"role": role, "results_path": str(results_path), "launches_path": str(launches_path),
                   "cases": args.case,
                   "strict": args.strict, "level": args.level, role: role_config, "under_test": under_test,
-                  "release_path": str(release_path)}
+                  "release_path": str(release_path), "progress": not getattr(args, "quiet", False)}
         config_path = workdir / "config.json"
         config_path.write_text(json.dumps(config))
         ini = workdir / "pytest.ini"
@@ -133,6 +136,7 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
         results = [CaseResult.from_dict(json.loads(line))
                    for line in results_path.read_text().splitlines() if line.strip()] if results_path.exists() else []
         if caught.name is not None:
+            ignore_further()  # the run is over; a second signal must not end it in a traceback
             print(f"ecp conformance: interrupted by {caught.name} after {len(results)} of {len(selected)} case(s); "
                   "the peers it launched are stopped; no report was written", file=sys.stderr)
             return caught.exit_code

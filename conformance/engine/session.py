@@ -62,6 +62,10 @@ class EngineRunConfig:
 #: after one bad message is likely to do so again in the next case
 SPARES = 2
 
+#: how long stopping a spare waits for its thread: the handshake checks its cancel event every 50 ms,
+#: and a launch cancelled at once stops its peer (``CommandPeer.stop``: a few seconds at most)
+SPARE_JOIN_S = 15.0
+
 #: how long the health probe after a failed case waits for a 2-token request (a serving engine
 #: answers within milliseconds)
 HEALTH_PROBE_S = 5.0
@@ -119,6 +123,8 @@ class EngineUnderTest:
                 self.handle = self._start(launch_no)
             self.fe.alive_check = self.alive
             self.fe.run_handshake(startup_timeout or cfg.startup_timeout_s, cancel)
+            if isinstance(self.handle, CommandPeer):
+                self.handle.note_family()  # its ranks are up: stopping it stops them wherever they run
             # what the machine recorded during the handshake is the handshake cases' to report
             # (a relaunch must not make every later case fail on the same startup fault)
             self.handshake_violations = len(self.fe.machine.violations)
@@ -250,7 +256,7 @@ class Spare:
 
     def discard(self) -> None:
         self.cancel.set()
-        self._thread.join(30.0)  # the handshake loop checks the event every 50 ms
+        self._thread.join(SPARE_JOIN_S)  # the handshake loop checks the event every 50 ms
         if self.engine is not None:
             self.record.state = "not needed"
             self.engine.close()
@@ -449,7 +455,8 @@ class EngineManager:
                 return
             self._launches += 1
             record = self.pace.launch_started(self._launches, describe(key), cid, ahead=True)
-            self._prepared = Spare(self.cfg, self.ctx, self._launches, record, self.pace.startup_budget(), key)
+            with deferred():  # held before an interrupt can land: close() must find it to stop it
+                self._prepared = Spare(self.cfg, self.ctx, self._launches, record, self.pace.startup_budget(), key)
             return
 
     def _take_prepared(self, key: Topology) -> EngineUnderTest | None:
@@ -459,9 +466,9 @@ class EngineManager:
         spare = self._prepared
         if spare is None or spare.topology != key:
             return None
-        self._prepared = None
         started = time.monotonic()
         eut = spare.take(spare.startup_timeout)
+        self._prepared = None  # (only now: an interrupt while it waits leaves it for close() to stop)
         if eut is None:
             error = spare.error
             spare.discard()
@@ -492,14 +499,16 @@ class EngineManager:
             self._launches += 1
             record = self.pace.launch_started(self._launches, describe((1, self.cfg.engine_count, False)),
                                               self._case_id(), ahead=True)
-            self._spares.append(Spare(self.cfg, self.ctx, self._launches, record, self.pace.startup_budget()))
+            with deferred():  # held before an interrupt can land: close() must find it to stop it
+                self._spares.append(Spare(self.cfg, self.ctx, self._launches, record, self.pace.startup_budget()))
 
     def _adopt_spare(self, role: str = "replaces the shared engine") -> EngineUnderTest | None:
         """The oldest spare that finished its handshake (waiting for it within the startup budget)."""
         started = time.monotonic()
         while self._spares:
-            spare = self._spares.pop(0)
+            spare = self._spares[0]
             eut = spare.take(spare.startup_timeout)
+            self._spares.pop(0)  # (only now: an interrupt while it waits leaves it for close() to stop)
             if eut is None:
                 spare.discard()
                 continue
@@ -694,17 +703,26 @@ class EngineManager:
         return any(e.fe.engine_dead for e in [*self.touched, *self._fresh])
 
     def close(self) -> None:
-        if self._shared is not None:
-            self._shared.close()
-            self._shared = None
-        if self._kept is not None:
-            self._kept[1].close()
-            self._kept = None
-        for spare in [*self._spares, *([self._prepared] if self._prepared else [])]:
-            spare.discard()
-        self._spares = []
-        self._prepared = None
-        self.ctx.term()
+        """Stop every engine of the run, then end the zmq context. Bounded: each stop is
+        (``CommandPeer.stop``), a spare's thread is waited for at most :data:`SPARE_JOIN_S`, and the
+        context is destroyed with LINGER 0 -- ``Context.term`` would wait without end for a socket
+        that an interrupted launch left open. An interrupt does not cut it short."""
+        with deferred():
+            try:
+                for spare in [*self._spares, *([self._prepared] if self._prepared else [])]:
+                    spare.cancel.set()  # every spare's handshake stops at once, not one after the other
+                if self._shared is not None:
+                    self._shared.close()
+                    self._shared = None
+                if self._kept is not None:
+                    self._kept[1].close()
+                    self._kept = None
+                for spare in [*self._spares, *([self._prepared] if self._prepared else [])]:
+                    spare.discard()
+                self._spares = []
+                self._prepared = None
+            finally:
+                self.ctx.destroy(linger=0)
 
 
 __all__ = ["EngineManager", "EngineNeverConnected", "EngineRunConfig", "EngineUnderTest", "LaunchError"]

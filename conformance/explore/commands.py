@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     ex.set_defaults(func=lambda a: (ex.print_help(), 2)[1])
     eng = roles.add_parser("engine", help="explore an engine: the harness plays the frontend",
                            description=ex.description)
-    _common_options(eng, engines_help="most engines (DP ranks) per launch (1)", max_steps=24)
+    _common_options(eng, engines_help="most engines (DP ranks) per launch (2: the faults of data parallelism, "
+                                      "a rank that answers unlike another, need two)", max_steps=24, engines=2)
     eng.add_argument("--transport", choices=("ipc", "tcp"), default="ipc")
     eng.add_argument("--no-malformed", action="store_true",
                      help="leave out the steps that send a malformed input message (only legal traffic)")
@@ -73,17 +74,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     rp.set_defaults(func=_replay)
 
 
-def _common_options(p: argparse.ArgumentParser, *, engines_help: str, max_steps: int) -> None:
+def _common_options(p: argparse.ArgumentParser, *, engines_help: str, max_steps: int, engines: int = 1) -> None:
     """The options both roles of ``explore`` take."""
     p.add_argument("--budget", type=parse_time, default=600.0, metavar="TIME",
-                   help="exploration time, shrinking not counted (600s; e.g. 90s, 2m)")
+                   help="how long the whole run may take, confirming and shrinking findings included; the "
+                        "session playing when it runs out is finished (600s; e.g. 90s, 2m)")
     p.add_argument("--seed", type=int, default=0, help="seed of the first session; session k uses SEED+k (0)")
-    p.add_argument("--engine-count", type=int, default=1, help=engines_help)
+    p.add_argument("--engine-count", type=int, default=engines, help=engines_help)
     p.add_argument("--max-steps", type=int, default=max_steps, help=f"most steps per session ({max_steps})")
     p.add_argument("--out", type=Path, default=Path("explore-findings"), metavar="DIR",
                    help="where reproducer files go (./explore-findings)")
     p.add_argument("--shrink-budget", type=parse_time, default=300.0, metavar="TIME",
-                   help="time per finding for shrinking (300s)")
+                   help="the most time shrinking one finding may take, within --budget (300s)")
     p.add_argument("--shrink-runs", type=int, default=200, help="most replays per finding for shrinking (200)")
     p.add_argument("--step-timeout", type=parse_time, default=10.0, metavar="TIME",
                    help="how long a wait step, a state-changing call or the end of a session may go "
@@ -94,6 +96,9 @@ def _common_options(p: argparse.ArgumentParser, *, engines_help: str, max_steps:
                    help="how long the end of a session watches for frames after the last one owed, and how "
                         "long a request that reached max_tokens may go without its terminal output (0.3s)")
     p.add_argument("--max-findings", type=int, default=None, help="stop after this many distinct findings")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress line every 5 s (sessions, messages, findings); findings and the summary "
+                        "are still printed")
 
 
 def _replay_options(parser: argparse.ArgumentParser) -> None:
@@ -124,18 +129,46 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def _explore_engine(args: argparse.Namespace) -> int:
-    return _explore(args, "engine", transport=args.transport, malformed=not args.no_malformed,
-                    duplicates=not args.no_duplicates, process_faults=args.process_faults,
-                    engine_lacks=tuple(args.engine_lacks))
+    return _explore(args, "engine", **_engine_extra(args))
 
 
 def _explore_frontend(args: argparse.Namespace) -> int:
     return _explore(args, "frontend")
 
 
+def options(argv: list[str]):
+    """The :class:`.run.ExploreOptions` that ``ecp conformance explore ARGV`` runs with (ARGV: ``engine|frontend
+    [OPTIONS] -- COMMAND``): what a benchmark measures is then what a user gets. Raises ``SystemExit``
+    on bad arguments, as argparse does."""
+    from ecp.spec.cli import build_parser
+
+    args = build_parser().parse_args(["conformance", "explore", *argv])
+    extra = _ROLE_EXTRA[args.explore_role](args)
+    return _options(args, args.explore_role, **extra)
+
+
+def _engine_extra(args: argparse.Namespace) -> dict:
+    return {"transport": args.transport, "malformed": not args.no_malformed, "duplicates": not args.no_duplicates,
+            "process_faults": args.process_faults, "engine_lacks": tuple(args.engine_lacks)}
+
+
+_ROLE_EXTRA = {"engine": _engine_extra, "frontend": lambda args: {}}
+
+
+def _options(args: argparse.Namespace, role: str, **extra):
+    from .run import PROGRESS_S, ExploreOptions
+
+    return ExploreOptions(command=_command(args), role=role, engine_count=args.engine_count, budget_s=args.budget,
+                          seed=args.seed, max_steps=args.max_steps, out_dir=args.out, shrink_runs=args.shrink_runs,
+                          shrink_s=args.shrink_budget, step_timeout_s=args.step_timeout,
+                          startup_timeout_s=args.startup_timeout, max_findings=args.max_findings,
+                          quiet_window_s=args.quiet_window, progress_s=0.0 if args.quiet else PROGRESS_S,
+                          **extra)
+
+
 def _explore(args: argparse.Namespace, role: str, **extra) -> int:
     from .execute import LaunchFailed
-    from .run import ExploreOptions, explore
+    from .run import explore
 
     name = f"ecp conformance explore {role}"
     command = _command(args)
@@ -145,16 +178,16 @@ def _explore(args: argparse.Namespace, role: str, **extra) -> int:
     if args.engine_count < 1 or args.max_steps < 1 or args.shrink_runs < 0:
         print(f"{name}: --engine-count and --max-steps must be >= 1, --shrink-runs >= 0", file=sys.stderr)
         return 2
-    opts = ExploreOptions(command=command, role=role, engine_count=args.engine_count, budget_s=args.budget,
-                          seed=args.seed, max_steps=args.max_steps, out_dir=args.out, shrink_runs=args.shrink_runs,
-                          shrink_s=args.shrink_budget, step_timeout_s=args.step_timeout,
-                          startup_timeout_s=args.startup_timeout, max_findings=args.max_findings,
-                          quiet_window_s=args.quiet_window, **extra)
+    opts = _options(args, role, **extra)
     try:
         report = explore(opts, say=lambda line: print(line, flush=True))
     except LaunchFailed as exc:
         print(f"{name}: the {role} did not come up: {exc}", file=sys.stderr)
         return 2
+    if report.interrupted:
+        from ..interrupts import ignore_further
+
+        ignore_further()  # its peers are stopped; a second signal must not cut the summary short
     cut = f" (interrupted by {report.interrupted})" if report.interrupted else ""
     print(f"\n{report.sessions} session(s), {report.messages} message(s) judged in {report.elapsed_s:.1f}s{cut}; "
           f"{len(report.findings)} finding(s)")
@@ -162,7 +195,8 @@ def _explore(args: argparse.Namespace, role: str, **extra) -> int:
         steps = f"{f.steps_before} -> {f.steps_after} steps" if f.steps_after is not None else \
             f"{f.steps_before} steps, not shrunk"
         state = "reproducible" if f.reproducible else \
-            "not confirmed (interrupted)" if f.replays == "interrupted" else "NOT reproducible"
+            "not confirmed (interrupted)" if f.replays == "interrupted" else \
+            "not confirmed (budget spent)" if f.replays.endswith("budget spent") else "NOT reproducible"
         print(f"  {f.clause:<13} after {f.found_after_s:.1f}s (seed {f.seed}), {steps}, {state} "
               f"(replays {f.replays}), seen in {f.recurrence} session(s): {f.path}")
     return 1 if report.findings else 0

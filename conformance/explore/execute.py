@@ -36,8 +36,8 @@ from ..launch import PeerHandle
 from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, CaseFailure
 from ..transcript import Entry, Transcript
 from .oracle import (
-    CallRecord, Finding, History, RequestRecord, Stop, check_calls, check_errors, check_raw_outputs, check_requests,
-    own_outputs, own_terminals,
+    ABORT_GRACE_S, CallRecord, Finding, History, RequestRecord, Stop, check_calls, check_errors, check_raw_outputs,
+    check_requests, own_outputs, own_terminals,
 )
 from .processes import rank_process, send
 from .session import PROCESS_FAULTS, Session
@@ -454,6 +454,15 @@ class _Play:
             self.while_progressing(lambda t: fe.wait(settled, t, "every reply and owed terminal"))
         except CaseTimeout:
             pass  # the properties name what is missing
+        # an ABORT of a running request is judged on what follows its grace (ECP-ABORT-2): an engine
+        # that ignores it keeps producing, which only a session still listening then can see; a
+        # session ending right after its ABORT (a quiet window is shorter than the grace) would not
+        graces = [self.history.stretched(r.engine, r.aborted_running_at, ABORT_GRACE_S)
+                  for r in self.history.requests.values() if r.aborted_running_at is not None and not self._ended(r.rid)]
+        if graces:
+            end = max(graces) + fe.quiet_window_s
+            while time.monotonic() < end:
+                fe.pump(end)
         for engine in range(self.session.topology.engines):
             fe.serves(engine=engine, after="the session", timeout=self.step_timeout)
         fe.observe()  # what follows the terminals and the probes' (nothing may) is judged too

@@ -8,6 +8,7 @@ have lost the step that made a later one legal).
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any, Callable
 
@@ -15,7 +16,16 @@ import msgspec
 
 from .session import Session, Topology
 
-MAX_TOKENS = (1, 2, 3, 8, 32, 200, 1500, 1500)
+#: the drawn length of a long request: the one an ABORT, a pause or a sleep is meant to find running.
+#: Once the explorer knows the engine's pace it plays long requests as long as it takes
+#: :data:`LONG_REQUEST_S` (:func:`paced`)
+LONG_TOKENS = 1500
+MAX_TOKENS = (1, 2, 3, 8, 32, 200, LONG_TOKENS, LONG_TOKENS)
+#: how long a long request should run at the engine's pace: an ABORT sent once it runs must find it
+#: still running ``ECP-ABORT-2``'s grace later (oracle.ABORT_GRACE_S) with room to spare
+LONG_REQUEST_S = 2.0
+#: the fewest tokens of a long request, whatever the pace (a duplicate ADD needs one of at least 200)
+MIN_LONG_TOKENS = 200
 PROMPT_LENS = (1, 4, 17, 300)
 #: alternatives per sampled token; with 64 a token's id and logprob rows (65 x 4 bytes) cross the
 #: 256-byte aux-frame threshold (ECP-FRAME-8)
@@ -130,6 +140,7 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
                          else {"op": "wait", "until": "replies"})
     _stop_repeats(random.Random(f"stop-repeat-{seed}"), steps, refs)
     _busy_calls(random.Random(f"busy-call-{seed}"), steps)
+    _busy_aborts(random.Random(f"busy-abort-{seed}"), steps)
     _idle_reset(random.Random(f"idle-reset-{seed}"), topo, steps)
     _refusals(random.Random(f"refusal-{seed}"), topo, steps, malformed)
     if process_faults:
@@ -137,6 +148,24 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
     if duplicates:  # last: nothing comes between an ADD and its duplicate
         _duplicates(random.Random(f"duplicate-{seed}"), steps)
     return Session(topo, steps, seed)
+
+
+def long_tokens(token_s: float | None) -> int | None:
+    """The length of a long request at ``token_s`` seconds per token (None: pace unknown)."""
+    if not token_s or token_s <= 0:
+        return None
+    return max(MIN_LONG_TOKENS, math.ceil(LONG_REQUEST_S / token_s))
+
+
+def paced(session: Session, tokens: int | None) -> Session:
+    """``session`` with its long ADDs (``max_tokens`` :data:`LONG_TOKENS`) ``tokens`` long: a fast engine
+    would end a 1,500-token request before an ABORT could find it running past the grace, a slow one
+    would spend most of a session on it. The executor still caps a length at the engine's
+    ``max_model_len``. The result is concrete: a reproducer written from it replays the same lengths."""
+    if tokens is None or tokens == LONG_TOKENS:
+        return session
+    return session.with_steps([{**st, "max_tokens": tokens} if st["op"] == "add" and st["max_tokens"] == LONG_TOKENS
+                               else st for st in session.steps])
 
 
 #: the share of greedy ADDs that are repeated with one of their own tokens as a stop token
@@ -172,7 +201,7 @@ def _duplicates(r: random.Random, steps: list[dict[str, Any]]) -> None:
     """Right after some long ADDs, an ADD with the same id (ECP-REQ-2: an ERROR answers it, which must
     not list the id as finished, ECP-OUT-5). Drawn from a stream of its own, so the rest of the
     session is unchanged."""
-    long = [i for i, st in enumerate(steps) if st["op"] == "add" and st["max_tokens"] >= 1500
+    long = [i for i, st in enumerate(steps) if st["op"] == "add" and st["max_tokens"] >= LONG_TOKENS
             and not st["oversize"] and not st["abort_immediately"]]
     for i in reversed(long):
         if r.random() < DUPLICATE_P:
@@ -193,10 +222,31 @@ def _busy_calls(r: random.Random, steps: list[dict[str, Any]]) -> None:
         if r.random() >= BUSY_CALL_P:
             continue
         call = steps[i]
-        add = {"op": "add", "ref": ref, "engine": call["engine"], "client": call["client"], "max_tokens": 1500,
+        add = {"op": "add", "ref": ref, "engine": call["engine"], "client": call["client"], "max_tokens": LONG_TOKENS,
                "prompt_len": r.choice(PROMPT_LENS), "id_len": 8, "temperature": 0.0, "logprobs": None,
                "prompt_logprobs": None, "abort_immediately": False, "wave": None, "oversize": False}
         steps[i:i] = [add, {"op": "wait", "until": "running", "ref": ref}]
+        ref += 1
+
+
+#: the share of ABORTs that first find a long request of their own rank and client running
+BUSY_ABORT_P = 0.4
+
+
+def _busy_aborts(r: random.Random, steps: list[dict[str, Any]]) -> None:
+    """Before some ABORTs, a long ADD on the ABORT's rank and client and a wait until it runs, and the
+    ABORT names it too: that a running request stops producing once aborted (ECP-ABORT-2) is then
+    judged in many sessions, where the draw's own order mostly aborts what already ended or never
+    started. Drawn from a stream of its own, so the rest of the session is unchanged."""
+    ref = 1 + max((st["ref"] for st in steps if st["op"] == "add"), default=-1)
+    for i in reversed([i for i, st in enumerate(steps) if st["op"] == "abort"]):
+        if r.random() >= BUSY_ABORT_P:
+            continue
+        abort = steps[i]
+        add = {"op": "add", "ref": ref, "engine": abort["engine"], "client": abort["client"],
+               "max_tokens": LONG_TOKENS, "prompt_len": r.choice(PROMPT_LENS), "id_len": 8, "temperature": 0.0,
+               "logprobs": None, "prompt_logprobs": None, "abort_immediately": False, "wave": None, "oversize": False}
+        steps[i:i + 1] = [add, {"op": "wait", "until": "running", "ref": ref}, {**abort, "targets": [ref, *abort["targets"]]}]
         ref += 1
 
 

@@ -8,6 +8,8 @@ reproducer (:mod:`.reproducer`). Later sessions showing the same clause only cou
 
 from __future__ import annotations
 
+import math
+import statistics
 import tempfile
 import time
 from collections import OrderedDict
@@ -21,12 +23,34 @@ from ..engine.session import EngineRunConfig, EngineUnderTest
 from ..interrupts import Interrupted, interruptible
 from . import reproducer
 from .execute import LaunchFailed, SessionResult, launch, play_on, reusable
-from .generate import draw
+from .generate import MIN_LONG_TOKENS, PROMPT_LENS, draw, long_tokens, paced
 from .session import Session, Topology, describe
 from .shrink import Budget, shrink
 
 #: replays of a finding's first session (and of its shrunk session) that decide whether it reproduces
 CONFIRM_RUNS = 3
+
+#: a request of this many tokens or more shows the engine's pace (the long requests' length follows it)
+PACE_MIN_TOKENS = 32
+#: the pace is the median of the last this many sessions' measurements
+PACE_SESSIONS = 9
+
+#: seconds between two progress lines of an exploration
+PROGRESS_S = 5.0
+
+
+class Progress:
+    """Says where the exploration stands at most every ``every`` seconds (never when 0)."""
+
+    def __init__(self, every: float, say: Callable[[str], None], started: float) -> None:
+        self.every, self.say, self.started = every, say, started
+        self._last = started
+
+    def tick(self, line: Callable[[], str]) -> None:
+        now = time.monotonic()
+        if self.every and now - self._last >= self.every:
+            self._last = now
+            self.say(f"[{now - self.started:4.0f}s] {line()}")
 
 
 @dataclass
@@ -59,6 +83,9 @@ class ExploreOptions:
     engine_lacks: tuple[str, ...] = ()
     #: replays of a finding's first session (and of its shrunk session) that decide whether it reproduces
     confirm_runs: int = CONFIRM_RUNS
+    #: seconds between two progress lines (sessions, messages, findings; replays while a finding is
+    #: confirmed and shrunk); 0: none
+    progress_s: float = PROGRESS_S
 
 
 @dataclass
@@ -109,10 +136,40 @@ class Runner:
         self.launches = 0
         self.sessions = 0
         self._idle: OrderedDict[Topology, EngineUnderTest] = OrderedDict()
+        #: seconds per token of the engine, as the sessions so far showed it (None: not seen yet)
+        self.token_s: float | None = None
+        self._paces: list[float] = []
+        self.max_model_len: int | None = None
 
     def draw(self, seed: int) -> Session:
-        return draw(seed, self.opts.engine_count, self.opts.max_steps, self.opts.malformed,
-                    self.opts.process_faults, self.opts.duplicates)
+        """Session ``seed``, its long requests sized to the engine's pace once it is known (:func:`.generate.paced`)."""
+        return paced(draw(seed, self.opts.engine_count, self.opts.max_steps, self.opts.malformed,
+                          self.opts.process_faults, self.opts.duplicates), self.long_tokens())
+
+    def _note_pace(self, eut: EngineUnderTest) -> None:
+        """The engine's pace from the session just played: per request of :data:`PACE_MIN_TOKENS` or
+        more that ended, (last output - first) / (tokens - 1); the median of the session's requests (a
+        pause or a stopped rank slows one down, a backlog read at once speeds one up), then the median
+        of the last :data:`PACE_SESSIONS` sessions. The engine's ``max_model_len`` caps a long request."""
+        fe = eut.fe
+        if fe.max_model_len:
+            self.max_model_len = fe.max_model_len
+        paces = []
+        for rid in list(fe.by_request):
+            seen = fe.seen(rid)
+            tokens = sum(len(s.output.new_token_ids) for s in seen)
+            if tokens >= PACE_MIN_TOKENS and fe.terminals(rid) and seen[-1].t > seen[0].t:
+                paces.append((seen[-1].t - seen[0].t) / (tokens - 1))
+        if paces:
+            self._paces = (self._paces + [statistics.median(paces)])[-PACE_SESSIONS:]
+            self.token_s = statistics.median(self._paces)
+
+    def long_tokens(self) -> int | None:
+        """How long a long request is played at the engine's pace (None: not known yet)."""
+        tokens = long_tokens(self.token_s)
+        if tokens is not None and self.max_model_len:
+            tokens = min(tokens, max(MIN_LONG_TOKENS, self.max_model_len - max(PROMPT_LENS) - 1))
+        return tokens
 
     def play(self, session: Session, reuse: bool = False) -> SessionResult:
         self.sessions += 1
@@ -135,6 +192,7 @@ class Runner:
             launch_s = time.monotonic() - started
             result = play_on(eut, session, self.opts.step_timeout_s, tag)
             result.launch_s = launch_s
+            self._note_pace(eut)
             keep = reuse and reusable(eut, result)
         finally:
             if keep:
@@ -147,9 +205,13 @@ class Runner:
         return result
 
     def close(self) -> None:
-        while self._idle:
-            self._idle.popitem()[1].close()
-        self.ctx.term()
+        """Stop every kept peer, then end the zmq context with LINGER 0 (``Context.term`` would wait
+        without end for a socket an interrupted launch left open)."""
+        try:
+            while self._idle:
+                self._idle.popitem()[1].close()
+        finally:
+            self.ctx.destroy(linger=0)
 
 
 class FrontendRunner:
@@ -188,7 +250,8 @@ def runner_for(opts: ExploreOptions, workdir: str) -> Runner | FrontendRunner:
 
 
 def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> ExploreReport:
-    """Explore until ``opts.budget_s`` is spent (shrinking not counted); raises :class:`LaunchFailed`
+    """Explore until ``opts.budget_s`` is spent (confirming and shrinking findings included; the session
+    playing when it runs out is finished); raises :class:`LaunchFailed`
     when the peer never comes up. SIGTERM, SIGINT or SIGHUP ends it early: the peers are stopped, a finding
     being confirmed or shrunk is written as far as it got, and the report says so
     (``report.interrupted``)."""
@@ -197,12 +260,14 @@ def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> Explore
     with interruptible(), tempfile.TemporaryDirectory(prefix="ecp-explore-") as workdir:
         runner = runner_for(opts, workdir)
         started = time.monotonic()
-        shrinking_s = 0.0
+        deadline = started + opts.budget_s
         settling: tuple[Session, SessionResult, FindingReport] | None = None
+        progress = Progress(opts.progress_s, say, started)
         try:
             i = 0
-            while time.monotonic() - started - shrinking_s < opts.budget_s and (
-                    opts.max_sessions is None or i < opts.max_sessions):
+            while time.monotonic() < deadline and (opts.max_sessions is None or i < opts.max_sessions):
+                progress.tick(lambda: f"{report.sessions} session(s), {report.messages} message(s) judged, "
+                                      f"{len(report.findings)} finding(s)")
                 seed = opts.seed + i
                 i += 1
                 session = runner.draw(seed)
@@ -221,16 +286,14 @@ def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> Explore
                 if not result.findings or result.clauses[0] in by_clause:
                     continue
                 first = result.findings[0]
-                found = FindingReport(first.clause, first.message, seed,
-                                      time.monotonic() - started - shrinking_s, len(session.steps))
+                found = FindingReport(first.clause, first.message, seed, time.monotonic() - started,
+                                      len(session.steps))
                 by_clause[first.clause] = found
                 report.findings.append(found)
                 say(f"session {seed}: {first.clause}: {first.message}")
-                t0 = time.monotonic()
                 settling = (session, result, found)
-                _settle(runner, session, result, found, opts, say)
+                _settle(runner, session, result, found, opts, say, progress, deadline)
                 settling = None
-                shrinking_s += time.monotonic() - t0
                 if opts.max_findings is not None and len(report.findings) >= opts.max_findings:
                     break
         except Interrupted as exc:
@@ -248,11 +311,19 @@ def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> Explore
 
 
 def _settle(runner: Runner | FrontendRunner, session: Session, result: SessionResult, found: FindingReport,
-            opts: ExploreOptions, say: Callable[[str], None]) -> None:
-    """Confirm, shrink and write one new finding."""
+            opts: ExploreOptions, say: Callable[[str], None], progress: Progress | None = None,
+            deadline: float = math.inf) -> None:
+    """Confirm, shrink and write one new finding, by ``deadline`` (the run's budget): a finding the
+    budget leaves no replay for is written unconfirmed, one confirmed is shrunk for what is left of
+    it (at most ``opts.shrink_s``)."""
     clause = found.clause
+    replays = 0
 
     def fails(candidate: Session) -> tuple[bool, SessionResult | None]:
+        nonlocal replays
+        replays += 1
+        if progress is not None:
+            progress.tick(lambda: f"settling {clause}: {replays} replay(s), now of {len(candidate.steps)} step(s)")
         try:
             r = runner.play(candidate)
         except LaunchFailed:
@@ -261,23 +332,37 @@ def _settle(runner: Runner | FrontendRunner, session: Session, result: SessionRe
 
     # only the steps that were played: the others were illegal in the state the session reached
     played = session.with_steps([session.steps[i] for i in result.played])
-    confirmed, last = False, result
+    confirmed, last, tried = False, result, 0
     for candidate in (played, session) * opts.confirm_runs:
+        if time.monotonic() >= deadline:
+            break
+        tried += 1
         ok, r = fails(candidate)
         if ok:
             confirmed, session, last = True, candidate, r
             break
+    if not confirmed and tried < 2 * opts.confirm_runs:
+        found.replays = f"0/{tried}, budget spent"
+        found.path = _write(opts, session, clause, found.message, result,
+                            {"sessions": found.recurrence, "replays": found.replays, "reproducible": None})
+        say(f"  not confirmed: the budget was spent after {tried} replay(s); kept as {found.path}")
+        return
     if not confirmed:
         found.replays = f"0/{2 * opts.confirm_runs}"
         found.path = _write(opts, session, clause, found.message, result,
                             {"sessions": found.recurrence, "replays": found.replays, "reproducible": False})
         say(f"  not reproducible: 0 of {2 * opts.confirm_runs} replays showed {clause}; kept as {found.path}")
         return
-    budget = Budget(opts.shrink_runs, opts.shrink_s)
+    budget = Budget(opts.shrink_runs, max(0.0, min(opts.shrink_s, deadline - time.monotonic())))
     best = shrink(session, lambda c: fails(c)[0], budget)
     found.shrink_runs = budget.used
-    hits, evidence = 0, last
-    for _ in range(opts.confirm_runs):
+    hits, evidence, runs = 0, last, 0
+    if best == session and time.monotonic() >= deadline:
+        hits, runs = 1, 1  # not shrunk, no time left: the replay that confirmed it is its evidence
+    for _ in range(opts.confirm_runs - runs):
+        if runs and time.monotonic() >= deadline:
+            break  # (one replay of a shrunk session at least: it decides which session is written)
+        runs += 1
         ok, r = fails(best)
         if ok:
             hits, evidence = hits + 1, r
@@ -285,7 +370,7 @@ def _settle(runner: Runner | FrontendRunner, session: Session, result: SessionRe
         best = session
     found.steps_after = len(best.steps)
     found.reproducible = True
-    found.replays = f"{hits}/{opts.confirm_runs}"
+    found.replays = f"{hits}/{runs}"
     message = next((f.message for f in evidence.findings if f.clause == clause), found.message)
     found.message = message
     found.path = _write(opts, best, clause, message, evidence,

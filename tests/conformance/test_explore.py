@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ecp.conformance.explore.commands import parse_time
-from ecp.conformance.explore.generate import draw
+from ecp.conformance.explore.generate import PROMPT_LENS, draw
 from ecp.conformance.explore.reproducer import ReproducerError, read
 from ecp.conformance.explore.run import ExploreOptions, explore
 from ecp.conformance.explore.session import Session, Topology
@@ -517,3 +517,68 @@ def test_is_sleeping_on_a_paused_rank_is_not_judged(tmp_path):
     result = _play(session, [*ENGINE, "--bug", "inconsistent-is-sleeping"], tmp_path)
     assert result.played == [0, 1]
     assert result.findings == [], [(f.clause, f.message) for f in result.findings]
+
+
+# ------------------------------------------------------------------ the explorer as a user runs it
+def test_long_requests_follow_the_engine_s_pace(tmp_path):
+    from ecp.conformance.explore.generate import LONG_REQUEST_S, LONG_TOKENS, MIN_LONG_TOKENS, long_tokens
+    from ecp.conformance.explore.run import Runner
+
+    assert long_tokens(None) is None
+    assert long_tokens(0.001) == round(LONG_REQUEST_S / 0.001)
+    assert long_tokens(1.0) == MIN_LONG_TOKENS
+    runner = Runner(ExploreOptions(command=ENGINE, engine_count=2), str(tmp_path))
+    try:
+        seed = next(s for s in range(50) if any(st["op"] == "add" and st["max_tokens"] == LONG_TOKENS
+                                                for st in draw(s, 2).steps))
+        assert runner.draw(seed) == draw(seed, 2)  # pace unknown: as drawn
+        runner.token_s, runner.max_model_len = 0.001, 4096
+        lengths = {st["max_tokens"] for st in runner.draw(seed).steps if st["op"] == "add"}
+        assert LONG_TOKENS not in lengths and round(LONG_REQUEST_S / 0.001) in lengths
+        runner.token_s = 0.00001  # a fast engine: as long as its max_model_len allows
+        lengths = {st["max_tokens"] for st in runner.draw(seed).steps if st["op"] == "add"}
+        assert max(lengths) == 4096 - max(PROMPT_LENS) - 1
+    finally:
+        runner.close()
+
+
+ABORTED_LONG = [{"op": "add", "ref": 0, "engine": 0, "client": 0, "max_tokens": 4000, "prompt_len": 4, "id_len": 8,
+                 "temperature": 0.0, "logprobs": None, "prompt_logprobs": None, "abort_immediately": False,
+                 "wave": None, "oversize": False},
+                {"op": "wait", "until": "running", "ref": 0},
+                {"op": "abort", "client": 0, "engine": 0, "targets": [0]}]
+
+
+@pytest.mark.parametrize("bug, found", [("ignore-abort", ["ECP-ABORT-2"]), (None, [])])
+def test_a_session_ending_with_an_abort_watches_past_its_grace(tmp_path, bug, found):
+    """The ABORT is the session's last step: an engine that ignores it is seen producing after the
+    grace only if the session is still listening then (its quiet window alone is shorter)."""
+    from ecp.conformance.explore.run import Runner
+
+    command = [*ENGINE, "--bug", bug] if bug else ENGINE
+    runner = Runner(ExploreOptions(command=command, quiet_window_s=0.1, step_timeout_s=5.0), str(tmp_path))
+    try:
+        result = runner.play(Session(Topology(), ABORTED_LONG))
+    finally:
+        runner.close()
+    assert [f.clause for f in result.findings] == found, [f.message for f in result.findings]
+
+
+def test_the_budget_bounds_the_whole_run_shrinking_included(tmp_path):
+    budget = 3.0
+    opts = ExploreOptions(command=[*ENGINE, "--bug", "duplicate-output"], budget_s=budget, seed=3,
+                          out_dir=tmp_path, shrink_runs=200, shrink_s=300, max_findings=1, step_timeout_s=2.0,
+                          quiet_window_s=0.1, progress_s=0)
+    report = explore(opts, say=lambda line: None)
+    [found] = report.findings
+    assert found.path is not None and found.path.exists()
+    # (the session or replay playing when the budget ran out is finished: a few seconds at most here)
+    assert report.elapsed_s < budget + 10, report.elapsed_s
+
+
+def test_the_cli_s_defaults_explore_two_ranks():
+    from ecp.conformance.explore.commands import options
+
+    opts = options(["engine", "--", *ENGINE])
+    assert opts.engine_count == 2 and opts.command == ENGINE
+    assert options(["engine", "--engine-count", "1", "--", *ENGINE]).engine_count == 1

@@ -201,9 +201,18 @@ def _signal_once_a_peer_runs(argv: list[str], signum: int) -> tuple[int, str, li
     return proc.returncode, out, peers
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (an exited process its new parent has not reaped yet does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] not in "ZX"
+
+
 def _still_running(pids: list[int]) -> list[int]:
     """The processes of ``pids`` still running; killed here, so that a failing test leaves none."""
-    left = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+    left = [pid for pid in pids if _running(pid)]
     for pid in left:
         try:
             os.killpg(pid, signal.SIGKILL)  # (the harness starts each peer as its own group)
@@ -249,7 +258,14 @@ def test_a_signal_outside_pytest_s_own_catch_still_ends_the_run_cleanly(monkeypa
         raise AssertionError("the signal did not interrupt")
 
     monkeypatch.setattr(pytest_module, "main", main_then_signalled)
-    code = main(["conformance", "engine", "--case", "ENG-HS-1", "--", *ENGINE])
+    before = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    try:
+        code = main(["conformance", "engine", "--case", "ENG-HS-1", "--", *ENGINE])
+        # interrupted, the command ignores further signals on its way out
+        assert all(signal.getsignal(sig) == signal.SIG_IGN for sig in SIGNALS), [signal.getsignal(s) for s in SIGNALS]
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
     assert code == 128 + signal.SIGTERM
     assert "interrupted by SIGTERM after 0 of 1 case(s)" in capsys.readouterr().err
 
@@ -280,3 +296,73 @@ def test_an_interrupted_frontend_role_coroutine_finishes_its_cleanup_first():
         assert cleaned.is_set(), "the interrupt went on before the coroutine's cleanup"
     finally:
         loop.close()
+
+
+# ------------------------------------------------------------------ every process a peer started
+ESCAPES = ("import os, subprocess, sys, time\n"
+           "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+           "print(child.pid, flush=True)\n"
+           "time.sleep(60)\n")
+
+
+def _read_pid(log: Path, timeout: float = 20.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log.read_text() if log.exists() else ""
+        lines = [ln for ln in text.splitlines()[1:] if ln.strip().isdigit()]  # (line 1: the command)
+        if lines:
+            return int(lines[0])
+        time.sleep(0.05)  # polling the peer's log: it says nothing else
+    raise AssertionError(f"the peer printed no pid: {log.read_text()!r}")
+
+
+def test_a_peer_s_child_in_a_session_of_its_own_is_stopped_with_it(tmp_path):
+    """killpg reaches the peer's group only; a process it moved to a session of its own (as a
+    supervisor may) is found among its descendants and stopped too, even once orphaned."""
+    peer = CommandPeer([sys.executable, "-c", ESCAPES], {}, tmp_path / "peer.log")
+    child = None
+    try:
+        child = _read_pid(tmp_path / "peer.log")
+        assert os.getpgid(child) != peer.proc.pid   # outside the group the harness created
+        peer.note_family()
+        peer.proc.kill()                            # the peer dies first: its child is orphaned
+        peer.proc.wait(10)
+        peer.stop(grace_s=1)
+        assert _still_running([child]) == [], "the peer's child outlived its stop"
+    finally:
+        if peer.proc.poll() is None:
+            peer.proc.kill()
+            peer.proc.wait(10)
+        if child is not None:
+            _still_running([child])
+
+
+LAST_RESORT = """
+import os, signal, sys, time
+from ecp.conformance import interrupts
+from ecp.conformance.launch import CommandPeer
+interrupts.LAST_RESORT_S = 0.5
+peer = CommandPeer([sys.executable, "-c", {escapes!r}], {{}}, {log!r})
+with interrupts.interruptible():
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(60)
+    except interrupts.Interrupted:
+        with interrupts.deferred():
+            time.sleep(60)   # a cleanup that never ends
+"""
+
+
+def test_a_cleanup_that_never_ends_meets_the_last_resort(tmp_path):
+    """Whatever holds the harness after the first signal, it exits by LAST_RESORT_S with 128+N and
+    every peer it started, and their children, killed."""
+    log = tmp_path / "peer.log"
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", LAST_RESORT.format(escapes=ESCAPES, log=str(log))],
+                          capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - started
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    assert "still stopping 0.5 s after SIGTERM" in proc.stderr
+    assert took < 30, took
+    child = _read_pid(log, timeout=1)
+    assert _still_running([child]) == [], "the peer's child outlived the last resort"
