@@ -219,12 +219,13 @@ def _engine(args: argparse.Namespace) -> int:
         print("ecp conformance engine: {handshake_host}/{handshake_port} need --transport tcp "
               "(with ipc use {handshake_address})", file=sys.stderr)
         return 2
+    under_test = None  # auto: chosen from the first ready payload
     if args.vllm != "auto":
         from ecp.spec.layout.model import LayoutError
         from ecp.spec.profile import resolve_profile
 
         try:
-            resolve_profile(args.vllm)
+            under_test = resolve_profile(args.vllm).release
         except LayoutError as exc:
             print(f"ecp conformance engine: --vllm: {exc}", file=sys.stderr)
             return 2
@@ -236,7 +237,7 @@ def _engine(args: argparse.Namespace) -> int:
         "lacks": sorted(set(args.engine_lacks)),
     }
     target = " ".join(command) if command else f"--attach {args.attach}" if args.attach else f"--adapter {args.adapter}"
-    return run("engine", args, role_config, target)
+    return run("engine", args, role_config, target, under_test)
 
 
 def _frontend(args: argparse.Namespace) -> int:

@@ -183,7 +183,31 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     if state is None:
         return
     manager = state.peer_manager()
+    cid = _case_id(item)
+    if cid is not None:
+        _require_release(state.catalogue[cid], manager.release_layout())
     manager.set_deadline(time.monotonic() + manager.case_budget())
+
+
+def _require_release(case: Any, layout: Any) -> None:
+    """Raise :class:`~.outcomes.Unsupported` when the release under test lacks a feature the case's
+    clause needs (:data:`ecp.spec.clauses.RELEASE_BOUND`): the clause does not bind a peer of it."""
+    from ecp.spec.clauses import CLAUSES
+    from ecp.spec.releases import describe
+
+    from .outcomes import Unsupported
+
+    clause = CLAUSES.get(case.clause)
+    missing = clause.missing_in(layout) if clause is not None else ()
+    if missing:
+        raise Unsupported(f"{', '.join(describe(f) for f in missing)}: not in {_label(layout)} "
+                          f"({case.clause} binds only the releases that have it)")
+
+
+def _label(layout: Any) -> str:
+    from ecp.spec.profile import release_of
+
+    return f"vLLM {release_of(layout)}"
 
 
 @pytest.hookimpl(hookwrapper=True)

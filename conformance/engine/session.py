@@ -252,6 +252,10 @@ class Spare:
 class EngineManager:
     """Owns the zmq context, the shared engine and every fresh engine of a run."""
 
+    def release_layout(self) -> Any:
+        """The layout of the release under test (vLLM 0.33's while ``--vllm auto`` has not chosen)."""
+        return self.release_under_test.profile.layout
+
     @staticmethod
     def run_phase(case: Any) -> int:
         """Where a case runs (cases keep their catalogue order within a phase; reports keep it too):

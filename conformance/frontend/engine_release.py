@@ -29,6 +29,8 @@ class EngineRelease:
 
     def __init__(self, profile: Profile) -> None:
         self.codec: Any = wire_codec(profile)
+        #: the release's layout, for every release (0.33 included): what a case asks of its shapes
+        self.layout = profile.layout
         #: ``None`` for vLLM 0.33 (the suite's own types and codec)
         self.profile: Profile | None = None if self.codec is codec_033 else profile
         self.release = profile.release

@@ -478,6 +478,10 @@ class FrontendManager:
         #: the release the scripted engines speak (``--vllm``): cases ask it what the release has
         self.release: EngineRelease = engine_release(cfg.vllm)
 
+    def release_layout(self) -> Any:
+        """The layout of the release the scripted engines speak (the release under test)."""
+        return self.release.layout
+
     # -- running case bodies -------------------------------------------------------
     def run(self, body: Callable[["FrontendManager"], Awaitable[T]]) -> T:
         """Run an ``async def body(manager)`` on the loop under the case budget.

@@ -44,19 +44,26 @@ def _shipped(release: str) -> Profile:
     return build_profile(load_shipped(f"vllm-{release}"))
 
 
+@lru_cache(maxsize=8)
+def _from_path(path: str, mtime_ns: int, reference: str) -> Profile:
+    """A layout file, or a vLLM tree or wheel read statically; built once per file version (a wheel takes
+    seconds to read, and a run resolves its ``--vllm`` more than once)."""
+    if path.endswith(".json") and Path(path).is_file():
+        return build_profile(decode_layout(Path(path).read_bytes(), reference))
+    from ..layout.vllm import SourceError, extract
+
+    try:
+        return build_profile(extract(path).layout)
+    except SourceError as exc:
+        raise LayoutError(f"{reference}: {exc}") from None
+
+
 def resolve_profile(reference: str, cwd: Path | None = None) -> Profile:
     """The profile a reference names (see the module docstring)."""
     if _RELEASE.fullmatch(reference):
         return shipped_profile(reference)
-    path = (Path.cwd() if cwd is None else cwd) / reference
-    if path.is_file() and path.suffix == ".json":
-        return build_profile(decode_layout(path.read_bytes(), reference))
+    path = ((Path.cwd() if cwd is None else cwd) / reference).resolve()
     if path.exists():
-        from ..layout.vllm import SourceError, extract
-
-        try:
-            return build_profile(extract(str(path)).layout)
-        except SourceError as exc:
-            raise LayoutError(f"{reference}: {exc}") from None
+        return _from_path(str(path), path.stat().st_mtime_ns, reference)
     raise LayoutError(f"{reference!r} is neither a shipped release ({', '.join(shipped_releases())}), "
                       f"a layout file nor a vLLM checkout or wheel")
