@@ -59,7 +59,7 @@ class RunState:
         self.catalogue = {c.id: c for c in load_role(self.role)}
         self.transcript = Transcript()
         #: which release the peer speaks, from its traffic; written to ``release_path`` at the end
-        self.release = ReleaseWatch(self.role, config.get("under_test") or "")
+        self.release = ReleaseWatch(self.role, config.get("under_test") or "", _profile_under_test(config))
         self.transcript.observer = self.release.observe
         self.results_path = Path(config["results_path"])
         self.results_path.write_text("")
@@ -83,6 +83,20 @@ class RunState:
             cfg = getattr(mod, config_cls)(**self.config[self.role])
             self.manager = getattr(mod, manager_cls)(cfg, self.transcript)
         return self.manager
+
+
+def _profile_under_test(config: dict[str, Any]) -> Any:
+    """The profile ``--vllm`` named (``None`` for ``auto``, chosen from traffic later)."""
+    from ecp.spec.layout.model import LayoutError
+    from ecp.spec.profile import resolve_profile
+
+    reference = (config.get(config["role"]) or {}).get("vllm")
+    if not reference or reference == "auto":
+        return None
+    try:
+        return resolve_profile(reference)
+    except LayoutError:
+        return None  # the command checked it; a fingerprint is never a reason to fail a run
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -171,7 +171,7 @@ def _decode_profile(reference: str, messages: list) -> tuple[object | None, int]
 
     from .frames import guess_directions
     from .layout.model import LayoutError
-    from .profile import resolve_profile, shipped_profile, shipped_releases
+    from .profile import resolve_profile, shipped_profile
     from .profile.fingerprint import Fingerprint
 
     fingerprint = Fingerprint()
@@ -191,10 +191,10 @@ def _decode_profile(reference: str, messages: list) -> tuple[object | None, int]
     except LayoutError as exc:
         print(f"ecp decode: --vllm: {exc}", file=sys.stderr)
         return None, 2
-    if profile.release in shipped_releases():
-        sentence = verdict.sentence(peer="peer", under_test=profile.release)
-        if sentence:
-            print(f"ecp decode: {sentence}", file=sys.stderr)
+    fingerprint.under_test = profile  # judged against the release named first, whatever it is
+    sentence = fingerprint.verdict().sentence(peer="peer", under_test=profile.release)
+    if sentence:
+        print(f"ecp decode: {sentence}", file=sys.stderr)
     return profile, 0
 
 

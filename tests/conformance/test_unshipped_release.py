@@ -82,6 +82,9 @@ def test_a_next_release_passes_as_itself(runs, role):
     assert code == 0
     assert data["release"]["under_test"] == "9.1", data["release"]
     assert "as vLLM 9.1" in stdout.splitlines()[0], stdout.splitlines()[0]
+    # the peer speaks the release under test: no other release fits it better, so none is suggested
+    assert data["release"]["mismatch"] is None, data["release"]
+    assert "rerun with" not in stdout and "9.1" in data["release"]["fits"], data["release"]
 
 
 @pytest.mark.parametrize("role", ["engine", "frontend"])

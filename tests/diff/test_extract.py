@@ -193,3 +193,24 @@ def test_the_command_writes_checks_and_reports_warnings(tmp_path, capsys):
                  "--strict"]) == 1
     assert main(["spec", "layout", "--from-vllm", str(tmp_path / "nowhere")]) == 2
     capsys.readouterr()
+
+
+def test_a_checkout_without_a_version_is_named_by_its_commit(tmp_path):
+    """Never ``vllm-unknown``: a git checkout that records no version carries its commit as its name."""
+    import shutil
+    import subprocess
+
+    tree = tmp_path / "vllm-main"
+    shutil.copytree(FIXTURE, tree)
+    (tree / "vllm" / "_version.py").unlink(missing_ok=True)
+    git = ["git", "-C", str(tree), "-c", "user.email=t@example.invalid", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True, timeout=30)
+    subprocess.run([*git, "add", "-A"], check=True, timeout=30)
+    subprocess.run([*git, "commit", "-qm", "tree"], check=True, timeout=30)
+    commit = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], check=True, timeout=30,
+                            capture_output=True, text=True).stdout.strip()
+    layout = extract(tree).layout
+    assert layout.name == f"vllm-{commit}" and f"commit {commit}" in layout.source
+    from ecp.spec.profile import build_profile
+
+    assert build_profile(layout).label == f"vLLM {commit}"
