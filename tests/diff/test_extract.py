@@ -214,3 +214,25 @@ def test_a_checkout_without_a_version_is_named_by_its_commit(tmp_path):
     from ecp.spec.profile import build_profile
 
     assert build_profile(layout).label == f"vLLM {commit}"
+
+
+def test_a_wheel_is_read_once_for_every_process_of_a_run(tmp_path, monkeypatch):
+    """``--vllm WHEEL``: the layout read from a wheel is kept in the cache and read from there by the next
+    process (every peer of a run resolves it); the cached layout is the one the wheel gives."""
+    from ecp.spec.layout.model import decode_layout
+    from ecp.spec.layout import vllm as extractor
+    from ecp.spec.profile import resolve as R
+
+    monkeypatch.setenv("ECP_CACHE_DIR", str(tmp_path / "cache"))
+    wheel = _wheel_of(FIXTURE, tmp_path)
+    first = R.resolve_profile(str(wheel))
+    [cached] = (tmp_path / "cache" / "layouts").iterdir()
+    assert decode_layout(cached.read_bytes(), "cached") == first.layout and first.release == "0.33"
+    R._from_path.cache_clear()  # as a new process
+
+    def no_extraction(*_a, **_k):
+        raise AssertionError("the wheel was read again")
+
+    monkeypatch.setattr(extractor, "extract", no_extraction)
+    assert R.resolve_profile(str(wheel)).layout == first.layout
+    R._from_path.cache_clear()
