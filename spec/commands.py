@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--wire", action="store_true",
                    help="print array-like structs as arrays in wire order (default: maps keyed by field name)")
     p.add_argument("--vllm", metavar="RELEASE|PATH|auto",
-                   help="decode as this vLLM release speaks: a shipped release (0.21 ... 0.33), a layout file, "
+                   help="decode as this vLLM release speaks: a shipped release (`ecp spec release list`), a layout file, "
                         "a vLLM checkout or wheel, or auto (the release the frames fit best). Without it, "
                         "frames decode as vLLM 0.33. When the frames fit another release better, stderr "
                         "says which and why.")

@@ -31,6 +31,7 @@ from ..pace import STARTUP_TIMEOUT_S, LaunchRecord, Pace
 from ..transcript import Transcript
 from .harness_frontend import Addresses, HarnessFrontend
 from .release_choice import ReleaseChoice
+from ecp.spec import VLLM_RELEASE
 
 
 @dataclass
@@ -50,7 +51,7 @@ class EngineRunConfig:
     #: capabilities the engine lacks, declared with ``--engine-lacks`` (ecp.conformance.capabilities)
     lacks: list[str] = field(default_factory=list)
     #: the vLLM release the harness speaks: ``--vllm RELEASE|PATH|auto`` (ecp.conformance.engine.release_choice)
-    vllm: str = "0.33"
+    vllm: str = VLLM_RELEASE
     #: built from :attr:`vllm` by the manager and shared by every launch of the run (not in the JSON)
     release: ReleaseChoice | None = field(default=None, repr=False, compare=False)
 

@@ -23,7 +23,7 @@ import subprocess
 import sys
 from typing import Any, Sequence
 
-from ecp.spec import VLLM_VERSION
+from ecp.spec import VLLM_RELEASE, VLLM_VERSION
 
 from .engine_client import EngineClient
 
@@ -113,7 +113,7 @@ def check_args(args: argparse.Namespace) -> str | None:
         return "--data-parallel-size-local 0 needs --data-parallel-rpc-port (or --handshake-port)"
     if getattr(args, "api_server_count", 1) < 1:
         return "--api-server-count must be at least 1"
-    return check_release(getattr(args, "vllm", "0.33"))
+    return check_release(getattr(args, "vllm", VLLM_RELEASE))
 
 
 def check_release(reference: str) -> str | None:
@@ -143,7 +143,7 @@ def client_config(args: argparse.Namespace, **overrides: Any) -> Any:
     common: dict[str, Any] = dict(
         engine_count=args.data_parallel_size, handshake_timeout_s=args.handshake_timeout,
         kv_connector=args.kv_connector, liveness_timeout_s=args.engine_liveness_timeout,
-        bugs=client_bugs(args.bug), vllm=getattr(args, "vllm", "0.33"))
+        bugs=client_bugs(args.bug), vllm=getattr(args, "vllm", VLLM_RELEASE))
     if external_engines(args):
         host = handshake_host(args)
         common.update(engine_start_index=args.data_parallel_start_rank, transport="tcp", host=host,
@@ -164,7 +164,7 @@ def embedded_engine_args(args: argparse.Namespace, tokenizer: Any) -> list[str]:
         extra += ["--kv-connector", args.kv_connector]
     from ..client.release import OWN
 
-    if getattr(args, "vllm", "0.33") not in OWN:  # the engines speak the client's release
+    if getattr(args, "vllm", VLLM_RELEASE) not in OWN:  # the engines speak the client's release
         extra += ["--vllm", args.vllm]
     return extra
 
@@ -180,7 +180,7 @@ def build_app(args: argparse.Namespace, client: EngineClient, tokenizer: Any, pe
     max_model_len = FrontendFaults(args.bug).max_model_len(client.max_model_len, reported)
     fcfg = FrontendConfig(model_name=args.model, max_model_len=max_model_len,
                           kv_connector=args.kv_connector, bugs=frozenset(args.bug),
-                          vllm_version=_vllm_version(getattr(args, "vllm", "0.33")),
+                          vllm_version=_vllm_version(getattr(args, "vllm", VLLM_RELEASE)),
                           dev_mode=args.dev_mode or os.environ.get("VLLM_SERVER_DEV_MODE", "0") not in ("", "0"))
     frontend = Frontend(client, tokenizer, fcfg)
     return ServeApp(frontend, peers=peers).build(), fcfg.dev_mode
