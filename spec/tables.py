@@ -159,6 +159,20 @@ def render_utility_methods() -> str:
     return "\n".join(rows) + "\n" + notes
 
 
+#: a clause's anchor: ``**ECP-OUT-5** (MUST, vLLM 0.33)``, ``**ECP-HS-8** (MUST, hardened)``
+_KEYWORD_SPAN_RE = re.compile(r"\*\*(ECP-[A-Z]+-\d+)\*\* \((MUST|SHOULD|MAY)((?:, hardened)?)(?:, vLLM [0-9.–]+)?\)")
+
+
+def _keyword_span(m: re.Match) -> str:
+    """The anchor with its clause's release span beside the keyword: the shipped releases that have
+    every feature a release-bound clause needs (``ECP-OUT-5``: vLLM 0.33); none where that is all."""
+    from .clauses import CLAUSES
+
+    clause = CLAUSES.get(m.group(1))
+    span = clause.release_span() if clause is not None and clause.features else "all"
+    return f"**{m.group(1)}** ({m.group(2)}{m.group(3)}" + ("" if span == "all" else f", vLLM {span}") + ")"
+
+
 def refresh_protocol(text: str) -> str:
     """``text`` with every generated block (field tables, method table, machine tables, HTTP
     routes) brought up to date."""
@@ -168,6 +182,7 @@ def refresh_protocol(text: str) -> str:
         return m.group(1) + render_table(m.group(2)) + m.group(4)
 
     text = _BLOCK_RE.sub(repl, text)
+    text = _KEYWORD_SPAN_RE.sub(_keyword_span, text)
     text = _METHODS_RE.sub(lambda m: m.group(1) + render_utility_methods() + m.group(3), text)
     text = _ROUTES_RE.sub(lambda m: m.group(1) + render_routes() + m.group(3), text)
     return _MACHINE_RE.sub(lambda m: m.group(1) + render_machine(m.group(2)) + m.group(4), text)

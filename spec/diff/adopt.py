@@ -122,7 +122,8 @@ def regenerate(root: str | Path) -> int:
 def adopt(source: str, root: Path = PACKAGE_ROOT, version: str | None = None) -> dict[str, Any]:
     """Extract the layout of the vLLM wheel or checkout ``source``, ship it in ``root`` and regenerate
     (see the module docstring). Returns what the command prints: ``name``, ``previous``, ``findings``
-    (the diff against the release before it, as text), ``spans`` (clause -> (before, after), for the
+    (the diff against the release before it, as text; for a new oldest release, what the one after it
+    (``next``) changed), ``spans`` (clause -> (before, after), for the
     spans that moved) and ``changed`` (the files written, relative to ``root``). Raises
     :class:`LayoutError` for a source that is not a vLLM tree, names no release, or for a failed
     regeneration."""
@@ -140,7 +141,9 @@ def adopt(source: str, root: Path = PACKAGE_ROOT, version: str | None = None) ->
     before = _digests(root)
     others = {n: lay for n, lay in before_layouts.items() if n != layout.name}
     earlier = [n for n in others if _release_key(n) < _release_key(layout.name)]
+    later = [n for n in others if _release_key(n) > _release_key(layout.name)]
     previous = others[earlier[-1]] if earlier else None
+    following = others[later[0]] if later and previous is None else None  # the oldest: what the next one changed
     target = root / "spec" / "layouts" / f"{layout.name}.json"
     target.write_bytes(encode_layout(layout))
     proc = subprocess.run([sys.executable, "-c", _CHILD, str(root)], capture_output=True, text=True,
@@ -153,7 +156,10 @@ def adopt(source: str, root: Path = PACKAGE_ROOT, version: str | None = None) ->
     return {
         "name": layout.name,
         "previous": previous.name if previous is not None else None,
-        "findings": render("text", previous, layout, diff_layouts(previous, layout)) if previous else "",
+        "next": following.name if following is not None else None,
+        "findings": (render("text", previous, layout, diff_layouts(previous, layout)) if previous is not None
+                     else render("text", layout, following, diff_layouts(layout, following)) if following is not None
+                     else ""),
         "spans": {c: (spans_before.get(c), s) for c, s in spans_after.items() if spans_before.get(c) != s},
         "changed": sorted(p for p in after.keys() | before.keys() if before.get(p) != after.get(p)),
     }
@@ -166,8 +172,11 @@ def print_adoption(result: dict[str, Any], as_json: bool = False) -> None:
         return
     name, previous = result["name"], result["previous"]
     print(f"adopted {name}" + (f" (after {previous})" if previous else " (the oldest shipped release)"))
-    if result["findings"]:
+    if result["findings"] and previous:
         print(f"\nwhat changed against {previous} (ecp spec diff {previous} {name}):")
+    elif result["findings"]:
+        print(f"\nwhat {result['next']} changed against it (ecp spec diff {name} {result['next']}):")
+    if result["findings"]:
         print(result["findings"].rstrip())
     print("\nclause release spans that moved:" if result["spans"] else "\nno clause's release span moved")
     for cid, (was, now) in sorted(result["spans"].items()):

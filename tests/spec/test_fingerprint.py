@@ -88,8 +88,8 @@ def test_releases_that_fit_alike_are_named_together():
     fp = Fingerprint()
     fp.observe([msgspec.msgpack.encode(wire.sample(layout, "EngineCoreOutputs", "full"))], "output")
     verdict = fp.verdict()
-    assert verdict.best == ["0.21", "0.22", "0.23", "0.24", "0.25"] and verdict.release == "0.25"
-    assert verdict.sentence(under_test="0.33").startswith("this engine speaks vLLM 0.21 or ... or 0.25 (")
+    assert verdict.best == ["0.20", "0.21", "0.22", "0.23", "0.24", "0.25"] and verdict.release == "0.25"
+    assert verdict.sentence(under_test="0.33").startswith("this engine speaks vLLM 0.20 or ... or 0.25 (")
     assert verdict.sentence(under_test="0.22") is None  # fits as well as any
 
 
