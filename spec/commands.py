@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from .diff.commands import register_spec
+from .version import VLLM_RELEASE, VLLM_VERSION
 
 DIRECTIONS = ("auto", "input", "output", "handshake", "init", "ready", "coordinator")
 
@@ -39,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--vllm", metavar="RELEASE|PATH|auto",
                    help="decode as this vLLM release speaks: a shipped release (`ecp spec release list`), a layout file, "
                         "a vLLM checkout or wheel, or auto (the release the frames fit best). Without it, "
-                        "frames decode as vLLM 0.33. When the frames fit another release better, stderr "
+                        f"frames decode as vLLM {VLLM_RELEASE}. When the frames fit another release better, stderr "
                         "says which and why.")
     p.set_defaults(func=_decode)
 
@@ -71,7 +72,7 @@ def _summary(args: argparse.Namespace) -> int:
     from .sampling import SamplingParams
     from .tables import wire_shape
 
-    print("engine-core protocol, pinned to vLLM 0.33.0 (ZeroMQ + msgpack)\n")
+    print(f"engine-core protocol, pinned to vLLM {VLLM_VERSION} (ZeroMQ + msgpack)\n")
     print("input frames (frontend ROUTER -> engine DEALER): [identity(2), type(1), payload, *aux]")
     for t in RequestType:
         print(f"  0x{t.value.hex()} {t.name:<16} {'on the wire' if t.on_wire else 'engine-internal, never sent'}")

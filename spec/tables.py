@@ -18,6 +18,7 @@ import msgspec
 import msgspec.inspect as mi
 
 from . import control, handshake, outputs, request, sampling
+from .version import VLLM_RELEASE
 
 PROTOCOL_MD = Path(__file__).resolve().parent / "PROTOCOL.md"
 
@@ -140,7 +141,7 @@ def render_utility_methods() -> str:
 
     from .releases import feature_span
 
-    rows = ["| Method | Args (positional) | Result | ✓ | Python 0.33 DP rule | Conforming DP rule | vLLM |",
+    rows = [f"| Method | Args (positional) | Result | ✓ | Python {VLLM_RELEASE} DP rule | Conforming DP rule | vLLM |",
             "|---|---|---|---|---|---|---|"]
     for m in UTILITY_METHODS.values():
         if m.params is None:
@@ -155,7 +156,7 @@ def render_utility_methods() -> str:
                     f"| {'✓' if m.observed else ''} | {m.dp_rule} | {rule} "
                     f"| {feature_span(f'utility:{m.name}').replace('none', '–')} |")
     origins = sorted({m.origin for m in UTILITY_METHODS.values() if m.origin})
-    notes = "".join(f"\n† {origin}: a vLLM 0.33 engine answers with a failure message.\n" for origin in origins)
+    notes = "".join(f"\n† {origin}: a vLLM {VLLM_RELEASE} engine answers with a failure message.\n" for origin in origins)
     return "\n".join(rows) + "\n" + notes
 
 

@@ -103,7 +103,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 #: description, epilog and formatter of ``ecp engine`` and ``python -m ecp.reference.engine``
 PARSER_TEXT = dict(
-    description="Run reference engine cores (the vLLM 0.33 protocol, or --vllm RELEASE's) as remote headless DP ranks.",
+    description=f"Run reference engine cores (the vLLM {VLLM_RELEASE} protocol, or --vllm RELEASE's) as remote headless DP ranks.",
     epilog="Exit codes: 0 after a graceful stop (SIGTERM/SIGINT abort in-flight requests with ABORT outputs), "
            "1 when an engine failed to start or died, 2 for bad arguments. See docs/engine.md.",
     formatter_class=HelpFormatter)
