@@ -69,7 +69,9 @@ def runs(tmp_path_factory):
     nxt = _layout(tmp, "9.1", "9.1.0", lambda fs: [*fs, {"index": 0, "name": "ecp_next_hint", "type": "str | nil",
                                                           "required": False, "default": None}])
     old = _layout(tmp, "0.9", "0.9.3", lambda fs: [f for f in fs if f["name"] != "abort_immediately"])
-    jobs = [(role, rel, path) for rel, path in (("9.1", nxt), ("0.9", old)) for role in ("engine", "frontend")]
+    # the older release in the engine role only: the frontend role reports a missing feature through the
+    # same plugin step, and shipped vLLM 0.20 (no abort_immediately) runs there in test_every_frontend_release
+    jobs = [("engine", "9.1", nxt), ("frontend", "9.1", nxt), ("engine", "0.9", old)]
     with ThreadPoolExecutor(len(jobs)) as pool:
         futures = {(role, rel): pool.submit(_run, tmp, role, path) for role, rel, path in jobs}
         return {key: f.result() for key, f in futures.items()}
@@ -87,7 +89,7 @@ def test_a_next_release_passes_as_itself(runs, role):
     assert "rerun with" not in stdout and "9.1" in data["release"]["fits"], data["release"]
 
 
-@pytest.mark.parametrize("role", ["engine", "frontend"])
+@pytest.mark.parametrize("role", ["engine"])
 def test_an_older_release_without_a_feature_is_unsupported_naming_it(runs, role):
     code, outcomes, data, stdout = runs[(role, "0.9")]
     assert code == 0, stdout[-3000:]
