@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .pace import STARTUP_TIMEOUT_S
+from ecp.spec import VLLM_RELEASE
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -54,8 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           " (repeatable). Its cases are then UNSUPPORTED; an undeclared capability that a case "
                           "finds missing is a FAIL. Sleep mode is declared in the ready payload "
                           "(enable_sleep_mode) where the release has that key (vLLM 0.28 on), here before")
-    eng.add_argument("--vllm", default="0.33", metavar="RELEASE|PATH|auto",
-                     help="the vLLM release the harness speaks and judges: a shipped release (0.21 ... 0.33), a "
+    eng.add_argument("--vllm", default=VLLM_RELEASE, metavar="RELEASE|PATH|auto",
+                     help="the vLLM release the harness speaks and judges: a shipped release (`ecp spec release list`), a "
                           "layout file, a vLLM checkout or wheel, or auto (the release the first ready payload's "
                           "vllm_version names; the report says which). A case that needs what the release lacks "
                           "is UNSUPPORTED")
@@ -88,9 +89,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="declare a capability the frontend lacks, one of: " + ", ".join(flag_choices("frontend")) +
                          " (repeatable; vLLM 0.33 runs DP waves for MoE models only). Its cases are then "
                          "UNSUPPORTED; an undeclared capability that a case finds missing is a FAIL")
-    fe.add_argument("--vllm", default="0.33", metavar="RELEASE|PATH|auto",
+    fe.add_argument("--vllm", default=VLLM_RELEASE, metavar="RELEASE|PATH|auto",
                     help="the vLLM release the scripted engines speak and the frontend is judged as: a shipped "
-                         "release (0.21 ... 0.33), a layout file, a vLLM checkout or wheel, or auto (one request "
+                         "release (`ecp spec release list`), a layout file, a vLLM checkout or wheel, or auto (one request "
                          "case first; the release the frontend's traffic fits is named, then used) (%(default)s)")
     add_common_options(fe)
     fe.set_defaults(case_timeout=30.0)
@@ -222,12 +223,13 @@ def _engine(args: argparse.Namespace) -> int:
         print("ecp conformance engine: {handshake_host}/{handshake_port} need --transport tcp "
               "(with ipc use {handshake_address})", file=sys.stderr)
         return 2
+    under_test = None  # auto: chosen from the first ready payload
     if args.vllm != "auto":
         from ecp.spec.layout.model import LayoutError
         from ecp.spec.profile import resolve_profile
 
         try:
-            resolve_profile(args.vllm)
+            under_test = resolve_profile(args.vllm).release
         except LayoutError as exc:
             print(f"ecp conformance engine: --vllm: {exc}", file=sys.stderr)
             return 2
@@ -239,7 +241,7 @@ def _engine(args: argparse.Namespace) -> int:
         "lacks": sorted(set(args.engine_lacks)), "vocab_size": args.engine_vocab_size,
     }
     target = " ".join(command) if command else f"--attach {args.attach}" if args.attach else f"--adapter {args.adapter}"
-    return run("engine", args, role_config, target)
+    return run("engine", args, role_config, target, under_test)
 
 
 def _frontend(args: argparse.Namespace) -> int:

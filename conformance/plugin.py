@@ -60,7 +60,7 @@ class RunState:
         self.catalogue = {c.id: c for c in load_role(self.role)}
         self.transcript = Transcript()
         #: which release the peer speaks, from its traffic; written to ``release_path`` at the end
-        self.release = ReleaseWatch(self.role, config.get("under_test") or "")
+        self.release = ReleaseWatch(self.role, config.get("under_test") or "", _profile_under_test(config))
         self.transcript.observer = self.release.observe
         self.results_path = Path(config["results_path"])
         self.results_path.write_text("")
@@ -86,6 +86,20 @@ class RunState:
             cfg = getattr(mod, config_cls)(**self.config[self.role])
             self.manager = getattr(mod, manager_cls)(cfg, self.transcript)
         return self.manager
+
+
+def _profile_under_test(config: dict[str, Any]) -> Any:
+    """The profile ``--vllm`` named (``None`` for ``auto``, chosen from traffic later)."""
+    from ecp.spec.layout.model import LayoutError
+    from ecp.spec.profile import resolve_profile
+
+    reference = (config.get(config["role"]) or {}).get("vllm")
+    if not reference or reference == "auto":
+        return None
+    try:
+        return resolve_profile(reference)
+    except LayoutError:
+        return None  # the command checked it; a fingerprint is never a reason to fail a run
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -186,7 +200,31 @@ def pytest_runtest_call(item: pytest.Item) -> None:
     if state is None:
         return
     manager = state.peer_manager()
+    cid = _case_id(item)
+    if cid is not None:
+        _require_release(state.catalogue[cid], manager.release_layout())
     manager.set_deadline(time.monotonic() + manager.case_budget())
+
+
+def _require_release(case: Any, layout: Any) -> None:
+    """Raise :class:`~.outcomes.Unsupported` when the release under test lacks a feature the case's
+    clause needs (:data:`ecp.spec.clauses.RELEASE_BOUND`): the clause does not bind a peer of it."""
+    from ecp.spec.clauses import CLAUSES
+    from ecp.spec.releases import describe
+
+    from .outcomes import Unsupported
+
+    clause = CLAUSES.get(case.clause)
+    missing = clause.missing_in(layout) if clause is not None else ()
+    if missing:
+        raise Unsupported(f"{', '.join(describe(f) for f in missing)}: not in {_label(layout)} "
+                          f"({case.clause} binds only the releases that have it)")
+
+
+def _label(layout: Any) -> str:
+    from ecp.spec.profile import release_of
+
+    return f"vLLM {release_of(layout)}"
 
 
 @pytest.hookimpl(hookwrapper=True)

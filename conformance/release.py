@@ -40,11 +40,12 @@ class ReleaseWatch:
     messages, ready payloads and outputs count) or ``frontend`` (the peer is a frontend:
     the inputs it sent the harness's engines count)."""
 
-    def __init__(self, role: str, under_test: str = "") -> None:
+    def __init__(self, role: str, under_test: str = "", profile: Any = None) -> None:
         self.role = role
         #: the release the run judges the peer as (``--vllm``; the suite's own by default)
         self.under_test = under_test or UNDER_TEST
-        self.fingerprint = Fingerprint()
+        # the release under test is a candidate whatever it is (a layout file, a wheel, a checkout)
+        self.fingerprint = Fingerprint(under_test=profile)
         # build the releases' profiles now, not inside the first frame a case records (a cost
         # there would be taken for the peer's answer time, which sets the case budgets)
         self.fingerprint.profiles()

@@ -41,6 +41,6 @@ from .recover import (
 from .sampling import SamplingParams
 from .tensors import Tensor
 
-VLLM_VERSION = "0.33.0"
+from .version import VLLM_RELEASE, VLLM_VERSION
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -56,6 +56,8 @@ HARDENED: frozenset[str] = frozenset({
 #: the release. Every other clause holds in every shipped release.
 RELEASE_BOUND: dict[str, tuple[str, ...]] = {
     "ECP-OUT-5": ("field:EngineCoreOutput.error", "message:RequestError"),
+    # the rejection notice is an ADD with abort_immediately: a release without the field has no notice
+    **{f"ECP-REJECT-{n}": ("field:EngineCoreRequest.abort_immediately",) for n in (1, 2, 3, 5, 6)},
 }
 
 AREAS: dict[str, str] = {
@@ -97,11 +99,16 @@ class Clause:
 
     def holds_in(self, layout: "Layout") -> bool:
         """Whether the clause binds a peer of ``layout``'s release (it has every feature)."""
+        return not self.missing_in(layout)
+
+    def missing_in(self, layout: "Layout") -> tuple[str, ...]:
+        """The features the clause needs that ``layout``'s release lacks (empty: the clause binds it)."""
         if not self.features:
-            return True
+            return ()
         from .releases import features_of
 
-        return set(self.features) <= features_of(layout)
+        have = features_of(layout)
+        return tuple(f for f in self.features if f not in have)
 
     def release_span(self) -> str:
         """The shipped releases the clause holds in: ``all``, ``0.33``, ``0.28–0.33``."""

@@ -26,6 +26,8 @@ import os
 import sys
 from typing import Iterable
 
+from .version import VLLM_RELEASE
+
 ENTRY_POINT_GROUP = "ecp.commands"
 DISTRIBUTION = "engine-core-protocol"
 
@@ -80,7 +82,7 @@ def build_parser(plugins: Iterable[importlib.metadata.EntryPoint] | None = None,
     """
     parser = argparse.ArgumentParser(
         prog="ecp",
-        description="The vLLM 0.33 engine-core protocol: spec tools, reference peers, conformance suite.",
+        description=f"The vLLM {VLLM_RELEASE} engine-core protocol: spec tools, reference peers, conformance suite.",
     )
     parser.add_argument("--version", action="version", version=f"ecp {version()} ({DISTRIBUTION})")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")

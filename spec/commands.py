@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from .diff.commands import register_spec
+from .version import VLLM_RELEASE, VLLM_VERSION
 
 DIRECTIONS = ("auto", "input", "output", "handshake", "init", "ready", "coordinator")
 
@@ -37,9 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--wire", action="store_true",
                    help="print array-like structs as arrays in wire order (default: maps keyed by field name)")
     p.add_argument("--vllm", metavar="RELEASE|PATH|auto",
-                   help="decode as this vLLM release speaks: a shipped release (0.21 ... 0.33), a layout file, "
+                   help="decode as this vLLM release speaks: a shipped release (`ecp spec release list`), a layout file, "
                         "a vLLM checkout or wheel, or auto (the release the frames fit best). Without it, "
-                        "frames decode as vLLM 0.33. When the frames fit another release better, stderr "
+                        f"frames decode as vLLM {VLLM_RELEASE}. When the frames fit another release better, stderr "
                         "says which and why.")
     p.set_defaults(func=_decode)
 
@@ -72,7 +73,7 @@ def _summary(args: argparse.Namespace) -> int:
     from .sampling import SamplingParams
     from .tables import wire_shape
 
-    print("engine-core protocol, pinned to vLLM 0.33.0 (ZeroMQ + msgpack)\n")
+    print(f"engine-core protocol, pinned to vLLM {VLLM_VERSION} (ZeroMQ + msgpack)\n")
     print("input frames (frontend ROUTER -> engine DEALER): [identity(2), type(1), payload, *aux]")
     for t in RequestType:
         print(f"  0x{t.value.hex()} {t.name:<16} {'on the wire' if t.on_wire else 'engine-internal, never sent'}")
@@ -176,7 +177,7 @@ def _decode_profile(reference: str, messages: list) -> tuple[object | None, int]
 
     from .frames import guess_directions
     from .layout.model import LayoutError
-    from .profile import resolve_profile, shipped_profile, shipped_releases
+    from .profile import resolve_profile, shipped_profile
     from .profile.fingerprint import Fingerprint
 
     fingerprint = Fingerprint()
@@ -196,10 +197,10 @@ def _decode_profile(reference: str, messages: list) -> tuple[object | None, int]
     except LayoutError as exc:
         print(f"ecp decode: --vllm: {exc}", file=sys.stderr)
         return None, 2
-    if profile.release in shipped_releases():
-        sentence = verdict.sentence(peer="peer", under_test=profile.release)
-        if sentence:
-            print(f"ecp decode: {sentence}", file=sys.stderr)
+    fingerprint.under_test = profile  # judged against the release named first, whatever it is
+    sentence = fingerprint.verdict().sentence(peer="peer", under_test=profile.release)
+    if sentence:
+        print(f"ecp decode: {sentence}", file=sys.stderr)
     return profile, 0
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from .codec import _schema_hook
+from .version import VLLM_VERSION
 from .control import CoordinatorPublication, StartDPWave, UtilityRequest
 from .handshake import EngineCoreReadyResponse, EngineHandshakeMetadata, Hello, Ready
 from .outputs import EngineCoreOutputs
@@ -46,7 +47,7 @@ def schema_for(kind: str) -> dict[str, Any]:
     typ, framing = MESSAGE_TYPES[kind]
     body = msgspec.json.schema(typ, schema_hook=_schema_hook)
     doc: dict[str, Any] = {"$schema": DIALECT, "$id": f"https://ecp.invalid/schema/{kind}.json",
-                           "title": f"ecp {kind} (vLLM 0.33.0)", "description": framing}
+                           "title": f"ecp {kind} (vLLM {VLLM_VERSION})", "description": framing}
     doc.update(body)
     return doc
 
@@ -64,7 +65,7 @@ def http_schema_for(name: str) -> dict[str, Any]:
 
     typ, what = schema_types()[name]
     doc: dict[str, Any] = {"$schema": DIALECT, "$id": f"https://ecp.invalid/schema/{name}.json",
-                           "title": f"ecp {name} (vLLM 0.33.0)", "description": f"HTTP: {what}"}
+                           "title": f"ecp {name} (vLLM {VLLM_VERSION})", "description": f"HTTP: {what}"}
     doc.update(msgspec.json.schema(typ))
     return doc
 

@@ -18,6 +18,7 @@ import msgspec
 import msgspec.inspect as mi
 
 from . import control, handshake, outputs, request, sampling
+from .version import VLLM_RELEASE
 
 PROTOCOL_MD = Path(__file__).resolve().parent / "PROTOCOL.md"
 
@@ -140,7 +141,7 @@ def render_utility_methods() -> str:
 
     from .releases import feature_span
 
-    rows = ["| Method | Args (positional) | Result | ✓ | Python 0.33 DP rule | Conforming DP rule | vLLM |",
+    rows = [f"| Method | Args (positional) | Result | ✓ | Python {VLLM_RELEASE} DP rule | Conforming DP rule | vLLM |",
             "|---|---|---|---|---|---|---|"]
     for m in UTILITY_METHODS.values():
         if m.params is None:
@@ -155,8 +156,22 @@ def render_utility_methods() -> str:
                     f"| {'✓' if m.observed else ''} | {m.dp_rule} | {rule} "
                     f"| {feature_span(f'utility:{m.name}').replace('none', '–')} |")
     origins = sorted({m.origin for m in UTILITY_METHODS.values() if m.origin})
-    notes = "".join(f"\n† {origin}: a vLLM 0.33 engine answers with a failure message.\n" for origin in origins)
+    notes = "".join(f"\n† {origin}: a vLLM {VLLM_RELEASE} engine answers with a failure message.\n" for origin in origins)
     return "\n".join(rows) + "\n" + notes
+
+
+#: a clause's anchor: ``**ECP-OUT-5** (MUST, vLLM 0.33)``, ``**ECP-HS-8** (MUST, hardened)``
+_KEYWORD_SPAN_RE = re.compile(r"\*\*(ECP-[A-Z]+-\d+)\*\* \((MUST|SHOULD|MAY)((?:, hardened)?)(?:, vLLM [0-9.–]+)?\)")
+
+
+def _keyword_span(m: re.Match) -> str:
+    """The anchor with its clause's release span beside the keyword: the shipped releases that have
+    every feature a release-bound clause needs (``ECP-OUT-5``: vLLM 0.33); none where that is all."""
+    from .clauses import CLAUSES
+
+    clause = CLAUSES.get(m.group(1))
+    span = clause.release_span() if clause is not None and clause.features else "all"
+    return f"**{m.group(1)}** ({m.group(2)}{m.group(3)}" + ("" if span == "all" else f", vLLM {span}") + ")"
 
 
 def refresh_protocol(text: str) -> str:
@@ -168,6 +183,7 @@ def refresh_protocol(text: str) -> str:
         return m.group(1) + render_table(m.group(2)) + m.group(4)
 
     text = _BLOCK_RE.sub(repl, text)
+    text = _KEYWORD_SPAN_RE.sub(_keyword_span, text)
     text = _METHODS_RE.sub(lambda m: m.group(1) + render_utility_methods() + m.group(3), text)
     text = _ROUTES_RE.sub(lambda m: m.group(1) + render_routes() + m.group(3), text)
     return _MACHINE_RE.sub(lambda m: m.group(1) + render_machine(m.group(2)) + m.group(4), text)

@@ -20,10 +20,11 @@ from typing import Any
 
 from ecp.spec import ProtocolError, decode_any
 from ecp.spec.profile import Profile, resolve_profile, shipped_profile, shipped_releases, wire_codec
+from ecp.spec import VLLM_RELEASE
 
 AUTO = "auto"
 #: the release the harness speaks while ``auto`` has not chosen yet
-DEFAULT = "0.33"
+DEFAULT = VLLM_RELEASE
 
 
 class ReleaseChoice:

@@ -31,6 +31,7 @@ from ..pace import STARTUP_TIMEOUT_S, LaunchRecord, Pace
 from ..transcript import Transcript
 from .harness_frontend import Addresses, HarnessFrontend
 from .release_choice import ReleaseChoice
+from ecp.spec import VLLM_RELEASE
 
 
 @dataclass
@@ -52,7 +53,7 @@ class EngineRunConfig:
     #: the vocabulary size of the engine's model (``--engine-vocab-size``): output token ids stay below it
     vocab_size: int | None = None
     #: the vLLM release the harness speaks: ``--vllm RELEASE|PATH|auto`` (ecp.conformance.engine.release_choice)
-    vllm: str = "0.33"
+    vllm: str = VLLM_RELEASE
     #: built from :attr:`vllm` by the manager and shared by every launch of the run (not in the JSON)
     release: ReleaseChoice | None = field(default=None, repr=False, compare=False)
 
@@ -264,6 +265,10 @@ class Spare:
 
 class EngineManager:
     """Owns the zmq context, the shared engine and every fresh engine of a run."""
+
+    def release_layout(self) -> Any:
+        """The layout of the release under test (vLLM 0.33's while ``--vllm auto`` has not chosen)."""
+        return self.release_under_test.profile.layout
 
     @staticmethod
     def run_phase(case: Any) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from ecp.spec import VLLM_VERSION
+from ecp.spec import VLLM_RELEASE, VLLM_VERSION
 from ecp.spec import codec as codec_033
 from ecp.spec.errors import LocalProtocolError
 from ecp.spec.profile import Profile, resolve_profile, wire_codec
@@ -21,7 +21,7 @@ from ecp.spec.profile import Profile, resolve_profile, wire_codec
 from ..outcomes import Unsupported
 
 #: the suite's own release, as ``--vllm`` names it
-OWN = "0.33"
+OWN = VLLM_RELEASE
 
 
 class EngineRelease:
@@ -29,6 +29,8 @@ class EngineRelease:
 
     def __init__(self, profile: Profile) -> None:
         self.codec: Any = wire_codec(profile)
+        #: the release's layout, for every release (0.33 included): what a case asks of its shapes
+        self.layout = profile.layout
         #: ``None`` for vLLM 0.33 (the suite's own types and codec)
         self.profile: Profile | None = None if self.codec is codec_033 else profile
         self.release = profile.release

@@ -51,6 +51,7 @@ import msgspec
 
 from ecp.spec import EngineCoreOutput, EngineCoreOutputs, FinishReason
 from ecp.spec import codec as codec_033
+from ecp.spec import VLLM_RELEASE
 from ecp.spec import wireforms
 
 #: the forms :class:`OutputForm` knows, each with the clause it exercises
@@ -328,7 +329,7 @@ class OutputForm:
             return self._profile.layout
         from ecp.spec.profile import shipped_profile
 
-        return shipped_profile("0.33").layout
+        return shipped_profile(VLLM_RELEASE).layout
 
     def _tensors_aux(self, raw: list, aux: list[bytes]) -> tuple[Any, list[bytes]]:
         for tensor in _tensors(raw):

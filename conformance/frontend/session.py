@@ -39,6 +39,7 @@ from .http_driver import HttpDriver
 from .launcher import Placeholders, has_kv_connector, without_kv_connector, without_kv_trust
 from .probe import Capabilities, probe
 from .recorder import FrameRecord
+from ecp.spec import VLLM_RELEASE
 
 T = TypeVar("T")
 
@@ -69,7 +70,7 @@ class FrontendRunConfig:
     #: capabilities the frontend lacks, declared with ``--frontend-lacks`` (ecp.conformance.capabilities)
     lacks: list[str] = field(default_factory=list)
     #: the vLLM release the scripted engines speak (``--vllm``: a shipped release, a layout file, a vLLM tree)
-    vllm: str = "0.33"
+    vllm: str = VLLM_RELEASE
 
 
 #: How long an interrupted coroutine and the loop's teardown get to finish their cleanup (closing
@@ -477,6 +478,10 @@ class FrontendManager:
         self.healthy_after_s: float | None = None
         #: the release the scripted engines speak (``--vllm``): cases ask it what the release has
         self.release: EngineRelease = engine_release(cfg.vllm)
+
+    def release_layout(self) -> Any:
+        """The layout of the release the scripted engines speak (the release under test)."""
+        return self.release.layout
 
     # -- running case bodies -------------------------------------------------------
     def run(self, body: Callable[["FrontendManager"], Awaitable[T]]) -> T:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ecp.spec import VLLM_RELEASE
+
 DESCRIPTION = """\
 Sit between a frontend and its engines and check every message against the protocol.
 Start the frontend with its handshake at --frontend, start the engines with --listen as
@@ -43,9 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="check each message before relaying it and stop relaying at the first MUST violation")
     g.add_argument("--strict", action="store_true", help="SHOULD/MAY violations also fail (exit 1)")
     g.add_argument("--vllm", metavar="RELEASE|PATH|auto",
-                   help="the vLLM release both sides speak: a shipped release (0.21 ... 0.33), a layout file, "
+                   help="the vLLM release both sides speak: a shipped release (`ecp spec release list`), a layout file, "
                         "a vLLM checkout or wheel, or auto (the release each side's traffic fits best); "
-                        "default: 0.33")
+                        f"default: {VLLM_RELEASE}")
     g.add_argument("--frontend-vllm", metavar="RELEASE|PATH|auto", dest="frontend_vllm",
                    help="the frontend's release (overrides --vllm for that side)")
     g.add_argument("--engine-vllm", metavar="RELEASE|PATH|auto", dest="engine_vllm",

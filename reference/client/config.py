@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ecp.spec import DEFAULT_LIMITS, DecodeLimits
+from ecp.spec import VLLM_RELEASE
 
 @dataclass(frozen=True)
 class ClientConfig:
@@ -70,7 +71,7 @@ class ClientConfig:
     peer_loss_grace_s: float = 0.1
     liveness_timeout_s: float | None = None
     decode_limits: DecodeLimits = DEFAULT_LIMITS
-    vllm: str = "0.33"
+    vllm: str = VLLM_RELEASE
     bugs: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ecp.spec import LocalProtocolError
+from ecp.spec import VLLM_RELEASE, VLLM_VERSION, LocalProtocolError
 from ecp.spec import codec as codec_033
 from ecp.spec.profile import Profile, resolve_profile, wire_codec
 
 #: how ``--vllm`` names the client's own release (no profile is built for it)
-OWN = ("0.33", "0.33.0", "vllm-0.33")
+OWN = (VLLM_RELEASE, VLLM_VERSION, f"vllm-{VLLM_RELEASE}")
 
 
 class NotInRelease(LocalProtocolError):
@@ -27,9 +27,9 @@ class NotInRelease(LocalProtocolError):
 class ClientRelease:
     """What the client needs of one release: ``codec`` for its protocol machine and :meth:`fit`."""
 
-    def __init__(self, reference: str = "0.33") -> None:
+    def __init__(self, reference: str = VLLM_RELEASE) -> None:
         if reference in OWN:
-            self.codec, self.profile, self.label = codec_033, None, "vLLM 0.33"
+            self.codec, self.profile, self.label = codec_033, None, f"vLLM {VLLM_RELEASE}"
             return
         profile = resolve_profile(reference)
         self.codec: Any = wire_codec(profile)

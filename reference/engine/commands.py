@@ -7,6 +7,7 @@ handler (:func:`ecp.reference.engine.main.run`).
 from __future__ import annotations
 
 import argparse
+from ecp.spec import VLLM_RELEASE
 
 
 def add_engine_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,8 +24,8 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="say HELLO local=true, headless=false (default: a remote headless engine)")
     g.add_argument("--in-process", action="store_true",
                    help="run all ranks as threads of one process instead of one OS process per rank")
-    g.add_argument("--vllm", default="0.33", metavar="RELEASE|PATH",
-                   help="the vLLM release to speak: a shipped release (0.21 ... 0.33), a layout file or a vLLM "
+    g.add_argument("--vllm", default=VLLM_RELEASE, metavar="RELEASE|PATH",
+                   help="the vLLM release to speak: a shipped release (`ecp spec release list`), a layout file or a vLLM "
                         "checkout/wheel; sets the wire codec, the ready payload's fields and vllm_version, and the "
                         "UTILITY methods and arities served (a method the release lacks is answered as unknown)")
     g.add_argument("--handshake-timeout-s", type=float, default=300.0,
@@ -107,7 +108,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 #: description, epilog and formatter of ``ecp engine`` and ``python -m ecp.reference.engine``
 PARSER_TEXT = dict(
-    description="Run reference engine cores (the vLLM 0.33 protocol, or --vllm RELEASE's) as remote headless DP ranks.",
+    description=f"Run reference engine cores (the vLLM {VLLM_RELEASE} protocol, or --vllm RELEASE's) as remote headless DP ranks.",
     epilog="Exit codes: 0 after a graceful stop (SIGTERM/SIGINT abort in-flight requests with ABORT outputs), "
            "1 when an engine failed to start or died, 2 for bad arguments. See docs/engine.md.",
     formatter_class=HelpFormatter)

@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .faults import FAULTS
+from ecp.spec import VLLM_RELEASE
 
 if TYPE_CHECKING:
     from ecp.spec.profile import Profile
@@ -63,7 +64,7 @@ class EngineConfig:
     kv_producers: list[str] = field(default_factory=list)
     # -- protocol surface -------------------------------------------------
     #: the vLLM release spoken on the wire (``--vllm RELEASE|PATH``): its codec, ready payload and UTILITY table
-    vllm: str = "0.33"
+    vllm: str = VLLM_RELEASE
     disable_log_stats: bool = False
     local: bool = False  # HELLO local=true, headless=false
     data_parallel_size: int | None = None  # None: engine_start_index + engine_count

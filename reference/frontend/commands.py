@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from ecp.spec import VLLM_RELEASE
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,8 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--http", choices=("auto", "httptools", "h11"), default="auto",
                    help="HTTP/1.1 implementation: httptools (C parser, lean response path; the 'serve' extra "
                         "installs it) or h11 (pure Python); auto = httptools when installed (default)")
-    p.add_argument("--vllm", default="0.33", metavar="RELEASE|PATH",
-                   help="the vLLM release the engines speak: a shipped release (0.21 ... 0.33), a layout file or a "
+    p.add_argument("--vllm", default=VLLM_RELEASE, metavar="RELEASE|PATH",
+                   help="the vLLM release the engines speak: a shipped release (`ecp spec release list`), a layout file or a "
                         "vLLM checkout or wheel (default %(default)s). Frames are written and read as that release "
                         "does; a dev route whose utility method the release lacks answers 501 naming the release")
     p.add_argument("--log-level", default="warning")

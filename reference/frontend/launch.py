@@ -23,7 +23,7 @@ import subprocess
 import sys
 from typing import Any, Sequence
 
-from ecp.spec import VLLM_VERSION
+from ecp.spec import VLLM_RELEASE, VLLM_VERSION
 
 from .engine_client import EngineClient
 
@@ -122,7 +122,7 @@ def check_args(args: argparse.Namespace) -> str | None:
         return f"HTTP limits: {exc}"
     if getattr(args, "api_server_count", 1) < 1:
         return "--api-server-count must be at least 1"
-    return check_release(getattr(args, "vllm", "0.33"))
+    return check_release(getattr(args, "vllm", VLLM_RELEASE))
 
 
 def http_limits(args: argparse.Namespace) -> Any:
@@ -161,7 +161,7 @@ def client_config(args: argparse.Namespace, **overrides: Any) -> Any:
     common: dict[str, Any] = dict(
         engine_count=args.data_parallel_size, handshake_timeout_s=args.handshake_timeout,
         kv_connector=args.kv_connector, liveness_timeout_s=args.engine_liveness_timeout,
-        bugs=client_bugs(args.bug), vllm=getattr(args, "vllm", "0.33"))
+        bugs=client_bugs(args.bug), vllm=getattr(args, "vllm", VLLM_RELEASE))
     if external_engines(args):
         host = handshake_host(args)
         common.update(engine_start_index=args.data_parallel_start_rank, transport="tcp", host=host,
@@ -182,7 +182,7 @@ def embedded_engine_args(args: argparse.Namespace, tokenizer: Any) -> list[str]:
         extra += ["--kv-connector", args.kv_connector]
     from ..client.release import OWN
 
-    if getattr(args, "vllm", "0.33") not in OWN:  # the engines speak the client's release
+    if getattr(args, "vllm", VLLM_RELEASE) not in OWN:  # the engines speak the client's release
         extra += ["--vllm", args.vllm]
     return extra
 
@@ -200,7 +200,7 @@ def build_app(args: argparse.Namespace, client: EngineClient, tokenizer: Any, pe
                           kv_connector=args.kv_connector, bugs=frozenset(args.bug),
                           trust_request_kv_params=getattr(args, "trust_request_kv_params", False),
                           kv_params_trust_header=getattr(args, "kv_params_trust_header", None),
-                          vllm_version=_vllm_version(getattr(args, "vllm", "0.33")),
+                          vllm_version=_vllm_version(getattr(args, "vllm", VLLM_RELEASE)),
                           dev_mode=args.dev_mode or os.environ.get("VLLM_SERVER_DEV_MODE", "0") not in ("", "0"))
     frontend = Frontend(client, tokenizer, fcfg)
     return ServeApp(frontend, peers=peers).build(), fcfg.dev_mode

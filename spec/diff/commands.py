@@ -45,8 +45,8 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "diff", help="compare two layouts; exit 1 on breaking changes",
         description="Each side is a layout file (e.g. written by `ecp spec layout --from-vllm` or --from-rust), a shipped "
-                    "layout name (vllm-0.21 ... vllm-0.33), 'current' (ecp.spec's own types) or a git ref of "
-                    "this repository (REF or REF:PATH; REF alone reads spec/layouts/vllm-0.33.json at that ref). "
+                    "layout name (vllm-X.Y: `ecp spec release list`), 'current' (ecp.spec's own types) or a git ref of "
+                    "this repository (REF or REF:PATH; REF alone reads the newest shipped layout at that ref). "
                     "Each finding names its rule (DIFF-nnn), the clause of spec/PROTOCOL.md it violates, "
                     "the peers it hurts, where it is written (file:line) and a one-line fix. When exactly one side "
                     "was read from Rust, the two are compared as peers: the Rust crate in its role against vLLM.",
@@ -75,6 +75,26 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
                         "--cross; 'none': leave it out)")
     p.set_defaults(func=_compat)
 
+    p = sub.add_parser("release", help="the shipped vLLM releases: list them, or adopt one (add --from-vllm)")
+    rel = p.add_subparsers(dest="release_command", metavar="RELEASE_COMMAND")
+    p.set_defaults(func=_usage, spec_parser=p)
+    q = rel.add_parser("list", help="the shipped releases, oldest first (what --vllm takes by name)")
+    q.set_defaults(func=_release_list)
+    q = rel.add_parser(
+        "add", help="adopt a vLLM release: extract and ship its layout, regenerate everything generated",
+        description="Extract the layout of a vLLM wheel or checkout, write it to spec/layouts/vllm-X.Y.json and "
+                    "regenerate the files generated from the shipped layouts (spec/schema/, PROTOCOL.md's "
+                    "generated blocks and release spans, docs/compatibility.md); print what changed against "
+                    "the release before it and which clauses' release spans moved. Adopting a release that is "
+                    "already shipped rewrites its layout from the source.")
+    q.add_argument("--from-vllm", metavar="PATH", dest="from_vllm", required=True,
+                   help="a vLLM .whl, an unpacked wheel or a checkout")
+    q.add_argument("--vllm-version", metavar="X.Y.Z", dest="vllm_version",
+                   help="the release the tree is (for a checkout that records no version)")
+    q.add_argument("--root", metavar="DIR", help="the repository to adopt it into (default: the one ecp.spec is in)")
+    q.add_argument("--json", action="store_true", help="print the result as JSON")
+    q.set_defaults(func=_release_add)
+
     p = sub.add_parser(
         "sentences", help="the normative sentences of spec/PROTOCOL.md with their ids; --check, --number",
         description="List every normative sentence of spec/PROTOCOL.md (id, level, text). --check exits 1 "
@@ -87,6 +107,33 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--protocol", metavar="FILE", help="the PROTOCOL.md to read (default: the package's)")
     p.add_argument("--ledger", metavar="FILE", help="the ledger (default: spec/sentences.txt beside it)")
     p.set_defaults(func=_sentences)
+
+
+def _release_list(args: argparse.Namespace) -> int:
+    from ..profile import shipped_profile, shipped_releases
+
+    for release in shipped_releases():
+        print(f"{release}  (vLLM {shipped_profile(release).vllm_version})")
+    return 0
+
+
+def _release_add(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..layout.model import LayoutError
+    from .adopt import PACKAGE_ROOT, adopt, print_adoption
+
+    root = Path(args.root) if args.root else PACKAGE_ROOT
+    if not (root / "spec" / "layouts").is_dir():
+        print(f"ecp spec release add: {root} holds no spec/layouts/", file=sys.stderr)
+        return 2
+    try:
+        result = adopt(args.from_vllm, root, args.vllm_version)
+    except LayoutError as exc:
+        print(f"ecp spec release add: {exc}", file=sys.stderr)
+        return 2
+    print_adoption(result, as_json=args.json)
+    return 0
 
 
 def _sentences(args: argparse.Namespace) -> int:

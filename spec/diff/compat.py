@@ -175,6 +175,24 @@ def render_markdown(layouts: list[Layout], results: list[PairResult], observed: 
     ]
     for layout in layouts:
         lines.append(f"- `{layout.name}` (vLLM {layout.vllm_version}): {layout.source}")
+    if layouts:
+        oldest = layouts[0]
+        lines += [
+            "",
+            f"**Where the line stops.** The oldest layout shipped is `{oldest.name}` (vLLM {oldest.vllm_version}):",
+            "older releases are not extracted and checked here, so `--vllm` does not name them. A wheel or a",
+            "checkout of any release whose V1 engine (`vllm/v1/engine/`) the extractor reads is judged as itself",
+            "all the same (`--vllm PATH`, both conformance roles and the reference peers; a case whose clause",
+            "needs a feature the release lacks is UNSUPPORTED, naming both), and `ecp spec release add",
+            "--from-vllm PATH` ships it.",
+        ]
+        if len(layouts) > 1:
+            from .compare import diff_layouts
+
+            breaks = [f"{f.subject}: {f.message} ({f.rule.id})" for f in diff_layouts(oldest, layouts[1])
+                      if f.severity == "breaking"]
+            lines += [f"What `{layouts[1].name}` broke against it (`ecp spec diff {oldest.name} {layouts[1].name}`): "
+                      + ("; ".join(breaks) if breaks else "nothing") + "."]
     lines += _grid(layouts, results)
     if observed is not None:
         lines += render_executed(layouts, observed)

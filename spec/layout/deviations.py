@@ -33,11 +33,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+from ..version import VLLM_RELEASE
 
 Kind = Literal["unresolved", "map", "stats", "name", "ecp"]
 
 #: the shipped layout the deviations are relative to
-BASELINE = "vllm-0.33"
+BASELINE = f"vllm-{VLLM_RELEASE}"
 
 
 @dataclass(frozen=True)

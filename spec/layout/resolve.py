@@ -21,10 +21,11 @@ from importlib import resources
 from pathlib import Path
 
 from .model import Layout, LayoutError, decode_layout
+from ..version import VLLM_RELEASE
 
 CURRENT = "current"
 #: the file a git ref is read from when the reference names no path
-DEFAULT_REF_PATH = "spec/layouts/vllm-0.33.json"
+DEFAULT_REF_PATH = f"spec/layouts/vllm-{VLLM_RELEASE}.json"
 GIT_TIMEOUT_S = 30
 
 

@@ -61,6 +61,12 @@ def _index(name: str, field_name: str, layout: Layout) -> int | None:
     return None if f is None else f.index
 
 
+def _order(release: str) -> tuple:
+    """Releases by version (``0.9`` before ``0.21``); one named by a commit comes after them all."""
+    parts = release.split(".")
+    return (0, tuple(int(p) for p in parts)) if all(p.isdigit() for p in parts) else (1, (), release)
+
+
 def _weight(fact: str) -> int:
     """How telling a fact is, for the order of a sentence (stable sort: ties in the order seen)."""
     if fact.endswith(" elements"):
@@ -117,15 +123,22 @@ class Verdict:
 @dataclass
 class Fingerprint:
     """Facts gathered from traffic (see the module docstring); ``releases`` are the
-    candidates (default: every shipped release)."""
+    candidates (default: every shipped release). ``under_test``, the release a tool judges
+    or decodes the peer as (a layout file, a wheel, a checkout: any release), is a candidate
+    too, so a verdict names another release only when that one fits more facts."""
 
     releases: Sequence[str] = field(default_factory=shipped_releases)
+    under_test: Profile | None = None
     _facts: dict[str, Callable[[Layout], bool]] = field(default_factory=dict)
     _calls: dict[int, str] = field(default_factory=dict)
 
     def profiles(self) -> list[Profile]:
-        """The candidate releases' profiles (built once per process, then cached)."""
-        return [shipped_profile(r) for r in self.releases]
+        """The candidate releases' profiles, oldest first (shipped ones built once per process)."""
+        shipped = [shipped_profile(r) for r in self.releases]
+        extra = self.under_test
+        if extra is None or extra.release in self.releases:
+            return shipped
+        return sorted([*shipped, extra], key=lambda p: _order(p.release))
 
     def _newest(self) -> Layout:
         return self.profiles()[-1].layout

@@ -63,12 +63,16 @@ class UtilitySignature:
 
 
 def release_of(layout: Layout) -> str:
-    """The short release name of a layout: ``0.32`` for ``vllm-0.32`` (version 0.32.0)."""
+    """The short release name of a layout: ``0.32`` for ``vllm-0.32`` (version 0.32.0), the commit for a
+    checkout named after it."""
     m = re.fullmatch(r"vllm-(\d+\.\d+)", layout.name)
     if m:
         return m.group(1)
     m = re.match(r"(\d+\.\d+)", layout.vllm_version)
-    return m.group(1) if m else layout.name
+    if m:
+        return m.group(1)
+    # a checkout that records no version is named by its commit (``vllm-1a2b3c4d5e6f``)
+    return layout.name[len("vllm-"):] if layout.name.startswith("vllm-") else layout.name
 
 
 class Profile:

@@ -29,6 +29,7 @@ from ..limits import DEFAULT_LIMITS, DecodeLimits
 from ..outputs import EngineCoreOutputs
 from ..request import EngineCoreRequest
 from .translate import Translator
+from ..version import VLLM_RELEASE
 
 if TYPE_CHECKING:
     from .model import Profile
@@ -59,7 +60,7 @@ def layout_field_names(cls: type) -> list[tuple[str, str]]:
         return own
     from .resolve import shipped_profile
 
-    twin = shipped_profile("0.33").messages.get(cls.__name__)
+    twin = shipped_profile(VLLM_RELEASE).messages.get(cls.__name__)
     if twin is None:
         return own
     if cls.__struct_config__.array_like:
@@ -72,14 +73,14 @@ def wire_codec(profile: "Profile") -> Any:
     for the shipped vLLM 0.33 layout)."""
     from .resolve import shipped_profile
 
-    if profile is shipped_profile("0.33") or profile.layout == shipped_profile("0.33").layout:
+    if profile is shipped_profile(VLLM_RELEASE) or profile.layout == shipped_profile(VLLM_RELEASE).layout:
         return base
     return ReleaseCodec(profile)
 
 
 def release_of_codec(codec: Any) -> str:
     """``0.32`` for a :class:`ReleaseCodec`, ``0.33`` for :mod:`ecp.spec.codec`."""
-    return codec.release if isinstance(codec, ReleaseCodec) else "0.33"
+    return codec.release if isinstance(codec, ReleaseCodec) else VLLM_RELEASE
 
 
 class ReleaseCodec:
@@ -97,7 +98,7 @@ class ReleaseCodec:
         self.release = profile.release
         self._codec = profile.codec
         self._down = Translator(profile.label, layout_field_names)  # 0.33 -> this release
-        self._up = Translator("vLLM 0.33", layout_field_names, fill_required=True)  # this release -> 0.33
+        self._up = Translator(f"vLLM {VLLM_RELEASE}", layout_field_names, fill_required=True)  # this release -> 0.33
         self._theirs = {label: profile.frame_message(label) for label in HAND_WRITTEN if label in profile.frames}
         self._ours_by_theirs = {cls: HAND_WRITTEN[label] for label, cls in self._theirs.items()}
         self._theirs_by_ours = {HAND_WRITTEN[label]: cls for label, cls in self._theirs.items()}

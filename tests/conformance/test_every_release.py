@@ -4,7 +4,8 @@ speak the same release (``--vllm R`` on both sides), for the fast subset :data:`
 Why this subset is enough for CI: the reference engine's core thinks in vLLM 0.33's messages for
 every release; what a release changes is only at its edge, and each edge has a case here --
 the codec both ways (ENG-REQ-1 decodes the release's outputs, ENG-OUT-6 checks their full
-length, ENG-WIRE-2 sends the release's ADD full and sparse), the ready payload (ENG-HS-3: the
+length, ENG-WIRE-2 sends the release's ADD full and sparse, ENG-REQ-10 cut to the release's required
+fields), the features a release may lack (ENG-REJECT-1: UNSUPPORTED naming abort_immediately before 0.21), the ready payload (ENG-HS-3: the
 release's required keys and vllm_version), the UTILITY table and arities (ENG-WIRE-1), and the
 pause behaviour that differs by release (ENG-UTIL-4: an ADD while asleep is queued before 0.33;
 ENG-REQ-9: UNSUPPORTED naming the release where pause_generation is missing). The release-
@@ -20,7 +21,8 @@ import pytest
 
 from ecp.spec.profile import shipped_profile, shipped_releases
 
-CASES = ("ENG-HS-3", "ENG-REQ-1", "ENG-REQ-9", "ENG-OUT-6", "ENG-UTIL-4", "ENG-WIRE-1", "ENG-WIRE-2")
+CASES = ("ENG-HS-3", "ENG-REQ-1", "ENG-REQ-9", "ENG-REQ-10", "ENG-REJECT-1", "ENG-OUT-6", "ENG-UTIL-4", "ENG-WIRE-1",
+         "ENG-WIRE-2")
 FAST = ["--quiet-window", "0.1", "--startup-timeout", "30"]  # a budget, not a wait: loaded CI machines
 
 
@@ -43,7 +45,12 @@ def test_the_reference_engine_passes_its_release(run_ecp, tmp_path, release):
     assert outcomes["ENG-REQ-9"] == ("PASS" if has_pause else "UNSUPPORTED")
     if not has_pause:
         assert f"UNSUPPORTED ENG-REQ-9: pause_generation: not in vLLM {release}" in stdout
-    assert all(outcomes[c] == "PASS" for c in CASES if c != "ENG-REQ-9"), outcomes
+    # abort_immediately (the rejection notice) is a feature: UNSUPPORTED, naming it, where the release lacks it
+    has_notice = shipped_profile(release).has_field("EngineCoreRequest", "abort_immediately")
+    assert outcomes["ENG-REJECT-1"] == ("PASS" if has_notice else "UNSUPPORTED")
+    if not has_notice:
+        assert f"UNSUPPORTED ENG-REJECT-1: EngineCoreRequest.abort_immediately: not in vLLM {release} " in stdout
+    assert all(outcomes[c] == "PASS" for c in CASES if c not in ("ENG-REQ-9", "ENG-REJECT-1")), outcomes
 
 
 #: the reference engine speaking an older release, judged as vLLM 0.33: the cases that must fail it (the

@@ -125,9 +125,8 @@ def test_checked_in_compatibility_table_matches_the_command():
 
 def test_matrix_verdicts():
     layouts = [load_shipped(n) for n in RELEASES]
-    assert [layout.name for layout in layouts] == [f"vllm-0.{n}" for n in range(21, 34)]
     results = {(r.frontend, r.engine): r.cells for r in compat_matrix(layouts)}
-    assert len(results) == 169
+    assert len(results) == len(layouts) ** 2
     for name in RELEASES:
         assert {c.verdict for c in results[(name, name)].values()} == {"ok"}
     # 0.32 frontends reach 0.33 engines (profile's new argument has a default) ...

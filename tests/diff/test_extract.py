@@ -193,3 +193,46 @@ def test_the_command_writes_checks_and_reports_warnings(tmp_path, capsys):
                  "--strict"]) == 1
     assert main(["spec", "layout", "--from-vllm", str(tmp_path / "nowhere")]) == 2
     capsys.readouterr()
+
+
+def test_a_checkout_without_a_version_is_named_by_its_commit(tmp_path):
+    """Never ``vllm-unknown``: a git checkout that records no version carries its commit as its name."""
+    import shutil
+    import subprocess
+
+    tree = tmp_path / "vllm-main"
+    shutil.copytree(FIXTURE, tree)
+    (tree / "vllm" / "_version.py").unlink(missing_ok=True)
+    git = ["git", "-C", str(tree), "-c", "user.email=t@example.invalid", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True, timeout=30)
+    subprocess.run([*git, "add", "-A"], check=True, timeout=30)
+    subprocess.run([*git, "commit", "-qm", "tree"], check=True, timeout=30)
+    commit = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], check=True, timeout=30,
+                            capture_output=True, text=True).stdout.strip()
+    layout = extract(tree).layout
+    assert layout.name == f"vllm-{commit}" and f"commit {commit}" in layout.source
+    from ecp.spec.profile import build_profile
+
+    assert build_profile(layout).label == f"vLLM {commit}"
+
+
+def test_a_wheel_is_read_once_for_every_process_of_a_run(tmp_path, monkeypatch):
+    """``--vllm WHEEL``: the layout read from a wheel is kept in the cache and read from there by the next
+    process (every peer of a run resolves it); the cached layout is the one the wheel gives."""
+    from ecp.spec.layout.model import decode_layout
+    from ecp.spec.layout import vllm as extractor
+    from ecp.spec.profile import resolve as R
+
+    monkeypatch.setenv("ECP_CACHE_DIR", str(tmp_path / "cache"))
+    wheel = _wheel_of(FIXTURE, tmp_path)
+    first = R.resolve_profile(str(wheel))
+    [cached] = (tmp_path / "cache" / "layouts").iterdir()
+    assert decode_layout(cached.read_bytes(), "cached") == first.layout and first.release == "0.33"
+    R._from_path.cache_clear()  # as a new process
+
+    def no_extraction(*_a, **_k):
+        raise AssertionError("the wheel was read again")
+
+    monkeypatch.setattr(extractor, "extract", no_extraction)
+    assert R.resolve_profile(str(wheel)).layout == first.layout
+    R._from_path.cache_clear()

@@ -30,7 +30,7 @@ def test_shipped_layouts_are_generated_valid_and_canonically_formatted(name):
 
 
 def test_shipped_names_and_aliases():
-    assert shipped_names() == [f"vllm-0.{n}" for n in range(21, 34)]
+    assert shipped_names() == [f"vllm-0.{n}" for n in range(20, 34)]  # 0.20 ... the newest, by version
     assert load_shipped("vllm-0.33.0").name == "vllm-0.33"
     assert resolve("vllm-0.22").vllm_version == "0.22.1"  # the newest patch of the minor
     assert resolve("current") == current_layout()

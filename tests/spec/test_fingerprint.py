@@ -88,8 +88,8 @@ def test_releases_that_fit_alike_are_named_together():
     fp = Fingerprint()
     fp.observe([msgspec.msgpack.encode(wire.sample(layout, "EngineCoreOutputs", "full"))], "output")
     verdict = fp.verdict()
-    assert verdict.best == ["0.21", "0.22", "0.23", "0.24", "0.25"] and verdict.release == "0.25"
-    assert verdict.sentence(under_test="0.33").startswith("this engine speaks vLLM 0.21 or ... or 0.25 (")
+    assert verdict.best == ["0.20", "0.21", "0.22", "0.23", "0.24", "0.25"] and verdict.release == "0.25"
+    assert verdict.sentence(under_test="0.33").startswith("this engine speaks vLLM 0.20 or ... or 0.25 (")
     assert verdict.sentence(under_test="0.22") is None  # fits as well as any
 
 
@@ -171,3 +171,35 @@ def test_decode_vllm_takes_a_layout_file_and_refuses_what_names_none(capsys, tmp
     assert rc == 2 and "no shipped layout" in err
     rc, _, err = _run(capsys, "decode", "--vllm", "auto", _hex(frames))
     assert rc == 2 and "nothing in these frames tells the release apart" in err
+
+
+def _layout_without(release: str, field: str):
+    """``release``'s layout less one EngineCoreOutput field, named as a release ecp does not ship."""
+    layout = msgspec.structs.replace(shipped_profile(release).layout, name="vllm-0.9", vllm_version="0.9.0")
+    data = msgspec.to_builtins(layout)
+    fields = [f for f in data["messages"]["EngineCoreOutput"]["fields"] if f["name"] != field]
+    for i, f in enumerate(fields):
+        f["index"] = i
+    data["messages"]["EngineCoreOutput"]["fields"] = fields
+    from ecp.spec.layout.model import decode_layout
+    from ecp.spec.profile import build_profile
+
+    return build_profile(decode_layout(msgspec.json.encode(data), "vllm-0.9.json"))
+
+
+def test_the_release_under_test_is_compared_first_whatever_it_is():
+    """A release no shipped layout describes is a candidate: traffic that fits it is not told to
+    rerun as another; traffic another fits better names that one and the facts that tell them apart."""
+    own = _layout_without("0.33", "error")
+    fp = Fingerprint(under_test=own)
+    outputs = wire.sample(own.layout, "EngineCoreOutputs", "full")
+    fp.observe([msgspec.msgpack.encode(outputs)], "output")
+    verdict = fp.verdict()
+    assert "0.9" in verdict.best and verdict.sentence(under_test="0.9") is None
+    # a 0.33 engine judged as that release: 0.33 fits by its outputs' length
+    fp = Fingerprint(under_test=own)
+    for frames, direction in _recorded("0.33"):
+        fp.observe(frames, direction)
+    said = fp.verdict().sentence(under_test="0.9")
+    assert said is not None and said.startswith("this engine speaks vLLM 0.33 (EngineCoreOutput has 19 elements")
+    assert said.endswith("not 0.9: rerun with --vllm 0.33")

@@ -10,7 +10,8 @@ from ecp import spec
 from ecp.spec.errors import DecodeError, LocalProtocolError, UnknownRequestType
 from ecp.spec.layout import wire
 from ecp.spec.layout.model import LayoutError, encode_layout
-from ecp.spec.layout.resolve import load_shipped
+from ecp.spec import VLLM_RELEASE
+from ecp.spec.layout.resolve import load_shipped, shipped_names
 from ecp.spec.profile import build_profile, resolve_profile, shipped_profile, shipped_releases
 
 RELEASES = shipped_releases()
@@ -20,7 +21,9 @@ DIRECTION = {"ADD": "input", "UTILITY": "input", "START_DP_WAVE": "input", "outp
 
 
 def test_every_shipped_release_has_a_profile():
-    assert RELEASES[0] == "0.21" and RELEASES[-1] == "0.33" and len(RELEASES) == 13
+    # oldest first, the newest the release ecp.spec's typed messages are; one per shipped layout
+    assert RELEASES[-1] == VLLM_RELEASE and RELEASES == sorted(RELEASES, key=lambda r: tuple(map(int, r.split("."))))
+    assert len(RELEASES) == len(shipped_names()) and RELEASES[0] == "0.20"  # the oldest: docs/compatibility.md
     for release in RELEASES:
         p = shipped_profile(release)
         assert p.release == release and p.label == f"vLLM {release}"

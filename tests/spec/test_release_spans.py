@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from ecp.spec import releases
+from ecp.spec import VLLM_RELEASE, releases
 from ecp.spec.layout.resolve import load_shipped
 
 
 def test_spans_follow_the_layouts():
-    assert releases.releases()[0] == "0.21" and releases.releases()[-1] == "0.33"
+    assert releases.releases()[0] == "0.20" and releases.releases()[-1] == VLLM_RELEASE
     assert releases.feature_span("field:EngineCoreOutput.error") == "0.33"
     assert releases.feature_span("field:EngineCoreOutputs.weight_version") == "0.32–0.33"
-    assert releases.feature_span("utility:eep_handle_engine_core_notification") == "0.21–0.26"
+    assert releases.feature_span("utility:eep_handle_engine_core_notification") == "0.20–0.26"
+    assert releases.feature_span("field:EngineCoreRequest.abort_immediately") == f"0.21–{VLLM_RELEASE}"
     assert releases.feature_span("field:EngineCoreRequest.request_id") == "all"
     assert releases.feature_span("utility:no_such_method") == "none"
     assert releases.span(["0.21", "0.23"]) == "0.21, 0.23"

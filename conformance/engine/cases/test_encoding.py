@@ -11,10 +11,11 @@ from ecp.conformance.engine.raw_outputs import short_array, tensor_placement
 from ecp.conformance.engine.cases._common import (abort_fenced, check_aborted, feature_missing, goes_quiet, ok_value,
                                                   paused, require_feature, start_long)
 from ecp.conformance import capabilities
-from ecp.conformance.outcomes import CaseFailure
+from ecp.conformance.outcomes import CaseFailure, Unsupported
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason, decode_any, wireforms
 from ecp.spec.golden import load_documents
+from ecp.spec.profile import shipped_profile
 from ecp.spec.tensors import DTYPE_ITEMSIZE
 
 
@@ -138,8 +139,11 @@ def _sent(fe) -> list[str]:
 
 
 # ------------------------------------------------------------------ tolerant receivers
-#: the required leading fields of EngineCoreRequest in vLLM 0.33 (request_id .. data_parallel_rank)
-ADD_REQUIRED = 9
+def _required_fields(fe) -> int:
+    """How many leading fields of the release's EngineCoreRequest have no default (0.33: request_id ..
+    data_parallel_rank): the shortest ADD a receiver must serve."""
+    fields = fe.profile.layout.messages["EngineCoreRequest"].fields
+    return next((i for i, f in enumerate(fields) if not f.required), len(fields))
 
 
 def _add_array(fe, rid: str, max_tokens: int) -> list:
@@ -174,11 +178,17 @@ def _served(fe, rid: str, what: str, max_tokens: int, exact: bool = True) -> Non
 def test_tolerant_add_arrays(engine):
     fe = engine
     short = fe.new_id("short-add")
-    add = _add_array(fe, short, 3)
-    if any(v is not None for v in add[ADD_REQUIRED:ADD_REQUIRED + 2]):
-        raise AssertionError("harness: the short ADD would drop non-default fields")
-    _send_add_payload(fe, short, msgspec.msgpack.encode(add[:ADD_REQUIRED]))
-    _served(fe, short, f"an ADD cut to its {ADD_REQUIRED} required fields", 3)
+    required = _required_fields(fe)
+    # every field it drops holds its default, so the receiver must read it as it was sent
+    request = msgspec.structs.replace(fe.request(short, max_tokens=3), external_req_id=None)
+    add = decode_any(fe.codec.encode_add(request)[1])
+    fields = fe.profile.layout.messages["EngineCoreRequest"].fields
+    dropped = [f.name for f, v in zip(fields[required:], add[required:])
+               if v != (None if f.default is msgspec.UNSET else f.default)]
+    if dropped:
+        raise AssertionError(f"harness: the short ADD would drop non-default fields {dropped}")
+    _send_add_payload(fe, short, msgspec.msgpack.encode(add[:required]))
+    _served(fe, short, f"an ADD cut to its {required} required fields ({fe.profile.label})", 3)
     long = fe.new_id("long-add")
     add = _add_array(fe, long, 3)
     _send_add_payload(fe, long, msgspec.msgpack.encode([*add, "ecp-future-field", {"x": [1]}]))
@@ -220,10 +230,13 @@ def test_sampling_params_map(engine):
     _served(fe, rid, "an ADD whose SamplingParams map omits defaults and carries an unknown key", 4)
 
 
-def _vllm_rs_add(rid: str) -> tuple[bytes, str]:
-    """The ADD payload vllm-rs 0.33 sent in the recorded traffic (fixmap, float32 sampling floats),
-    with its request id replaced by one of the same length."""
-    [vector] = [v for v in load_documents()["traffic-vllm-rs-to-engine.json"]["vectors"] if v["kind"] == "add"]
+def _vllm_rs_add(fe, rid: str) -> tuple[bytes, str]:
+    """The ADD payload vllm-rs sent in the recorded traffic (fixmap, float32 sampling floats),
+    with its request id replaced by one of the same length. UNSUPPORTED when the release under test
+    reads that ADD otherwise than the release it was recorded from (an element moved or retyped)."""
+    document = load_documents()["traffic-vllm-rs-to-engine.json"]
+    [vector] = [v for v in document["vectors"] if v["kind"] == "add"]
+    _same_add_shape(fe, shipped_profile(document["vllm_version"]), vector["value"])
     payload = bytes.fromhex(vector["frames"][1])
     old: str = vector["value"][0]
     new = rid[:len(old)].ljust(len(old), "0")
@@ -231,10 +244,34 @@ def _vllm_rs_add(rid: str) -> tuple[bytes, str]:
     return payload.replace(msgspec.msgpack.encode(old), msgspec.msgpack.encode(new), 1), new
 
 
+def _same_add_shape(fe, recorded, value: list) -> None:
+    """Raise Unsupported unless the release under test has the recorded release's EngineCoreRequest
+    elements in the same places with the same types (trailing ones it adds are defaulted), and the
+    same types for the SamplingParams keys the recording carries."""
+    mine, theirs = fe.profile.layout.messages, recorded.layout.messages
+    ours = mine["EngineCoreRequest"].fields
+    for f in theirs["EngineCoreRequest"].fields:
+        if f.index >= len(ours) or (ours[f.index].name, ours[f.index].type) != (f.name, f.type):
+            raise Unsupported(f"the vllm-rs ADD was recorded from {recorded.label}; element {f.index} of "
+                              f"EngineCoreRequest is {f.name} ({f.type}) there, "
+                              f"{_describe(ours, f.index)} in {fe.profile.label}")
+    sp_at = theirs["EngineCoreRequest"].field("sampling_params").index
+    sp = value[sp_at] if isinstance(value[sp_at], dict) else {}
+    for key in sp:
+        there, here = theirs["SamplingParams"].field(key), mine["SamplingParams"].field(key)
+        if there is not None and here is not None and there.type != here.type:
+            raise Unsupported(f"the vllm-rs ADD was recorded from {recorded.label}; SamplingParams.{key} is "
+                              f"{there.type} there, {here.type} in {fe.profile.label}")
+
+
+def _describe(fields, index: int) -> str:
+    return f"{fields[index].name} ({fields[index].type})" if index < len(fields) else "absent"
+
+
 @case("ENG-REQ-13")
 def test_rust_frontend_add(engine):
     fe = engine
-    payload, rid = _vllm_rs_add(fe.new_id("rs"))
+    payload, rid = _vllm_rs_add(fe, fe.new_id("rs"))
     _send_add_payload(fe, rid, payload)
     # the recorded request samples up to 3 tokens and may stop at its EOS token
     _served(fe, rid, "the ADD exactly as vllm-rs encodes it (fixmap, float32 sampling floats)", 3, exact=False)

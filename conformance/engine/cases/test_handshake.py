@@ -4,11 +4,12 @@ from ecp.conformance.engine.checks import hello_violation
 from ecp.conformance.outcomes import CaseFailure
 from ecp.conformance.registry import case
 from ecp.spec import EngineCoreReadyResponse, REQUIRED_READY_KEYS, decode_any, engine_identity
+from ecp.spec import VLLM_RELEASE
 
 
 def required_ready_keys(profile) -> list[str]:
     """The keys the release under test requires in a ready payload (vLLM 0.33's: REQUIRED_READY_KEYS)."""
-    if profile.release == "0.33":
+    if profile.release == VLLM_RELEASE:
         return list(REQUIRED_READY_KEYS)
     return [f.name for f in profile.layout.messages[profile.frames["ready payload"]].fields if f.required]
 

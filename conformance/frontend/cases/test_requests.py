@@ -17,12 +17,8 @@ from ecp.conformance.frontend.session import FrontendManager, FrontendUnderTest
 from ecp.conformance.frontend.sse import SseStream, drop_all
 from ecp.conformance.outcomes import CaseTimeout
 from ecp.conformance.registry import case
-from ecp.spec import EngineCoreRequest, RequestType, decode_any, request_type_of
+from ecp.spec import RequestType, decode_any, request_type_of
 
-#: EngineCoreRequest's length on the wire (``ECP-FRAME-3``: always every field), from its definition
-ADD_FIELDS = len(msgspec.structs.fields(EngineCoreRequest))
-#: EngineCoreRequest's index of sampling_params
-_SAMPLING_PARAMS = 3
 
 
 async def _two_requests(fe: FrontendUnderTest) -> dict[int, Any]:
@@ -196,12 +192,13 @@ async def full_length_add(m: FrontendManager) -> None:
     await _two_requests(fe)
     adds = [(e.rank, rec) for e in fe.engines for rec, _ in e.recorder.adds()]
     expect(adds, "no ADD reached an engine")
+    length = len(m.release.layout.messages["EngineCoreRequest"].fields)
     for rank, rec in adds:
         raw = decode_any(rec.frames[1])
-        expect(isinstance(raw, list) and len(raw) == ADD_FIELDS,
+        expect(isinstance(raw, list) and len(raw) == length,
                f"engine {rank}: an ADD's EngineCoreRequest is {type(raw).__name__} of "
                f"{len(raw) if isinstance(raw, list) else '?'} elements (header {bytes(rec.frames[1][:3]).hex()}); "
-               f"senders write all {ADD_FIELDS} fields")
+               f"senders of {m.release.label} write all {length} fields")
 
 
 async def no_duplicate_in_flight_ids(m: FrontendManager) -> None:
@@ -238,9 +235,10 @@ async def sampling_params_map(m: FrontendManager) -> None:
     fe = await m.shared()
     reply = await _answer(fe, fe.driver.complete(unique("spmap"), 3), "the completion's ADD")
     expect(reply.ok, f"a completion answered HTTP {reply.status_code}: {reply.text[:200]}")
+    sp_at = m.release.layout.messages["EngineCoreRequest"].field("sampling_params").index
     for engine in fe.engines:
         for rec, req in engine.recorder.adds(include_notices=False):
-            raw = decode_any(rec.frames[1])[_SAMPLING_PARAMS]
+            raw = decode_any(rec.frames[1])[sp_at]
             expect(isinstance(raw, dict) and all(isinstance(k, str) for k in raw),
                    f"engine {engine.rank}: ADD {req.request_id!r} carries SamplingParams as "
                    f"{type(raw).__name__} {str(raw)[:120]}; it is a map keyed by field name")

@@ -70,9 +70,10 @@ class Extraction:
         self.files = files
 
 
-def _release_name(version: str | None) -> str:
+def _release_name(version: str | None, commit: str | None = None) -> str:
+    """``vllm-0.33`` for a version, ``vllm-<commit>`` for a checkout that records none."""
     if not version:
-        return "vllm-unknown"
+        return f"vllm-{commit}" if commit else "vllm-unknown"
     m = re.match(r"(\d+)\.(\d+)", version)
     return f"vllm-{m.group(1)}.{m.group(2)}" if m else f"vllm-{version}"
 
@@ -475,8 +476,9 @@ class _Extractor:
         what = (f"the wheel {self.tree.wheel_name}" if self.tree.kind == "wheel"
                 else "an unpacked wheel" if self.tree.kind == "unpacked" else "a source checkout")
         layout = Layout(
-            format=FORMAT, name=_release_name(version), vllm_version=version or "unknown",
-            source=f"extracted statically from {what} of vLLM {version or '(version not recorded)'} by "
+            format=FORMAT, name=_release_name(version, self.tree.commit), vllm_version=version or "unknown",
+            source=f"extracted statically from {what} of vLLM "
+                   f"{version or (f'commit {self.tree.commit}' if self.tree.commit else '(version not recorded)')} by "
                    f"`ecp spec layout --from-vllm` ({EXTRACTOR_VERSION})",
             messages=self.reader.messages,
             enums={name: EnumLayout(values=values) for name, values in sorted(self.reader.enums.items())},

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import subprocess
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,8 @@ class SourceError(LayoutError):
     """A path that is not a readable vLLM tree (no ``vllm/`` package, a broken wheel)."""
 
 
+#: how long reading a checkout's commit may take
+GIT_TIMEOUT_S = 10
 _WHEEL_NAME = re.compile(r"^vllm-(?P<version>[^-]+)(?:-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
 _VERSION_ASSIGN = re.compile(r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", re.M)
 
@@ -35,6 +38,8 @@ class SourceTree:
     version: str | None
     wheel_name: str | None = None
     sha256: str | None = None
+    #: a checkout's git commit (short), its name where it records no version
+    commit: str | None = None
     _zip: zipfile.ZipFile | None = None
     _root: Path | None = None
     _names: set[str] = field(default_factory=set)
@@ -128,7 +133,22 @@ def _open_dir(path: Path) -> SourceTree:
     if version is None:
         version = _version_from_text((root / "vllm" / "_version.py").read_text(errors="replace")
                                      if (root / "vllm" / "_version.py").is_file() else None)
-    return SourceTree(origin=str(path), kind=kind, version=version, _root=root)
+    commit = _git_commit(root) if version is None else None
+    return SourceTree(origin=str(path), kind=kind, version=version, commit=commit, _root=root)
+
+
+def _git_commit(root: Path) -> str | None:
+    """The short commit a git checkout rooted at ``root`` is at (``None``: not the root of a checkout
+    git can read; a tree inside another repository is not named after that repository's commit)."""
+    try:
+        proc = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel", "--short=12", "HEAD"],
+                              capture_output=True, text=True, timeout=GIT_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = proc.stdout.split()
+    if proc.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != root.resolve():
+        return None
+    return lines[1] if re.fullmatch(r"[0-9a-f]{7,40}", lines[1]) else None
 
 
 def open_tree(path: str | Path) -> SourceTree:
