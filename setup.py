@@ -10,5 +10,6 @@ setup(
     package_data={
         "ecp.spec": ["PROTOCOL.md", "sentences.txt", "schema/*.json", "vectors/*.json", "layouts/*.json"],
         "ecp.conformance": ["*.json", "schema/*.json"],
+        "ecp.conformance.interop": ["schema/*.json", "templates/*.html", "templates/*.css", "templates/*.js"],
     },
 )

@@ -57,6 +57,14 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--markdown", metavar="FILE", help="write a Markdown report")
     p.add_argument("--html", metavar="FILE", help="write an HTML report")
     p.add_argument("--transcripts", metavar="DIR", help="write one transcript file per failing case")
+    p.add_argument("--results", metavar="DIR",
+                   help="write the interop results document DIR/result.json (conformance/interop/schema/"
+                        "run.schema.json) with the transcripts beside it (docs/interop-site.md)")
+    p.add_argument("--implementation", metavar="NAME",
+                   help="with --results: the implementation's name (default: the command's program)")
+    p.add_argument("--implementation-version", metavar="VERSION", help="with --results: its version")
+    p.add_argument("--implementation-commit", metavar="COMMIT", help="with --results: its source commit")
+    p.add_argument("--machine", metavar="NAME", help="with --results: a name for the machine it ran on")
     p.add_argument("--keep-workdir", action="store_true", help="keep the temp dir with sockets and peer logs")
     p.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output too")
 
@@ -156,7 +164,7 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
                              release=json.loads(release_path.read_text()) if release_path.exists() else None)
         write_console(summary, sys.stdout)
         try:
-            _write_reports(summary, args)
+            _write_reports(summary, args, entries, under_test or UNDER_TEST)
         except OSError as exc:
             print(f"ecp conformance: cannot write a report: {exc}", file=sys.stderr)
             return 2
@@ -168,7 +176,7 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _write_reports(summary: RunSummary, args: argparse.Namespace) -> None:
+def _write_reports(summary: RunSummary, args: argparse.Namespace, entries: list[xf.Entry], release: str) -> None:
     """Write every requested report file, creating missing parent folders (as pytest's --junit-xml does)."""
     writers = [(args.json_path, write_json), (args.junit_xml, write_junit),
                (args.markdown, lambda s, p: p.write_text(markdown(s))), (args.html, write_html)]
@@ -178,6 +186,13 @@ def _write_reports(summary: RunSummary, args: argparse.Namespace) -> None:
             write(summary, Path(target))
     if args.transcripts:
         write_transcripts(summary, Path(args.transcripts))
+    if args.results:
+        from .interop.results import write_results
+
+        write_results(summary, Path(args.results), release=release, entries=entries,
+                      expected_failures=args.expected_failures, implementation=args.implementation,
+                      implementation_version=args.implementation_version,
+                      implementation_commit=args.implementation_commit, machine_name=args.machine)
 
 
 def _quiet(fn, argv) -> tuple[int, str]:
