@@ -54,7 +54,7 @@ def ecp_version() -> str:
 def ecp_commit() -> str | None:
     """The commit of the ecp checkout this package runs from (with ``+dirty`` when it has changes
     to tracked files), or None outside a git checkout."""
-    root = Path(__file__).resolve().parents[2]
+    root = ecp_root()
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=10)
@@ -65,6 +65,20 @@ def ecp_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def ecp_root() -> Path:
+    """The ecp checkout this package runs from (its top-level folders are the packages)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def shown_path(path: str | Path | None) -> str | None:
+    """A file path as a result records it: relative to the ecp checkout when inside it (a document
+    made on one machine reads the same on another), else as given."""
+    if path is None:
+        return None
+    p = Path(path).resolve()
+    return str(p.relative_to(ecp_root())) if p.is_relative_to(ecp_root()) else str(path)
 
 
 def machine(name: str | None = None) -> dict[str, Any]:
@@ -147,7 +161,8 @@ def write_results(s: "RunSummary", directory: Path, *, release: str, entries: Se
             "slug": r.slug, "requirement": r.requirement, "outcome": r.outcome.value, "blocking": r.blocking,
             "reason": r.message, "duration_s": round(r.duration_s, 4),
             "expected_failure": None if entry is None else {
-                "entry": entry.line_text(), "reason": entry.reason, "source": expected_failures, "line": entry.line},
+                "entry": entry.line_text(), "reason": entry.reason, "source": shown_path(expected_failures),
+                "line": entry.line},
             "transcript": f"{TRANSCRIPTS}/{r.id}.txt" if r.id in written else None,
         })
     doc = document(
@@ -155,7 +170,7 @@ def write_results(s: "RunSummary", directory: Path, *, release: str, entries: Se
                         "commit": implementation_commit},
         role=s.role, release=release, level=s.conformance_level, strict=s.strict, started=s.started,
         duration_s=s.duration_s, target=s.target, exit_code=s.exit_code, counts=s.counts, problems=s.problems,
-        launches=s.launches, release_fit=s.to_json()["release"], cases=cases, expected_failures=expected_failures,
+        launches=s.launches, release_fit=s.to_json()["release"], cases=cases, expected_failures=shown_path(expected_failures),
         machine_name=machine_name)
     path = directory / RESULT_FILE
     path.write_text(json.dumps(doc, indent=1) + "\n")

@@ -1,0 +1,65 @@
+"""``ecp interop run|site|check`` (docs/interop-site.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("interop", help="run the interop matrix, render its results site, check a submission")
+    sub = p.add_subparsers(dest="interop_command", metavar="COMMAND")
+    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+
+    run = sub.add_parser(
+        "run", help="run implementations x releases x roles into a results set, resuming where it stopped",
+        description="Run `ecp conformance ROLE ... --results` for every configured implementation and release "
+                    "into OUT (one folder per run, set.json for the set); a run whose folder has a result.json "
+                    "is not run again. Built in: the reference peers of every shipped release in both roles and "
+                    "the real vLLM peers installed under ~/.cache/vllm-peer-RELEASE (a release without one is "
+                    "recorded as missing, with why). Exit 0 when every run passed, 1 otherwise, 2 on usage errors.")
+    run.add_argument("--out", type=Path, required=True, metavar="DIR", help="the results set's folder")
+    run.add_argument("--config", type=Path, action="append", default=[], metavar="FILE",
+                     help="add the implementations of this JSON file (docs/interop-site.md; repeatable)")
+    run.add_argument("--no-builtin", action="store_true", help="run only the --config implementations")
+    run.add_argument("--only", action="append", default=[], metavar="NAME",
+                     help="only implementations of this name (repeatable; `ecp interop run --list` names them)")
+    run.add_argument("--release", action="append", default=[], metavar="R", help="only these releases (repeatable)")
+    run.add_argument("--peers", type=Path, default=None, metavar="DIR",
+                     help="where the vLLM peers are installed (default ~/.cache)")
+    run.add_argument("--level", choices=("interop", "hardened"), default="hardened",
+                     help="the level of the vLLM peers' runs (default hardened)")
+    run.add_argument("--machine", metavar="NAME", help="a name for this machine in the results")
+    run.add_argument("--run-budget", type=float, default=None, metavar="S",
+                     help="stop a run that takes longer than this (default 3600 s)")
+    run.add_argument("--list", action="store_true", help="print what would run, run nothing")
+    run.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .matrix import RUN_BUDGET_S, ConfigError, builtin, describe, load_config, run_set
+
+    try:
+        impls = [] if args.no_builtin else builtin(args.peers, args.level)
+        for path in args.config:
+            impls += load_config(path)
+    except ConfigError as exc:
+        print(f"ecp interop run: {exc}", file=sys.stderr)
+        return 2
+    if args.only:
+        unknown = set(args.only) - {i.name for i in impls}
+        if unknown:
+            print(f"ecp interop run: unknown implementation(s) {sorted(unknown)}; known: "
+                  f"{sorted({i.name for i in impls})}", file=sys.stderr)
+            return 2
+        impls = [i for i in impls if i.name in args.only]
+    if args.list:
+        for line in describe(impls):
+            print(line)
+        return 0
+    failed = run_set(impls, args.out, releases=args.release or None, machine_name=args.machine,
+                     budget_s=args.run_budget or RUN_BUDGET_S, say=lambda s: print(s, flush=True))
+    print(f"ecp interop run: results in {args.out} ({failed} run(s) did not pass); "
+          f"render them with: ecp interop site {args.out.parent} -o SITE")
+    return 1 if failed else 0
