@@ -164,7 +164,7 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
                              release=json.loads(release_path.read_text()) if release_path.exists() else None)
         write_console(summary, sys.stdout)
         try:
-            _write_reports(summary, args, entries, under_test or UNDER_TEST)
+            _write_reports(summary, args, entries, under_test)
         except OSError as exc:
             print(f"ecp conformance: cannot write a report: {exc}", file=sys.stderr)
             return 2
@@ -176,7 +176,8 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _write_reports(summary: RunSummary, args: argparse.Namespace, entries: list[xf.Entry], release: str) -> None:
+def _write_reports(summary: RunSummary, args: argparse.Namespace, entries: list[xf.Entry],
+                   release: str | None) -> None:
     """Write every requested report file, creating missing parent folders (as pytest's --junit-xml does)."""
     writers = [(args.json_path, write_json), (args.junit_xml, write_junit),
                (args.markdown, lambda s, p: p.write_text(markdown(s))), (args.html, write_html)]

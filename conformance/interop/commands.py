@@ -36,6 +36,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--list", action="store_true", help="print what would run, run nothing")
     run.set_defaults(func=_run)
 
+    site = sub.add_parser(
+        "site", help="render the static results site of a folder of results sets",
+        description="Render RESULTS_DIR (a folder of results sets: each a folder of runs with result.json, as "
+                    "`ecp interop run --out RESULTS_DIR/SET` writes them) as a static site in OUT: per role a "
+                    "matrix implementations x releases of the newest set, a page per run with its cases, reasons, "
+                    "expected failures and transcripts, the cross-release matrix (observed beside predicted), "
+                    "the history of sets with the diff of two, and a page per case. Open OUT/index.html. "
+                    "Exit 0, or 2 when a result does not fit the schema (one line per problem).")
+    site.add_argument("results", type=Path, metavar="RESULTS_DIR")
+    site.add_argument("-o", "--out", type=Path, required=True, metavar="OUT")
+    from ecp.spec.diff.observed import OBSERVED_PATH
+
+    site.add_argument("--observed", default=str(OBSERVED_PATH), metavar="FILE|none",
+                      help="the executed cross-release matrix (default spec/compat/observed-cross.json; "
+                           "'none': leave the page empty)")
+    site.add_argument("--title", default="ecp interop results", help="the site's title")
+    site.set_defaults(func=_site)
+
 
 def _run(args: argparse.Namespace) -> int:
     from .matrix import RUN_BUDGET_S, ConfigError, builtin, describe, load_config, run_set
@@ -63,3 +81,22 @@ def _run(args: argparse.Namespace) -> int:
     print(f"ecp interop run: results in {args.out} ({failed} run(s) did not pass); "
           f"render them with: ecp interop site {args.out.parent} -o SITE")
     return 1 if failed else 0
+
+
+def _site(args: argparse.Namespace) -> int:
+    from ecp.spec.layout.model import LayoutError
+
+    from .site import SiteError, render
+
+    observed = None if args.observed == "none" else Path(args.observed)
+    try:
+        pages = render(args.results, args.out, observed, args.title)
+    except SiteError as exc:
+        for line in exc.problems:
+            print(f"ecp interop site: {line}", file=sys.stderr)
+        return 2
+    except LayoutError as exc:
+        print(f"ecp interop site: --observed: {exc}", file=sys.stderr)
+        return 2
+    print(f"ecp interop site: {len(pages)} page(s) in {args.out}; open {args.out / 'index.html'}")
+    return 0

@@ -101,6 +101,8 @@ def implementation_name(target: Sequence[str] | str) -> str:
     argv = target.split() if isinstance(target, str) else list(target)
     if not argv:
         return "unnamed"
+    if argv[0] in ("--adapter", "--attach") and len(argv) > 1:  # the runner's target for those modes
+        return argv[1] if argv[0] == "--adapter" else f"attached at {argv[1]}"
     prog = Path(argv[0]).name
     if prog.startswith("python") and len(argv) > 1:
         rest = argv[1:]
@@ -144,15 +146,18 @@ def document(*, implementation: dict[str, Any], role: str, release: str, level: 
     }
 
 
-def write_results(s: "RunSummary", directory: Path, *, release: str, entries: Sequence["Entry"] = (),
+def write_results(s: "RunSummary", directory: Path, *, release: str | None = None, entries: Sequence["Entry"] = (),
                   expected_failures: str | None = None, implementation: str | None = None,
                   implementation_version: str | None = None, implementation_commit: str | None = None,
                   machine_name: str | None = None) -> Path:
-    """Write ``directory/result.json`` and the transcripts of the run ``s``; return the document's path."""
+    """Write ``directory/result.json`` and the transcripts of the run ``s``; return the document's path.
+    ``release``: the release the run judged as, when the runner knows it; else the release report's
+    (the engine role's ``--vllm``, or the release ``auto`` chose)."""
     from ..report import write_transcripts
 
     directory.mkdir(parents=True, exist_ok=True)
     written = {p.stem for p in write_transcripts(s, directory / TRANSCRIPTS)}
+    fit = s.to_json()["release"]
     cases = []
     for r in s.results:
         entry = next((e for e in entries if e.matches(r.id)), None)
@@ -168,9 +173,9 @@ def write_results(s: "RunSummary", directory: Path, *, release: str, entries: Se
     doc = document(
         implementation={"name": implementation or implementation_name(s.target), "version": implementation_version,
                         "commit": implementation_commit},
-        role=s.role, release=release, level=s.conformance_level, strict=s.strict, started=s.started,
+        role=s.role, release=release or fit["under_test"], level=s.conformance_level, strict=s.strict, started=s.started,
         duration_s=s.duration_s, target=s.target, exit_code=s.exit_code, counts=s.counts, problems=s.problems,
-        launches=s.launches, release_fit=s.to_json()["release"], cases=cases, expected_failures=shown_path(expected_failures),
+        launches=s.launches, release_fit=fit, cases=cases, expected_failures=shown_path(expected_failures),
         machine_name=machine_name)
     path = directory / RESULT_FILE
     path.write_text(json.dumps(doc, indent=1) + "\n")

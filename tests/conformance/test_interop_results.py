@@ -41,6 +41,14 @@ def test_results_document_names_outcomes_entries_and_transcripts(run_ecp, tmp_pa
     assert "ENG-OUT-6" in transcript.read_text() and "18 elements" in transcript.read_text()
 
 
+def test_an_engine_run_records_the_release_it_was_judged_as(run_ecp, tmp_path):
+    code, stdout = run_ecp("conformance", "engine", "--vllm", "0.25", "--adapter", "reference_adapters:release_0_25",
+                           "--case", "ENG-HS-3", *FAST, "--results", str(tmp_path))
+    assert code == 0, stdout
+    doc = load(tmp_path / "result.json")
+    assert doc["release"] == "0.25" and doc["implementation"]["name"] == "reference_adapters:release_0_25"
+
+
 def test_a_malformed_document_is_refused_with_every_problem(tmp_path):
     bad = tmp_path / "result.json"
     bad.write_text(json.dumps({"schema_version": 2, "role": "router", "cases": [{"id": "x"}]}))
