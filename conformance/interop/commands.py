@@ -54,6 +54,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     site.add_argument("--title", default="ecp interop results", help="the site's title")
     site.set_defaults(func=_site)
 
+    chk = sub.add_parser(
+        "check", help="check a submission: product.json and results against the schema and this ecp",
+        description="Check a submission folder (product.json and one or more runs with result.json and "
+                    "transcripts, docs/interop-site.md): every result fits the schema, was made with this ecp "
+                    "version, names the product, ran every case of its role, and has the transcripts it names. "
+                    "Prints one line per problem. Exit 0 accepted, 1 refused.")
+    chk.add_argument("folder", type=Path, metavar="DIR")
+    chk.set_defaults(func=_check)
+
 
 def _run(args: argparse.Namespace) -> int:
     from .matrix import RUN_BUDGET_S, ConfigError, builtin, describe, load_config, run_set
@@ -99,4 +108,17 @@ def _site(args: argparse.Namespace) -> int:
         print(f"ecp interop site: --observed: {exc}", file=sys.stderr)
         return 2
     print(f"ecp interop site: {len(pages)} page(s) in {args.out}; open {args.out / 'index.html'}")
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .check import check
+
+    problems = check(args.folder)
+    for line in problems:
+        print(f"{args.folder}: {line}")
+    if problems:
+        print(f"ecp interop check: {args.folder} refused: {len(problems)} problem(s)")
+        return 1
+    print(f"ecp interop check: {args.folder} accepted")
     return 0
