@@ -119,7 +119,10 @@ def served(launches: dict[str, Any] | None, cases: list[dict[str, Any]]) -> dict
     if rows:
         if any(r["startup_s"] is not None for r in rows):
             return {"ok": True, "cause": None}
-        return {"ok": False, "cause": rows[0]["state"]}
+        # the launch's state names the kind (failed: PeerCrashed); its case's reason says what happened
+        first = next((c for c in cases if c["id"] == rows[0]["case"] and c["reason"]), None)
+        why = first["reason"].splitlines()[0].rstrip(":; ") if first else ""
+        return {"ok": False, "cause": f"{rows[0]['state']}: {why}" if why else rows[0]["state"]}
     # no launches recorded (an attached or in-process peer): it served when a case got past start-up
     if any(c["outcome"] not in ("CRASH", "TIMEOUT", "ERROR") for c in cases):
         return {"ok": True, "cause": None}
