@@ -284,7 +284,8 @@ def render(root: Path, out: Path, observed: Path | None = None, title: str = "ec
     out.mkdir(parents=True, exist_ok=True)
     for asset in ("style.css", "site.js"):
         shutil.copyfile(TEMPLATES / asset, out / asset)
-    latest = sets[-1]
+    # the front page: the newest set `interop run` made (a submission is a set without set.json)
+    latest = next((s for s in reversed(sets) if s.meta), sets[-1])
     written = []
 
     def page(rel: str, template: str, **ctx: Any) -> None:
@@ -317,7 +318,7 @@ def render(root: Path, out: Path, observed: Path | None = None, title: str = "ec
             page(rel, "run.html", run=run.doc, set=s, cases=cases, cell=run.cell())
     diffs = {f"{a.name}|{b.name}": diff_sets(a, b) for a in sets for b in sets if a is not b}
     page("history.html", "history.html", sets=list(reversed(sets)), diffs=json.dumps(diffs),
-         default_a=sets[-2].name if len(sets) > 1 else latest.name, default_b=latest.name)
+         default_a=next((s.name for s in reversed(sets) if s is not latest), latest.name), default_b=latest.name)
     cases = case_pages(latest)
     for c in cases:
         page(f"cases/{c['id']}.html", "case.html", case=c, set=latest)
