@@ -113,3 +113,22 @@ def test_history_shows_exactly_the_cells_that_changed(site, page):
     page.select_option("#diff-b", "2026-01-01")
     assert page.locator("#diff-table tbody tr").count() == 4
     assert "4 cell(s) changed from 2026-01-02 to 2026-01-01" in page.locator("#diff-summary").inner_text()
+
+
+def test_cross_release_shows_a_pair_that_never_served_with_the_monitors_reason(tmp_path):
+    from ecp.conformance.interop.site import cross_release
+
+    observed = tmp_path / "observed.json"
+    observed.write_text(json.dumps({"releases": ["0.32", "0.33"], "features": {}, "pairs": [
+        {"frontend": "0.33", "engine": "0.32", "started": False, "features": {},
+         "problem": "frontend exited with status 1",
+         "monitor": {"exit_code": 1, "messages": {}, "release": [
+             {"code": "DIFF-011", "shows_in": "ready payload", "count": 1,
+              "first": "DIFF-011 EngineCoreReadyResponse.x: ready payload from the vLLM 0.32 engine does not decode"}]}},
+    ]}))
+    cross = cross_release(observed)
+    cells = {(c["frontend"], c["engine"]): c for row in cross["grid"] for c in row}
+    never = cells[("0.33", "0.32")]
+    assert never["status"] == "not-served" and never["cause"].startswith("DIFF-011 EngineCoreReadyResponse.x")
+    assert never["predicted"]  # the model's prediction beside it
+    assert cells[("0.32", "0.33")]["observed"] == "not run"
