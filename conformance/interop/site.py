@@ -30,6 +30,8 @@ TEMPLATES = Path(__file__).parent / "templates"
 #: outcomes that make a cell name a case as failed (counted or not)
 FAILED = ("FAIL", "TIMEOUT", "CRASH", "XPASS", "ERROR")
 ROLES = ("engine", "frontend")
+#: how much of a transcript a run's page shows inline (the file beside it is whole)
+INLINE_TRANSCRIPT_CHARS = 100_000
 
 
 class SiteError(Exception):
@@ -314,6 +316,10 @@ def render(root: Path, out: Path, observed: Path | None = None, title: str = "ec
                         dst.parent.mkdir(parents=True, exist_ok=True)
                         shutil.copyfile(src, dst)
                         text = src.read_text(errors="replace")
+                        if len(text) > INLINE_TRANSCRIPT_CHARS:  # the page stays light; the file is whole
+                            text = (text[:INLINE_TRANSCRIPT_CHARS]
+                                    + f"\n... (the first {INLINE_TRANSCRIPT_CHARS} characters; the whole file: "
+                                      f"{c['transcript']})")
                 cases.append({**c, "transcript_text": text})
             page(rel, "run.html", run=run.doc, set=s, cases=cases, cell=run.cell())
     diffs = {f"{a.name}|{b.name}": diff_sets(a, b) for a in sets for b in sets if a is not b}
