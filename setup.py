@@ -14,6 +14,7 @@ setup(
                      "vectors/captures/*",
                      "layouts/*.json", "compat/*.json"],
         "ecp.conformance": ["py.typed", "*.json", "schema/*.json", "expected/*.txt", "templates/*"],
+        "ecp.conformance.interop": ["schema/*.json", "templates/*.html", "templates/*.css", "templates/*.js"],
         "ecp.reference": ["py.typed"],
     },
 )

@@ -212,12 +212,11 @@ def run_pair(frontend: str, engine: str, peers: dict[str, Path], out: Path, lora
         findings = _Findings(events)
         with httpx.Client(base_url=f"http://127.0.0.1:{http}", timeout=CALL_TIMEOUT_S) as client:
             result["problem"] = wait_healthy(client, procs, START_BUDGET_S)
-            if result["problem"]:
-                return result
-            result["started"] = True
-            model = client.get("/v1/models").json()["data"][0]["id"]
+            # a pair that never served still reads the monitor's report below: it has the reason
+            result["started"] = result["problem"] is None
+            model = client.get("/v1/models").json()["data"][0]["id"] if result["started"] else None
             startup = findings.take()
-            for feature, (_, routes) in FEATURES.items():
+            for feature, (_, routes) in FEATURES.items() if result["started"] else ():
                 if feature == "serving":
                     calls = _serving(client, model)
                 elif feature == "LoRA":
@@ -248,6 +247,10 @@ def run_pair(frontend: str, engine: str, peers: dict[str, Path], out: Path, lora
         traffic = doc.get("traffic", {}).get("messages", {})
         result["monitor"] = {"exit_code": doc.get("exit_code"), "messages": traffic,
                              "release": doc.get("release", {}).get("cross")}
+        first = next((r.get("first") for r in result["monitor"]["release"] or [] if r.get("first")), None)
+        if not result["started"] and first:
+            # "frontend exited with status 1" says that it failed; the monitor saw why
+            result["problem"] = f"{first} ({result['problem']})"
         serving = result["features"].get("serving")
         if serving is not None:  # the dropped stream must have reached the engine as an ABORT
             serving["aborts"] = traffic.get("to_engine", {}).get("abort", 0)

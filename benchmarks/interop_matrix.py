@@ -38,73 +38,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
 from ecp.conformance.frontend.launcher import free_port
+from ecp.conformance.interop.vllm_peers import REPO, Row, conformance_rows, ecp_cli
 from ecp.spec.sse import DONE, SseDecoder
 
-REPO = Path(__file__).resolve().parents[1]
-EXPECTED = REPO / "conformance" / "expected"
 #: seconds a real vLLM process group gets to come up (API server import + engine core start)
 START_BUDGET_S = 180.0
-#: per fake-executor decode step: a real model's step is >= 1 ms; at 0 a 248-token request ends
-#: before an ABORT sent after its first token can arrive (docs/interop.md)
-FAKE_STEP_DELAY = "0.002"
-
-
-@dataclass
-class Row:
-    name: str
-    what: str
-    argv: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    smoke: tuple[str, int, bool] | None = None  # (frontend kind, dp size, rust)
-    prefork: bool = False  # launches through a vllm_prefork.py server that the row starts and stops
-
-
-def _ecp() -> list[str]:
-    return [sys.executable, "-m", "ecp.spec.cli"]
-
-
-def conformance_rows(peer: Path, level: str, release: str = "0.33", forked: bool = False,
-                     prefork: bool = False) -> list[Row]:
-    forked = forked or prefork
-    serve = str(peer / "run_serve.sh")
-    # --forked: the same engine core started by vllm_forked_serve.sh, which forks it instead of spawning it
-    engine_serve = str(REPO / "benchmarks" / "vllm_forked_serve.sh") if forked else serve
-    headless = [engine_serve, "--headless", "--data-parallel-size", "{engine_count}", "--data-parallel-size-local",
-                "{engine_count}", "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port",
-                "{handshake_port}"]
-    frontend = [serve, "--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
-                "--data-parallel-rpc-port", "{handshake_port}", "--data-parallel-size", "{engine_count}",
-                "--port", "{http_port}"]
-    # the documented commands as written: no timeout flag (the first launch's default budget is 180 s,
-    # later ones follow the measured pace)
-    common = ["--level", level]
-    # what these peers lack, declared (docs/interop.md): the model-free executor returns no logprobs,
-    # and vLLM 0.33 runs DP waves for MoE models only
-    engine_lacks = ["--engine-lacks", "logprobs", "--engine-lacks", "dp_waves"]
-    # the frontend rows judge the peer as its release, with that release's expected failures (--release)
-    frontend_lacks = ["--frontend-lacks", "dp_waves", "--vllm", release]
-    rows = []
-    for dp in (1, 2):
-        rows.append(Row(f"engine-dp{dp}", f"suite (engine role) vs vLLM headless engine core, DP={dp}",
-                        [*_ecp(), "conformance", "engine", "--transport", "tcp", "--engine-count", str(dp),
-                         "--vllm", release, *common, *engine_lacks,
-                         "--expected-failures", str(EXPECTED / f"vllm-{release}-engine.txt"), "--", *headless],
-                        {"FAKE_STEP_DELAY": FAKE_STEP_DELAY, **({"PEER": str(peer)} if forked else {})},
-                        prefork=prefork))
-    rows.append(Row("python-frontend", "suite (frontend role) vs vLLM Python frontend, DP=2",
-                    [*_ecp(), "conformance", "frontend", *common, *frontend_lacks, "--expected-failures",
-                     str(EXPECTED / f"vllm-{release}-python-frontend.txt"), "--", *frontend]))
-    rows.append(Row("vllm-rs", "suite (frontend role) vs vllm-rs, DP=2",
-                    [*_ecp(), "conformance", "frontend", *common, *frontend_lacks, "--expected-failures",
-                     str(EXPECTED / f"vllm-{release}-vllm-rs.txt"), "--", *frontend],
-                    {"VLLM_USE_RUST_FRONTEND": "1"}))
-    return rows
 
 
 def smoke_rows() -> list[Row]:
@@ -184,10 +127,10 @@ def run_smoke(row: Row, peer: Path, logdir: Path) -> tuple[bool, str]:
                                           "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port",
                                           str(hs), "--data-parallel-size", str(dp), "--port", str(http)],
                         {"VLLM_USE_RUST_FRONTEND": "1"} if rust else {})
-            group.start("ecp-engine", [*_ecp(), "engine", "--handshake-address", f"tcp://127.0.0.1:{hs}",
+            group.start("ecp-engine", [*ecp_cli(), "engine", "--handshake-address", f"tcp://127.0.0.1:{hs}",
                                        "--engine-count", str(dp), "--vocab-size", "332", "--max-model-len", "256"])
         else:
-            group.start("ecp-serve", [*_ecp(), "serve", "--data-parallel-size-local", "0",
+            group.start("ecp-serve", [*ecp_cli(), "serve", "--data-parallel-size-local", "0",
                                       "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", str(hs),
                                       "--data-parallel-size", str(dp), "--port", str(http)])
             group.start("vllm-engines", [str(peer / "run_serve.sh"), "--headless", "--data-parallel-size", str(dp),

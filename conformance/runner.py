@@ -59,6 +59,14 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--markdown", metavar="FILE", help="write a Markdown report")
     p.add_argument("--html", metavar="FILE", help="write an HTML report")
     p.add_argument("--transcripts", metavar="DIR", help="write one transcript file per failing case")
+    p.add_argument("--results", metavar="DIR",
+                   help="write the interop results document DIR/result.json (conformance/interop/schema/"
+                        "run.schema.json) with the transcripts beside it (docs/interop-site.md)")
+    p.add_argument("--implementation", metavar="NAME",
+                   help="with --results: the implementation's name (default: the command's program)")
+    p.add_argument("--implementation-version", metavar="VERSION", help="with --results: its version")
+    p.add_argument("--implementation-commit", metavar="COMMIT", help="with --results: its source commit")
+    p.add_argument("--machine", metavar="NAME", help="with --results: a name for the machine it ran on")
     p.add_argument("--keep-workdir", action="store_true", help="keep the temp dir with sockets and peer logs")
     p.add_argument("-v", "--verbose", action="store_true", help="show pytest's own output too")
     p.add_argument("-q", "--quiet", action="store_true",
@@ -169,7 +177,7 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
             summary.stopped, summary.not_run = stopped.read_text(), max(0, len(selected) - len(results))
         write_console(summary, sys.stdout)
         try:
-            _write_reports(summary, args)
+            _write_reports(summary, args, entries, under_test)
         except OSError as exc:
             print(f"ecp conformance: cannot write a report: {exc}", file=sys.stderr)
             return 2
@@ -186,7 +194,7 @@ def check_outputs(args: argparse.Namespace) -> None:
     pytest's --junit-xml does) and the file is opened for writing (a new one removed again, an
     existing one left as it is until the run ends); a path that fails is a :class:`UsageError`."""
     outputs = [("--json", args.json_path), ("--junit-xml", args.junit_xml), ("--markdown", args.markdown),
-               ("--html", args.html), ("--transcripts", args.transcripts)]
+               ("--html", args.html), ("--transcripts", args.transcripts), ("--results", args.results)]
     for option, target in outputs:
         if not target:
             continue
@@ -195,7 +203,7 @@ def check_outputs(args: argparse.Namespace) -> None:
         if existing != path.absolute() and not existing.is_dir():
             raise UsageError(f"{option} {target}: cannot be written ({existing} is a file, not a folder)")
         try:
-            if option == "--transcripts":
+            if option in ("--transcripts", "--results"):  # folders
                 path.mkdir(parents=True, exist_ok=True)
                 probe = tempfile.NamedTemporaryFile(dir=path)  # removed on close
                 probe.close()
@@ -212,7 +220,8 @@ def check_outputs(args: argparse.Namespace) -> None:
             raise UsageError(f"{option} {target}: cannot be written ({exc.strerror or exc})") from None
 
 
-def _write_reports(summary: RunSummary, args: argparse.Namespace) -> None:
+def _write_reports(summary: RunSummary, args: argparse.Namespace, entries: list[xf.Entry],
+                   release: str | None) -> None:
     """Write every requested report file, creating missing parent folders (as pytest's --junit-xml does)."""
     writers = [(args.json_path, write_json), (args.junit_xml, write_junit),
                (args.markdown, lambda s, p: p.write_text(markdown(s))), (args.html, write_html)]
@@ -222,6 +231,13 @@ def _write_reports(summary: RunSummary, args: argparse.Namespace) -> None:
             write(summary, Path(target))
     if args.transcripts:
         write_transcripts(summary, Path(args.transcripts))
+    if args.results:
+        from .interop.results import write_results
+
+        write_results(summary, Path(args.results), release=release, entries=entries,
+                      expected_failures=args.expected_failures, implementation=args.implementation,
+                      implementation_version=args.implementation_version,
+                      implementation_commit=args.implementation_commit, machine_name=args.machine)
 
 
 def _quiet(fn, argv) -> tuple[int, str]:
