@@ -152,6 +152,20 @@ def test_reference_knob_is_caught(knob, run_ecp, tmp_path):
         assert cases[cid]["clause"] in stdout
 
 
+def test_an_ignored_abort_is_caught_whatever_the_quiet_window(run_ecp, tmp_path):
+    """A quiet window shorter than the engine's gaps between tokens (a loaded machine) lets an ignored
+    ABORT look obeyed; the fence ADD behind the ABORT catches it all the same (ECP-ABORT-2.2)."""
+    out = tmp_path / "r.json"
+    code, stdout = run_ecp("conformance", "engine", "--adapter", "reference_adapters:bug_ignore-abort",
+                           "--json", str(out), "--case", "ENG-ABORT-1", "--case", "ENG-ABORT-3",
+                           "--quiet-window", "0.001", "--startup-timeout", "5")
+    _, cases = _results(out)
+    assert code == 1, stdout
+    for cid in ("ENG-ABORT-1", "ENG-ABORT-3"):
+        assert cases[cid]["outcome"] == "FAIL", stdout
+    assert "ECP-ABORT-2.2" in stdout, stdout
+
+
 def test_command_template_over_tcp_and_reports(run_ecp, tmp_path):
     """The launched-command form ("Done when"): the reference engine as a subprocess, tcp transport."""
     paths = {k: tmp_path / f"report.{k}" for k in ("json", "xml", "md", "html")}

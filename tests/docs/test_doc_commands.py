@@ -271,6 +271,13 @@ RULES: list[tuple[str, Callable[[DocCommand, Path], None] | str]] = [
     (r"^ecp spec layout --from-rust /tmp/vllm-|^ecp spec diff (/tmp/py\.json|vllm-0\.33) /tmp/rust\.json",
      skip("needs vLLM's Rust client, read from vLLM's source at run time")),
     (r"^ecp spec diff (--strict )?/tmp/base-layout\.json /tmp/pr-layout\.json", check_spec_diff_in_workflow),
+    (r"\bacme-engine\b", skip("a submission of a third-party engine (acme-engine is the example's name); "
+                              "tests/conformance/test_interop_check.py checks made-up submissions")),
+    (r"^ecp interop run\b", skip("runs every configured implementation, release and role (minutes; real vLLM "
+                                 "where installed); tests/conformance/test_interop_run.py runs a small set")),
+    (r"^ecp interop (site|check)\b", skip("needs a results set or a submission folder; tests/conformance/"
+                                          "test_interop_site.py and test_interop_check.py make and check them")),
+    (r"^ecp spec release list$", check_plain),
     (r"^ecp conformance replay", skip("needs a reproducer an explore run wrote; "
                                       "tests/conformance/test_explore.py replays one")),
     (r"^python benchmarks/", skip("a benchmark or campaign script (minutes); its seeded short variant is a test")),

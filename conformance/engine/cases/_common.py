@@ -88,6 +88,21 @@ def abort_fenced(fe, ids: list[str]) -> str:
 FENCE_WAIT_S = 5.0
 
 
+def tokens_past_fence(fe, rids, fence: str) -> list[str]:
+    """Those of ``rids`` that got tokens in or after the output message carrying the fence's first
+    output on the same output socket (ECP-ABORT-2.2: the engine took the ABORT before the fence's ADD,
+    so it produced them after the ABORT). Waits up to FENCE_WAIT_S for that output; none: nothing to
+    judge here (the quiet window still judges). Unlike a quiet window, this does not depend on the
+    engine's pace or the harness's load."""
+    with contextlib.suppress(CaseTimeout):
+        fe.wait(lambda: bool(fe.seen(fence)), FENCE_WAIT_S, f"a first output for the fence {fence}")
+    if not fe.seen(fence):
+        return []
+    first = fe.seen(fence)[0]
+    return [r for r in rids if any(s.t >= first.t and s.output.new_token_ids and s.client == first.client
+                                   and s.engine_index == first.engine_index for s in fe.seen(r))]
+
+
 def check_aborted(fe, rid: str, n: int, fence: str | None = None) -> None:
     """``rid`` (asked for ``n`` tokens) was aborted: it may only end with ABORT, once, before its
     last token. With ``fence`` (:func:`abort_fenced`), a natural end after all ``n`` tokens that

@@ -3,7 +3,9 @@
 import time
 
 from ecp.conformance.outcomes import CaseFailure
-from ecp.conformance.engine.cases._common import QUIET_LIMIT_S, abort_fenced, check_aborted, goes_quiet, start_long
+from ecp.conformance.engine.cases._common import (
+    QUIET_LIMIT_S, abort_fenced, check_aborted, goes_quiet, start_long, tokens_past_fence,
+)
 from ecp.conformance.registry import case
 from ecp.spec import FinishReason
 
@@ -15,7 +17,11 @@ def test_abort_stops_running(engine):
     busy = goes_quiet(fe, [rid], time.monotonic())
     if busy:
         raise CaseFailure(f"{rid} kept producing tokens for {QUIET_LIMIT_S}s after ABORT "
-                        f"({len(fe.tokens(rid))} so far)")
+                          f"({len(fe.tokens(rid))} so far)")
+    if tokens_past_fence(fe, [rid], fence):
+        raise CaseFailure(f"{rid} got tokens with or after the first output of {fence}, a request ADDed after "
+                          "its ABORT on the same input: the engine produced them after it took the ABORT "
+                          "(ECP-ABORT-2.2)")
     check_aborted(fe, rid, n, fence)
     fe.serves(after="an ABORT")
 
@@ -49,6 +55,10 @@ def test_abort_1024_ids(engine):
     busy = goes_quiet(fe, [r for r, _ in running], time.monotonic())
     if busy:
         raise CaseFailure(f"after one ABORT of 1,024 ids, {busy} kept producing tokens")
+    late = tokens_past_fence(fe, [r for r, _ in running], fence)
+    if late:
+        raise CaseFailure(f"after one ABORT of 1,024 ids, {late} got tokens with or after the first output of "
+                          f"{fence}, a request ADDed after the ABORT (ECP-ABORT-2.2)")
     for rid, n in running:
         check_aborted(fe, rid, n, fence)
     fe.serves(after="an ABORT of 1,024 ids")
