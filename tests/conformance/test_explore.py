@@ -555,7 +555,9 @@ def test_a_session_ending_with_an_abort_watches_past_its_grace(tmp_path, bug, fo
     grace only if the session is still listening then (its quiet window alone is shorter)."""
     from ecp.conformance.explore.run import Runner
 
-    command = [*ENGINE, "--bug", bug] if bug else ENGINE
+    # 1 ms a step: the 4,000-token request still runs well past the grace on a quiet machine too (flat
+    # out, the synthetic engine can finish it within the grace, and an ignored ABORT then shows nothing)
+    command = [*ENGINE, "--step-time-ms", "1", *(["--bug", bug] if bug else [])]
     runner = Runner(ExploreOptions(command=command, quiet_window_s=0.1, step_timeout_s=5.0), str(tmp_path))
     try:
         result = runner.play(Session(Topology(), ABORTED_LONG))

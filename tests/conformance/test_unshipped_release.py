@@ -27,7 +27,7 @@ FRONTEND_CASES = ("FE-REQ-6", "FE-REJECT-1")
 FAST = ["--quiet-window", "0.1", "--startup-timeout", "60"]  # a budget, not a wait
 SERVE = ["serve", "--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
          "--data-parallel-rpc-port", "{handshake_port}", "--data-parallel-size", "{engine_count}",
-         "--port", "{http_port}", "--dev-mode", "--kv-connector", "reference"]
+         "--port", "{http_port}", "--dev-mode", "--kv-connector", "reference", "--trust-request-kv-params"]
 ECP = [sys.executable, "-m", "ecp.spec.cli"]
 
 
