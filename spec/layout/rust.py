@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from .vllm.warnings import ExtractionWarning
 from .model import (
     FORMAT, EnumLayout, FieldLayout, Layout, MessageLayout, Provenance, RequestTypeLayout, UtilityMethodLayout,
     UtilityParamLayout,
@@ -71,15 +72,8 @@ class RustSourceError(ValueError):
     """The path is not a directory of Rust sources, or the Rust grammar is not installed."""
 
 
-@dataclass(frozen=True)
-class RustWarning:
-    code: str
-    file: str
-    line: int
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.code}: {self.message}"
+#: a construct the reader could not map (code: a key of :data:`CODES`), with the Rust file and line
+RustWarning = ExtractionWarning
 
 
 @dataclass

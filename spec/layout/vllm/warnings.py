@@ -31,10 +31,11 @@ CODES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class ExtractionWarning:
-    """``code`` (a key of :data:`CODES`), the file (``vllm/...``) and line, and what was met.
+    """``code`` (a key of the extractor's code table: :data:`CODES` here, ``ecp.spec.layout.rust.CODES``
+    for a Rust crate), the file (``vllm/...``, ``src/...``) and line, and what was met.
 
     A receiver shows it to the user and keeps the layout: the layout records the
-    construct as :data:`CODES` says (``any``, no default, left out), never as a guess.
+    construct as the code table says (``any``, no default, left out), never as a guess.
     """
 
     code: str
