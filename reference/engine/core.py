@@ -24,20 +24,20 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from ecp.spec import (
-    EngineCoreEvent, EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason, LoRARequest,
+    EngineCoreEvent, EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason,
     PrefillStats, RequestError, UtilityRequest,
 )
 from ecp.spec.machine import COORDINATOR, Admission, SchedulerControl
 
 from .config import EngineConfig
 from .kv_connector import ReferenceKVConnector
+from .outbox import Outbound
 from .scheduler import EngineRequest, Scheduler, SchedulerOutput, Status
 from .stats import EngineStats
-from .utilities import SLEEP_TAGS, UTILITIES, PauseState, PendingUtilities, UtilityFailure
+from .utilities import SLEEP_TAGS, UTILITIES, EngineControls, PauseState, PendingUtilities, UtilityFailure
 from .waves import Waves
 
 __all__ = ["EngineCore", "Outbound", "PauseState", "SLEEP_TAGS", "UTILITIES", "UtilityFailure"]
@@ -49,14 +49,6 @@ refusal_log = logging.getLogger("ecp.engine.bad_input")
 DEFAULT_NUM_GPU_BLOCKS = 8192
 PAUSED_MESSAGE = "Generation is paused. Please retry after it resumes."
 
-
-@dataclass
-class Outbound:
-    """One message to send: ``payload`` is an ``EngineCoreOutputs`` (or, from a
-    fault of :mod:`.faults`, a raw list) for ``outputs[client_index]`` or the coordinator."""
-
-    client_index: int
-    payload: Any
 
 
 class EngineCore:
@@ -112,15 +104,10 @@ class EngineCore:
         if connector is not None:
             connector.free_blocks = self.scheduler.free_blocks
         self.outbox: list[Outbound] = []
-        self.pause = PauseState.UNPAUSED
-        self.sleeping_tags: set[str] = set()
-        self.sleep_level = 0
-        self.weight_version = "default"
+        #: what the UTILITY methods set (pause, sleep, weight version, LoRAs); only they write it
+        self.controls = EngineControls()
         self.waves = Waves(has_coordinator)
         self.step_counter = 0
-        self.profiling = False
-        self.loras: dict[int, LoRARequest] = {}
-        self.pinned_loras: set[int] = set()
         self.utilities = PendingUtilities(self, on_carried_out=self.scheduler_control.carried_out)
         self.stats = EngineStats(log_stats=not config.disable_log_stats, include_finished_set=has_coordinator)
         self.num_errors = 0
@@ -138,6 +125,10 @@ class EngineCore:
     @property
     def current_wave(self) -> int:
         return self.waves.current
+
+    @property
+    def weight_version(self) -> str:
+        return self.controls.weight_version
 
     def _valid_client(self, client_index: int) -> bool:
         return 0 <= client_index < self.num_clients
@@ -232,7 +223,7 @@ class EngineCore:
             if num is not None and num > vocab:
                 return ("invalid_request", f"Requested {name} of {num}, which is greater than the "
                         f"vocabulary size {vocab} (use -1 for the whole vocabulary)")
-        if req.lora_request is not None and req.lora_request.lora_int_id not in self.loras:
+        if req.lora_request is not None and req.lora_request.lora_int_id not in self.controls.loras:
             return "invalid_request", f"LoRA adapter {req.lora_request.lora_name!r} is not loaded"
         return None
 
@@ -345,7 +336,7 @@ class EngineCore:
             held, self.held = self.held, []
             for req, client, duplicate in held:
                 self.add_request(req, client, duplicate=duplicate)
-        if self.pause is not PauseState.PAUSED_ALL and self.scheduler.has_unfinished():
+        if self.controls.pause is not PauseState.PAUSED_ALL and self.scheduler.has_unfinished():
             sched = self.scheduler.schedule()
             if not sched.empty:
                 self._run(sched)
@@ -413,7 +404,7 @@ class EngineCore:
         stats_attached = not stats.log_stats
         for client, outs in per_client.items():
             msg = EngineCoreOutputs(engine_index=self.engine_index, outputs=outs, timestamp=now,
-                                    weight_version=self.weight_version,
+                                    weight_version=self.controls.weight_version,
                                     finished_requests=stats.take_finished(client))
             if not stats_attached:
                 msg.scheduler_stats = stats.snapshot(self)

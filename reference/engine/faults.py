@@ -13,7 +13,7 @@ knows about it.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 import msgspec
 
@@ -24,9 +24,8 @@ from ecp.spec import (
 from ecp.spec.machine import COORDINATOR, Abort, Add, Event, SchedulerControl, UtilityCall
 
 from ..faults import Fault, check_names, table
+from .outbox import Outbound
 
-if TYPE_CHECKING:  # the core imports the config, which imports this table
-    from .core import Outbound
 
 
 FAULTS: dict[str, Fault] = table(

@@ -4,13 +4,28 @@ finishes and aborts, and the queue counts the coordinator balances on."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ecp.spec import EngineCoreOutputs, SchedulerStats
 from ecp.spec.outputs import PrefixCacheStats
 
-if TYPE_CHECKING:
-    from .core import EngineCore
+
+class StatsSource(Protocol):
+    """What the stats read of their engine core (the core satisfies it; this module does not import
+    the core, and writes nothing of it)."""
+
+    scheduler: Any
+    connector: Any
+    engine_index: int
+    step_counter: int
+
+    @property
+    def current_wave(self) -> int: ...
+
+    @property
+    def weight_version(self) -> str: ...
+
+    def clock(self) -> float: ...
 
 
 class EngineStats:
@@ -34,19 +49,19 @@ class EngineStats:
             return None
         return self._finished_for_client.pop(client, None)
 
-    def snapshot(self, core: EngineCore) -> SchedulerStats:
+    def snapshot(self, core: StatsSource) -> SchedulerStats:
         s = core.scheduler
         pc = s.pool.take_stats()
         return SchedulerStats(
             num_running_reqs=s.num_running, num_waiting_reqs=s.num_waiting,
-            step_counter=core.step_counter, current_wave=core.waves.current,
+            step_counter=core.step_counter, current_wave=core.current_wave,
             kv_cache_usage=s.pool.usage,
             prefix_cache_stats=PrefixCacheStats(reset=pc["reset"], requests=pc["requests"],
                                                 queries=pc["queries"], hits=pc["hits"]),
             kv_connector_stats=core.connector.snapshot() if core.connector is not None else None,
         )
 
-    def stats_only(self, core: EngineCore) -> EngineCoreOutputs | None:
+    def stats_only(self, core: StatsSource) -> EngineCoreOutputs | None:
         """The stats-only message for client 0, if one is owed (then no longer)."""
         msg = None
         if self.log_stats and self.dirty:
@@ -56,7 +71,7 @@ class EngineStats:
         self.dirty = False
         return msg
 
-    def coordinator_counts(self, core: EngineCore) -> EngineCoreOutputs | None:
+    def coordinator_counts(self, core: StatsSource) -> EngineCoreOutputs | None:
         """The coordinator's view of the queues, when it has changed since the last one."""
         counts = (core.scheduler.num_waiting, core.scheduler.num_running)
         if counts == self._last_coord_counts:
@@ -64,5 +79,5 @@ class EngineStats:
         self._last_coord_counts = counts
         return EngineCoreOutputs(
             engine_index=core.engine_index, scheduler_stats=self.snapshot(core) if self.log_stats else
-            SchedulerStats(num_running_reqs=counts[1], num_waiting_reqs=counts[0], current_wave=core.waves.current),
+            SchedulerStats(num_running_reqs=counts[1], num_waiting_reqs=counts[0], current_wave=core.current_wave),
             timestamp=core.clock())

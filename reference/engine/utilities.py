@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import enum
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
 
 import msgspec
 
@@ -37,9 +37,6 @@ from ecp.spec.errors import LocalProtocolError, UtilityArgumentError
 from ecp.spec.utility_methods import (
     UTILITY_METHODS, UtilityMethod, failure_message, no_such_method,
 )
-
-if TYPE_CHECKING:
-    from .core import EngineCore
 
 log = logging.getLogger("ecp.engine")
 
@@ -52,6 +49,52 @@ class PauseState(enum.Enum):
     UNPAUSED = "unpaused"
     PAUSED_NEW = "paused_new"  # new ADDs are refused; admitted requests run on
     PAUSED_ALL = "paused_all"  # nothing is scheduled (mode "keep")
+
+
+@dataclass
+class EngineControls:
+    """What the UTILITY methods set, and only they: the core reads it (``pause`` decides whether a
+    step schedules, ``controls.loras`` which adapters an ADD may name, ``weight_version`` what each
+    output carries)."""
+
+    pause: PauseState = PauseState.UNPAUSED
+    #: the tags asleep (``SLEEP_TAGS``); empty when awake
+    sleeping_tags: set[str] = field(default_factory=set)
+    sleep_level: int = 0
+    weight_version: str = "default"
+    profiling: bool = False
+    #: lora_int_id -> the release's LoRARequest
+    loras: dict[int, Any] = field(default_factory=dict)
+    pinned_loras: set[int] = field(default_factory=set)
+
+
+class UtilityHost(Protocol):
+    """What a UTILITY method may use of its engine core (the core satisfies it; this module does not
+    import the core). Methods change :attr:`controls` and call the core's own operations; they write
+    no other attribute of the core."""
+
+    profile: Any
+    config: Any
+    executor: Any
+    scheduler: Any
+    connector: Any
+    controls: EngineControls
+    engine_index: int
+    num_blocks: int
+    vocab_size: int
+    lora_type: type
+    step_counter: int
+    num_finished: int
+    num_errors: int
+
+    @property
+    def current_wave(self) -> int: ...
+
+    def clock(self) -> float: ...
+
+    def emit(self, client_index: int, msg: Any) -> None: ...
+
+    def abort_all_with_outputs(self) -> list[str]: ...
 
 
 class UtilityFailure(Exception):
@@ -77,7 +120,7 @@ class PendingUtilities:
     """Runs UTILITY calls against a core and answers each exactly once, now or when
     its :class:`Wait` is ready (:meth:`check`, called every step)."""
 
-    def __init__(self, core: EngineCore, on_carried_out: Callable[[str, Any, Any], None]) -> None:
+    def __init__(self, core: UtilityHost, on_carried_out: Callable[[str, Any, Any], None]) -> None:
         self.core = core
         #: told of every call that succeeded (method, positional arguments, result; ``None`` for a
         #: deferred one): the core's sleep/pause state follows the spec's table from it
@@ -161,79 +204,79 @@ def _arity_error(release: Any, name: str, args: Any) -> str | None:
 
 
 # ---------------------------------------------------------------------- the methods (wire names)
-def _idle(core: EngineCore) -> bool:
+def _idle(core: UtilityHost) -> bool:
     return not core.scheduler.has_unfinished()
 
-def _enter_pause(core: EngineCore, mode: str) -> None:
+def _enter_pause(core: UtilityHost, mode: str) -> None:
     if mode not in ("abort", "wait", "keep"):
         raise UtilityFailure(f"mode must be 'abort', 'wait' or 'keep', got {mode!r}")
     if mode == "keep":
-        core.pause = PauseState.PAUSED_ALL
+        core.controls.pause = PauseState.PAUSED_ALL
     else:
-        if core.pause is not PauseState.PAUSED_ALL:
-            core.pause = PauseState.PAUSED_NEW
+        if core.controls.pause is not PauseState.PAUSED_ALL:
+            core.controls.pause = PauseState.PAUSED_NEW
         if mode == "abort":
             core.abort_all_with_outputs()
 
-def is_sleeping(core: EngineCore) -> bool:
-    return bool(core.sleeping_tags)
+def is_sleeping(core: UtilityHost) -> bool:
+    return bool(core.controls.sleeping_tags)
 
-def sleep(core: EngineCore, level: int, mode: str) -> Any:
+def sleep(core: UtilityHost, level: int, mode: str) -> Any:
     if not isinstance(level, int) or level not in (0, 1, 2):
         raise UtilityFailure(f"sleep level must be 0, 1 or 2, got {level!r}")
     _enter_pause(core, mode)
 
     def complete() -> None:
         core.scheduler.pool.reset()  # best effort: kept requests still hold blocks
-        core.sleeping_tags = set(SLEEP_TAGS)
-        core.sleep_level = level
+        core.controls.sleeping_tags = set(SLEEP_TAGS)
+        core.controls.sleep_level = level
 
     if mode == "wait" and not _idle(core):
         return Wait(lambda: _idle(core), complete)
     complete()
     return None
 
-def wake_up(core: EngineCore, tags: list[str] | None) -> bool:
-    was_sleeping = bool(core.sleeping_tags)
+def wake_up(core: UtilityHost, tags: list[str] | None) -> bool:
+    was_sleeping = bool(core.controls.sleeping_tags)
     if tags is None:
-        core.sleeping_tags.clear()
+        core.controls.sleeping_tags.clear()
     else:
         if isinstance(tags, str) or not isinstance(tags, list):
             raise UtilityFailure(f"tags must be a list of strings or nil, got {tags!r}")
         bad = [t for t in tags if t not in SLEEP_TAGS]
         if bad:
             raise UtilityFailure(f"unknown wake_up tags {bad}; known: {list(SLEEP_TAGS)}")
-        core.sleeping_tags.difference_update(tags)
-    awake = not core.sleeping_tags
+        core.controls.sleeping_tags.difference_update(tags)
+    awake = not core.controls.sleeping_tags
     if awake:
         # as vLLM 0.33: a wake_up that leaves everything resident resumes the scheduler, asleep or not
         if was_sleeping:
-            core.sleep_level = 0
+            core.controls.sleep_level = 0
         resume_scheduler(core)
     return awake
 
-def reset_prefix_cache(core: EngineCore, reset_running_requests: bool, reset_connector: bool) -> bool:
+def reset_prefix_cache(core: UtilityHost, reset_running_requests: bool, reset_connector: bool) -> bool:
     if reset_running_requests:
         core.scheduler.preempt_all_running()
     if reset_connector and core.connector is not None:
         core.connector.reset()
     return core.scheduler.pool.reset()
 
-def get_supported_tasks(core: EngineCore) -> list[str]:
+def get_supported_tasks(core: UtilityHost) -> list[str]:
     return ["generate"]
 
-def reset_mm_cache(core: EngineCore) -> None:
+def reset_mm_cache(core: UtilityHost) -> None:
     return None
 
-def reset_encoder_cache(core: EngineCore) -> None:
+def reset_encoder_cache(core: UtilityHost) -> None:
     return None
 
-def profile(core: EngineCore, is_start: bool, profile_prefix: str | None, delay_iterations: int | None,
+def profile(core: UtilityHost, is_start: bool, profile_prefix: str | None, delay_iterations: int | None,
             max_iterations: int | None, profiler_kwargs: dict | None) -> None:
     # vLLM 0.33 frontends send all 5 arguments; older ones the first 2
-    core.profiling = bool(is_start)
+    core.controls.profiling = bool(is_start)
 
-def pause_scheduler(core: EngineCore, mode: str, clear_cache: bool) -> Any:
+def pause_scheduler(core: UtilityHost, mode: str, clear_cache: bool) -> Any:
     _enter_pause(core, mode)
 
     def complete() -> None:
@@ -245,25 +288,25 @@ def pause_scheduler(core: EngineCore, mode: str, clear_cache: bool) -> Any:
     complete()
     return None
 
-def pause_generation(core: EngineCore, mode: str, clear_cache: bool) -> Any:
+def pause_generation(core: UtilityHost, mode: str, clear_cache: bool) -> Any:
     # whether new ADDs are refused or queued meanwhile is the spec's rule (the core's scheduler_control)
     return pause_scheduler(core, mode, clear_cache)
 
-def resume_scheduler(core: EngineCore) -> None:
-    core.pause = PauseState.UNPAUSED
+def resume_scheduler(core: UtilityHost) -> None:
+    core.controls.pause = PauseState.UNPAUSED
 
-def is_scheduler_paused(core: EngineCore) -> bool:
-    return core.pause is not PauseState.UNPAUSED
+def is_scheduler_paused(core: UtilityHost) -> bool:
+    return core.controls.pause is not PauseState.UNPAUSED
 
-def get_weight_version(core: EngineCore) -> str:
-    return core.weight_version
+def get_weight_version(core: UtilityHost) -> str:
+    return core.controls.weight_version
 
-def set_weight_version(core: EngineCore, weight_version: str) -> None:
+def set_weight_version(core: UtilityHost, weight_version: str) -> None:
     if not isinstance(weight_version, str):
         raise UtilityFailure(f"weight version must be a string, got {weight_version!r}")
-    core.weight_version = weight_version
+    core.controls.weight_version = weight_version
 
-def collective_rpc(core: EngineCore, method: str, timeout: float | None, args: list | tuple | None,
+def collective_rpc(core: UtilityHost, method: str, timeout: float | None, args: list | tuple | None,
                    kwargs: dict | None) -> list[Any]:
     """One result per worker (this engine has one worker)."""
     args = list(args or ())
@@ -279,11 +322,11 @@ def collective_rpc(core: EngineCore, method: str, timeout: float | None, args: l
         raise UtilityFailure(f"'Worker' object has no attribute '{method}'")
     return [worker(*args, **kwargs)]
 
-def _lora_enabled(core: EngineCore) -> None:
+def _lora_enabled(core: UtilityHost) -> None:
     if core.config.max_loras < 1:
         raise UtilityFailure("LoRA is not enabled (start the engine with --max-loras N)")
 
-def add_lora(core: EngineCore, lora_request: Any) -> bool:
+def add_lora(core: UtilityHost, lora_request: Any) -> bool:
     _lora_enabled(core)
     try:  # the LoRARequest of the release spoken (0.31's has 7 fields, 0.32's 6)
         lora = msgspec.convert(lora_request, core.lora_type)
@@ -291,54 +334,54 @@ def add_lora(core: EngineCore, lora_request: Any) -> bool:
         raise UtilityFailure(f"invalid LoRARequest: {exc}") from None
     if lora.lora_int_id < 1:
         raise UtilityFailure(f"lora_int_id must be > 0, got {lora.lora_int_id}")
-    if lora.lora_int_id not in core.loras and len(core.loras) >= core.config.max_loras:
-        evictable = [i for i in core.loras if i not in core.pinned_loras]
+    if lora.lora_int_id not in core.controls.loras and len(core.controls.loras) >= core.config.max_loras:
+        evictable = [i for i in core.controls.loras if i not in core.controls.pinned_loras]
         if not evictable:
             return False
-        del core.loras[evictable[0]]
-    core.loras[lora.lora_int_id] = lora
+        del core.controls.loras[evictable[0]]
+    core.controls.loras[lora.lora_int_id] = lora
     return True
 
-def remove_lora(core: EngineCore, lora_id: int) -> bool:
+def remove_lora(core: UtilityHost, lora_id: int) -> bool:
     _lora_enabled(core)
-    core.pinned_loras.discard(lora_id)
-    return core.loras.pop(lora_id, None) is not None
+    core.controls.pinned_loras.discard(lora_id)
+    return core.controls.loras.pop(lora_id, None) is not None
 
-def list_loras(core: EngineCore) -> list[int]:
-    return sorted(core.loras)
+def list_loras(core: UtilityHost) -> list[int]:
+    return sorted(core.controls.loras)
 
-def pin_lora(core: EngineCore, lora_id: int) -> bool:
+def pin_lora(core: UtilityHost, lora_id: int) -> bool:
     _lora_enabled(core)
-    if lora_id not in core.loras:
+    if lora_id not in core.controls.loras:
         return False
-    core.pinned_loras.add(lora_id)
+    core.controls.pinned_loras.add(lora_id)
     return True
 
-def release_kv_cache_memory(core: EngineCore) -> None:
+def release_kv_cache_memory(core: UtilityHost) -> None:
     """Drop the KV cache, keeping the weights, as vLLM 0.33: only after a completed pause and while
     fully awake; the engine then sleeps with the tag ``kv_cache`` until ``wake_up``."""
-    if core.pause is PauseState.UNPAUSED or not _idle(core):
+    if core.controls.pause is PauseState.UNPAUSED or not _idle(core):
         raise UtilityFailure("release_kv_cache_memory() requires a completed pause first")
-    if core.sleeping_tags:
+    if core.controls.sleeping_tags:
         raise UtilityFailure("release_kv_cache_memory() requires all executor memory to be resident")
     core.scheduler.pool.reset()  # best effort: connector leases keep their blocks
-    core.sleeping_tags.add("kv_cache")
+    core.controls.sleeping_tags.add("kv_cache")
 
-def compute_weight_checksums(core: EngineCore) -> list[dict[str, str]]:
+def compute_weight_checksums(core: UtilityHost) -> list[dict[str, str]]:
     """One map per worker (this engine has one), weight name -> checksum: the synthetic executor has no
     weights, so its map is empty; the torch executor does not expose its weights to this layer."""
     if core.config.executor != "synthetic":
         raise UtilityFailure(f"weight checksums are not implemented for the {core.config.executor} executor")
     return [{}]
 
-def execute_dummy_batch(core: EngineCore) -> None:
+def execute_dummy_batch(core: UtilityHost) -> None:
     return None
 
-def get_kv_connector_stats(core: EngineCore) -> dict[str, Any] | None:
+def get_kv_connector_stats(core: UtilityHost) -> dict[str, Any] | None:
     """ecp extension: pinned/freed block counts of the reference KV connector."""
     return core.connector.snapshot() if core.connector is not None else None
 
-def get_engine_state(core: EngineCore) -> dict[str, Any]:
+def get_engine_state(core: UtilityHost) -> dict[str, Any]:
     """ecp extension: queue lengths and block-pool occupancy (for tests and tools)."""
     s = core.scheduler
     return {
@@ -346,8 +389,8 @@ def get_engine_state(core: EngineCore) -> dict[str, Any]:
         "num_blocks": core.num_blocks, "num_free_blocks": s.pool.num_free,
         "num_used_blocks": s.pool.num_used, "num_cached_blocks": s.pool.num_cached,
         "num_preemptions": s.num_preempted_total, "step_counter": core.step_counter,
-        "current_wave": core.current_wave, "paused": core.pause.value,
-        "sleeping_tags": sorted(core.sleeping_tags), "num_finished": core.num_finished,
+        "current_wave": core.current_wave, "paused": core.controls.pause.value,
+        "sleeping_tags": sorted(core.controls.sleeping_tags), "num_finished": core.num_finished,
         "num_errors": core.num_errors,
     }
 
