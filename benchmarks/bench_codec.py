@@ -1,6 +1,6 @@
 """What the sans-IO codec costs over msgspec itself, per message (``ecp.spec``).
 
-Run: ``python benchmarks/bench_codec.py`` (``--rounds``, ``--round-ms``, ``--json``, ``--bound``).
+Run: ``python -m benchmarks.bench_codec`` (``--rounds``, ``--round-ms``, ``--json``, ``--bound``).
 
 For each message it times ecp's decoder and encoder and, side by side in the
 same run, a bare ``msgspec.msgpack.Decoder(T)`` / ``Encoder`` on the same

@@ -8,7 +8,7 @@
    separately aborted explicitly; we measure the time until the engine has
    received every id, and the number of ABORT messages.
 
-Usage: python benchmarks/client_overhead.py [--streams 1000] [--steps 200] [--tokens-per-output 1]
+Usage: python -m benchmarks.client_overhead [--streams 1000] [--steps 200] [--tokens-per-output 1]
                                             [--aborts 10000]
 Prints a JSON summary. The engine runs in its own process so the client's
 event loop is measured alone.
@@ -26,15 +26,12 @@ import time
 
 # ------------------------------------------------------------------ synthetic engine (own process)
 def _engine_main(handshake_address: str, mode: str, n: int, steps: int, tokens: int, conn) -> None:
-    import sys
-    from pathlib import Path
 
     import zmq
 
     from ecp.spec import EngineCoreOutput, EngineCoreOutputs, EngineCoreRequest, FinishReason, decode_input, encode_outputs
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from hop_floor import ecp_engine  # one raw-frame engine for the client benchmarks
+    from benchmarks.hop_floor import ecp_engine  # one raw-frame engine for the client benchmarks
 
     ctx = zmq.Context()
     io = ecp_engine(ctx, handshake_address, max_num_seqs=n)

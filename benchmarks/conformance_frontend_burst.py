@@ -1,6 +1,6 @@
 """One burst of the frontend role, phase by phase, against a frontend command.
 
-Run: ``python benchmarks/conformance_frontend_burst.py [-k 2000] [--client raw|httpx] [-- COMMAND ...]``
+Run: ``python -m benchmarks.conformance_frontend_burst [-k 2000] [--client raw|httpx] [-- COMMAND ...]``
 (default COMMAND: the reference frontend, ``ecp serve`` with two external engines). It opens K
 held streams (the scripted engines stop after two tokens), waits for every first token, drops
 all K at once (frontend frozen during the drop, as the FE-ABORT cases do, unless

@@ -1,6 +1,6 @@
 """What the engine's protocol machine costs a flat-out synthetic engine (not a test).
 
-    python benchmarks/engine_machine_cost.py [--seconds 3] [--rounds 2] [--concurrency 64]
+    python -m benchmarks.engine_machine_cost [--seconds 3] [--rounds 2] [--concurrency 64]
 
 Runs the reference engine core's serving loop in this process, without sockets, two ways,
 interleaved round by round: ``codec`` decodes each ADD with ``decode_input`` and encodes each

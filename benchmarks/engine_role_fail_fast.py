@@ -1,6 +1,6 @@
 """The whole engine role against an engine that cannot do DP, side by side with a correct engine.
 
-Run: ``python benchmarks/engine_role_fail_fast.py [--runs N]``. Each run launches, as
+Run: ``python -m benchmarks.engine_role_fail_fast [--runs N]``. Each run launches, as
 subprocesses over ipc with the default budgets (``--startup-timeout 60``):
 
 * the reference engine (``ecp engine``): every case passes;

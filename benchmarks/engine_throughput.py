@@ -1,6 +1,6 @@
 """Throughput of synthetic reference engines driven flat out, and the scheduler's per-step cost.
 
-    .venv/bin/python benchmarks/engine_throughput.py [--seconds 5] [--concurrency 1 64 512] [--engines 1 2]
+    .venv/bin/python -m benchmarks.engine_throughput [--seconds 5] [--concurrency 1 64 512] [--engines 1 2]
 
 Part 1 starts N engines (data parallel, ``--engines``), each as its own OS
 process (``mode="process"``, synthetic executor, zero step cost), behind a

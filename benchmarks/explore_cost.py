@@ -1,6 +1,6 @@
 """What the explorer itself costs per message (not a test).
 
-    python benchmarks/explore_cost.py [--sessions 40] [--engine-count 2] [--seed 0]
+    python -m benchmarks.explore_cost [--sessions 40] [--engine-count 2] [--seed 0]
 
 Plays the first N seeded sessions of ``ecp conformance explore engine`` against the fault-free
 reference engine (every rank in one process, no step time: as fast an engine as there is) and

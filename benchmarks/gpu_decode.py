@@ -5,8 +5,8 @@ sockets, no scheduler): B sequences are prefilled in one step, warmed up,
 then decoded for ``--steps`` steps, one forward per step for the whole batch.
 Reports decode tokens/s and ms per step for each batch size.
 
-    python benchmarks/gpu_decode.py --device cuda --model random:small          # the GPU figures
-    python benchmarks/gpu_decode.py --device cpu --model random:tiny --steps 32  # the CPU figures
+    python -m benchmarks.gpu_decode --device cuda --model random:small          # the GPU figures
+    python -m benchmarks.gpu_decode --device cpu --model random:tiny --steps 32  # the CPU figures
 
 Figures go to ``docs/gpu.md``.
 """

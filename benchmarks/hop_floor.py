@@ -38,9 +38,9 @@ to the floor of the same case and transport. Every receiver
 freezes its startup heap (``gc.freeze()``) before the first measured message, as a serving process
 does once it is up.
 
-    python benchmarks/hop_floor.py                              # the table
-    python benchmarks/hop_floor.py --messages 50 --paced 20 --cases 64 --transports ipc --rounds 1
-    python benchmarks/hop_floor.py --profile ecp-push:256        # cProfile of that receiver
+    python -m benchmarks.hop_floor                              # the table
+    python -m benchmarks.hop_floor --messages 50 --paced 20 --cases 64 --transports ipc --rounds 1
+    python -m benchmarks.hop_floor --profile ecp-push:256        # cProfile of that receiver
 """
 
 from __future__ import annotations
@@ -82,8 +82,7 @@ def output_id(i: int) -> str:
 
 def build_frames(cases: list[str], adds: int) -> dict[str, Any]:
     """Pre-encoded frames: ``{case: {"frames": [...], "streams": n, "tokens": per message}}``."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import bench_codec  # noqa: E402 -- one place builds the benchmark's output steps
+    from benchmarks import bench_codec  # noqa: E402 -- one place builds the benchmark's output steps
 
     from ecp import spec
     from ecp.spec import golden

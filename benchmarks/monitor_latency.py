@@ -15,7 +15,7 @@ added latency per relayed message (the round-trip difference to ``direct``,
 halved), and messages/s (ADDs + outputs per second under load). Every way must end
 with zero violations (the traffic is conforming).
 
-Usage: python benchmarks/monitor_latency.py [--requests 20000] [--idle-requests 2000]
+Usage: python -m benchmarks.monitor_latency [--requests 20000] [--idle-requests 2000]
                                             [--window 64] [--transport ipc|tcp] [--seed 0] [--json]
 """
 

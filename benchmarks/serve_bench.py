@@ -4,7 +4,7 @@ Starts ``ecp serve`` (embedded synthetic engines, no artificial step time, so
 the frontend + client are what is measured), runs the load generator against
 it at each concurrency and prints a Markdown table for ``docs/frontend.md``.
 
-    .venv/bin/python benchmarks/serve_bench.py --concurrency 1 64 256 --max-tokens 64
+    .venv/bin/python -m benchmarks.serve_bench --concurrency 1 64 256 --max-tokens 64
 """
 
 from __future__ import annotations

@@ -30,11 +30,11 @@ instead (each with its own engine) and loads them in turn, in a seeded random or
 so that many rounds take a minute; with several rounds the script adds the medians over them
 (each side's figures, the per-round ratios, and in how many rounds the targets held).
 
-    python benchmarks/serve_compare.py                      # step 0 and 10 ms, c=256, 1,024 requests
-    python benchmarks/serve_compare.py --frontends ecp --step-time-ms 0 -c 4 -n 16 --output-len 8
-    python benchmarks/serve_compare.py --ecp-api-servers 1 2            # ecp serve with 1, then 2 API servers
-    python benchmarks/serve_compare.py --frontends vllm-rs ecp --step-time-ms 0 --generator both --rounds 3
-    python benchmarks/serve_compare.py --frontends vllm-rs ecp --step-time-ms 0 --generator both --rounds 20 --interleave
+    python -m benchmarks.serve_compare                      # step 0 and 10 ms, c=256, 1,024 requests
+    python -m benchmarks.serve_compare --frontends ecp --step-time-ms 0 -c 4 -n 16 --output-len 8
+    python -m benchmarks.serve_compare --ecp-api-servers 1 2            # ecp serve with 1, then 2 API servers
+    python -m benchmarks.serve_compare --frontends vllm-rs ecp --step-time-ms 0 --generator both --rounds 3
+    python -m benchmarks.serve_compare --frontends vllm-rs ecp --step-time-ms 0 --generator both --rounds 20 --interleave
 
 Exit status: 0 when every run completed with no failed request, 1 otherwise.
 """
@@ -55,8 +55,7 @@ from typing import Any
 FRONTENDS = ("vllm", "vllm-rs", "ecp")
 LABELS = {"vllm": "vLLM 0.33 Python", "vllm-rs": "vllm-rs (Rust)", "ecp": "`ecp serve`"}
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from procstat import tree_cpu_seconds  # noqa: E402
+from benchmarks.procstat import tree_cpu_seconds  # noqa: E402
 
 from ecp.conformance.frontend.launcher import free_port  # noqa: E402
 

@@ -15,7 +15,7 @@ Each stream is one TCP connection on both sides, so N needs N descriptors in
 this process and N in the server (plus a few): ``ulimit -n`` bounds N (the
 script raises its soft limit to the hard limit and says what it got).
 
-Run ``python benchmarks/serve_concurrency.py --streams 10000``; it prints one
+Run ``python -m benchmarks.serve_concurrency --streams 10000``; it prints one
 JSON object and exits 1 if a stream failed.
 """
 
@@ -33,9 +33,8 @@ import threading
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from procstat import descendants, open_fds, rss_kib  # noqa: E402
+from benchmarks.procstat import descendants, open_fds, rss_kib  # noqa: E402
 
 from ecp.reference.frontend.bench import run_bench  # noqa: E402
 from ecp.spec.sse import DONE, SseDecoder  # noqa: E402

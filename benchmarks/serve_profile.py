@@ -4,7 +4,7 @@ Runs ``ecp serve`` (synthetic engines) under ``cProfile``, drives it with
 ``ecp bench serve -c CONCURRENCY``, stops it with SIGINT and reads the profile
 of the server process (the engines are separate processes, not profiled).
 
-    python benchmarks/serve_profile.py --concurrency 256 --num-requests 1024
+    python -m benchmarks.serve_profile --concurrency 256 --num-requests 1024
 
 Prints the server's total profiled time, the share spent in the codec's
 pre-decode / limit checks (``ecp.spec.limits.check_frame``, the untyped-depth

@@ -85,7 +85,7 @@ REASONS: dict[str, Reason] = {
         "request can name (host/port, tcp://, ipc://, an ipc path climbing out of the allowed directory, "
         "inproc://) and checks that none is connected to, that each request is answered with a 400 naming "
         "kv_transfer_params and that each refusal is logged once, while the allowed producer gets its notice; "
-        "benchmarks/hostile_bounds.py addresses repeats it with 1,000 addresses and decoys listening."),
+        "campaigns/hostile_bounds.py addresses repeats it with 1,000 addresses and decoys listening."),
     "ECP-COMPAT-1": Reason(
         _BOTH, "There is no version field or negotiation on the wire to observe.",
         "The layout gate: tests/diff/test_spec_matches_vllm.py compares ecp.spec's types with the layout "

@@ -1,5 +1,6 @@
-"""What every test folder shares: the scripts of ``benchmarks/`` loaded as modules (their short
-variants are tests; the scripts are not a package), and the torch tests' place.
+"""What every test folder shares: the torch tests' place and the browser's. (The scripts of
+``benchmarks/``, ``campaigns/`` and ``lab/`` are imported by module name; pyproject.toml puts the
+repository root on the tests' path.)
 
 The torch tests (``tests/gpu/`` and tests marked ``torch``) need the ``gpu`` extra, which the
 ``dev`` extra leaves out so the protocol library's tests need no multi-GB download. Where torch is
@@ -12,27 +13,8 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
-from types import ModuleType
-from typing import Callable
 
 import pytest
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _load(name: str) -> ModuleType:
-    module_spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    assert module_spec is not None and module_spec.loader is not None, name
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture
-def load_benchmark() -> Callable[[str], ModuleType]:
-    """``load_benchmark("bench_codec")``: ``benchmarks/bench_codec.py`` as a fresh module."""
-    return _load
-
 
 TORCH_HINT = "pip install -e '.[dev,gpu]' (the CPU build of torch is enough)"
 #: the browser tests drive the system's Chromium (Debian package chromium) with Playwright

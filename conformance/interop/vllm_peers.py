@@ -1,10 +1,10 @@
 """The real vLLM peers as conformance rows: the commands that put vLLM's headless engine core (DP=1,
 DP=2), its Python frontend and vllm-rs under ``ecp conformance``, with the release's expected
-failures. ``ecp interop run`` and ``benchmarks/interop_matrix.py`` both launch them from here.
+failures. ``ecp interop run`` and ``lab/interop_matrix.py`` both launch them from here.
 
 A peer is the directory ``../shared/peers/vllm/SETUP.sh`` creates for one release
 (``~/.cache/vllm-peer-RELEASE``: ``run_serve.sh``, ``venv``, ``models/tiny-llama``). The forked and
-prefork launchers are scripts of the ecp checkout (``benchmarks/vllm_forked_serve.sh``), started by
+prefork launchers are scripts of the ecp checkout (``lab/vllm_forked_serve.sh``), started by
 path, never imported.
 """
 
@@ -41,7 +41,7 @@ def conformance_rows(peer: Path, level: str, release: str = "0.33", forked: bool
     forked = forked or prefork
     serve = str(peer / "run_serve.sh")
     # --forked: the same engine core started by vllm_forked_serve.sh, which forks it instead of spawning it
-    engine_serve = str(REPO / "benchmarks" / "vllm_forked_serve.sh") if forked else serve
+    engine_serve = str(REPO / "lab" / "vllm_forked_serve.sh") if forked else serve
     headless = [engine_serve, "--headless", "--data-parallel-size", "{engine_count}", "--data-parallel-size-local",
                 "{engine_count}", "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port",
                 "{handshake_port}"]

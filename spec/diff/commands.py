@@ -71,7 +71,7 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
                    help="layouts to pair (default: every shipped release)")
     p.add_argument("--observed", metavar="FILE",
                    help="the executed cross-release matrix to show beside the prediction (default, without "
-                        "--layouts: spec/compat/observed-cross.json, written by benchmarks/interop_matrix.py "
+                        "--layouts: spec/compat/observed-cross.json, written by lab/interop_matrix.py "
                         "--cross; 'none': leave it out)")
     p.set_defaults(func=_compat)
 

@@ -1,6 +1,6 @@
 """The executed cross-release matrix: what real peers did, beside what the model predicts.
 
-``benchmarks/interop_matrix.py --cross A,B,...`` runs a real vLLM frontend of one release in
+``lab/interop_matrix.py --cross A,B,...`` runs a real vLLM frontend of one release in
 front of a real engine core of another through ``ecp monitor`` and writes, per ordered pair and
 feature (:data:`ecp.spec.diff.features.FEATURES`), the HTTP calls it made, the monitor's findings
 and every UTILITY call with the engine's answer. :func:`load_observed` reads that file,
@@ -158,7 +158,7 @@ def render_executed(layouts: list[Layout], observed: Observed) -> list[str]:
              "each release, with a model-free executor), a frontend of one release in front of a headless "
              "engine core of another, every ordered pair, through `ecp monitor --frontend-vllm A "
              "--engine-vllm B`; regenerate the results with "
-             f"`python benchmarks/interop_matrix.py --cross {','.join(releases)}` (`{_shown(observed.path)}`). "
+             f"`python -m lab.interop_matrix --cross {','.join(releases)}` (`{_shown(observed.path)}`). "
              "Each feature's HTTP traffic ran in turn; its observation is the monitor's finding (a message "
              "the receiving release refuses, with its `ecp spec diff` rule), the engine's failure answer to "
              "a UTILITY call, and the HTTP statuses, beside the prediction of *Features per pair*. "

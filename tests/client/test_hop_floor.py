@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import math
 
+from benchmarks import bench_codec, hop_floor
 
-def test_hop_floor_small_run_measures_every_receiver_against_its_floor(load_benchmark, tmp_path):
-    bench = load_benchmark("hop_floor")
+
+def test_hop_floor_small_run_measures_every_receiver_against_its_floor(tmp_path):
+    bench = hop_floor
     args = ["--cases", "1", "64", "add", "--transports", "ipc", "--receivers", "floor", "floor+dispatch", "ecp", "ecp-push",
             "--messages", "40", "--paced", "8", "--rounds", "2", "--peer", str(tmp_path / "no-peer")]
     rows = bench.run(bench.parse_args(args))
@@ -27,10 +29,10 @@ def test_hop_floor_small_run_measures_every_receiver_against_its_floor(load_benc
     assert "out64  ipc  ecp-push " in bench.table(rows)
 
 
-def test_hop_floor_frames_are_the_codec_benchmarks_steps(load_benchmark):
+def test_hop_floor_frames_are_the_codec_benchmarks_steps():
     """One helper builds the output steps: the hop benchmark sends bench_codec's frames."""
-    bench = load_benchmark("hop_floor")
-    codec_bench = load_benchmark("bench_codec")
+    bench = hop_floor
+    codec_bench = bench_codec
     steps = {c["name"]: c["frames"][0] for c in codec_bench.cases() if c["name"].startswith("outputs step")}
     frames = bench.build_frames(["64", "256"], 0)
     assert frames["64"]["frames"] == [[steps["outputs step + stats, 64 streams"]]]

@@ -36,7 +36,7 @@ def test_each_entry_matches_cases_and_names_its_decision(name):
 
 
 def _matrix(*args):
-    return subprocess.run([sys.executable, str(REPO / "benchmarks" / "interop_matrix.py"), *args],
+    return subprocess.run([sys.executable, str(REPO / "lab" / "interop_matrix.py"), *args],
                           capture_output=True, text=True, timeout=60)
 
 

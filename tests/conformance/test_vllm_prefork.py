@@ -1,4 +1,4 @@
-"""benchmarks/vllm_prefork.py, the launcher that makes each vLLM launch a fork of one server, with a
+"""lab/vllm_prefork.py, the launcher that makes each vLLM launch a fork of one server, with a
 stand-in for vLLM's CLI: the harness must see each launch as the process it started (exit status,
 output, signals), and no launch may outlive its launcher or the server."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 10.0
 
 #: the stand-in for vLLM's CLI main: what it does is named by its first argument
@@ -66,7 +66,7 @@ def _wait_for_line(path: Path, prefix: str) -> str:
 def server(tmp_path):
     (tmp_path / "fake_cli.py").write_text(ENTRY)
     sock = tmp_path / "launch.sock"
-    code = (f"import sys; sys.path[:0] = [{str(BENCHMARKS)!r}, {str(tmp_path)!r}]; import vllm_prefork, fake_cli; "
+    code = (f"import sys; sys.path[:0] = [{str(REPO)!r}, {str(tmp_path)!r}]; import fake_cli; from lab import vllm_prefork; "
             f"sys.exit(vllm_prefork.serve({str(sock)!r}, fake_cli.main, request_timeout_s=0.5))")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -83,7 +83,7 @@ def server(tmp_path):
 def _launch(sock: Path, tmp_path: Path, *argv: str) -> tuple[subprocess.Popen, Path]:
     out = tmp_path / f"launch-{argv[0]}.log"
     with open(out, "wb") as log:
-        proc = subprocess.Popen([sys.executable, str(BENCHMARKS / "vllm_prefork.py"), "launch", str(sock), *argv],
+        proc = subprocess.Popen([sys.executable, str(REPO / "lab" / "vllm_prefork.py"), "launch", str(sock), *argv],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path,
                                 env={**os.environ, "PREFORK_PROBE": "from-the-launcher"})
     return proc, out
@@ -189,7 +189,7 @@ def test_a_stopped_server_ends_its_launches_and_removes_its_socket(server, tmp_p
 
 
 def test_without_a_server_the_launcher_says_so(tmp_path):
-    proc = subprocess.run([sys.executable, str(BENCHMARKS / "vllm_prefork.py"), "launch", str(tmp_path / "none.sock"),
+    proc = subprocess.run([sys.executable, str(REPO / "lab" / "vllm_prefork.py"), "launch", str(tmp_path / "none.sock"),
                            "serve"], capture_output=True, text=True, timeout=WAIT_S)
     assert proc.returncode == 2
     assert "no launch server at" in proc.stderr

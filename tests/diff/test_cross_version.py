@@ -112,7 +112,7 @@ def test_ready_payload_of_0_22_lacks_what_a_0_33_frontend_requires():
 
 def test_checked_in_compatibility_table_matches_the_command():
     # Regenerate with `ecp spec compat --out docs/compatibility.md` (it reads the executed matrix,
-    # spec/compat/observed-cross.json, written by `benchmarks/interop_matrix.py --cross`).
+    # spec/compat/observed-cross.json, written by `lab/interop_matrix.py --cross`).
     layouts = [load_shipped(n) for n in RELEASES]
     observed = load_observed(OBSERVED_PATH)
     assert (ROOT / "docs" / "compatibility.md").read_text() == render_markdown(layouts, compat_matrix(layouts),

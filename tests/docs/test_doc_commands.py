@@ -252,8 +252,7 @@ RULES: list[tuple[str, Callable[[DocCommand, Path], None] | str]] = [
     (r"\bvllm serve\b|\$P/|\$PEER\b|PEER=|\.\./shared/peers|VLLM_|FAKE_STEP_DELAY|run_serve\.sh",
      skip("needs a real vLLM peer (../shared/peers/vllm, docs/interop.md)")),
     (r"pip download .*vllm|--from-vllm|vllm-mock-engine", skip("needs a vLLM wheel or vLLM's mock engine")),
-    (r"^python benchmarks/interop_matrix\.py|^python benchmarks/vllm_known_issues\.py|"
-     r"^python benchmarks/serve_compare\.py", skip("runs real vLLM peers (a benchmark of docs/interop.md)")),
+    (r"^python -m lab\.|^python -m benchmarks\.serve_compare\b", skip("runs real vLLM peers (a benchmark of docs/interop.md)")),
     (r"--executor torch|OMP_NUM_THREADS=1", skip("the torch executor: about a minute per launch; "
                                                  "tests/gpu/test_conformance_torch.py runs it")),
     (r"--vllm 0\.32 .*--data-parallel-size-local 0", skip("in front of a real vLLM 0.32 engine core")),
@@ -280,7 +279,7 @@ RULES: list[tuple[str, Callable[[DocCommand, Path], None] | str]] = [
     (r"^ecp spec release list$", check_plain),
     (r"^ecp conformance replay", skip("needs a reproducer an explore run wrote; "
                                       "tests/conformance/test_explore.py replays one")),
-    (r"^python benchmarks/", skip("a benchmark or campaign script (minutes); its seeded short variant is a test")),
+    (r"^python -m (benchmarks|campaigns)\.", skip("a benchmark or campaign script (minutes); its seeded short variant is a test")),
     (r"^bash \.\./shared", skip("installs real vLLM")),
     # long-running servers
     (r"^ecp serve$", check_serve_then_curl),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from benchmarks import engine_machine_cost
 
-def test_both_ways_serve_requests_to_the_end_and_the_ratio_is_printed(load_benchmark, capsys):
-    bench = load_benchmark("engine_machine_cost")
+
+def test_both_ways_serve_requests_to_the_end_and_the_ratio_is_printed(capsys):
+    bench = engine_machine_cost
     # max_tokens 128 at 4 in flight: 0.3 s runs requests to their terminal output and replaces them
     results = bench.main(["--seconds", "0.3", "--rounds", "1", "--concurrency", "4"])
     assert set(results) == {"codec", "machine"}
@@ -12,8 +14,8 @@ def test_both_ways_serve_requests_to_the_end_and_the_ratio_is_printed(load_bench
     assert "machine / codec:" in capsys.readouterr().out
 
 
-def test_the_machine_way_judges_every_message_it_sends(load_benchmark):
-    bench = load_benchmark("engine_machine_cost")
+def test_the_machine_way_judges_every_message_it_sends():
+    bench = engine_machine_cost
     # the machine raises on any message the tables forbid, so a full round without an error
     # means every ADD, first token and terminal output the core produced was allowed
     tok_s, steps_s = bench.run("machine", 0.3, 8)

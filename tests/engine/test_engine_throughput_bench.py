@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks import engine_throughput
+
 
 @pytest.mark.parametrize("engines", [1, 2])
-def test_requests_finish_and_every_engine_steps(load_benchmark, engines, tmp_path):
-    r = load_benchmark("engine_throughput")._drive(8, 0.5, str(tmp_path), engines)
+def test_requests_finish_and_every_engine_steps(engines, tmp_path):
+    r = engine_throughput._drive(8, 0.5, str(tmp_path), engines)
     assert r["engines"] == engines and r["output_tokens"] > 0 and r["requests_per_s"] > 0
     assert r["steps_per_s"] > 0 and r["engines_counted"] == engines  # each answered both step-counter calls

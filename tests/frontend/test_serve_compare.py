@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 
+from benchmarks import serve_compare
 
-def test_serve_compare_runs_ecp_serve_and_skips_absent_peers(load_benchmark, tmp_path, capsys):
-    compare = load_benchmark("serve_compare")
+
+def test_serve_compare_runs_ecp_serve_and_skips_absent_peers(tmp_path, capsys):
+    compare = serve_compare
     rc = compare.main(["--peer", str(tmp_path / "no-peer"), "--step-time-ms", "0", "-c", "2", "-n", "6",
                        "--input-len", "8", "--output-len", "4", "--start-timeout", "60", "--timeout", "60",
                        "--ecp-api-servers", "1", "2", "--json"])
@@ -25,8 +27,8 @@ def test_serve_compare_runs_ecp_serve_and_skips_absent_peers(load_benchmark, tmp
         assert row["frontend_cpu_s"] >= 0  # measured (a tiny load may take less than one clock tick)
 
 
-def test_serve_compare_table_puts_ecp_against_each_other_frontend(load_benchmark):
-    compare = load_benchmark("serve_compare")
+def test_serve_compare_table_puts_ecp_against_each_other_frontend():
+    compare = serve_compare
     rows = [{"frontend": f, "step_ms": 0.0, "output_tok_s": tok, "ttft_p50": ttft, "itl_p50": 1.0, "itl_p99": 4.0}
             for f, tok, ttft in (("vllm", 100.0, 40.0), ("vllm-rs", 400.0, 10.0), ("ecp", 200.0, 20.0))]
     text = compare.table(rows)
@@ -34,8 +36,8 @@ def test_serve_compare_table_puts_ecp_against_each_other_frontend(load_benchmark
     assert "| 0 ms | ecp / vLLM 0.33 Python | 2.00× | 0.50× | 1.00× / 1.00× |" in text
 
 
-def test_serve_compare_table_has_each_api_server_count_and_the_frontend_cpu(load_benchmark):
-    compare = load_benchmark("serve_compare")
+def test_serve_compare_table_has_each_api_server_count_and_the_frontend_cpu():
+    compare = serve_compare
     rows = [{"frontend": f, "step_ms": 10.0, "output_tok_s": tok, "ttft_p50": 20.0, "itl_p50": 1.0, "itl_p99": 4.0,
              "frontend_cpu_s": cpu, "duration_s": 2.0, "output_tokens": 1000}
             for f, tok, cpu in (("vllm-rs", 400.0, 0.5), ("ecp", 200.0, 1.0), ("ecp:2", 300.0, 1.5))]
@@ -45,8 +47,8 @@ def test_serve_compare_table_has_each_api_server_count_and_the_frontend_cpu(load
     assert "| 10 ms | ecp ×2 / vllm-rs (Rust) | 0.75× |" in text
 
 
-def test_serve_compare_agreement_compares_the_generators_means(load_benchmark):
-    compare = load_benchmark("serve_compare")
+def test_serve_compare_agreement_compares_the_generators_means():
+    compare = serve_compare
     rows = [{"frontend": "ecp", "step_ms": 10.0, "generator": g, "output_tok_s": tok, "ttft_p50": ttft,
              "ttft_p99": 2 * ttft, "itl_p50": 10.0, "itl_p99": 20.0}
             for g, tok, ttft in (("vllm-rs bench serve", 100.0, 40.0), ("ecp bench serve", 110.0, 44.0),
@@ -62,8 +64,7 @@ def test_tree_cpu_seconds_counts_the_descendants():
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    from procstat import tree_cpu_seconds
+    from benchmarks.procstat import tree_cpu_seconds
 
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\nprint('done', flush=True)\ntime.sleep(30)"
     wrapper = subprocess.Popen(["sh", "-c", f'{sys.executable} -c "{burn}"; true'], stdout=subprocess.PIPE, text=True)
@@ -76,10 +77,10 @@ def test_tree_cpu_seconds_counts_the_descendants():
         wrapper.wait(10)
 
 
-def test_serve_compare_judges_the_targets_per_round_and_generator(load_benchmark):
+def test_serve_compare_judges_the_targets_per_round_and_generator():
     """Each round's runs are compared side by side, per generator, and the vllm-rs targets
     (tok/s >= 1.0x, TTFT p50 <= 1.25x, ITL p99 <= 1.0x) are judged per pair."""
-    compare = load_benchmark("serve_compare")
+    compare = serve_compare
     rows = [{"frontend": f, "step_ms": 0.0, "round": rnd, "generator": g, "output_tok_s": tok, "ttft_p50": ttft,
              "itl_p50": 1.0, "itl_p99": itl}
             for rnd, g, f, tok, ttft, itl in (
@@ -94,8 +95,8 @@ def test_serve_compare_judges_the_targets_per_round_and_generator(load_benchmark
             "not met (tok/s ≥ 1.0×: 0.90×; ITL p99 ≤ 1.0×: 1.10×) |") in text
 
 
-def test_serve_compare_interleaved_rounds_load_each_frontend_once_per_round(load_benchmark, tmp_path, capsys):
-    compare = load_benchmark("serve_compare")
+def test_serve_compare_interleaved_rounds_load_each_frontend_once_per_round(tmp_path, capsys):
+    compare = serve_compare
     rc = compare.main(["--peer", str(tmp_path / "no-peer"), "--frontends", "ecp", "--step-time-ms", "0",
                        "-c", "2", "-n", "4", "--input-len", "8", "--output-len", "4", "--start-timeout", "60",
                        "--timeout", "60", "--interleave", "--rounds", "3", "--json"])
@@ -105,8 +106,8 @@ def test_serve_compare_interleaved_rounds_load_each_frontend_once_per_round(load
     assert all(r["completed"] == 4 and r["failed"] == 0 for r in rows)
 
 
-def test_serve_compare_medians_relate_each_round_to_vllm_rs_in_the_same_round(load_benchmark):
-    compare = load_benchmark("serve_compare")
+def test_serve_compare_medians_relate_each_round_to_vllm_rs_in_the_same_round():
+    compare = serve_compare
     figures = ((0, "vllm-rs", 100.0, 40.0, 10.0), (0, "ecp", 120.0, 44.0, 8.0),   # met
                (1, "vllm-rs", 100.0, 20.0, 10.0), (1, "ecp", 90.0, 44.0, 8.0),    # tok/s and TTFT fail
                (2, "vllm-rs", 200.0, 40.0, 10.0), (2, "ecp", 220.0, 40.0, 12.0))  # ITL fails

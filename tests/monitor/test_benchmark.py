@@ -1,22 +1,16 @@
-"""The short seeded variant of benchmarks/monitor_latency.py: it runs all three ways and the
+"""The short seeded variant of ``python -m benchmarks.monitor_latency``: it runs all three ways and the
 monitor relays (and judges conforming) every message. Figures are not asserted."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+
+from benchmarks import monitor_latency as bench
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "monitor_latency.py"
-
 
 def test_monitor_latency_benchmark_short_run():
-    spec = importlib.util.spec_from_file_location("monitor_latency", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     summary = bench.main(["--requests", "300", "--idle-requests", "50", "--window", "16", "--seed", "1", "--json"])
     rows = {r["way"]: r for r in summary["rows"]}
     assert list(rows) == ["direct", "monitor-codec", "monitor-machines"]

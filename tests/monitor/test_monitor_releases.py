@@ -139,14 +139,9 @@ def test_replay_with_releases_per_side_and_a_reference_that_names_no_release(tmp
 
 
 def test_the_cross_release_benchmark_reads_each_utility_call_and_the_engines_answer(tmp_path):
-    """benchmarks/cross_release.py judges a feature by the engine's answers in the monitor's capture."""
-    import importlib.util
-    from pathlib import Path
+    """lab/cross_release.py judges a feature by the engine's answers in the monitor's capture."""
+    from lab import cross_release as bench
 
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "cross_release.py"
-    spec = importlib.util.spec_from_file_location("cross_release", script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     layout = shipped_profile("0.32").layout
     reply = wire.sample(layout, "EngineCoreOutputs", "sparse")
     at = layout.messages["EngineCoreOutputs"].field("utility_output").index

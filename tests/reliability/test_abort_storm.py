@@ -1,4 +1,4 @@
-"""A seeded short abort storm (``benchmarks/abort_storm.py``): 2,000 streams dropped at once."""
+"""A seeded short abort storm (``campaigns/abort_storm.py``): 2,000 streams dropped at once."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from abort_storm import storm
+from campaigns.abort_storm import storm
 
 pytestmark = pytest.mark.slow
 

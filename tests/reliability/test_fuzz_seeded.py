@@ -1,14 +1,12 @@
-"""Seeded 2,000-frame runs of each frame fuzzer (``benchmarks/fuzz_*.py``): the same pass
+"""Seeded 2,000-frame runs of each frame fuzzer (``campaigns/fuzz_*.py``): the same pass
 criteria as the 100,000-frame campaigns in docs/reliability.md, on a fixed seed."""
 
 from __future__ import annotations
 
 import logging
 
-import fuzz_client
-import fuzz_engine
-import fuzz_harness
-from fuzz_corpus import Mutator, is_valid
+from campaigns import fuzz_client, fuzz_engine, fuzz_harness
+from campaigns.fuzz_corpus import Mutator, is_valid
 
 FRAMES = 2000
 SEED = 20261123

@@ -1,4 +1,4 @@
-"""Short seeded variants of ``benchmarks/hostile_bounds.py``: the producer allow-list under
+"""Short seeded variants of ``campaigns/hostile_bounds.py``: the producer allow-list under
 address-choosing requests with decoys listening, slow-header connections beside a normal client,
 and the monitor fed more engine identities than its bound."""
 
@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-import hostile_bounds as hb
+from campaigns import hostile_bounds as hb
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""The hostile-HTTP campaign (``benchmarks/hostile_http.py``): a short seeded run against a real
+"""The hostile-HTTP campaign (``campaigns/hostile_http.py``): a short seeded run against a real
 ``ecp serve``, and a property over the same request generator with hypothesis choosing (and
 shrinking) the seeds, against the app in this process."""
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import hostile_http as hh
+from campaigns import hostile_http as hh
 
 # one xdist worker runs the module, so its module fixture (a served app) starts once
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile-http-app")]

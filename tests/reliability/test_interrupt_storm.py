@@ -1,4 +1,4 @@
-"""A short seeded interrupt storm (``benchmarks/interrupt_storm.py``): real conformance runs of both
+"""A short seeded interrupt storm (``campaigns/interrupt_storm.py``): real conformance runs of both
 roles and an exploration, each signalled at a random moment, end within their bound and leave no
 process behind."""
 
@@ -13,15 +13,15 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "interrupt_storm.py"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_interrupted_runs_end_within_their_bound_and_leave_no_process(tmp_path):
     out = tmp_path / "rounds.json"
     # the storm makes itself the subreaper of what the runs leave: it runs as a process of its own
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--count", "3", "--seed", "4", "--min-delay", "1.5",
+    proc = subprocess.run([sys.executable, "-m", "campaigns.interrupt_storm", "--count", "3", "--seed", "4", "--min-delay", "1.5",
                            "--max-delay", "3", "--second", "0.5", "--json", str(out)],
-                          capture_output=True, text=True, timeout=100)
+                          capture_output=True, text=True, timeout=100, cwd=REPO)
     rounds = json.loads(out.read_text())
     assert [r["mode"] for r in rounds] == ["engine", "frontend", "explore"]
     interrupted = [r for r in rounds if not r["ended_before"]]

@@ -19,7 +19,7 @@ import msgspec
 import pytest
 import zmq
 
-from procstat import open_fds
+from benchmarks.procstat import open_fds
 
 from ecp.reference.client import ClientConfig, EngineCoreClient
 from ecp.reference.engine.kv_connector import Notice

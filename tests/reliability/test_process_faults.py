@@ -1,4 +1,4 @@
-"""Process faults (``benchmarks/process_faults.py``): an engine SIGKILLed mid-stream or
+"""Process faults (``campaigns/process_faults.py``): an engine SIGKILLed mid-stream or
 SIGSTOPped, a DP rank lost among 4, the frontend killed. Each scenario starts real engine
 processes, bounds every wait and kills whatever is left on the way out."""
 
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-import process_faults as pf
+from campaigns import process_faults as pf
 
 from ecp.reference.client import ClientConfig
 

@@ -1,4 +1,4 @@
-"""A seeded short soak (``benchmarks/soak.py``): steady load, every request's terminal counted."""
+"""A seeded short soak (``campaigns/soak.py``): steady load, every request's terminal counted."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from soak import soak
+from campaigns.soak import soak
 
 pytestmark = pytest.mark.slow
 

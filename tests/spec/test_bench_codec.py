@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from ecp.spec.profile import shipped_releases
 
+from benchmarks import bench_codec
 
-def test_every_case_round_trips_and_the_exit_code_follows_the_bound(load_benchmark, capsys):
-    bench = load_benchmark("bench_codec")
+
+def test_every_case_round_trips_and_the_exit_code_follows_the_bound(capsys):
+    bench = bench_codec
     cases = bench.cases()
     names = {c["name"] for c in cases}
     assert {"ADD 512-token prompt", "outputs step + stats, 64 streams",
@@ -24,8 +26,8 @@ def test_every_case_round_trips_and_the_exit_code_follows_the_bound(load_benchma
     assert bench.main(["--rounds", "1", "--round-ms", "0.01", "--bound", "0.001"]) == 1
 
 
-def test_every_release_profile_has_rows_and_decodes_them_as_its_bare_classes(load_benchmark, capsys):
-    bench = load_benchmark("bench_codec")
+def test_every_release_profile_has_rows_and_decodes_them_as_its_bare_classes(capsys):
+    bench = bench_codec
     cases = bench.profile_cases()
     releases = {c["release"] for c in cases}
     assert releases == set(shipped_releases())

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PARTS = ("spec", "reference", "conformance", "docs", "tests", "benchmarks")
+PARTS = ("spec", "reference", "conformance", "docs", "tests", "benchmarks", "campaigns", "lab")
 SHEET = re.compile(r"\b" + "FA" + r"CTS\b")  # spelled apart so this file does not cite it
 
 

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: what the sdist is built from: the build configuration and the folders it ships (what .gitignore
 #: leaves out is not copied, so a developer's build/ or .venv never reaches the archive)
 SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE", "CHANGELOG.md",
-           "spec", "conformance", "reference", "tests", "docs", "benchmarks", ".ci")
+           "spec", "conformance", "reference", "tests", "docs", "benchmarks", "campaigns", "lab", ".ci")
 IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist", ".venv", ".hypothesis",
                                  ".pytest_cache", ".benchmarks")
 
@@ -78,7 +78,7 @@ def test_wheel_from_the_sdist_runs_the_readme_outside_the_tree(tmp_path):
             members = {m.name.split("/", 1)[1] for m in tar.getmembers() if "/" in m.name}
             # the sdist can run the tests and holds the docs they check
             assert {"tests/conftest.py", "tests/spec/test_distribution.py", "docs/conformance.md", ".ci/run",
-                    "LICENSE", "CHANGELOG.md", "benchmarks/explore_faults.py"} <= members
+                    "LICENSE", "CHANGELOG.md", "campaigns/explore_faults.py"} <= members
             tar.extractall(tmp_path / "unpacked", filter="data")
         [unpacked] = (tmp_path / "unpacked").iterdir()
         wheel_name = _run([sys.executable, "-c", build, "build_wheel", str(tmp_path / "dist")],

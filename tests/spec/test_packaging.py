@@ -67,9 +67,10 @@ def _needs_gpu_extra(path: Path) -> bool:
 
 def _third_party_imports(*folders: str, gpu: bool = False) -> dict[str, str]:
     """Top-level module -> first file importing it, for modules outside the stdlib and the repo."""
-    local = {"ecp", "tests"}
-    # benchmarks/ scripts are local too: the reliability tests run their seeded variants
-    for folder in ("tests", "spec", "reference", "conformance", "benchmarks"):
+    # the script folders are packages of the repository (tests import them by module name)
+    local = {"ecp", "tests", "benchmarks", "campaigns", "lab"}
+    # tests' own helper modules are imported by their bare names
+    for folder in ("tests", "spec", "reference", "conformance"):
         for p in (REPO / folder).rglob("*.py"):
             if not _is_data(p):
                 local.add(p.stem)

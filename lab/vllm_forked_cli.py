@@ -2,7 +2,7 @@
 
 Run with the peer's Python (it imports vLLM, not ecp); ``vllm_forked_serve.sh`` does:
 
-    PEER=~/.cache/vllm-peer-0.33 benchmarks/vllm_forked_serve.sh --headless --data-parallel-size 1 ...
+    PEER=~/.cache/vllm-peer-0.33 lab/vllm_forked_serve.sh --headless --data-parallel-size 1 ...
 
 vLLM's CPU platform forces the ``spawn`` start method (``check_and_update_config`` in
 ``vllm/platforms/cpu.py``), so each engine core imports vLLM again after ``vllm serve`` imported it:

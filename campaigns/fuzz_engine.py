@@ -19,7 +19,7 @@ Targets:
     refuses it with a typed startup error naming a clause (``bad INIT: [ECP-…]``)
     and returns exit code 1 within ``--bound`` seconds; no other exception.
 
-Run ``python benchmarks/fuzz_engine.py --target input --frames 100000`` (see
+Run ``python -m campaigns.fuzz_engine --target input --frames 100000`` (see
 ``--help``); it prints one JSON object of figures and exits 1 if a criterion
 failed. ``tests/reliability`` runs a seeded 2,000-frame variant of each target.
 """
@@ -37,12 +37,11 @@ import threading
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import zmq  # noqa: E402
 
-from fuzz_corpus import Mutator, is_valid  # noqa: E402
-from procstat import rss_kib  # noqa: E402
+from campaigns.fuzz_corpus import Mutator, is_valid  # noqa: E402
+from benchmarks.procstat import rss_kib  # noqa: E402
 
 from ecp.conformance.engine.harness_frontend import Addresses, HarnessFrontend  # noqa: E402
 from ecp.conformance.outcomes import PeerCrashed  # noqa: E402

@@ -13,7 +13,7 @@ Pass criteria: every request ended exactly once (no lost or duplicated
 terminal output), nothing in flight at the end, engines idle, and RSS growth
 from the first sample to the last within ``--rss-bound-mib`` per process.
 
-Run ``python benchmarks/soak.py --minutes 30``; it prints one JSON object
+Run ``python -m campaigns.soak --minutes 30``; it prints one JSON object
 and exits 1 if a criterion failed.
 """
 
@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import collections
 import json
-import os
 import random
 import subprocess
 import sys
@@ -31,9 +30,8 @@ import tempfile
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from procstat import rss_kib  # noqa: E402
+from benchmarks.procstat import rss_kib  # noqa: E402
 
 from ecp.reference.client import ClientConfig, EngineCoreClient  # noqa: E402
 from ecp.reference.engine import launch  # noqa: E402

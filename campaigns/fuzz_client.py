@@ -15,7 +15,7 @@ client's output address and sends ``--per-episode`` malformed output messages
   nothing after it) within ``--bound`` seconds; no stream was lost.
 
 RSS of this process is sampled after each episode. Run
-``python benchmarks/fuzz_client.py --frames 100000``; it prints one JSON object
+``python -m campaigns.fuzz_client --frames 100000``; it prints one JSON object
 and exits 1 if a criterion failed.
 """
 
@@ -25,19 +25,17 @@ import argparse
 import asyncio
 import collections
 import json
-import os
 import sys
 import tempfile
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import zmq  # noqa: E402
 import zmq.asyncio  # noqa: E402
 
-from fuzz_corpus import Mutator, is_valid  # noqa: E402
-from procstat import py_blocks, rss_kib  # noqa: E402
+from campaigns.fuzz_corpus import Mutator, is_valid  # noqa: E402
+from benchmarks.procstat import py_blocks, rss_kib  # noqa: E402
 
 from ecp.reference.client import ClientConfig, EngineCoreClient  # noqa: E402
 from ecp.reference.engine import launch  # noqa: E402

@@ -9,7 +9,7 @@ the executor *paged* (two prefill chunks, then 50 single-token decode steps,
 on a reversed block table) and compares every position's logits with the
 single dense HF forward.
 
-    pip install transformers && python benchmarks/gpu_hf_parity.py [--device cuda]
+    pip install transformers && python -m lab.gpu_hf_parity [--device cuda]
 
 Exit 0 when every variant is within tolerance, 1 otherwise.
 """

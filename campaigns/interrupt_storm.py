@@ -2,7 +2,7 @@
 within its bound and leaves no process behind (not a test; its short seeded variant is
 ``tests/conformance/test_interrupt_storm.py``).
 
-    python benchmarks/interrupt_storm.py [--count 50] [--seed 0] [--modes engine,frontend,explore]
+    python -m campaigns.interrupt_storm [--count 50] [--seed 0] [--modes engine,frontend,explore]
         [--min-delay 0.2] [--max-delay 12] [--bound 25] [--second 0.3] [--json FILE]
 
 Each round starts one run as a user would (``ecp conformance engine -- ecp engine …``,

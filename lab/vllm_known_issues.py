@@ -1,6 +1,6 @@
 """Try vLLM's known DP-wave issues against real vLLM 0.33 with a MoE model (not a test; needs the peer).
 
-    python benchmarks/vllm_known_issues.py [--peer ~/.cache/vllm-peer-0.33] [--split] [--rounds 3]
+    python -m lab.vllm_known_issues [--peer ~/.cache/vllm-peer-0.33] [--split] [--rounds 3]
 
 vLLM runs DP waves only for MoE models (``vllm/v1/engine/core.py:1546``: ``DPEngineCoreProc`` when
 ``model_config.is_moe``, else every rank is an independent ``EngineCoreProc``). This script writes
@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import sys
 import tempfile
 import threading
 import time
@@ -38,10 +36,9 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from interop_matrix import Group, free_port, wait_healthy  # noqa: E402
-from procstat import tree_cpu_seconds  # noqa: E402
+from lab.interop_matrix import Group, free_port, wait_healthy  # noqa: E402
+from benchmarks.procstat import tree_cpu_seconds  # noqa: E402
 
 #: per decode step of the model-free executor (as the interop matrix runs it)
 STEP_DELAY = "0.002"

@@ -12,7 +12,7 @@ polls every engine's state until nothing runs or waits. Pass criteria:
 * every id aborted exactly once;
 * every engine idle within ``--idle-bound-ms`` (200) of the last ABORT sent.
 
-Run ``python benchmarks/abort_storm.py --streams 10000``; it prints one JSON
+Run ``python -m campaigns.abort_storm --streams 10000``; it prints one JSON
 object and exits 1 if a criterion failed.
 """
 
@@ -23,16 +23,14 @@ import asyncio
 import collections
 import json
 import math
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from procstat import rss_kib  # noqa: E402
+from benchmarks.procstat import rss_kib  # noqa: E402
 
 from ecp.reference.client import ClientConfig, EngineCoreClient  # noqa: E402
 from ecp.reference.engine import launch  # noqa: E402

@@ -33,7 +33,7 @@ port) and runs five phases, each bounded in count and time, every choice drawn f
    its KV notice sockets, 64); RSS growth over phases 1 and 2 within ``--rss-bound-mib``, and
    phase 4 repeated (``--idle-rounds``) without RSS growing round over round (a quarter of it).
 
-Run ``python benchmarks/hostile_http.py --requests 100000``; it prints one JSON object and exits
+Run ``python -m campaigns.hostile_http --requests 100000``; it prints one JSON object and exits
 1 when a criterion fails. ``tests/reliability/test_hostile_http.py`` runs a short seeded variant.
 """
 
@@ -53,10 +53,9 @@ import threading
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from hostile_bodies import abort_body, generate_body, header_value, raw_body_mutation  # noqa: E402
-from procstat import descendants, open_fds, rss_kib  # noqa: E402
+from campaigns.hostile_bodies import abort_body, generate_body, header_value, raw_body_mutation  # noqa: E402
+from benchmarks.procstat import descendants, open_fds, rss_kib  # noqa: E402
 
 from ecp.reference.frontend.generate import GENERATE_ROUTES  # noqa: E402
 

@@ -21,7 +21,7 @@
    identity still relayed after the flood, and the monitor's descriptors within 32 of their count
    once M were relayed. Its RSS is reported (at the bound, halfway, after), not judged.
 
-``python benchmarks/hostile_bounds.py all --seed 0`` prints one JSON object per campaign and exits
+``python -m campaigns.hostile_bounds all --seed 0`` prints one JSON object per campaign and exits
 1 when a criterion fails. ``tests/reliability/test_hostile_bounds.py`` runs short seeded variants.
 """
 
@@ -44,10 +44,9 @@ from typing import Any
 import msgspec
 import zmq
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from hostile_http import Server, exchange, read_response, request_bytes  # noqa: E402
-from procstat import open_fds, rss_kib  # noqa: E402
+from campaigns.hostile_http import Server, exchange, read_response, request_bytes  # noqa: E402
+from benchmarks.procstat import open_fds, rss_kib  # noqa: E402
 
 from ecp.spec import Hello, encode_handshake  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Real frontends of one vLLM release in front of real engine cores of another, through ``ecp monitor``.
 
-    python benchmarks/interop_matrix.py --cross 0.31,0.32,0.33 [--out interop-results]
+    python -m lab.interop_matrix --cross 0.31,0.32,0.33 [--out interop-results]
                                         [--observed spec/compat/observed-0.31-0.33.json] [--pairs A:B ...]
 
 For every ordered pair (A, B) of the releases: vLLM A's API server and Python frontend
@@ -34,8 +34,7 @@ import httpx
 from ecp.conformance.frontend.launcher import free_port
 from ecp.spec.sse import DONE, SseDecoder
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script, or loaded by file path in tests
-from interop_matrix import Group, wait_healthy  # noqa: E402
+from lab.interop_matrix import Group, wait_healthy  # noqa: E402
 
 #: seconds a pair gets to come up (two vLLM processes importing on a small machine)
 START_BUDGET_S = 300.0

@@ -1,7 +1,7 @@
 """How fast ``ecp conformance explore engine|frontend``, run with its defaults, finds each ``--bug``
 fault of ``ecp engine`` or ``ecp serve`` (not a test).
 
-    python benchmarks/explore_faults.py [--role engine|frontend] [--budget 120] [--seed 0]
+    python -m campaigns.explore_faults [--role engine|frontend] [--budget 120] [--seed 0]
         [--fault NAME ...] [--peer-flag FLAG ...] [-- EXTRA EXPLORE OPTIONS]
 
 For each fault, with no hint of which rule it breaks, this runs what a user would run:

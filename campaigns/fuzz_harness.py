@@ -22,7 +22,7 @@ Targets:
     recorded as a decode error, the engine's tasks must keep running, and every
     good ADD must get exactly one terminal output within ``--bound`` seconds.
 
-Run ``python benchmarks/fuzz_harness.py --target engine-role --frames 100000``;
+Run ``python -m campaigns.fuzz_harness --target engine-role --frames 100000``;
 it prints one JSON object and exits 1 if a criterion failed.
 """
 
@@ -32,19 +32,17 @@ import argparse
 import asyncio
 import collections
 import json
-import os
 import sys
 import tempfile
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import zmq  # noqa: E402
 import zmq.asyncio  # noqa: E402
 
-from fuzz_corpus import Mutator, is_valid  # noqa: E402
-from procstat import py_blocks, rss_kib  # noqa: E402
+from campaigns.fuzz_corpus import Mutator, is_valid  # noqa: E402
+from benchmarks.procstat import py_blocks, rss_kib  # noqa: E402
 
 from ecp.conformance.engine.harness_frontend import Addresses, HarnessFrontend  # noqa: E402
 from ecp.conformance.frontend.scripted_engines import ScriptedEngine  # noqa: E402

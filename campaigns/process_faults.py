@@ -22,7 +22,7 @@ Scenarios (``--scenario``, default all):
 
 Every wait is bounded and every process started is killed on the way out.
 ``tests/reliability/test_process_faults.py`` runs each scenario and asserts
-the bounds. Run ``python benchmarks/process_faults.py``; it prints one JSON
+the bounds. Run ``python -m campaigns.process_faults``; it prints one JSON
 object per scenario.
 """
 

@@ -1,16 +1,16 @@
 """The real-vLLM interop matrix in one command (needs the vLLM 0.33 peer; never in CI).
 
-    python benchmarks/interop_matrix.py [--peer ~/.cache/vllm-peer-0.33] [--out interop-results]
+    python -m lab.interop_matrix [--peer ~/.cache/vllm-peer-0.33] [--out interop-results]
                                         [--only ROW ...] [--level interop|hardened] [--list]
                                         [--release 0.32]   # engine rows: judged as that release
-    python benchmarks/interop_matrix.py --cross 0.31,0.32,0.33 [--pairs A:B ...]   # benchmarks/cross_release.py
+    python -m lab.interop_matrix --cross 0.31,0.32,0.33 [--pairs A:B ...]   # lab/cross_release.py
 
 Rows, run one at a time (each real vLLM launch takes 10-30 s of CPU on a small machine):
 
 * ``engine-dp1``, ``engine-dp2``: ``ecp conformance engine`` against vLLM's headless engine core
   (real ``EngineCoreProc``, model-free executor), with ``conformance/expected/vllm-0.33-engine.txt``
-  (``--forked``: the engine cores forked by ``benchmarks/vllm_forked_serve.sh``, not spawned;
-  ``--prefork``: every launch a fork of one process that imported vLLM once, ``benchmarks/vllm_prefork.py``);
+  (``--forked``: the engine cores forked by ``lab/vllm_forked_serve.sh``, not spawned;
+  ``--prefork``: every launch a fork of one process that imported vLLM once, ``lab/vllm_prefork.py``);
 * ``python-frontend``, ``vllm-rs``: ``ecp conformance frontend`` against vLLM's Python frontend and
   against vllm-rs, with their expected-failure files;
 * ``ecp-engine-behind-vllm-dp1``, ``…-dp2``, ``ecp-engine-behind-vllm-rs``: vLLM's frontend serving
@@ -81,7 +81,7 @@ def wait_healthy(client: "httpx.Client", group: "Group", budget_s: float = START
 
 class Group:
     """Processes started for one row or pair, each in its own process group (its log in ``logdir``),
-    all stopped at the end; ``benchmarks/cross_release.py`` and ``vllm_known_issues.py`` use it too."""
+    all stopped at the end; ``lab/cross_release.py`` and ``vllm_known_issues.py`` use it too."""
 
     def __init__(self, logdir: Path) -> None:
         self.logdir = logdir
@@ -173,7 +173,7 @@ def prefork_server(row: Row, logdir: Path):
     sock = Path(tempfile.mkdtemp(prefix="ecp-prefork-")) / "launch.sock"
     started = time.monotonic()
     with open(logdir / "prefork-server.log", "wb") as log:
-        proc = subprocess.Popen([str(REPO / "benchmarks" / "vllm_forked_serve.sh"), "--prefork-server", str(sock)],
+        proc = subprocess.Popen([str(REPO / "lab" / "vllm_forked_serve.sh"), "--prefork-server", str(sock)],
                                 env={**os.environ, **row.env}, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     try:
@@ -219,23 +219,22 @@ def main() -> int:
     ap.add_argument("--level", choices=("interop", "hardened"), default="hardened",
                     help="conformance level of the suite rows (default hardened)")
     ap.add_argument("--forked", action="store_true",
-                    help="engine rows: start vLLM's engine cores with benchmarks/vllm_forked_serve.sh (forked from "
+                    help="engine rows: start vLLM's engine cores with lab/vllm_forked_serve.sh (forked from "
                          "`vllm serve`, not spawned: half the CPU per launch; the same engine core)")
     ap.add_argument("--prefork", action="store_true",
                     help="engine rows: every launch a fork of one process that imported vLLM once "
-                         "(benchmarks/vllm_prefork.py, started and stopped by the row; implies --forked)")
+                         "(lab/vllm_prefork.py, started and stopped by the row; implies --forked)")
     ap.add_argument("--list", action="store_true", help="print the rows and their commands, run nothing")
     ap.add_argument("--cross", metavar="A,B,...",
                     help="instead of the rows: every ordered pair of these releases, a real frontend of one in "
-                         "front of a real engine core of the other through ecp monitor (benchmarks/cross_release.py)")
+                         "front of a real engine core of the other through ecp monitor (lab/cross_release.py)")
     ap.add_argument("--observed", type=Path, default=REPO / "spec" / "compat" / "observed-cross.json",
                     help="with --cross: the results file (default spec/compat/observed-cross.json; pairs not run "
                          "are kept)")
     ap.add_argument("--pairs", nargs="+", metavar="A:B", help="with --cross: run only these frontend:engine pairs")
     args = ap.parse_args()
     if args.cross:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from cross_release import run_cross
+        from lab.cross_release import run_cross
 
         return run_cross(args.cross.split(","), args.out, args.observed, args.pairs)
     args.peer = args.peer or Path(f"~/.cache/vllm-peer-{args.release}").expanduser()
