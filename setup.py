@@ -13,8 +13,9 @@ setup(
         "ecp.spec": ["py.typed", "PROTOCOL.md", "sentences.txt", "schema/*.json", "vectors/*.json",
                      "vectors/captures/*",
                      "layouts/*.json", "compat/*.json"],
-        "ecp.conformance": ["py.typed", "*.json", "schema/*.json", "expected/*.txt", "templates/*"],
-        "ecp.conformance.interop": ["schema/*.json", "templates/*.html", "templates/*.css", "templates/*.js"],
+        "ecp.conformance": ["py.typed", "*.json", "schema/*.json", "expected/*.txt", "templates/*.j2",
+                            "templates/site/*"],
+        "ecp.conformance.interop": ["schema/*.json"],
         "ecp.reference": ["py.typed"],
     },
 )

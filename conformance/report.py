@@ -14,6 +14,7 @@ from typing import Any, TextIO
 from ecp.spec.clauses import CONFORMANCE_LEVELS
 
 from .coverage import ClauseRow, clause_rows, summary, summary_line
+from .html import environment
 from .outcomes import CaseResult, Outcome
 from .pace import describe_launches
 from .release import release_line, release_report
@@ -274,15 +275,12 @@ def _coverage_cell(row: ClauseRow, role: str) -> str:
 
 
 #: outcome -> background colour, in every HTML table
-COLOURS = {"PASS": "#cfc", "FAIL": "#fcc", "TIMEOUT": "#fdb", "CRASH": "#f99", "UNSUPPORTED": "#eee",
-           "XFAIL": "#eef", "XPASS": "#fcf", "ERROR": "#f66"}
 #: the HTML report's size bound: what all transcripts together may take, and one case at most
 #: (a run where every case fails stays well under 2 MB; the JSON report and --transcripts keep all)
 HTML_TRANSCRIPTS_CHARS = 1_000_000
 HTML_TRANSCRIPT_CHARS = 16_000
 HTML_MESSAGE_CHARS = 8_000
 HTML_LOG_CHARS = 4_000
-TEMPLATES = Path(__file__).parent / "templates"
 
 
 def _cut(text: str, limit: int, what: str) -> tuple[str, str]:
@@ -340,17 +338,13 @@ def html_view(s: RunSummary) -> dict[str, Any]:
             "level": s.conformance_level, "strict": s.strict, "duration_s": s.duration_s,
             "release_line": s.release_line, "problems": s.problems, "not_run": s.not_run, "stopped": s.stopped,
             "failures": failures, "cases": cases, "coverage": coverage, "coverage_line": summary_line(s.coverage),
-            "launches_line": describe_launches(s.launches), "launch_lines": launch_lines(s), "colours": COLOURS}
+            "launches_line": describe_launches(s.launches), "launch_lines": launch_lines(s)}
 
 
 def render_html(s: RunSummary) -> str:
     """The HTML report (``templates/report.html.j2``): the failures first, each with its reason in full
     and its transcript, then every case, then the coverage matrix whose case ids link to the cases."""
-    import jinja2
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    return env.get_template("report.html.j2").render(html_view(s))
+    return environment().get_template("report.html.j2").render(html_view(s))
 
 
 def write_html(s: RunSummary, path: Path) -> None:

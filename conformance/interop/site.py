@@ -2,7 +2,8 @@
 
 Input: a folder of results sets (each a folder of runs, ``RUN/result.json``, as ``ecp interop run``
 or ``ecp conformance ... --results`` write them; ``set.json`` when ``interop run`` made it). Output:
-plain HTML + CSS + a little JavaScript, rendered from the Jinja2 templates beside this module, that
+plain HTML + CSS + a little JavaScript, rendered from the Jinja2 templates of ``conformance/templates/site/`` (sharing the outcome
+colours and the case evidence with the run's HTML report, :mod:`ecp.conformance.html`), that
 opens from the file system and from any static host:
 
 * ``index.html``: the newest set, per role a matrix implementations x releases; a cell has the
@@ -24,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..html import TEMPLATES, environment
 from . import results as res
 
-TEMPLATES = Path(__file__).parent / "templates"
 #: outcomes that make a cell name a case as failed (counted or not)
 FAILED = ("FAIL", "TIMEOUT", "CRASH", "XPASS", "ERROR")
 ROLES = ("engine", "frontend")
@@ -271,21 +272,13 @@ def cross_release(observed_path: Path | None) -> dict[str, Any] | None:
             "details": details, "source": res.shown_path(observed_path)}
 
 
-def _env():
-    import jinja2
-
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    return env
-
-
 def render(root: Path, out: Path, observed: Path | None = None, title: str = "ecp interop results") -> list[Path]:
     """Render the site of the sets under ``root`` into ``out``; return the pages written."""
     sets = load_sets(root)
-    env = _env()
+    env = environment()
     out.mkdir(parents=True, exist_ok=True)
-    for asset in ("style.css", "site.js"):
-        shutil.copyfile(TEMPLATES / asset, out / asset)
+    (out / "style.css").write_text(env.get_template("site/style.css.j2").render(), encoding="utf-8")
+    shutil.copyfile(TEMPLATES / "site" / "site.js", out / "site.js")
     # the front page: the newest set `interop run` made (a submission is a set without set.json)
     latest = next((s for s in reversed(sets) if s.meta), sets[-1])
     written = []
@@ -294,7 +287,7 @@ def render(root: Path, out: Path, observed: Path | None = None, title: str = "ec
         path = out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         depth = rel.count("/")
-        path.write_text(env.get_template(template).render(root="../" * depth, title=title, latest=latest.name,
+        path.write_text(env.get_template(f"site/{template}").render(root="../" * depth, title=title, latest=latest.name,
                                                           **ctx))
         written.append(path)
 

@@ -132,3 +132,22 @@ def test_cross_release_shows_a_pair_that_never_served_with_the_monitors_reason(t
     assert never["status"] == "not-served" and never["cause"].startswith("DIFF-011 EngineCoreReadyResponse.x")
     assert never["predicted"]  # the model's prediction beside it
     assert cells[("0.32", "0.33")]["observed"] == "not run"
+
+
+def test_the_site_and_the_runs_own_report_read_a_case_alike(site):
+    """One set of templates: a run's page on the site and the run's own --html report colour outcomes
+    alike and show a case's reason in the same markup."""
+    from ecp.conformance.html import COLOURS
+    from ecp.conformance.outcomes import CaseResult, Outcome
+    from ecp.conformance.report import RunSummary, render_html
+
+    _, out = site
+    style = (out / "style.css").read_text()
+    report = render_html(RunSummary(role="engine", target="beta", results=[CaseResult(
+        id="ENG-HS-3", clause="ECP-HS-4", level="MUST", slug="a-case", requirement="what it checks", role="engine",
+        outcome=Outcome.FAIL, message="bad keys")]))
+    for outcome, colour in COLOURS.items():
+        rule = f".o.{outcome} {{ background: {colour}; }}"
+        assert rule in style and rule in report, rule
+    run_page = next(out.glob("runs/2026-01-01/engine--beta--0.32*/index.html")).read_text()
+    assert '<pre class="reason">bad keys</pre>' in run_page and '<pre class="reason">bad keys</pre>' in report
