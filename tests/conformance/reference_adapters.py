@@ -1,5 +1,6 @@
 """``--adapter reference_adapters:bug_<knob>``: the reference engine in threads with one bug knob;
-``reference_adapters:release_0_32``: the reference engine in threads speaking vLLM 0.32.
+``reference_adapters:release_0_32``: the reference engine in threads speaking vLLM 0.32 (paced: 0.25 ms a
+step).
 
 ``max_model_len`` is kept small so that requests "as long as the engine allows" (abort cases)
 stay short when a knob lets them run to the end; a 1 ms step keeps them from finishing before
@@ -14,8 +15,10 @@ from ecp.reference.engine.launcher import launch
 def __getattr__(name: str):
     if name.startswith("release_"):  # release_0_32: the reference engine speaking vLLM 0.32
         release = name[len("release_"):].replace("_", ".")
+        # paced (0.25 ms a step) so that the abort cases' requests still run when their ABORT lands
         return lambda handshake_address, engine_count: launch(handshake_address, engine_count, mode="thread",
-                                                              vllm=release, max_model_len=512)
+                                                              vllm=release, max_model_len=512,
+                                                              step_time_ms=0.25)
     if name.startswith("bug_") and name[4:] in BUGS:
         knob = name[4:]
         return lambda handshake_address, engine_count: launch(handshake_address, engine_count, mode="thread",
