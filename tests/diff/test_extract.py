@@ -169,6 +169,24 @@ def test_relative_imports_and_annotated_aliases_resolve(tmp_path):
     assert [w for w in result.warnings if w.code != "missing"] == []
 
 
+def test_a_utility_result_comes_from_the_method_s_own_returns(tmp_path):
+    """A helper defined in the method's body returns for itself: the method still returns nothing."""
+    root = _tree(tmp_path, {
+        "vllm/v1/engine/core.py": (
+            "class EngineCore:\n"
+            "    def warm(self):\n"
+            "        def helper():\n            return 1\n"
+            "        self.run(helper())\n"
+            "    def count(self):\n        return 3\n"),
+        "vllm/v1/engine/core_client.py": (
+            "class Link:\n"
+            "    def warm(self):\n        self.call_utility('warm')\n"
+            "    def count(self):\n        return self.call_utility('count')\n")})
+    result = extract(root, version="9.9.0")
+    assert {n: m.result for n, m in result.layout.utility_methods.items()} == {"warm": "nil", "count": "any"}
+    assert [(w.code, w.line) for w in result.warnings if w.code.startswith("utility")] == [("utility-result", 6)]
+
+
 @pytest.mark.parametrize("make", [
     lambda p: p / "nowhere",
     lambda p: (p / "x.txt").write_text("x") and p / "x.txt",
