@@ -1,23 +1,26 @@
 """``ecp spec layout --from-vllm``: static extraction from a vLLM tree, without vLLM installed.
 
-``fixtures/vllm-0.33/`` is a minimal tree written for these tests, not vLLM's
-source: the 24 modules the extractor reads in the vLLM 0.33.0 wheel, at the same
-paths, each holding only what the layout is made of (the wire classes with their
-fields, types and defaults in wire order, the enums, the HELLO/READY dict
-literals, the request-type dispatch, the UTILITY call sites and the tuple sends),
-written in the shapes the wheel uses (``msgspec.Struct`` with ``array_like``,
-dataclasses and vLLM's ``@config``, ``NamedTuple``, str- and int-valued enums,
-``TYPE_CHECKING`` imports, forward references, nested ``Literal`` aliases,
-inherited fields, re-exports). Extracting it must give the checked-in
-``vllm-0.33.json``, generated from the real wheel, warnings included (so every
-warning code the wheel triggers is triggered here); only the wheel's sha256 and
-the line numbers in the warnings and locations differ.
+``fixtures/engine-tree/`` is a tree written for these tests, not vLLM's source: a ``vllm``
+package (the name the extractor reads) in a module layout of its own, declaring the wire types of
+vLLM 0.33 (names, fields, types, defaults and order, enum members, the HELLO/READY dict
+literals, the request-type dispatch, the UTILITY call sites and methods, the tuple sends) in the
+syntactic forms vLLM's releases use: ``msgspec.Struct`` with ``array_like``/``omit_defaults`` and
+inherited options, dataclasses, pydantic dataclasses and a ``@config`` decorator, ``NamedTuple``,
+int, ``auto()``, str and bytes enums, ``TYPE_CHECKING`` and ``try``/``except ImportError``
+imports, relative imports and re-exports, forward references, ``Optional``/``Union``/``|``
+spellings, nested ``Literal`` aliases, ``TypeAlias``, ``NewType``, ``TypeAliasType``,
+``ClassVar``, inherited fields, default factories. Extracting it must give the checked-in
+``vllm-0.33.json``, generated from the real wheel, warnings included; only the sha256, the line
+numbers and the file names differ (:data:`AS_IN_WHEEL` names, for each module of the tree, the
+wheel's module that holds the same declarations). The real wheel is checked by
+``benchmarks/vllm_extractor_check.py``, outside the suite.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -28,29 +31,66 @@ from ecp.spec.layout.model import decode_layout, encode_layout
 from ecp.spec.layout.vllm import CODES, SourceError, extract
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "vllm-0.33"
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "engine-tree"
 SHIPPED = ROOT / "spec" / "layouts" / "vllm-0.33.json"
 WHEEL = "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"
-#: the modules the extractor parses in the real 0.33.0 wheel; the fixture holds exactly these
-WHEEL_FILES = [
-    "vllm/compilation/cuda_graph.py", "vllm/config/kv_events.py", "vllm/config/utils.py",
-    "vllm/distributed/elastic_ep/external_elastic_ep.py", "vllm/lora/request.py", "vllm/multimodal/inputs.py",
-    "vllm/outputs.py", "vllm/pooling_params.py", "vllm/sampling_params.py", "vllm/tasks.py",
-    "vllm/v1/engine/__init__.py", "vllm/v1/engine/coordinator.py", "vllm/v1/engine/core.py",
-    "vllm/v1/engine/core_client.py", "vllm/v1/engine/utils.py", "vllm/v1/fault_tolerance/engine_core_sentinel.py",
-    "vllm/v1/kv_hints/__init__.py", "vllm/v1/kv_hints/protocol.py", "vllm/v1/metrics/cache_hit_source.py",
-    "vllm/v1/metrics/perf.py", "vllm/v1/metrics/stats.py", "vllm/v1/outputs.py", "vllm/v1/serial_utils.py",
-    "vllm/v1/spec_decode/metrics.py",
-]
+#: each module of the fixture -> the module of the 0.33.0 wheel holding the same declarations
+AS_IN_WHEEL = {
+    "vllm/adapters.py": "vllm/lora/request.py",
+    "vllm/errors.py": "vllm/outputs.py",
+    "vllm/media.py": "vllm/multimodal/inputs.py",
+    "vllm/params/__init__.py": "vllm/sampling_params.py",
+    "vllm/params/pooling.py": "vllm/pooling_params.py",
+    "vllm/params/sampling.py": "vllm/sampling_params.py",
+    "vllm/params/tasks.py": "vllm/tasks.py",
+    "vllm/settings/events.py": "vllm/config/kv_events.py",
+    "vllm/settings/schema.py": "vllm/config/utils.py",
+    "vllm/v1/codec.py": "vllm/v1/serial_utils.py",
+    "vllm/v1/engine/__init__.py": "vllm/v1/engine/__init__.py",
+    "vllm/v1/engine/coordinator.py": "vllm/v1/engine/coordinator.py",
+    "vllm/v1/engine/core.py": "vllm/v1/engine/core.py",
+    "vllm/v1/engine/core_client.py": "vllm/v1/engine/core_client.py",
+    "vllm/v1/engine/replies.py": "vllm/v1/engine/__init__.py",
+    "vllm/v1/engine/requests.py": "vllm/v1/engine/__init__.py",
+    "vllm/v1/kv_hints.py": "vllm/v1/kv_hints/protocol.py",
+    "vllm/v1/recovery.py": "vllm/v1/fault_tolerance/engine_core_sentinel.py",
+    "vllm/v1/scaling.py": "vllm/distributed/elastic_ep/external_elastic_ep.py",
+    "vllm/v1/startup.py": "vllm/v1/engine/utils.py",
+    "vllm/v1/stats/__init__.py": "vllm/v1/metrics/stats.py",
+    "vllm/v1/stats/cudagraph.py": "vllm/compilation/cuda_graph.py",
+    "vllm/v1/stats/drafting.py": "vllm/v1/spec_decode/metrics.py",
+    "vllm/v1/stats/hit_source.py": "vllm/v1/metrics/cache_hit_source.py",
+    "vllm/v1/stats/perf.py": "vllm/v1/metrics/perf.py",
+    "vllm/v1/stats/scheduler.py": "vllm/v1/metrics/stats.py",
+    "vllm/v1/token_arrays.py": "vllm/v1/outputs.py",
+}
 
 
-def _normalised(doc: dict) -> dict:
+def _dotted(path: str) -> str:
+    return path[: -len(".py")].replace("/", ".").removesuffix(".__init__")
+
+
+def _normalised(doc: dict, as_in_wheel: dict[str, str] | None = None) -> dict:
+    """The layout without its sha256 and line numbers; with ``as_in_wheel``, each file (and
+    module, in warnings) of the fixture renamed to the wheel's."""
+    files = as_in_wheel or {}
+    modules = {_dotted(k): _dotted(v) for k, v in files.items()}
+
+    def path(p: str) -> str:
+        return files.get(p, p)
+
+    def text(s: str) -> str:  # a class's qualified name in a warning: vllm.pkg.module.Class
+        return re.sub(r"\bvllm(?:\.\w+)*(?=\.[A-Z])", lambda m: modules.get(m.group(0), m.group(0)), s)
+
     doc = json.loads(json.dumps(doc))
+    for msg in doc["messages"].values():
+        msg["defined_in"] = path(msg["defined_in"])
+        if "note" in msg:
+            msg["note"] = re.sub(r"vllm/[\w/]+\.py", lambda m: path(m.group(0)), msg["note"])
     prov = doc["provenance"]
     prov.pop("sha256", None)
-    prov["warnings"] = [re.sub(r":\d+: ", ": ", w) for w in prov["warnings"]]
-    # the fixture holds the same things in the same files, on other lines
-    prov["locations"] = {k: v.rpartition(":")[0] for k, v in prov.get("locations", {}).items()}
+    prov["warnings"] = [f"{path(w.split(':', 1)[0])}: {text(w.split(': ', 1)[1])}" for w in prov["warnings"]]
+    prov["locations"] = {k: path(v.rpartition(":")[0]) for k, v in prov.get("locations", {}).items()}
     return doc
 
 
@@ -66,20 +106,51 @@ def _wheel_of(tree: Path, dest: Path, name: str = WHEEL) -> Path:
 def test_the_fixture_reproduces_the_checked_in_0_33_layout(tmp_path):
     result = extract(_wheel_of(FIXTURE, tmp_path))
     shipped = json.loads(SHIPPED.read_bytes())
-    got, want = _normalised(json.loads(encode_layout(result.layout))), _normalised(shipped)
+    got, want = _normalised(json.loads(encode_layout(result.layout)), AS_IN_WHEEL), _normalised(shipped)
     assert got == want
     assert json.dumps(got) == json.dumps(want)  # the same order too: messages, enums, UTILITY methods
-    assert result.files == WHEEL_FILES
+    # every module of the fixture is read (nothing in it the extractor skips) and has its wheel module
+    assert result.files == sorted(AS_IN_WHEEL)
     assert sorted(p.relative_to(FIXTURE).as_posix() for p in FIXTURE.rglob("*.py")) == sorted(
-        WHEEL_FILES + ["vllm/__init__.py"])  # nothing the extractor does not read
+        [*AS_IN_WHEEL, "vllm/__init__.py"])
     assert shipped["provenance"]["wheel"] == WHEEL and len(shipped["provenance"]["sha256"]) == 64
 
 
-def test_a_checkout_and_an_unpacked_tree_give_the_same_layout(tmp_path):
+def _expected_on_line(subject: str) -> str:
+    """What the source line a location names must show: the member, field, method or class."""
+    special = {"Hello": '"HELLO"', "Ready": '"READY"', "UtilityRequest": "= request", "StartDPWave": "= request",
+               "request types": "class EngineCoreRequestType", "utility handle_fault_tolerance": "RECOVERY_CALL"}
+    if subject in special:
+        return special[subject]
+    if subject.startswith("request type 0x"):
+        return "b\"\\x" + subject[-2:] + '"'
+    if subject.startswith("enum ") and "." not in subject:
+        return "class " + subject[len("enum "):] + "("
+    name = subject.rsplit(".", 1)[-1].rsplit(" ", 1)[-1]
+    return f"def {name}(" if subject.startswith("utility ") else name if "." in subject else f"class {name}"
+
+
+def test_every_location_names_the_line_of_its_subject():
+    locations = extract(FIXTURE, version="0.33.0").layout.provenance.locations
+    assert len(locations) == len(json.loads(SHIPPED.read_bytes())["provenance"]["locations"])
+    for subject, where in locations.items():
+        file, _, line = where.rpartition(":")
+        source = (FIXTURE / file).read_text().splitlines()[int(line) - 1]
+        assert _expected_on_line(subject) in source, (subject, where, source)
+
+
+def test_a_checkout_an_unpacked_wheel_and_a_wheel_give_the_same_layout(tmp_path):
     from_dir = extract(FIXTURE, version="0.33.0").layout
     from_whl = extract(_wheel_of(FIXTURE, tmp_path)).layout
-    assert from_dir.messages == from_whl.messages and from_dir.utility_methods == from_whl.utility_methods
-    assert from_dir.provenance.tree == "checkout" and from_whl.provenance.tree == "wheel"
+    unpacked = tmp_path / "site-packages"
+    shutil.copytree(FIXTURE, unpacked)
+    (unpacked / "vllm-0.33.0.dist-info").mkdir()
+    (unpacked / "vllm-0.33.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.33.0\n")
+    from_site = extract(unpacked).layout
+    for other in (from_whl, from_site):
+        assert from_dir.messages == other.messages and from_dir.utility_methods == other.utility_methods
+    assert [x.provenance.tree for x in (from_dir, from_whl, from_site)] == ["checkout", "wheel", "unpacked"]
+    assert from_site.vllm_version == "0.33.0"  # from the METADATA, not from the caller
     assert from_dir.provenance.sha256 is None and from_whl.provenance.sha256 is not None
 
 
@@ -152,7 +223,7 @@ def test_unresolvable_constructs_are_typed_warnings_not_guesses(tmp_path):
 
 
 def test_relative_imports_and_annotated_aliases_resolve(tmp_path):
-    # shapes the wheel has outside the wire types, so the fixture does not carry them
+    # each form on its own, beside the fixture's use of them among the wire types
     root = _tree(tmp_path, {
         "vllm/v1/engine/__init__.py": (
             "import msgspec\n"
@@ -215,7 +286,6 @@ def test_the_command_writes_checks_and_reports_warnings(tmp_path, capsys):
 
 def test_a_checkout_without_a_version_is_named_by_its_commit(tmp_path):
     """Never ``vllm-unknown``: a git checkout that records no version carries its commit as its name."""
-    import shutil
     import subprocess
 
     tree = tmp_path / "vllm-main"
