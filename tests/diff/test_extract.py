@@ -240,6 +240,50 @@ def test_relative_imports_and_annotated_aliases_resolve(tmp_path):
     assert [w for w in result.warnings if w.code != "missing"] == []
 
 
+def test_forms_the_0_33_tree_cannot_carry_and_the_warnings_they_give(tmp_path):
+    """Shapes a release may use that would change the 0.33 layout (so the fixture tree leaves them
+    out), and one construct for each warning code the 0.33 wheel does not trigger."""
+    root = _tree(tmp_path, {
+        "vllm/v1/engine/__init__.py": (
+            "import enum\nfrom typing import NotRequired, TypedDict\nimport msgspec\n"
+            "from vllm.v1.other import Opts as OtherOpts\n"
+            "class Mode(enum.StrEnum):\n    A = 'a'\n"
+            "class Flags(enum.IntFlag):\n    X = 1\n    Y = 2\n"
+            "class Extra(TypedDict, total=False):\n    a: int\n    b: NotRequired[str]\n"
+            "class Opts(TypedDict):\n    must: int\n    maybe: NotRequired[str]\n"
+            "class Tagged(msgspec.Struct, tag=True):\n    x: int\n"
+            "Loop = list['Loop']\n"
+            "class Bad(enum.IntEnum):\n    A = 1\n    B = compute()\n"
+            "class EngineCoreRequestType(enum.Enum):\n    ADD = b'\\x00'\n    WIDE = b'\\x00\\x01'\n"
+            "class EngineCoreRequest(msgspec.Struct, array_like=True):\n"
+            "    mode: Mode\n    flags: Flags\n    extra: Extra\n    opts: Opts\n"
+            "    other: OtherOpts\n    tagged: Tagged\n    loop: Loop\n    bad: Bad\n"),
+        "vllm/v1/other.py": "from typing import TypedDict\nclass Opts(TypedDict):\n    z: int\n",
+        "vllm/v1/engine/core.py": (
+            "class EngineCoreProc:\n    def handle(self, request_type, request):\n"
+            "        if request_type == EngineCoreRequestType.UTILITY:\n"
+            "            client_idx, call_id, method_name, args = request\n"),
+        "vllm/v1/engine/core_client.py": "class Link:\n    def go(self):\n        self.call_utility(pick_method())\n",
+    })
+    result = extract(root, version="9.9.0")
+    layout = result.layout
+    types = {f.name: f.type for f in layout.messages["EngineCoreRequest"].fields}
+    assert {k: v for k, v in types.items() if k != "loop"} == {
+        "mode": "str", "flags": "enum:Flags", "extra": "struct:Extra", "opts": "struct:Opts",
+        "other": "struct:Opts", "tagged": "struct:Tagged", "bad": "enum:Bad"}
+    assert types["loop"].startswith("array[") and types["loop"].endswith("[any" + "]" * types["loop"].count("["))
+    assert [(f.name, f.required) for f in layout.messages["Extra"].fields] == [("a", False), ("b", False)]
+    assert [(f.name, f.required) for f in layout.messages["Opts"].fields] == [("must", True), ("maybe", False)]
+    assert layout.enums["Flags"].values == {"X": 1, "Y": 2} and layout.enums["Bad"].values == {"A": 1}
+    assert [t.name for t in layout.request_types] == ["ADD"]
+    assert [f.type for f in layout.messages["UtilityRequest"].fields] == ["any"] * 4
+    found = {(w.code, w.file.rsplit("/", 1)[-1], w.line) for w in result.warnings if w.code != "missing"}
+    assert found == {("name-clash", "__init__.py", 30), ("recursive-type", "__init__.py", 18),
+                     ("enum-value", "__init__.py", 21), ("struct-option", "__init__.py", 16),
+                     ("tuple-payload", "core.py", 4), ("request-type", "__init__.py", 24),
+                     ("utility-dynamic", "core_client.py", 3)}
+
+
 def test_a_utility_result_comes_from_the_method_s_own_returns(tmp_path):
     """A helper defined in the method's body returns for itself: the method still returns nothing."""
     root = _tree(tmp_path, {
