@@ -127,7 +127,7 @@ def test_compat_check_against_a_file(tmp_path, capsys):
 
 
 def test_compat_of_a_release_and_an_extracted_layout(capsys):
-    fixture = Path(__file__).resolve().parent / "fixtures" / "vllm-0.33"
+    fixture = Path(__file__).resolve().parent / "fixtures" / "engine-tree"
     code, out, _ = run(capsys, "spec", "compat", "--layouts", "vllm-0.32", str(LAYOUTS / "vllm-0.33.json"))
     assert code == 0 and out.count("\n| `vllm-0.3") == 2  # a 2x2 summary
     assert "| vllm-0.33 | vllm-0.32 |" in out and "pause_generation" in out

@@ -1,23 +1,26 @@
 """``ecp spec layout --from-vllm``: static extraction from a vLLM tree, without vLLM installed.
 
-``fixtures/vllm-0.33/`` is a minimal tree written for these tests, not vLLM's
-source: the 24 modules the extractor reads in the vLLM 0.33.0 wheel, at the same
-paths, each holding only what the layout is made of (the wire classes with their
-fields, types and defaults in wire order, the enums, the HELLO/READY dict
-literals, the request-type dispatch, the UTILITY call sites and the tuple sends),
-written in the shapes the wheel uses (``msgspec.Struct`` with ``array_like``,
-dataclasses and vLLM's ``@config``, ``NamedTuple``, str- and int-valued enums,
-``TYPE_CHECKING`` imports, forward references, nested ``Literal`` aliases,
-inherited fields, re-exports). Extracting it must give the checked-in
-``vllm-0.33.json``, generated from the real wheel, warnings included (so every
-warning code the wheel triggers is triggered here); only the wheel's sha256 and
-the line numbers in the warnings and locations differ.
+``fixtures/engine-tree/`` is a tree written for these tests, not vLLM's source: a ``vllm``
+package (the name the extractor reads) in a module layout of its own, declaring the wire types of
+vLLM 0.33 (names, fields, types, defaults and order, enum members, the HELLO/READY dict
+literals, the request-type dispatch, the UTILITY call sites and methods, the tuple sends) in the
+syntactic forms vLLM's releases use: ``msgspec.Struct`` with ``array_like``/``omit_defaults`` and
+inherited options, dataclasses, pydantic dataclasses and a ``@config`` decorator, ``NamedTuple``,
+int, ``auto()``, str and bytes enums, ``TYPE_CHECKING`` and ``try``/``except ImportError``
+imports, relative imports and re-exports, forward references, ``Optional``/``Union``/``|``
+spellings, nested ``Literal`` aliases, ``TypeAlias``, ``NewType``, ``TypeAliasType``,
+``ClassVar``, inherited fields, default factories. Extracting it must give the checked-in
+``vllm-0.33.json``, generated from the real wheel, warnings included; only the sha256, the line
+numbers and the file names differ (:data:`AS_IN_WHEEL` names, for each module of the tree, the
+wheel's module that holds the same declarations). The real wheel is checked by
+``benchmarks/vllm_extractor_check.py``, outside the suite.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -28,29 +31,66 @@ from ecp.spec.layout.model import decode_layout, encode_layout
 from ecp.spec.layout.vllm import CODES, SourceError, extract
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "vllm-0.33"
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "engine-tree"
 SHIPPED = ROOT / "spec" / "layouts" / "vllm-0.33.json"
 WHEEL = "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"
-#: the modules the extractor parses in the real 0.33.0 wheel; the fixture holds exactly these
-WHEEL_FILES = [
-    "vllm/compilation/cuda_graph.py", "vllm/config/kv_events.py", "vllm/config/utils.py",
-    "vllm/distributed/elastic_ep/external_elastic_ep.py", "vllm/lora/request.py", "vllm/multimodal/inputs.py",
-    "vllm/outputs.py", "vllm/pooling_params.py", "vllm/sampling_params.py", "vllm/tasks.py",
-    "vllm/v1/engine/__init__.py", "vllm/v1/engine/coordinator.py", "vllm/v1/engine/core.py",
-    "vllm/v1/engine/core_client.py", "vllm/v1/engine/utils.py", "vllm/v1/fault_tolerance/engine_core_sentinel.py",
-    "vllm/v1/kv_hints/__init__.py", "vllm/v1/kv_hints/protocol.py", "vllm/v1/metrics/cache_hit_source.py",
-    "vllm/v1/metrics/perf.py", "vllm/v1/metrics/stats.py", "vllm/v1/outputs.py", "vllm/v1/serial_utils.py",
-    "vllm/v1/spec_decode/metrics.py",
-]
+#: each module of the fixture -> the module of the 0.33.0 wheel holding the same declarations
+AS_IN_WHEEL = {
+    "vllm/adapters.py": "vllm/lora/request.py",
+    "vllm/errors.py": "vllm/outputs.py",
+    "vllm/media.py": "vllm/multimodal/inputs.py",
+    "vllm/params/__init__.py": "vllm/sampling_params.py",
+    "vllm/params/pooling.py": "vllm/pooling_params.py",
+    "vllm/params/sampling.py": "vllm/sampling_params.py",
+    "vllm/params/tasks.py": "vllm/tasks.py",
+    "vllm/settings/events.py": "vllm/config/kv_events.py",
+    "vllm/settings/schema.py": "vllm/config/utils.py",
+    "vllm/v1/codec.py": "vllm/v1/serial_utils.py",
+    "vllm/v1/engine/__init__.py": "vllm/v1/engine/__init__.py",
+    "vllm/v1/engine/coordinator.py": "vllm/v1/engine/coordinator.py",
+    "vllm/v1/engine/core.py": "vllm/v1/engine/core.py",
+    "vllm/v1/engine/core_client.py": "vllm/v1/engine/core_client.py",
+    "vllm/v1/engine/replies.py": "vllm/v1/engine/__init__.py",
+    "vllm/v1/engine/requests.py": "vllm/v1/engine/__init__.py",
+    "vllm/v1/kv_hints.py": "vllm/v1/kv_hints/protocol.py",
+    "vllm/v1/recovery.py": "vllm/v1/fault_tolerance/engine_core_sentinel.py",
+    "vllm/v1/scaling.py": "vllm/distributed/elastic_ep/external_elastic_ep.py",
+    "vllm/v1/startup.py": "vllm/v1/engine/utils.py",
+    "vllm/v1/stats/__init__.py": "vllm/v1/metrics/stats.py",
+    "vllm/v1/stats/cudagraph.py": "vllm/compilation/cuda_graph.py",
+    "vllm/v1/stats/drafting.py": "vllm/v1/spec_decode/metrics.py",
+    "vllm/v1/stats/hit_source.py": "vllm/v1/metrics/cache_hit_source.py",
+    "vllm/v1/stats/perf.py": "vllm/v1/metrics/perf.py",
+    "vllm/v1/stats/scheduler.py": "vllm/v1/metrics/stats.py",
+    "vllm/v1/token_arrays.py": "vllm/v1/outputs.py",
+}
 
 
-def _normalised(doc: dict) -> dict:
+def _dotted(path: str) -> str:
+    return path[: -len(".py")].replace("/", ".").removesuffix(".__init__")
+
+
+def _normalised(doc: dict, as_in_wheel: dict[str, str] | None = None) -> dict:
+    """The layout without its sha256 and line numbers; with ``as_in_wheel``, each file (and
+    module, in warnings) of the fixture renamed to the wheel's."""
+    files = as_in_wheel or {}
+    modules = {_dotted(k): _dotted(v) for k, v in files.items()}
+
+    def path(p: str) -> str:
+        return files.get(p, p)
+
+    def text(s: str) -> str:  # a class's qualified name in a warning: vllm.pkg.module.Class
+        return re.sub(r"\bvllm(?:\.\w+)*(?=\.[A-Z])", lambda m: modules.get(m.group(0), m.group(0)), s)
+
     doc = json.loads(json.dumps(doc))
+    for msg in doc["messages"].values():
+        msg["defined_in"] = path(msg["defined_in"])
+        if "note" in msg:
+            msg["note"] = re.sub(r"vllm/[\w/]+\.py", lambda m: path(m.group(0)), msg["note"])
     prov = doc["provenance"]
     prov.pop("sha256", None)
-    prov["warnings"] = [re.sub(r":\d+: ", ": ", w) for w in prov["warnings"]]
-    # the fixture holds the same things in the same files, on other lines
-    prov["locations"] = {k: v.rpartition(":")[0] for k, v in prov.get("locations", {}).items()}
+    prov["warnings"] = [f"{path(w.split(':', 1)[0])}: {text(w.split(': ', 1)[1])}" for w in prov["warnings"]]
+    prov["locations"] = {k: path(v.rpartition(":")[0]) for k, v in prov.get("locations", {}).items()}
     return doc
 
 
@@ -66,20 +106,51 @@ def _wheel_of(tree: Path, dest: Path, name: str = WHEEL) -> Path:
 def test_the_fixture_reproduces_the_checked_in_0_33_layout(tmp_path):
     result = extract(_wheel_of(FIXTURE, tmp_path))
     shipped = json.loads(SHIPPED.read_bytes())
-    got, want = _normalised(json.loads(encode_layout(result.layout))), _normalised(shipped)
+    got, want = _normalised(json.loads(encode_layout(result.layout)), AS_IN_WHEEL), _normalised(shipped)
     assert got == want
     assert json.dumps(got) == json.dumps(want)  # the same order too: messages, enums, UTILITY methods
-    assert result.files == WHEEL_FILES
+    # every module of the fixture is read (nothing in it the extractor skips) and has its wheel module
+    assert result.files == sorted(AS_IN_WHEEL)
     assert sorted(p.relative_to(FIXTURE).as_posix() for p in FIXTURE.rglob("*.py")) == sorted(
-        WHEEL_FILES + ["vllm/__init__.py"])  # nothing the extractor does not read
+        [*AS_IN_WHEEL, "vllm/__init__.py"])
     assert shipped["provenance"]["wheel"] == WHEEL and len(shipped["provenance"]["sha256"]) == 64
 
 
-def test_a_checkout_and_an_unpacked_tree_give_the_same_layout(tmp_path):
+def _expected_on_line(subject: str) -> str:
+    """What the source line a location names must show: the member, field, method or class."""
+    special = {"Hello": '"HELLO"', "Ready": '"READY"', "UtilityRequest": "= request", "StartDPWave": "= request",
+               "request types": "class EngineCoreRequestType", "utility handle_fault_tolerance": "RECOVERY_CALL"}
+    if subject in special:
+        return special[subject]
+    if subject.startswith("request type 0x"):
+        return "b\"\\x" + subject[-2:] + '"'
+    if subject.startswith("enum ") and "." not in subject:
+        return "class " + subject[len("enum "):] + "("
+    name = subject.rsplit(".", 1)[-1].rsplit(" ", 1)[-1]
+    return f"def {name}(" if subject.startswith("utility ") else name if "." in subject else f"class {name}"
+
+
+def test_every_location_names_the_line_of_its_subject():
+    locations = extract(FIXTURE, version="0.33.0").layout.provenance.locations
+    assert len(locations) == len(json.loads(SHIPPED.read_bytes())["provenance"]["locations"])
+    for subject, where in locations.items():
+        file, _, line = where.rpartition(":")
+        source = (FIXTURE / file).read_text().splitlines()[int(line) - 1]
+        assert _expected_on_line(subject) in source, (subject, where, source)
+
+
+def test_a_checkout_an_unpacked_wheel_and_a_wheel_give_the_same_layout(tmp_path):
     from_dir = extract(FIXTURE, version="0.33.0").layout
     from_whl = extract(_wheel_of(FIXTURE, tmp_path)).layout
-    assert from_dir.messages == from_whl.messages and from_dir.utility_methods == from_whl.utility_methods
-    assert from_dir.provenance.tree == "checkout" and from_whl.provenance.tree == "wheel"
+    unpacked = tmp_path / "site-packages"
+    shutil.copytree(FIXTURE, unpacked)
+    (unpacked / "vllm-0.33.0.dist-info").mkdir()
+    (unpacked / "vllm-0.33.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.33.0\n")
+    from_site = extract(unpacked).layout
+    for other in (from_whl, from_site):
+        assert from_dir.messages == other.messages and from_dir.utility_methods == other.utility_methods
+    assert [x.provenance.tree for x in (from_dir, from_whl, from_site)] == ["checkout", "wheel", "unpacked"]
+    assert from_site.vllm_version == "0.33.0"  # from the METADATA, not from the caller
     assert from_dir.provenance.sha256 is None and from_whl.provenance.sha256 is not None
 
 
@@ -152,7 +223,7 @@ def test_unresolvable_constructs_are_typed_warnings_not_guesses(tmp_path):
 
 
 def test_relative_imports_and_annotated_aliases_resolve(tmp_path):
-    # shapes the wheel has outside the wire types, so the fixture does not carry them
+    # each form on its own, beside the fixture's use of them among the wire types
     root = _tree(tmp_path, {
         "vllm/v1/engine/__init__.py": (
             "import msgspec\n"
@@ -167,6 +238,68 @@ def test_relative_imports_and_annotated_aliases_resolve(tmp_path):
     req = result.layout.messages["EngineCoreRequest"]
     assert [(f.name, f.type) for f in req.fields] == [("request_id", "str"), ("kind", "str"), ("ids", "array[str]")]
     assert [w for w in result.warnings if w.code != "missing"] == []
+
+
+def test_forms_the_0_33_tree_cannot_carry_and_the_warnings_they_give(tmp_path):
+    """Shapes a release may use that would change the 0.33 layout (so the fixture tree leaves them
+    out), and one construct for each warning code the 0.33 wheel does not trigger."""
+    root = _tree(tmp_path, {
+        "vllm/v1/engine/__init__.py": (
+            "import enum\nfrom typing import NotRequired, TypedDict\nimport msgspec\n"
+            "from vllm.v1.other import Opts as OtherOpts\n"
+            "class Mode(enum.StrEnum):\n    A = 'a'\n"
+            "class Flags(enum.IntFlag):\n    X = 1\n    Y = 2\n"
+            "class Extra(TypedDict, total=False):\n    a: int\n    b: NotRequired[str]\n"
+            "class Opts(TypedDict):\n    must: int\n    maybe: NotRequired[str]\n"
+            "class Tagged(msgspec.Struct, tag=True):\n    x: int\n"
+            "Loop = list['Loop']\n"
+            "class Bad(enum.IntEnum):\n    A = 1\n    B = compute()\n"
+            "class EngineCoreRequestType(enum.Enum):\n    ADD = b'\\x00'\n    WIDE = b'\\x00\\x01'\n"
+            "class EngineCoreRequest(msgspec.Struct, array_like=True):\n"
+            "    mode: Mode\n    flags: Flags\n    extra: Extra\n    opts: Opts\n"
+            "    other: OtherOpts\n    tagged: Tagged\n    loop: Loop\n    bad: Bad\n"),
+        "vllm/v1/other.py": "from typing import TypedDict\nclass Opts(TypedDict):\n    z: int\n",
+        "vllm/v1/engine/core.py": (
+            "class EngineCoreProc:\n    def handle(self, request_type, request):\n"
+            "        if request_type == EngineCoreRequestType.UTILITY:\n"
+            "            client_idx, call_id, method_name, args = request\n"),
+        "vllm/v1/engine/core_client.py": "class Link:\n    def go(self):\n        self.call_utility(pick_method())\n",
+    })
+    result = extract(root, version="9.9.0")
+    layout = result.layout
+    types = {f.name: f.type for f in layout.messages["EngineCoreRequest"].fields}
+    assert {k: v for k, v in types.items() if k != "loop"} == {
+        "mode": "str", "flags": "enum:Flags", "extra": "struct:Extra", "opts": "struct:Opts",
+        "other": "struct:Opts", "tagged": "struct:Tagged", "bad": "enum:Bad"}
+    assert types["loop"].startswith("array[") and types["loop"].endswith("[any" + "]" * types["loop"].count("["))
+    assert [(f.name, f.required) for f in layout.messages["Extra"].fields] == [("a", False), ("b", False)]
+    assert [(f.name, f.required) for f in layout.messages["Opts"].fields] == [("must", True), ("maybe", False)]
+    assert layout.enums["Flags"].values == {"X": 1, "Y": 2} and layout.enums["Bad"].values == {"A": 1}
+    assert [t.name for t in layout.request_types] == ["ADD"]
+    assert [f.type for f in layout.messages["UtilityRequest"].fields] == ["any"] * 4
+    found = {(w.code, w.file.rsplit("/", 1)[-1], w.line) for w in result.warnings if w.code != "missing"}
+    assert found == {("name-clash", "__init__.py", 30), ("recursive-type", "__init__.py", 18),
+                     ("enum-value", "__init__.py", 21), ("struct-option", "__init__.py", 16),
+                     ("tuple-payload", "core.py", 4), ("request-type", "__init__.py", 24),
+                     ("utility-dynamic", "core_client.py", 3)}
+
+
+def test_a_utility_result_comes_from_the_method_s_own_returns(tmp_path):
+    """A helper defined in the method's body returns for itself: the method still returns nothing."""
+    root = _tree(tmp_path, {
+        "vllm/v1/engine/core.py": (
+            "class EngineCore:\n"
+            "    def warm(self):\n"
+            "        def helper():\n            return 1\n"
+            "        self.run(helper())\n"
+            "    def count(self):\n        return 3\n"),
+        "vllm/v1/engine/core_client.py": (
+            "class Link:\n"
+            "    def warm(self):\n        self.call_utility('warm')\n"
+            "    def count(self):\n        return self.call_utility('count')\n")})
+    result = extract(root, version="9.9.0")
+    assert {n: m.result for n, m in result.layout.utility_methods.items()} == {"warm": "nil", "count": "any"}
+    assert [(w.code, w.line) for w in result.warnings if w.code.startswith("utility")] == [("utility-result", 6)]
 
 
 @pytest.mark.parametrize("make", [
@@ -197,7 +330,6 @@ def test_the_command_writes_checks_and_reports_warnings(tmp_path, capsys):
 
 def test_a_checkout_without_a_version_is_named_by_its_commit(tmp_path):
     """Never ``vllm-unknown``: a git checkout that records no version carries its commit as its name."""
-    import shutil
     import subprocess
 
     tree = tmp_path / "vllm-main"

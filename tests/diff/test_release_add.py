@@ -15,7 +15,7 @@ from ecp.spec.cli import main
 from ecp.spec.diff.adopt import PACKAGE_ROOT, adopt, clause_spans, shipped
 from ecp.spec.layout.resolve import shipped_names
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "vllm-0.33"
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "engine-tree"
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -30,13 +30,13 @@ def _next_release(tmp: Path) -> Path:
     tree = tmp / "vllm-next"
     shutil.copytree(FIXTURE, tree)
     engine = tree / "vllm" / "v1" / "engine"
-    _edit(engine / "__init__.py", "    kv_hints: KvHintsEnvelope | None = None\n",
+    _edit(engine / "requests.py", "    kv_hints: KvHintsEnvelope | None = None\n",
           "    ecp_next_hint: str | None = None\n")
-    _edit(engine / "__init__.py", "    REPETITION = 4\n", "    ECP_NEXT_REASON = 5\n")
+    _edit(engine / "replies.py", "    REPETITION = 4\n", "    ECP_NEXT_REASON = 5\n")
     _edit(engine / "core.py", "    def is_sleeping(self) -> bool: ...\n",
           "\n    def ecp_next_method(self, level: int = 1) -> bool: ...\n")
     _edit(engine / "core_client.py", '        return await self.call_utility_async("is_sleeping")\n',
-          '\n    async def ecp_next_method_async(self, level=1):\n'
+          '\n    async def next_method(self, level=1):\n'
           '        return await self.call_utility_async("ecp_next_method", level)\n')
     return tree
 

@@ -1,7 +1,7 @@
 """Changes the gate once rated wrong, made by hand to the 0.33 fixture tree: each gets the right
 verdict, exit status and fix line, and every annotation names a file and a line.
 
-The fixture (``fixtures/vllm-0.33/``, written for these tests) is copied to a temporary
+The fixture (``fixtures/engine-tree/``, written for these tests) is copied to a temporary
 directory, one source line is edited, and the layout extracted from the copy is compared with
 the shipped ``vllm-0.33`` layout, as the pull-request job of docs/ci.md does.
 """
@@ -20,8 +20,9 @@ from ecp.spec.layout.model import encode_layout
 from ecp.spec.layout.resolve import load_shipped
 from ecp.spec.layout.vllm import extract
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "vllm-0.33"
-ENGINE_INIT = "vllm/v1/engine/__init__.py"
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "engine-tree"
+REQUESTS = "vllm/v1/engine/requests.py"  # EngineCoreRequest
+REPLIES = "vllm/v1/engine/replies.py"  # EngineCoreOutput(s) and their enums
 CORE = "vllm/v1/engine/core.py"
 CLIENT = "vllm/v1/engine/core_client.py"
 
@@ -57,7 +58,7 @@ def _findings(capsys, new: Path, old: str = "vllm-0.33") -> tuple[int, list[dict
 
 
 def test_int_to_float_is_breaking_for_old_engines(tmp_path, capsys):
-    new = _layout_file(tmp_path, {ENGINE_INIT: [("    priority: int = 0", "    priority: float = 0")]})
+    new = _layout_file(tmp_path, {REQUESTS: [("    priority: int = 0", "    priority: float = 0")]})
     code, findings = _findings(capsys, new)
     assert code == 1
     (f,) = findings
@@ -65,11 +66,11 @@ def test_int_to_float_is_breaking_for_old_engines(tmp_path, capsys):
         "DIFF-024", "breaking", "EngineCoreRequest.priority", "new->old")
     assert f["impact"] == "frontends built against NEW -> engines built against OLD"
     assert f["fix"].startswith("keep the old type") and "protocol-break" in f["fix"]
-    assert (f["file"], f["line"]) == (ENGINE_INIT, 78)
+    assert (f["file"], f["line"]) == (REQUESTS, 44)
 
 
 def test_widening_that_keeps_old_values_stays_a_warning(tmp_path, capsys):
-    new = _layout_file(tmp_path, {ENGINE_INIT: [("    priority: int = 0", "    priority: int | float = 0")]})
+    new = _layout_file(tmp_path, {REQUESTS: [("    priority: int = 0", "    priority: int | float = 0")]})
     code, findings = _findings(capsys, new)
     assert code == 0 and [(f["rule"], f["severity"]) for f in findings] == [("DIFF-021", "warning")]
 
@@ -82,25 +83,31 @@ def test_a_method_renamed_on_the_engine_side_only_breaks_every_frontend(tmp_path
     (f,) = findings  # not "result widened bool -> any", not "arguments not compared"
     assert (f["rule"], f["severity"], f["subject"]) == ("DIFF-057", "breaking", "utility is_sleeping")
     assert "every call fails" in f["message"] and "alias" in f["fix"]
-    assert f["file"] == CLIENT and f["line"] == 98  # the frontend's call: nothing engine-side is left
+    assert f["file"] == CLIENT and f["line"] == 111  # the frontend's call: nothing engine-side is left
 
 
 def test_auto_enum_reordered_swaps_values(tmp_path, capsys):
-    auto = [("class EngineCoreEventType(enum.IntEnum):\n    QUEUED = 1\n    SCHEDULED = 2\n    PREEMPTED = 3",
-             "class EngineCoreEventType(enum.IntEnum):\n    SCHEDULED = enum.auto()\n    QUEUED = enum.auto()\n"
-             "    PREEMPTED = enum.auto()")]
-    code, findings = _findings(capsys, _layout_file(tmp_path, {ENGINE_INIT: auto}))
+    auto = [("    QUEUED = enum.auto()\n    SCHEDULED = enum.auto()\n",
+             "    SCHEDULED = enum.auto()\n    QUEUED = enum.auto()\n")]
+    code, findings = _findings(capsys, _layout_file(tmp_path, {REPLIES: auto}))
     assert code == 1
     assert sorted((f["rule"], f["subject"], f["old"], f["new"]) for f in findings) == [
         ("DIFF-035", "enum EngineCoreEventType.QUEUED", 1, 2),
         ("DIFF-035", "enum EngineCoreEventType.SCHEDULED", 2, 1)]
-    assert all(f["severity"] == "breaking" and f["file"] == ENGINE_INIT and f["line"] for f in findings)
+    assert all(f["severity"] == "breaking" and f["file"] == REPLIES and f["line"] for f in findings)
 
 
-def test_explicit_values_replaced_by_auto_with_the_same_values_is_no_difference(tmp_path, capsys):
-    auto = [("    QUEUED = 1\n    SCHEDULED = 2\n    PREEMPTED = 3",
-             "    QUEUED = enum.auto()\n    SCHEDULED = enum.auto()\n    PREEMPTED = enum.auto()")]
-    code, out, _ = _diff(capsys, "vllm-0.33", str(_layout_file(tmp_path, {ENGINE_INIT: auto})))
+@pytest.mark.parametrize("edits", [
+    {REPLIES: [("    QUEUED = enum.auto()\n    SCHEDULED = enum.auto()\n    PREEMPTED = enum.auto()",
+                "    QUEUED = 1\n    SCHEDULED = 2\n    PREEMPTED = 3")]},  # auto() written out
+    {"vllm/params/sampling.py": [("    CUMULATIVE = 0\n    DELTA = auto()\n    FINAL_ONLY = auto()",
+                                  "    CUMULATIVE = 0\n    DELTA = 1\n    FINAL_ONLY = 2")]},  # counted on from 0
+    {REPLIES: [("    LENGTH = 1\n    ABORT = 2\n    ERROR = 3\n    REPETITION = 4",
+                "    LENGTH = enum.auto()\n    ABORT = enum.auto()\n    ERROR = enum.auto()\n"
+                "    REPETITION = enum.auto()")]},  # explicit values replaced by auto()
+], ids=["auto-written-out", "auto-after-a-value-written-out", "explicit-to-auto"])
+def test_auto_and_explicit_values_that_agree_are_no_difference(tmp_path, capsys, edits):
+    code, out, _ = _diff(capsys, "vllm-0.33", str(_layout_file(tmp_path, edits)))
     assert code == 0 and "no differences" in out
 
 
@@ -128,8 +135,8 @@ def test_pause_generation_added_in_0_33_is_not_compatible_both_ways():
 
 def test_every_annotation_has_a_file_and_a_line_and_a_fix(tmp_path, capsys):
     new = _layout_file(tmp_path, {
-        ENGINE_INIT: [("    priority: int = 0", "    priority: float = 0"),
-                      ("    QUEUED = 1\n    SCHEDULED = 2", "    QUEUED = 2\n    SCHEDULED = 1")],
+        REQUESTS: [("    priority: int = 0", "    priority: float = 0")],
+        REPLIES: [("    QUEUED = enum.auto()\n    SCHEDULED = enum.auto()", "    QUEUED = 2\n    SCHEDULED = 1")],
         CORE: [("    def pause_generation(self,", "    def pause_engine(self,")]})
     code, out, _ = _diff(capsys, "vllm-0.32", str(new), "--format", "github")
     annotations = [line for line in out.splitlines() if line.startswith("::")]
@@ -140,12 +147,26 @@ def test_every_annotation_has_a_file_and_a_line_and_a_fix(tmp_path, capsys):
         assert ",line=" in props and ". Fix: " in line, line
 
 
-@pytest.mark.parametrize("old", ["vllm-0.33"])
-def test_strict_passes_on_the_unmodified_tree_and_fails_on_a_warning(tmp_path, capsys, old):
+def test_strict_passes_on_the_unmodified_tree_and_fails_on_a_warning(tmp_path, capsys):
+    """As the pull-request job runs it: the base branch's layout against the change's, both extracted."""
+    (tmp_path / "base").mkdir()
+    old = str(_layout_file(tmp_path / "base", {}))
     code, out, err = _diff(capsys, "--strict", old, str(_layout_file(tmp_path, {})))
     assert code == 0 and "no differences" in out and not err
-    widened = tmp_path / "widened"
-    widened.mkdir()
-    new = _layout_file(widened, {ENGINE_INIT: [("    priority: int = 0", "    priority: int | float = 0")]})
-    assert _diff(capsys, "--strict", old, str(new))[0] == 1
-    assert _diff(capsys, old, str(new))[0] == 0
+
+    def strict(edits: dict[str, list[tuple[str, str]]]) -> tuple[int, int, str]:
+        case = tmp_path / f"case{len(list(tmp_path.iterdir()))}"
+        case.mkdir()
+        new = str(_layout_file(case, edits))
+        code, _, err = _diff(capsys, "--strict", old, new)
+        return code, _diff(capsys, old, new)[0], err
+
+    # a construct that moved keeps its warning: lines are not compared
+    moved = {"vllm/media.py": [('"""Multimodal', '# moved down\n\n"""Multimodal')],
+             REPLIES: [("#: the id a frontend", "# moved down\n\n#: the id a frontend")]}
+    assert strict(moved)[:2] == (0, 0)
+    # the same type (any), but the change made the construct unreadable: a new warning
+    code, plain, err = strict({"vllm/media.py": [('data: "MultiModalKwargsItem | None"', 'data: "MediaItem | None"')]})
+    assert (code, plain) == (1, 0) and "unresolved-type" in err and "not in vllm-0.34" in err
+    # a diff warning (a widened type)
+    assert strict({REQUESTS: [("    priority: int = 0", "    priority: int | float = 0")]})[:2] == (1, 0)

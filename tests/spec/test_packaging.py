@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 PROJECT = "engine-core-protocol"
 #: source trees the tests read as data (parsed with ast, never imported): their imports name what
 #: the mirrored project needs (vllm, pydantic), not what this one's tests need
-DATA_TREES = (REPO / "tests" / "diff" / "fixtures" / "vllm-0.33",)
+DATA_TREES = (REPO / "tests" / "diff" / "fixtures" / "engine-tree",)
 
 
 def _is_data(path: Path) -> bool:

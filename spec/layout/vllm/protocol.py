@@ -427,12 +427,13 @@ class _Extractor:
 
     @staticmethod
     def _own_nodes(func):
-        stack = list(func.body)
+        nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+        stack = [n for n in func.body if not isinstance(n, nested)]  # a helper defined in the body too
         while stack:
             node = stack.pop()
             yield node
             for child in ast.iter_child_nodes(node):
-                if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                if not isinstance(child, nested):
                     stack.append(child)
 
     def _root_types(self, type_str: str, direction: str) -> None:
