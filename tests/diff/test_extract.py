@@ -13,7 +13,7 @@ spellings, nested ``Literal`` aliases, ``TypeAlias``, ``NewType``, ``TypeAliasTy
 ``vllm-0.33.json``, generated from the real wheel, warnings included; only the sha256, the line
 numbers and the file names differ (:data:`AS_IN_WHEEL` names, for each module of the tree, the
 wheel's module that holds the same declarations). The real wheel is checked by
-``benchmarks/vllm_extractor_check.py``, outside the suite.
+``lab/vllm_extractor_check.py``, outside the suite.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The extractor against real vLLM code, read at run time (never in CI: it needs a vLLM release).
 
-    python benchmarks/vllm_extractor_check.py [PATH ...] [--peer ~/.cache/vllm-peer-0.33] [--layout NAME]
+    python -m lab.vllm_extractor_check [PATH ...] [--peer ~/.cache/vllm-peer-0.33] [--layout NAME]
 
 Each PATH is a vLLM wheel, an unpacked wheel (a ``site-packages`` holding ``vllm/``) or a source
 checkout. Without PATH, the peer directory ``../shared/peers/vllm/SETUP.sh`` made (``--peer``,
