@@ -92,3 +92,20 @@ def test_after_mode_keep_a_queued_add_may_run_on_resume():
     p.output(0, reply(0, 3, None))
     p.output(0, out(0, "queued"))
     p.output(0, out(0, "queued", FinishReason.LENGTH))
+
+
+@pytest.mark.parametrize("args,asleep", [
+    ([], False), ([None], False),                               # no tag: every tag woke
+    ([["weights", "kv_cache"]], False), ([["kv_cache", "weights", "x"]], False),
+    ([["weights"]], True), ([["kv_cache"]], True), ([[]], True),  # fewer: the rest sleeps on
+])
+def test_a_wake_up_that_answers_nil_wakes_what_it_named(args, asleep):
+    """vLLM 0.30 and older answer wake_up with nil (their layouts say so): the tags it named decide."""
+    from ecp.spec.machine.table import SchedulerEvent
+
+    control = _after(("sleep", [1], None), ("wake_up", args, None))
+    assert control.asleep is asleep
+    assert control.admission() is (QUEUE if asleep else ADMIT)
+    # what is_sleeping may then answer without contradicting the table (the monitor's check)
+    contradicting = SchedulerEvent.IS_SLEEPING_FALSE if asleep else SchedulerEvent.IS_SLEEPING_TRUE
+    assert SCHEDULER.step(control.state, contradicting).verdict == "illegal"
