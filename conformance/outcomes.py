@@ -79,9 +79,10 @@ class Unsupported(Exception):
     """The case cannot run against this peer or in this launch mode."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class CaseResult:
-    """The result of one case, as every report writes it."""
+    """The result of one case, as every report writes it. Frozen: :func:`ecp.conformance.verdict.decide`
+    is the one place that makes one, and nothing rewrites it afterwards."""
 
     id: str
     clause: str
@@ -103,6 +104,10 @@ class CaseResult:
     peer_stderr_tail: str = ""
     #: rules the peer broke outside the case's focus (see :func:`findings_of`), as JSON-ready dicts
     findings: list[dict[str, Any]] = field(default_factory=list)
+    #: the rows of the decision table that decided it, one per stage (``ecp.conformance.verdict.TABLE``)
+    rows: tuple[str, ...] = ()
+    #: the case's own outcome, before the expected-failures file (None: the same as :attr:`outcome`)
+    own_outcome: Outcome | None = None
 
     @property
     def counts_as_failure(self) -> bool:
@@ -126,19 +131,6 @@ class CaseResult:
         if self.findings:
             out["findings"] = self.findings
         return out
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CaseResult":
-        return cls(
-            id=d["id"], clause=d["clause"], level=d["level"], slug=d["slug"], requirement=d["requirement"],
-            role=d["role"], outcome=Outcome(d["outcome"]), message=d.get("message", ""),
-            blocking=d.get("blocking", True), conformance_level=d.get("conformance_level", "interop"),
-            duration_s=d.get("duration_s", 0.0),
-            expected_failure_reason=d.get("expected_failure_reason"),
-            transcript=d.get("transcript", []), transcript_text=d.get("transcript_text", ""),
-            peer_stderr_tail=d.get("peer_stderr_tail", ""),
-            findings=d.get("findings", []),
-        )
 
 
 def findings_of(violations: list[Any], focus: set[str]) -> list[dict[str, Any]]:
