@@ -13,7 +13,7 @@ whose behaviour is racy: either outcome is expected, as WPT's metadata lists ``[
 whitespace, then a mandatory reason. The files shipped with the package (``expected/*.txt``: one per
 vLLM release and peer) are addressed by name, the file's name without ``.txt``
 (``--expected-failures vllm-0.33-engine``); any other file by its path. What an entry does to a case's outcome
-(the ``expected`` stage of the decision table, :mod:`ecp.conformance.verdict`):
+(the ``expected`` stage of the decision table, ``ecp.conformance.outcomes.decide``):
 
 * a listed case that fails (FAIL/TIMEOUT/CRASH) becomes XFAIL and does not fail the run;
 * a listed case that passes becomes XPASS: the list is stale and the run fails;
@@ -138,7 +138,7 @@ def entry_for(case_id: str, entries: Iterable[Entry]) -> Entry | None:
 
 def unmatched(entries: Iterable[Entry], catalogue_ids: Iterable[str]) -> list[str]:
     """Problems that fail the run: patterns that match no case of the catalogue. (What an entry does to a
-    case's outcome is a stage of the decision table, ``ecp.conformance.verdict``.)"""
+    case's outcome is a stage of the decision table, ``ecp.conformance.outcomes.decide``.)"""
     ids = list(catalogue_ids)
     return [f"expected-failures line {e.line}: pattern {e.pattern!r} matches no case"
             for e in entries if not any(e.matches(i) for i in ids)]

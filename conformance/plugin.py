@@ -8,7 +8,7 @@ in-process (``plugins=[harness]``); the results come back on the object, never t
 * deselects cases not matching the run's ``--case`` patterns and orders the rest by the peer
   manager's ``run_phase``;
 * gives each case a time budget and a fresh transcript section, and provides the role's fixtures;
-* hands what each case observed and what the run declared to :func:`.verdict.decide`, the one
+* hands what each case observed and what the run declared to :func:`.outcomes.decide`, the one
   writer of outcomes, and keeps the :class:`~.outcomes.CaseResult` it returns.
 
 The peer manager is chosen by type: the runner passes the role's :class:`PeerManager` class.
@@ -126,7 +126,7 @@ class Harness:
         #: (node id, case id) of the selected cases in run order (the managers plan launches ahead with it)
         self.order: list[tuple[str, str]] = []
         self._started: dict[str, float] = {}
-        #: node id -> what the release under test lacks that the case's clause needs (verdict.release_gap)
+        #: node id -> what the release under test lacks that the case's clause needs (outcomes.release_gap)
         self._gaps: dict[str, str | None] = {}
         # what the runner reads back
         self.results: list[Any] = []
@@ -225,7 +225,7 @@ class Harness:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> None:
-        from .verdict import release_gap
+        from .outcomes import release_gap
 
         manager = self.peer_manager()
         cid = _case_id(item)
@@ -255,13 +255,12 @@ class Harness:
             self._stop_if_never_started(call, item, result)
 
     def _judge(self, cid: str, call: pytest.CallInfo, item: pytest.Item) -> Any:
-        """Hand what the case observed and what the run declared to :func:`.verdict.decide`; gather the
+        """Hand what the case observed and what the run declared to :func:`.outcomes.decide`; gather the
         facts only some rows need (how a failed-closed peer exited, the probe after a failure) when the
         case's own verdict shows those rows apply."""
         from . import expected as xf
-        from .outcomes import Outcome, findings_of
+        from .outcomes import Declared, Evidence, Observed, Outcome, decide, findings_of
         from .transcript import render
-        from .verdict import Declared, Evidence, Observed, decide
 
         case = self.catalogue[cid]
         exc = call.excinfo.value if call.excinfo else None

@@ -5,9 +5,8 @@ from dataclasses import replace
 import pytest
 
 from ecp.conformance import expected as xf
-from ecp.conformance.outcomes import CaseResult, Outcome
+from ecp.conformance.outcomes import CaseResult, Declared, Observed, Outcome, Raised, decide
 from ecp.conformance.registry import load_role
-from ecp.conformance.verdict import Declared, Observed, Raised, decide
 
 CATALOGUE = {c.id: c for c in load_role("engine")}
 

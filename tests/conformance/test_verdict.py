@@ -1,4 +1,4 @@
-"""The decision table of case outcomes (ecp.conformance.verdict): every row is reached by the facts it
+"""The decision table of case outcomes (ecp.conformance.outcomes.decide): every row is reached by the facts it
 names, it is the only writer of outcomes in conformance/, and docs/conformance.md shows it as it is."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 
 from ecp.conformance import expected as xf
 from ecp.conformance.outcomes import (
-    CaseFailure, CaseTimeout, FailedClosed, Outcome, PeerCrashed, PeerNeverStarted, Unsupported,
+    STAGES, TABLE, CaseFailure, CaseTimeout, Declared, FailedClosed, Observed, Outcome, Peer, PeerCrashed,
+    PeerNeverStarted, Raised, Unsupported, decide, table_rows,
 )
 from ecp.conformance.registry import load_role
-from ecp.conformance.verdict import STAGES, TABLE, Declared, Observed, Peer, Raised, decide, table_rows
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
 ENGINE = load_role("engine")
@@ -160,12 +160,12 @@ def _writers(path: Path) -> list[str]:
 
 
 def test_the_table_is_the_only_writer_of_outcomes():
-    writers = [w for p in sorted(CONFORMANCE.rglob("*.py")) if p.name != "verdict.py"
+    writers = [w for p in sorted(CONFORMANCE.rglob("*.py")) if p.relative_to(CONFORMANCE) != Path("outcomes.py")
                and str(p.relative_to(CONFORMANCE)) not in OTHER_RESULTS for w in _writers(p)]
     assert writers == []
     # the scan sees what it looks for: the table writes through its draft, and makes the results
-    assert any(".outcome =" in w for w in _writers(CONFORMANCE / "verdict.py"))
-    assert any("CaseResult(" in w for w in _writers(CONFORMANCE / "verdict.py"))
+    assert any(".outcome =" in w for w in _writers(CONFORMANCE / "outcomes.py"))
+    assert any("CaseResult(" in w for w in _writers(CONFORMANCE / "outcomes.py"))
     assert all(_writers(CONFORMANCE / p) for p in OTHER_RESULTS)
 
 
