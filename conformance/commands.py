@@ -241,7 +241,9 @@ def _engine(args: argparse.Namespace) -> int:
         "lacks": sorted(set(args.engine_lacks)), "vocab_size": args.engine_vocab_size,
     }
     target = " ".join(command) if command else f"--attach {args.attach}" if args.attach else f"--adapter {args.adapter}"
-    return run("engine", args, role_config, target, under_test)
+    from .engine.session import EngineManager
+
+    return run(EngineManager, args, role_config, target, under_test)
 
 
 def _frontend(args: argparse.Namespace) -> int:
@@ -299,4 +301,6 @@ def _frontend(args: argparse.Namespace) -> int:
     except LayoutError as exc:
         print(f"ecp conformance frontend: --vllm: {exc}", file=sys.stderr)
         return 2
-    return run("frontend", args, {**role_config, "vllm": reference}, target, release.release)
+    from .frontend.session import FrontendManager
+
+    return run(FrontendManager, args, {**role_config, "vllm": reference}, target, release.release)

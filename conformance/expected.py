@@ -12,7 +12,8 @@ A case id or an ``fnmatch`` glob, optionally the outcomes the entry accepts in b
 whose behaviour is racy: either outcome is expected, as WPT's metadata lists ``[PASS, FAIL]``),
 whitespace, then a mandatory reason. The files shipped with the package (``expected/*.txt``: one per
 vLLM release and peer) are addressed by name, the file's name without ``.txt``
-(``--expected-failures vllm-0.33-engine``); any other file by its path. Rules applied to a run's results:
+(``--expected-failures vllm-0.33-engine``); any other file by its path. What an entry does to a case's outcome
+(the ``expected`` stage of the decision table, ``ecp.conformance.outcomes.decide``):
 
 * a listed case that fails (FAIL/TIMEOUT/CRASH) becomes XFAIL and does not fail the run;
 * a listed case that passes becomes XPASS: the list is stale and the run fails;
@@ -130,43 +131,17 @@ def load(name_or_path: str | Path) -> list[Entry]:
     return parse(text, str(path))
 
 
-def apply(results: list[CaseResult], entries: list[Entry], catalogue_ids: Iterable[str]) -> list[str]:
-    """Rewrite outcomes in place (FAIL -> XFAIL, PASS -> XPASS); return problems that fail the run."""
+def entry_for(case_id: str, entries: Iterable[Entry]) -> Entry | None:
+    """The first entry that matches ``case_id`` (what the run declares for that case), or None."""
+    return next((e for e in entries if e.matches(case_id)), None)
+
+
+def unmatched(entries: Iterable[Entry], catalogue_ids: Iterable[str]) -> list[str]:
+    """Problems that fail the run: patterns that match no case of the catalogue. (What an entry does to a
+    case's outcome is a stage of the decision table, ``ecp.conformance.outcomes.decide``.)"""
     ids = list(catalogue_ids)
-    problems = [f"expected-failures line {e.line}: pattern {e.pattern!r} matches no case"
-                for e in entries if not any(e.matches(i) for i in ids)]
-    for r in results:
-        entry = next((e for e in entries if e.matches(r.id)), None)
-        if entry is None:
-            continue
-        if entry.outcomes is not None:
-            _apply_accepted(r, entry)
-            continue
-        r.expected_failure_reason = entry.reason
-        if r.outcome.is_failure:
-            r.outcome = Outcome.XFAIL
-        elif r.outcome is Outcome.PASS:
-            r.outcome = Outcome.XPASS
-            r.message = f"listed as expected to fail ({entry.reason}) but passed: remove it from the list"
-    return problems
-
-
-def _apply_accepted(r: CaseResult, entry: Entry) -> None:
-    """A racy entry: an outcome it accepts keeps the run green and is reported as it occurred."""
-    accepted = entry.outcomes_text
-    if r.outcome not in entry.outcomes:  # type: ignore[operator]
-        if r.outcome is Outcome.PASS:
-            r.outcome = Outcome.XPASS
-            r.message = f"passed, but the expected-failures entry accepts only [{accepted}] ({entry.reason})"
-        elif r.outcome.is_failure:
-            r.message = f"{r.message}\n{r.outcome.value} is not among the accepted outcomes [{accepted}]".lstrip()
-        return
-    r.expected_failure_reason = f"[{accepted}] {entry.reason}"
-    if r.outcome.is_failure:
-        r.message = f"{r.outcome.value} (accepted: [{accepted}]): {r.message}"
-        r.outcome = Outcome.XFAIL
-    else:
-        r.message = f"PASS (accepted: [{accepted}]): {entry.reason}"
+    return [f"expected-failures line {e.line}: pattern {e.pattern!r} matches no case"
+            for e in entries if not any(e.matches(i) for i in ids)]
 
 
 def rewrite(path: str | Path, results: list[CaseResult], old: list[Entry],
@@ -187,12 +162,13 @@ def rewrite(path: str | Path, results: list[CaseResult], old: list[Entry],
     lines += [e.line_text() for e in kept]
     count = len(kept)
     for r in results:
-        if not (r.outcome.is_failure or r.outcome is Outcome.XFAIL):
+        own = r.own_outcome or r.outcome
+        if not (own.is_failure or own is Outcome.XFAIL):
             continue
         if any(e.matches(r.id) for e in kept):
             continue
         entry = next((e for e in old if e.matches(r.id)), None)
-        reason = entry.reason if entry else f"{r.outcome.value if r.outcome is not Outcome.XFAIL else 'FAIL'}" \
+        reason = entry.reason if entry else f"{own.value if own is not Outcome.XFAIL else 'FAIL'}" \
             f" [{r.clause}] {r.message.splitlines()[0][:120] if r.message else r.requirement}"
         accepted = f" [{entry.outcomes_text}]" if entry is not None and entry.outcomes is not None else ""
         lines.append(f"{r.id}{accepted}  {reason}")

@@ -1,28 +1,31 @@
 """Runs a role's cases in-process with ``pytest.main`` and writes the reports.
 
-Role-neutral: a role contributes its case modules (:data:`CASE_MODULES`) and
-a JSON-serialisable config section; everything else (selection, outcomes,
-expected failures, reports, exit codes) is shared.
+Role-neutral: a role contributes its case modules (:data:`CASE_MODULES`) and its peer manager
+(``ecp.conformance.plugin.PeerManager``, passed by type with its config section); everything else
+(selection, verdicts, expected failures, reports, exit codes) is shared. The run's declarations go
+to the harness object and its results come back on it, in memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import fnmatch
-import json
+import functools
 import os
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import expected as xf
 from .interrupts import Interrupted, ignore_further, interruptible
-from .outcomes import CaseResult, Outcome
 from .registry import RegistryError, load_role
 from .report import RunSummary, markdown, write_console, write_html, write_json, write_junit, write_transcripts
+
+if TYPE_CHECKING:
+    from .plugin import PeerManager
 
 #: role -> case modules, in catalogue order (a role's manager may run them in phases: run_phase)
 CASE_MODULES: dict[str, tuple[str, ...]] = {
@@ -74,11 +77,14 @@ def add_common_options(p: argparse.ArgumentParser) -> None:
                         "for CI logs")
 
 
-def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target: str,
+def run(manager: "type[PeerManager]", args: argparse.Namespace, role_config: dict[str, Any], target: str,
         under_test: str | None = None) -> int:
-    """Run ``role``'s cases; print the summary; return the exit code (0/1/2). ``under_test``: the vLLM
+    """Run the cases of ``manager``'s role against the peers it manages (``role_config``: the keyword
+    arguments of its ``Config``); print the summary; return the exit code (0/1/2). ``under_test``: the vLLM
     release the peer is judged as (``--vllm``), named in the first line; the suite's own by default."""
     from .release import UNDER_TEST
+
+    role = manager.role
     try:
         catalogue = load_role(role)
         entries = xf.load(args.expected_failures) if args.expected_failures else []
@@ -103,23 +109,18 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
     workdir = Path(tempfile.mkdtemp(prefix="ecp-conf-"))
     started = time.monotonic()
     try:
-        results_path = workdir / "results.jsonl"
-        launches_path = workdir / "launches.json"
-        role_config = {**role_config, "workdir": str(workdir), "case_timeout_s": args.case_timeout}
-        release_path = workdir / "release.json"  # the peer's release fingerprint (ecp.conformance.release)
-        config = {"role": role, "results_path": str(results_path), "launches_path": str(launches_path),
-                  "cases": args.case,
-                  "strict": args.strict, "level": args.level, role: role_config, "under_test": under_test,
-                  "release_path": str(release_path), "progress": not getattr(args, "quiet", False)}
-        config_path = workdir / "config.json"
-        config_path.write_text(json.dumps(config))
+        from .plugin import Harness, RunSpec
+
+        harness = Harness(RunSpec(
+            manager=manager, peer_config={**role_config, "workdir": str(workdir), "case_timeout_s": args.case_timeout},
+            patterns=args.case, strict=args.strict, level=args.level, under_test=under_test, expected=entries,
+            update_expected=bool(args.update_expected_failures), progress=not getattr(args, "quiet", False)))
         ini = workdir / "pytest.ini"
         ini.write_text("[pytest]\n")  # isolate from the caller's project configuration
         modules = [str(CASE_PACKAGES[role] / f"test_{m}.py") for m in CASE_MODULES[role]]
-        pytest_args = [*modules, f"--ecp-config={config_path}", "-c", str(ini), f"--rootdir={workdir}",
+        pytest_args = [*modules, "-c", str(ini), f"--rootdir={workdir}",
                        "-p", "no:cacheprovider", "--import-mode=importlib", "--tb=short" if args.verbose else "--tb=no",
                        "-q" if args.verbose else "-qq", "--disable-warnings", "--assert=plain",
-                       "-p", "ecp.conformance.plugin",
                        # these builtin plugins only cost time here (gc.collect per run, log capture)
                        "-p", "no:unraisableexception", "-p", "no:threadexception", "-p", "no:logging",
                        "-p", "no:junitxml", "-p", "no:pastebin", "-p", "no:doctest"]
@@ -133,7 +134,8 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
         try:
             with interruptible() as caught:
                 try:
-                    code, output = (pytest.main(pytest_args), "") if args.verbose else _quiet(pytest.main, pytest_args)
+                    main = functools.partial(pytest.main, plugins=[harness])
+                    code, output = (main(pytest_args), "") if args.verbose else _quiet(main, pytest_args)
                 except Interrupted:  # arrived where pytest does not catch it (its own start or end)
                     code, output = pytest.ExitCode.INTERRUPTED, ""
         finally:
@@ -141,8 +143,7 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
                 del os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"]
             else:
                 os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = saved
-        results = [CaseResult.from_dict(json.loads(line))
-                   for line in results_path.read_text().splitlines() if line.strip()] if results_path.exists() else []
+        results = list(harness.results)
         if caught.name is not None:
             ignore_further()  # the run is over; a second signal must not end it in a traceback
             print(f"ecp conformance: interrupted by {caught.name} after {len(results)} of {len(selected)} case(s); "
@@ -157,24 +158,17 @@ def run(role: str, args: argparse.Namespace, role_config: dict[str, Any], target
             print(f"ecp conformance: the harness could not run the cases (pytest exit {int(code)}); "
                   "rerun with -v for details", file=sys.stderr)
             return 2
-        problems = xf.apply(results, entries, [c.id for c in catalogue])
+        problems = xf.unmatched(entries, [c.id for c in catalogue])
         if args.update_expected_failures:
             n = xf.rewrite(xf.resolve(args.expected_failures), results, entries, [c.id for c in catalogue])
             print(f"rewrote {xf.resolve(args.expected_failures)}: {n} expected failure(s)")
             problems = []
-            for r in results:
-                if r.outcome.is_failure:
-                    r.outcome = Outcome.XFAIL
-                elif r.outcome is Outcome.XPASS:
-                    r.outcome = Outcome.PASS
         summary = RunSummary(role=role, target=target, results=results, strict=args.strict,
                              conformance_level=args.level, problems=problems,
                              duration_s=time.monotonic() - started,
-                             launches=json.loads(launches_path.read_text()) if launches_path.exists() else None,
-                             release=json.loads(release_path.read_text()) if release_path.exists() else None)
-        stopped = results_path.with_name("stopped.txt")  # plugin.STOPPED_FILE: the peer never started
-        if stopped.exists():
-            summary.stopped, summary.not_run = stopped.read_text(), max(0, len(selected) - len(results))
+                             launches=harness.launch_records, release=harness.release())
+        if harness.stopped is not None:  # the peer never started: the cases after it did not run
+            summary.stopped, summary.not_run = harness.stopped, max(0, len(selected) - len(results))
         write_console(summary, sys.stdout)
         try:
             _write_reports(summary, args, entries, under_test)

@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ClassVar, Iterable, Iterator
 
 import zmq
 
@@ -264,11 +264,23 @@ class Spare:
 
 
 class EngineManager:
-    """Owns the zmq context, the shared engine and every fresh engine of a run."""
+    """Owns the zmq context, the shared engine and every fresh engine of a run (the engine role's
+    ``ecp.conformance.plugin.PeerManager``)."""
+
+    role: ClassVar[str] = "engine"
+    Config: ClassVar[type] = EngineRunConfig
 
     def release_layout(self) -> Any:
         """The layout of the release under test (vLLM 0.33's while ``--vllm auto`` has not chosen)."""
         return self.release_under_test.profile.layout
+
+    def release_facts(self) -> dict[str, Any]:
+        """The release under test and how it was chosen (the report's first lines)."""
+        return self.release_under_test.to_dict()
+
+    def uncited_routes(self, cited: Iterable[str]) -> list[str]:
+        """The engine role drives no HTTP route."""
+        return []
 
     @staticmethod
     def run_phase(case: Any) -> int:

@@ -36,6 +36,8 @@ def pick(args: argparse.Namespace, role_config: dict[str, Any], target: str,
          run: Callable[..., int]) -> AutoRelease:
     """Run :data:`PROBE_CASES` against the frontend (its output kept out of the console) and pick the
     release its traffic fits; vLLM 0.33 when the traffic told nothing."""
+    from .session import FrontendManager
+
     with tempfile.TemporaryDirectory(prefix="ecp-auto-") as tmp:
         report = Path(tmp) / "probe.json"
         probe_args = argparse.Namespace(**{**vars(args), "case": PROBE_CASES, "json_path": str(report),
@@ -43,7 +45,7 @@ def pick(args: argparse.Namespace, role_config: dict[str, Any], target: str,
                                            "junit_xml": None, "markdown": None, "html": None,
                                            "transcripts": None, "keep_workdir": False, "verbose": False})
         with contextlib.redirect_stdout(io.StringIO()):
-            run("frontend", probe_args, {**role_config, "vllm": UNDER_TEST}, target, UNDER_TEST)
+            run(FrontendManager, probe_args, {**role_config, "vllm": UNDER_TEST}, target, UNDER_TEST)
         data = json.loads(report.read_text()).get("release", {}) if report.exists() else {}
     verdict = Verdict(list(data.get("fits", [])), dict(data.get("facts", {})))
     said = verdict.sentence(peer="frontend")

@@ -22,7 +22,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, ClassVar, Iterable, TypeVar
 
 import zmq
 import zmq.asyncio
@@ -447,7 +447,28 @@ def raise_open_file_limit(wanted: int = 16384) -> int:
 
 
 class FrontendManager:
-    """Owns the loop thread, the zmq context, the shared launch and fresh launches."""
+    """Owns the loop thread, the zmq context, the shared launch and fresh launches (the frontend role's
+    ``ecp.conformance.plugin.PeerManager``)."""
+
+    role: ClassVar[str] = "frontend"
+    Config: ClassVar[type] = FrontendRunConfig
+
+    @staticmethod
+    def run_phase(case: Any) -> int:
+        """One phase: the cases run in catalogue order (each launch is the case's own or the shared one)."""
+        return 0
+
+    def release_facts(self) -> dict[str, Any]:
+        """Nothing beyond the fingerprint: the frontend role's release is chosen before the run
+        (``--vllm auto``: :mod:`ecp.conformance.frontend.auto_release`)."""
+        return {}
+
+    def failed_closed(self) -> bool:
+        """A frontend has no ENGINE_CORE_DEAD: its death is a crash."""
+        return False
+
+    def death_detail(self) -> str:
+        return ""
 
     def __init__(self, cfg: FrontendRunConfig, transcript: Transcript) -> None:
         self.open_file_limit = raise_open_file_limit()

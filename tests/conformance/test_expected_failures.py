@@ -1,9 +1,14 @@
 """Expected-failure lists: parsing, stale entries, unmatched patterns, rewriting."""
 
+from dataclasses import replace
+
 import pytest
 
 from ecp.conformance import expected as xf
-from ecp.conformance.outcomes import CaseResult, Outcome
+from ecp.conformance.outcomes import CaseResult, Declared, Observed, Outcome, Raised, decide
+from ecp.conformance.registry import load_role
+
+CATALOGUE = {c.id: c for c in load_role("engine")}
 
 
 def result(cid, outcome):
@@ -19,15 +24,22 @@ def test_parse_requires_a_reason():
         xf.parse("ENG-ABORT-3\n")
 
 
-def test_apply_marks_xfail_stale_and_unmatched():
-    results = [result("ENG-ABORT-3", Outcome.FAIL), result("ENG-ROB-1", Outcome.PASS),
-               result("ENG-ROB-2", Outcome.CRASH), result("ENG-HS-1", Outcome.FAIL)]
+def judged(cid, outcome, entries):
+    """The verdict of a case whose own outcome was ``outcome``, under ``entries``."""
+    seen = {Outcome.PASS: Observed(), Outcome.FAIL: Observed(Raised.VIOLATION, "boom"),
+            Outcome.TIMEOUT: Observed(Raised.TIMEOUT, "boom"), Outcome.CRASH: Observed(Raised.CRASHED, "boom")}[outcome]
+    return decide(CATALOGUE[cid], seen, Declared("engine", expected=xf.entry_for(cid, entries)))
+
+
+def test_entries_make_xfail_and_stale_ones_xpass_and_unmatched_patterns_are_problems():
     entries = xf.parse("ENG-ABORT-3 known\nENG-ROB-* known too\nENG-NOPE-* typo\n")
-    problems = xf.apply(results, entries, ["ENG-ABORT-3", "ENG-ROB-1", "ENG-ROB-2", "ENG-HS-1"])
+    results = [judged(cid, o, entries) for cid, o in (("ENG-ABORT-3", Outcome.FAIL), ("ENG-ROB-1", Outcome.PASS),
+                                                       ("ENG-ROB-2", Outcome.CRASH), ("ENG-HS-1", Outcome.FAIL))]
     assert [r.outcome for r in results] == [Outcome.XFAIL, Outcome.XPASS, Outcome.XFAIL, Outcome.FAIL]
     assert results[0].expected_failure_reason == "known"
     assert results[1].counts_as_failure and not results[0].counts_as_failure
-    assert problems == ["expected-failures line 3: pattern 'ENG-NOPE-*' matches no case"]
+    assert xf.unmatched(entries, ["ENG-ABORT-3", "ENG-ROB-1", "ENG-ROB-2", "ENG-HS-1"]) == [
+        "expected-failures line 3: pattern 'ENG-NOPE-*' matches no case"]
 
 
 def test_rewrite_keeps_reasons_and_lists_current_failures(tmp_path):
@@ -60,9 +72,7 @@ def test_rewrite_after_a_partial_run_keeps_entries_for_cases_not_run(tmp_path):
 def test_a_racy_entry_accepts_its_outcomes_and_reports_which_occurred():
     entries = xf.parse("ENG-ROB-8 [PASS|FAIL]  the peer's server kills the engine while it answers\n")
     assert entries[0].outcomes == {Outcome.PASS, Outcome.FAIL} and entries[0].reason.startswith("the peer's")
-    failed, passed, crashed = (result("ENG-ROB-8", o) for o in (Outcome.FAIL, Outcome.PASS, Outcome.CRASH))
-    for r in (failed, passed, crashed):
-        assert xf.apply([r], entries, ["ENG-ROB-8"]) == []
+    failed, passed, crashed = (judged("ENG-ROB-8", o, entries) for o in (Outcome.FAIL, Outcome.PASS, Outcome.CRASH))
     assert failed.outcome is Outcome.XFAIL and not failed.counts_as_failure
     assert failed.message.startswith("FAIL (accepted: [PASS|FAIL])")
     assert passed.outcome is Outcome.PASS and not passed.counts_as_failure and "accepted" in passed.message
@@ -70,13 +80,10 @@ def test_a_racy_entry_accepts_its_outcomes_and_reports_which_occurred():
     # an outcome the entry does not accept counts as usual
     assert crashed.outcome is Outcome.CRASH and crashed.counts_as_failure
     assert "not among the accepted outcomes [PASS|FAIL]" in crashed.message
-    only_fail = result("ENG-ROB-8", Outcome.PASS)
-    xf.apply([only_fail], xf.parse("ENG-ROB-8 [FAIL|TIMEOUT] racy\n"), ["ENG-ROB-8"])
+    only_fail = judged("ENG-ROB-8", Outcome.PASS, xf.parse("ENG-ROB-8 [FAIL|TIMEOUT] racy\n"))
     assert only_fail.outcome is Outcome.XPASS and only_fail.counts_as_failure
     # a plain entry still fails the run on an unexpected pass
-    plain = result("ENG-ROB-8", Outcome.PASS)
-    xf.apply([plain], xf.parse("ENG-ROB-8 always fails\n"), ["ENG-ROB-8"])
-    assert plain.outcome is Outcome.XPASS
+    assert judged("ENG-ROB-8", Outcome.PASS, xf.parse("ENG-ROB-8 always fails\n")).outcome is Outcome.XPASS
 
 
 @pytest.mark.parametrize("line, words", [
@@ -92,8 +99,7 @@ def test_accepted_outcomes_are_checked(line, words):
 def test_rewrite_keeps_accepted_outcomes(tmp_path):
     path = tmp_path / "xf.txt"
     old = xf.parse("ENG-ROB-8 [PASS|FAIL] racy\n")
-    r = result("ENG-ROB-8", Outcome.FAIL)
-    xf.apply([r], old, ["ENG-ROB-8"])
+    r = judged("ENG-ROB-8", Outcome.FAIL, old)
     assert xf.rewrite(path, [r], old) == 1
     [entry] = xf.load(path)
     assert entry.outcomes == {Outcome.PASS, Outcome.FAIL} and entry.reason == "racy"
@@ -102,12 +108,12 @@ def test_rewrite_keeps_accepted_outcomes(tmp_path):
 def test_the_tally_counts_a_failure_that_is_not_required_apart():
     from ecp.conformance.report import RunSummary, tally
 
-    required, hardened = result("ENG-ABORT-3", Outcome.FAIL), result("ENG-ROB-1", Outcome.FAIL)
-    hardened.conformance_level, hardened.blocking = "hardened", False
+    required = result("ENG-ABORT-3", Outcome.FAIL)
+    hardened = replace(result("ENG-ROB-1", Outcome.FAIL), conformance_level="hardened", blocking=False)
     s = RunSummary("engine", "x", [result("ENG-HS-1", Outcome.PASS), required, hardened],
                    conformance_level="interop")
     assert tally(s) == "1 PASS, 1 FAIL, 1 FAIL (not required at level interop)"
-    required.outcome = Outcome.PASS
+    s.results[1] = result("ENG-ABORT-3", Outcome.PASS)
     assert tally(s) == "2 PASS, 1 FAIL (not required at level interop)" and s.exit_code == 0
 
 

@@ -252,7 +252,7 @@ def test_a_signal_outside_pytest_s_own_catch_still_ends_the_run_cleanly(monkeypa
 
     from ecp.spec.cli import main
 
-    def main_then_signalled(args):
+    def main_then_signalled(args, plugins=()):
         os.kill(os.getpid(), signal.SIGTERM)
         _spin()
         raise AssertionError("the signal did not interrupt")
