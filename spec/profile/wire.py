@@ -30,6 +30,7 @@ from ..outputs import EngineCoreOutputs
 from ..request import EngineCoreRequest
 from .translate import Translator
 from ..version import VLLM_RELEASE
+from ..wiretypes import is_generated
 
 if TYPE_CHECKING:
     from .model import Profile
@@ -53,10 +54,8 @@ def layout_field_names(cls: type) -> list[tuple[str, str]]:
     """Each field of ``cls`` as (attribute, name in the layouts). A generated class
     carries the layout's names; a hand-written one takes them from the 0.33 layout's
     class of the same name (by position where array-encoded)."""
-    from .types import MODULE
-
     own = _fields(cls)
-    if cls.__module__ == MODULE:
+    if is_generated(cls):
         return own
     from .resolve import shipped_profile
 
