@@ -1,8 +1,14 @@
-"""Enumerations that travel on the wire as integers or single bytes (vLLM 0.33)."""
+"""Enumerations that travel on the wire as integers or single bytes (vLLM 0.33).
+
+``EngineCoreEventType`` and ``RequestOutputKind`` are the generated ones of the release
+(:mod:`ecp.spec.wiretypes.current`); ``FinishReason`` is still written here (its ``__str__``).
+"""
 
 from __future__ import annotations
 
 import enum
+
+from .wiretypes.current import EngineCoreEventType, RequestOutputKind
 
 
 class RequestType(bytes, enum.Enum):
@@ -36,18 +42,6 @@ class FinishReason(enum.IntEnum):
 
     def __str__(self) -> str:  # the strings vLLM exposes to users
         return self.name.lower()
-
-
-class EngineCoreEventType(enum.IntEnum):
-    QUEUED = 1
-    SCHEDULED = 2
-    PREEMPTED = 3
-
-
-class RequestOutputKind(enum.IntEnum):
-    CUMULATIVE = 0
-    DELTA = 1
-    FINAL_ONLY = 2
 
 
 class EngineStatusType(enum.IntEnum):

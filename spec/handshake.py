@@ -3,7 +3,8 @@
 HELLO and READY travel on the handshake socket and are told apart by their
 ``status`` key (msgspec tagged union: the tag is written first, as vLLM's dict
 literal does). INIT is ``EngineHandshakeMetadata``; the ready payload is
-``EngineCoreReadyResponse`` (a dataclass in vLLM: every key is emitted).
+``EngineCoreReadyResponse`` (a dataclass in vLLM: every key is emitted). ``Hello`` is the release's
+generated one (:mod:`ecp.spec.wiretypes.current`).
 """
 
 from __future__ import annotations
@@ -13,13 +14,7 @@ from typing import Any, Union
 import msgspec
 
 from .errors import InvalidMessageError
-
-
-class Hello(msgspec.Struct, tag_field="status", tag="HELLO", omit_defaults=True):
-    """Engine → frontend, first handshake message (``ECP-HS-1``)."""
-
-    local: bool
-    headless: bool
+from .wiretypes.current import Hello
 
 
 class Ready(msgspec.Struct, tag_field="status", tag="READY", omit_defaults=True):

@@ -65,7 +65,9 @@ OVERLAY: dict[str, Note] = {
     "EngineCoreRequest.client_index": Note("The client (``output[i]``) the engine answers this request on."),
     "EngineCoreRequest.current_wave": Note("The DP wave the frontend believes current (ECP-DP-4)."),
     "EngineCoreRequest.abort_immediately": Note("Abort as soon as the request is admitted (ECP-ABORT-3)."),
-    "LoRARequest": Note("A LoRA adapter reference.",
+    "LoRARequest": Note("A LoRA adapter reference.\n\nvLLM 0.31 and older carry a 7th element, "
+                        "``tensorizer_config_dict``, at position 4 (removed in 0.32): every later field is shifted "
+                        "between those releases and 0.32 onwards (ECP-FRAME-3).",
                         invariant="``lora_int_id >= 1``; receivers refuse anything less."),
     "LateInteractionParams": Note(
         "Late-interaction scoring metadata of a pooling request.\n\n``mode`` is ``cache_query`` or "

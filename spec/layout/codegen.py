@@ -328,6 +328,10 @@ def render(layout: Layout, overlay: dict[str, Note] | None = None, *, origin: st
     out.append("}")
     out.append("#: ``Message.field`` typed ``Any`` because msgspec decodes no such union as one type")
     out.append("WIDENED: tuple[str, ...] = (" + "".join(f"{_literal(w)}, " for w in widened).rstrip(" ") + ")")
+    out += ["", "__all__ = ["]
+    out += [f"    {_literal(n)}," for n in ("LAYOUT", "RELEASE", "MESSAGES", "ENUMS", "WIDENED",
+                                            *layout.enums, *layout.messages)]
+    out.append("]")
     return "\n".join(out) + "\n"
 
 

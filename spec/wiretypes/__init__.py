@@ -2,7 +2,9 @@
 
 ``vllm_0_33`` is ``spec/layouts/vllm-0.33.json`` rendered by :mod:`ecp.spec.layout.codegen` with the
 hand-written notes of :mod:`ecp.spec.overlay`: msgspec Structs in wire order and IntEnums, committed
-so that a reader and a type checker can open them. ``ecp spec types`` rewrites the modules of every
+so that a reader and a type checker can open them; ``current`` re-exports the module of the release
+:mod:`ecp.spec`'s typed API is (``VLLM_RELEASE``, spec/version.py), which that API imports its
+generated classes from. ``ecp spec types`` rewrites the modules of every
 shipped layout (``ecp spec release add`` runs it); ``ecp spec types --check`` and
 ``tests/spec/test_wiretypes.py`` fail while one is stale.
 
@@ -22,8 +24,10 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-from ..layout.codegen import layout_digest, module_name, render
-from ..layout.model import Layout, LayoutError
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..layout.model import Layout
 
 #: this package's folder: where the shipped layouts' modules are committed
 HERE = Path(__file__).resolve().parent
@@ -31,10 +35,19 @@ HERE = Path(__file__).resolve().parent
 
 def expected_modules() -> dict[str, str]:
     """File name -> source of the module of every shipped layout (what ``ecp spec types`` writes)."""
+    from ..layout.codegen import module_name, render
     from ..layout.resolve import load_shipped, shipped_names
+    from ..version import VLLM_RELEASE
 
-    return {f"{module_name(layout)}.py": render(layout, origin=f"spec/layouts/{name}.json")
-            for name in shipped_names() for layout in [load_shipped(name)]}
+    out = {f"{module_name(layout)}.py": render(layout, origin=f"spec/layouts/{name}.json")
+           for name in shipped_names() for layout in [load_shipped(name)]}
+    current = module_name(load_shipped(f"vllm-{VLLM_RELEASE}"))
+    out["current.py"] = (
+        f'"""The wire types of vLLM {VLLM_RELEASE}, the release ecp.spec\'s typed API is (``VLLM_RELEASE``,\n'
+        'spec/version.py): written by ``ecp spec types``, do not edit."""\n\n'
+        f"from .{current} import *  # noqa: F401,F403\n"
+        f"from .{current} import __all__  # noqa: F401\n")
+    return out
 
 
 def write_modules(check: bool = False) -> list[str]:
@@ -66,7 +79,8 @@ def is_generated(cls: type) -> bool:
     return cls.__module__.startswith(__name__ + ".")
 
 
-def _shipped(layout: Layout) -> ModuleType | None:
+def _shipped(layout: "Layout") -> ModuleType | None:
+    from ..layout.codegen import module_name
     from ..layout.resolve import load_shipped, shipped_names
 
     if layout.name not in shipped_names() or load_shipped(layout.name) != layout:
@@ -90,9 +104,12 @@ def _write(folder: Path, file: str, source: str) -> Path:
     return path
 
 
-def load(layout: Layout) -> ModuleType:
+def load(layout: "Layout") -> ModuleType:
     """The module of ``layout``'s wire types (see the module docstring); raises
     :class:`~ecp.spec.layout.model.LayoutError` for a layout no Python module expresses."""
+    from ..layout.codegen import layout_digest, module_name, render
+    from ..layout.model import LayoutError
+
     shipped = _shipped(layout)
     if shipped is not None:
         return shipped

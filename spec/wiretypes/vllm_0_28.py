@@ -292,6 +292,9 @@ class PoolingParams(msgspec.Struct, array_like=True, omit_defaults=True):
 class LoRARequest(msgspec.Struct, array_like=True, omit_defaults=True):
     """A LoRA adapter reference.
 
+    vLLM 0.31 and older carry a 7th element, ``tensorizer_config_dict``, at position 4 (removed in 0.32):
+    every later field is shifted between those releases and 0.32 onwards (ECP-FRAME-3).
+
     Invariant: ``lora_int_id >= 1``; receivers refuse anything less.
 
     vLLM 0.28 wire: an array of 7 (2 required), frontend->engine (vllm/lora/request.py).
@@ -709,3 +712,48 @@ ENUMS: dict[str, type[enum.IntEnum]] = {
 }
 #: ``Message.field`` typed ``Any`` because msgspec decodes no such union as one type
 WIDENED: tuple[str, ...] = ()
+
+__all__ = [
+    "LAYOUT",
+    "RELEASE",
+    "MESSAGES",
+    "ENUMS",
+    "WIDENED",
+    "EngineCoreEventType",
+    "FinishReason",
+    "RequestOutputKind",
+    "Hello",
+    "EngineHandshakeMetadata",
+    "EngineZmqAddresses",
+    "EngineCoreReadyResponse",
+    "KVEventsConfig",
+    "Ready",
+    "EngineCoreRequest",
+    "MultiModalFeatureSpec",
+    "SamplingParams",
+    "PoolingParams",
+    "LoRARequest",
+    "PlaceholderRange",
+    "StructuredOutputsParams",
+    "RepetitionDetectionParams",
+    "LateInteractionParams",
+    "UtilityRequest",
+    "StartDPWave",
+    "EngineCoreOutputs",
+    "EngineCoreOutput",
+    "SchedulerStats",
+    "UtilityOutput",
+    "LogprobsLists",
+    "LogprobsTensors",
+    "EngineCoreEvent",
+    "PrefillStats",
+    "SamplingMaskLists",
+    "SchedulerIterationDetails",
+    "PrefixCacheStats",
+    "KVCacheEvictionEvent",
+    "SpecDecodingStats",
+    "CUDAGraphStat",
+    "PerfStats",
+    "DebugPerfStats",
+    "ReconfigureDistributedRequest",
+]

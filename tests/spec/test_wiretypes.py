@@ -26,7 +26,8 @@ from ecp.spec import wiretypes
 def test_the_committed_modules_are_the_shipped_layouts_rendered(capsys):
     assert wiretypes.write_modules(check=True) == []
     assert main(["spec", "types", "--check"]) == 0, capsys.readouterr().err
-    assert sorted(p.name for p in wiretypes.HERE.glob("vllm_*.py")) == sorted(wiretypes.expected_modules())
+    assert sorted(p.name for p in wiretypes.HERE.glob("*.py") if p.name != "__init__.py") == \
+        sorted(wiretypes.expected_modules())
 
 
 def test_a_stale_module_is_named_by_the_check(tmp_path, monkeypatch, capsys):
@@ -164,3 +165,25 @@ def test_a_name_python_cannot_take_is_refused_or_renamed():
 
 def test_a_note_renders_its_doc_invariant_and_clause():
     assert Note("Doc.", clause="ECP-REQ-1", invariant="x > 0.").text() == "Doc.\n\nInvariant: x > 0.\n\nClause: ECP-REQ-1."
+
+
+#: ecp.spec's public classes that are the newest release's generated ones (no behaviour of their own)
+GENERATED_API = ("Hello", "EngineCoreEvent", "RequestError", "PrefillStats", "LogprobsLists", "LogprobsTensors",
+                 "SamplingMaskLists", "LoRARequest", "LateInteractionParams", "LateChunkingParams", "PoolingParams",
+                 "KvHintAction", "KvHintsEnvelope", "EngineCoreEventType", "RequestOutputKind")
+
+
+def test_the_public_api_takes_the_newest_release_s_generated_classes():
+    from ecp import spec
+    from ecp.spec.wiretypes import current
+
+    newest = shipped_profile(VLLM_RELEASE)
+    assert current.LAYOUT == f"vllm-{VLLM_RELEASE}" and current.MESSAGES is newest.module.MESSAGES
+    for name in GENERATED_API:
+        cls = getattr(spec, name)
+        assert cls is (newest.messages.get(name) or newest.enums.get(name)), name
+    # the hand-written parents hold them: one class per message, whichever codec decoded it
+    out = spec.EngineCoreOutput("r", [1], events=[spec.EngineCoreEvent(spec.EngineCoreEventType.QUEUED, 1.0)])
+    decoded = spec.decode_outputs(spec.encode_outputs(spec.EngineCoreOutputs(outputs=[out])))
+    assert type(decoded.outputs[0].events[0]) is newest.messages["EngineCoreEvent"]
+    assert decoded.outputs[0].events[0].type is newest.enums["EngineCoreEventType"].QUEUED
