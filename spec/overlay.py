@@ -3,7 +3,8 @@
 A release's layout (``spec/layouts/vllm-X.Y.json``, read from vLLM's code) is the one source of its
 message types; :mod:`ecp.spec.layout.codegen` renders it as a module of :mod:`ecp.spec.wiretypes`.
 What vLLM's code does not say -- a docstring, the clause a message is the subject of, an invariant a
-receiver may rely on -- is written here once, keyed by ``Message`` (or enum name), ``Message.field``
+receiver may rely on and the code that keeps it (a base class of :mod:`ecp.spec.behaviour`) -- is
+written here once, keyed by ``Message`` (or enum name), ``Message.field``
 or ``Enum.MEMBER``, and the generator puts it into the class docstring or a ``#:`` comment above the
 field in every release whose layout has that name. A key no shipped layout has fails
 ``tests/spec/test_wiretypes.py``.
@@ -27,6 +28,9 @@ class Note:
     clause: str | None = None
     #: what a receiver may rely on beyond the type (and where it is checked)
     invariant: str | None = None
+    #: a class of :mod:`ecp.spec.behaviour` the generated class also derives from (its ``__post_init__``
+    #: checks, its properties, its ``__str__``): behaviour we write by hand, in every release
+    base: str | None = None
 
     def text(self) -> str:
         """The note as the generated docstring or comment writes it."""
@@ -40,7 +44,8 @@ class Note:
 
 OVERLAY: dict[str, Note] = {
     # ------------------------------------------------------------------ enums
-    "FinishReason": Note("Why a request finished. Out-of-range values fail decoding.", clause="ECP-OUT-4"),
+    "FinishReason": Note("Why a request finished. Out-of-range values fail decoding; ``str()`` gives the "
+                         "string vLLM exposes to users (``stop``).", clause="ECP-OUT-4", base="FinishReason"),
     "EngineCoreEventType": Note("The kind of a request event (``EngineCoreEvent.type``)."),
     "RequestOutputKind": Note("What each output of a request holds: everything so far, the delta, or only "
                               "the final result."),
@@ -51,7 +56,8 @@ OVERLAY: dict[str, Note] = {
     "EngineZmqAddresses": Note(
         "Where the engine connects. ``inputs[i]``/``outputs[i]`` belong to client i.",
         invariant="``inputs`` and ``outputs`` are non-empty lists of equal length, and the two coordinator "
-                  "addresses are both given or both absent (ECP-HS-2).", clause="ECP-HS-2"),
+                  "addresses are both given or both absent (ECP-HS-2); checked while it decodes.",
+        clause="ECP-HS-2", base="EngineZmqAddresses"),
     "EngineHandshakeMetadata": Note("INIT, frontend -> engine.", clause="ECP-HS-2"),
     "EngineHandshakeMetadata.parallel_config": Note(
         "Empty, or the DP coordination keys (``data_parallel_master_ip``, ...)."),

@@ -8,8 +8,9 @@
   messages, the layout's defaults, ``omit_defaults``, the ``[tag key, tag value]`` of HELLO/READY;
   positional where every required field comes before every optional one, keyword-only otherwise;
 - what we write by hand about a message, a field or an enum (:mod:`ecp.spec.overlay`: docstring,
-  clause, invariants) as the class docstring and a ``#:`` comment above the field, in every release
-  that has it;
+  clause, invariants) as the class docstring and a ``#:`` comment above the field, and the base class
+  of :mod:`ecp.spec.behaviour` a note names (its ``__post_init__`` checks, its ``__str__``), in every
+  release that has it;
 - ``MESSAGES``, ``ENUMS`` (name -> class, layout order) and ``WIDENED``.
 
 Wire types map as ``array[X]`` -> ``list[X]``, ``map[K, V]`` -> ``dict[K, V]``, ``tensor`` ->
@@ -37,7 +38,7 @@ from ..overlay import OVERLAY, Note
 from .model import Layout, LayoutError, MessageLayout, encode_layout, release_of
 
 #: names the generated module binds itself: a message, enum or field may not take them
-RESERVED = frozenset({"annotations", "enum", "msgspec", "Any", "Tensor", "MESSAGES", "ENUMS", "WIDENED",
+RESERVED = frozenset({"annotations", "enum", "msgspec", "Any", "Tensor", "behaviour", "MESSAGES", "ENUMS", "WIDENED",
                       "LAYOUT", "RELEASE"})
 _WIDTH = 110
 
@@ -236,8 +237,10 @@ def render(layout: Layout, overlay: dict[str, Note] | None = None, *, origin: st
         f"vLLM {release}'s wire types: {origin} with spec/overlay.py, rendered by ``ecp spec types``.\n\n"
         "Do not edit: ``ecp spec types`` rewrites this module and ``ecp spec types --check`` fails while it is "
         "stale. What is written by hand about a message or a field belongs in spec/overlay.py.", "")
+    bases = sorted({n.base for k, n in overlay.items() if n.base and k in (*layout.messages, *layout.enums)})
     out += ["", "from __future__ import annotations", "", "import enum", "from typing import Any", "",
-            "import msgspec", "", "from ecp.spec.tensors import Tensor", "",
+            "import msgspec", "", *(["from ecp.spec import behaviour"] if bases else []),
+            "from ecp.spec.tensors import Tensor", "",
             "#: the layout these types are generated from", f"LAYOUT = {_literal(layout.name)}",
             "#: the release's short name", f"RELEASE = {_literal(release)}"]
 
@@ -249,8 +252,9 @@ def render(layout: Layout, overlay: dict[str, Note] | None = None, *, origin: st
             doc += "\n\n" + e.note.strip()
         members = sorted(e.values.items(), key=lambda kv: kv[1])
         out += ["", ""]
+        base = f"behaviour.{note.base}, " if note is not None and note.base else ""
         if all(_enum_member_ok(k) for k, _ in members):
-            out.append(f"class {name}(enum.IntEnum):")
+            out.append(f"class {name}({base}enum.IntEnum):")
             out += _docstring(doc, "    ")
             out.append("")
             for k, v in members:
@@ -276,7 +280,9 @@ def render(layout: Layout, overlay: dict[str, Note] | None = None, *, origin: st
         if msg.encoding == "array":
             options.append("array_like=True")
         options.append(f"omit_defaults={msg.omit_defaults or msg.encoding == 'array'}")
-        out.append(f"class {name}(msgspec.Struct, {', '.join(options)}):")
+        note = overlay.get(name)
+        base = f"behaviour.{note.base}, " if note is not None and note.base else ""
+        out.append(f"class {name}({base}msgspec.Struct, {', '.join(options)}):")
         out += _docstring(_message_doc(name, msg, overlay.get(name), release), "    ")
         out.append("")
         for f in msg.fields:

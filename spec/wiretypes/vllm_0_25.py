@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 
+from ecp.spec import behaviour
 from ecp.spec.tensors import Tensor
 
 #: the layout these types are generated from
@@ -27,8 +28,9 @@ class EngineCoreEventType(enum.IntEnum):
     PREEMPTED = 3
 
 
-class FinishReason(enum.IntEnum):
-    """Why a request finished. Out-of-range values fail decoding.
+class FinishReason(behaviour.FinishReason, enum.IntEnum):
+    """Why a request finished. Out-of-range values fail decoding; ``str()`` gives the string vLLM exposes to
+    users (``stop``).
 
     Clause: ECP-OUT-4.
     """
@@ -75,11 +77,11 @@ class EngineHandshakeMetadata(msgspec.Struct, omit_defaults=False):
     parallel_config: dict[str, int | str | list[int]]
 
 
-class EngineZmqAddresses(msgspec.Struct, omit_defaults=False):
+class EngineZmqAddresses(behaviour.EngineZmqAddresses, msgspec.Struct, omit_defaults=False):
     """Where the engine connects. ``inputs[i]``/``outputs[i]`` belong to client i.
 
     Invariant: ``inputs`` and ``outputs`` are non-empty lists of equal length, and the two coordinator
-    addresses are both given or both absent (ECP-HS-2).
+    addresses are both given or both absent (ECP-HS-2); checked while it decodes.
 
     Clause: ECP-HS-2.
 

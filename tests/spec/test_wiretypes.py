@@ -170,7 +170,8 @@ def test_a_note_renders_its_doc_invariant_and_clause():
 #: ecp.spec's public classes that are the newest release's generated ones (no behaviour of their own)
 GENERATED_API = ("Hello", "EngineCoreEvent", "RequestError", "PrefillStats", "LogprobsLists", "LogprobsTensors",
                  "SamplingMaskLists", "LoRARequest", "LateInteractionParams", "LateChunkingParams", "PoolingParams",
-                 "KvHintAction", "KvHintsEnvelope", "EngineCoreEventType", "RequestOutputKind")
+                 "KvHintAction", "KvHintsEnvelope", "EngineZmqAddresses", "EngineHandshakeMetadata", "FinishReason",
+                 "EngineCoreEventType", "RequestOutputKind")
 
 
 def test_the_public_api_takes_the_newest_release_s_generated_classes():
@@ -187,3 +188,20 @@ def test_the_public_api_takes_the_newest_release_s_generated_classes():
     decoded = spec.decode_outputs(spec.encode_outputs(spec.EngineCoreOutputs(outputs=[out])))
     assert type(decoded.outputs[0].events[0]) is newest.messages["EngineCoreEvent"]
     assert decoded.outputs[0].events[0].type is newest.enums["EngineCoreEventType"].QUEUED
+
+
+def test_a_base_an_overlay_note_names_is_behaviour_in_every_release_that_has_the_name():
+    from ecp.spec import behaviour
+    from ecp.spec.errors import InvalidMessageError, RemoteProtocolError
+
+    assert sorted(n.base for n in OVERLAY.values() if n.base and not hasattr(behaviour, n.base)) == []
+    for name in shipped_names():
+        p = shipped_profile(name[len("vllm-"):])
+        assert str(p.enums["FinishReason"].STOP) == "stop"
+        addresses = p.messages["EngineZmqAddresses"]
+        with pytest.raises(InvalidMessageError, match="equal, non-empty"):
+            addresses(inputs=["ipc://a"], outputs=[])
+        init = msgspec.msgpack.encode({"addresses": {"inputs": [], "outputs": []}, "parallel_config": {}})
+        with pytest.raises(RemoteProtocolError) as err:  # checked while it decodes, whichever release
+            p.codec.decode_init(init)
+        assert err.value.clause == "ECP-HS-2"
