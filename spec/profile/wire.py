@@ -8,7 +8,7 @@
 ``encode_outputs``, ``encode_handshake``, ``encode_engine_dead``, ...), with the
 same contracts: frames are written and read as that release writes and reads
 them (its layout, its type bytes), messages in and out are :mod:`ecp.spec`'s
-classes, translated at the edge by :mod:`.translate`.
+classes (vLLM 0.33's typed API), translated at the edge by :mod:`.translate`.
 
 For vLLM 0.33 itself (the shipped layout) :func:`wire_codec` returns the module
 :mod:`ecp.spec.codec`: no translation, no cost.
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 Frame = Union[bytes, bytearray, memoryview]
 
-#: frame label -> vLLM 0.33's hand-written class
+#: frame label -> the class of vLLM 0.33's typed API a frame carries
 HAND_WRITTEN: dict[str, type] = {
     "ADD": EngineCoreRequest, "UTILITY": UtilityRequest, "START_DP_WAVE": StartDPWave,
     "outputs": EngineCoreOutputs, "HELLO": Hello, "READY": Ready, "INIT": EngineHandshakeMetadata,
