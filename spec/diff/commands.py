@@ -189,13 +189,15 @@ def _sentences(args: argparse.Namespace) -> int:
 def _types(args: argparse.Namespace) -> int:
     from ..wiretypes import HERE, write_modules
 
-    problems = write_modules(check=args.check)
-    for problem in problems:
-        print(problem, file=sys.stderr)
-    if args.check and problems:
+    changes = write_modules(check=args.check)
+    if args.check and changes:
+        for change in changes:
+            print(change, file=sys.stderr)
         print("wire types out of date; regenerate with: ecp spec types", file=sys.stderr)
         return 1
-    print(f"wire types {'up to date' if args.check else 'written'} in {HERE}")
+    for change in changes:
+        print(f"rewrote ({change})")
+    print(f"wire types {'up to date' if args.check or not changes else 'written'} in {HERE}")
     return 0
 
 

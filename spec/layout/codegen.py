@@ -82,10 +82,10 @@ class _Types:
 
     # -- which unions msgspec decodes as one type (its rules for union members)
     def decodable(self, t: wt.WireType) -> bool:
-        members = [m for m in t.members]
+        members = list(dict.fromkeys(t.members))  # ("int | int" is one int)
         kinds = [self._kind(m) for m in members]
         if "any" in kinds:
-            return all(self._nested_ok(m) for m in members)
+            return True  # rendered as Any: msgspec takes anything
         if "custom" in kinds and any(k not in ("custom", "nil") for k in kinds):
             return False
         if kinds.count("custom") > 1:
