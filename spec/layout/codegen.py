@@ -4,7 +4,8 @@
 
 - every enum as an ``enum.IntEnum`` holding exactly the release's members (a value the release does
   not define fails decoding, as it does in that release);
-- every message as a ``msgspec.Struct`` with its fields in wire order: ``array_like`` for array
+- every message as a ``msgspec.Struct`` (each after the messages it names, so that its annotations are
+  the classes themselves and not strings msgspec would evaluate) with its fields in wire order: ``array_like`` for array
   messages, the layout's defaults, ``omit_defaults``, the ``[tag key, tag value]`` of HELLO/READY;
   positional where every required field comes before every optional one, keyword-only otherwise;
 - what we write by hand about a message, a field or an enum (:mod:`ecp.spec.overlay`: docstring,
@@ -225,6 +226,28 @@ def _message_doc(name: str, msg: MessageLayout, note: Note | None, release: str)
     return "\n\n".join(parts)
 
 
+def _definition_order(layout: Layout) -> list[str]:
+    """The messages in layout order, each after the messages its fields name (so that annotations are
+    the classes themselves, which msgspec reads without evaluating a string); a cycle keeps layout order."""
+    order: list[str] = []
+    visiting: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in order or name in visiting:
+            return
+        visiting.add(name)
+        for f in layout.messages[name].fields:
+            for kind, ref in sorted(f.wire_type.refs()):
+                if kind == "struct" and ref in layout.messages:
+                    visit(ref)
+        visiting.discard(name)
+        order.append(name)
+
+    for name in layout.messages:
+        visit(name)
+    return order
+
+
 def render(layout: Layout, overlay: dict[str, Note] | None = None, *, origin: str | None = None) -> str:
     """The source of the module of ``layout``'s wire types (see the module docstring). ``overlay``
     defaults to :data:`ecp.spec.overlay.OVERLAY`; ``origin`` names the layout's file in the header."""
@@ -238,7 +261,7 @@ def render(layout: Layout, overlay: dict[str, Note] | None = None, *, origin: st
         "Do not edit: ``ecp spec types`` rewrites this module and ``ecp spec types --check`` fails while it is "
         "stale. What is written by hand about a message or a field belongs in spec/overlay.py.", "")
     bases = sorted({n.base for k, n in overlay.items() if n.base and k in (*layout.messages, *layout.enums)})
-    out += ["", "from __future__ import annotations", "", "import enum", "from typing import Any", "",
+    out += ["", "import enum", "from typing import Any", "",
             "import msgspec", "", *(["from ecp.spec import behaviour"] if bases else []),
             "from ecp.spec.tensors import Tensor", "",
             "#: the layout these types are generated from", f"LAYOUT = {_literal(layout.name)}",
@@ -267,7 +290,9 @@ def render(layout: Layout, overlay: dict[str, Note] | None = None, *, origin: st
             out.append(f"{name} = enum.IntEnum({_literal(name)}, {_literal(dict(members))}, module=__name__)")
 
     widened: list[str] = []
-    for name, msg in layout.messages.items():
+    defined: set[str] = set()
+    for name in _definition_order(layout):
+        msg = layout.messages[name]
         _check_name(layout, "message", name)
         out += ["", ""]
         options = []
@@ -299,6 +324,8 @@ def render(layout: Layout, overlay: dict[str, Note] | None = None, *, origin: st
                 note_text.insert(0, field_note.text())
             if f.note:
                 note_text.append(f.note.strip())
+            if {n for k, n in t.refs() if k == "struct" and n in layout.messages} - defined:
+                annotation = _literal(annotation)  # a message defined further down (a cycle): msgspec resolves it
             attr = f.name
             renamed = not (attr.isidentifier() and not keyword.iskeyword(attr) and attr not in RESERVED)
             if renamed:
@@ -323,6 +350,7 @@ def render(layout: Layout, overlay: dict[str, Note] | None = None, *, origin: st
             out.append(line)
         if not msg.fields:
             out.append("    pass")
+        defined.add(name)
 
     out += ["", "",
             "#: every message of the layout by name, in layout order",

@@ -4,8 +4,6 @@ Do not edit: ``ecp spec types`` rewrites this module and ``ecp spec types --chec
 stale. What is written by hand about a message or a field belongs in spec/overlay.py.
 """
 
-from __future__ import annotations
-
 import enum
 from typing import Any
 
@@ -63,20 +61,6 @@ class Hello(msgspec.Struct, tag_field="status", tag="HELLO", omit_defaults=True)
     headless: bool
 
 
-class EngineHandshakeMetadata(msgspec.Struct, omit_defaults=False):
-    """INIT, frontend -> engine.
-
-    Clause: ECP-HS-2.
-
-    vLLM 0.27 wire: a map of 2 keys (2 required), the INIT frame, frontend->engine
-    (vllm/v1/engine/utils.py).
-    """
-
-    addresses: EngineZmqAddresses
-    #: Empty, or the DP coordination keys (``data_parallel_master_ip``, ...).
-    parallel_config: dict[str, int | str | list[int]]
-
-
 class EngineZmqAddresses(behaviour.EngineZmqAddresses, msgspec.Struct, omit_defaults=False):
     """Where the engine connects. ``inputs[i]``/``outputs[i]`` belong to client i.
 
@@ -93,6 +77,36 @@ class EngineZmqAddresses(behaviour.EngineZmqAddresses, msgspec.Struct, omit_defa
     coordinator_input: str | None = None
     coordinator_output: str | None = None
     frontend_stats_publish_address: str | None = None
+
+
+class EngineHandshakeMetadata(msgspec.Struct, omit_defaults=False):
+    """INIT, frontend -> engine.
+
+    Clause: ECP-HS-2.
+
+    vLLM 0.27 wire: a map of 2 keys (2 required), the INIT frame, frontend->engine
+    (vllm/v1/engine/utils.py).
+    """
+
+    addresses: EngineZmqAddresses
+    #: Empty, or the DP coordination keys (``data_parallel_master_ip``, ...).
+    parallel_config: dict[str, int | str | list[int]]
+
+
+class KVEventsConfig(msgspec.Struct, omit_defaults=False):
+    """``KVEventsConfig`` of vLLM 0.27.
+
+    vLLM 0.27 wire: a map of 8 keys (0 required), engine->frontend (vllm/config/kv_events.py).
+    """
+
+    enable_kv_cache_events: bool = False
+    publisher: str = None  # type: ignore[assignment]
+    endpoint: str = "tcp://*:5557"
+    replay_endpoint: str | None = None
+    buffer_steps: int = 10000
+    hwm: int = 100000
+    max_queue_size: int = 100000
+    topic: str = ""
 
 
 class EngineCoreReadyResponse(msgspec.Struct, omit_defaults=False):
@@ -124,22 +138,6 @@ class EngineCoreReadyResponse(msgspec.Struct, omit_defaults=False):
     kv_events_config: KVEventsConfig | None = None
 
 
-class KVEventsConfig(msgspec.Struct, omit_defaults=False):
-    """``KVEventsConfig`` of vLLM 0.27.
-
-    vLLM 0.27 wire: a map of 8 keys (0 required), engine->frontend (vllm/config/kv_events.py).
-    """
-
-    enable_kv_cache_events: bool = False
-    publisher: str = None  # type: ignore[assignment]
-    endpoint: str = "tcp://*:5557"
-    replay_endpoint: str | None = None
-    buffer_steps: int = 10000
-    hwm: int = 100000
-    max_queue_size: int = 100000
-    topic: str = ""
-
-
 class Ready(msgspec.Struct, tag_field="status", tag="READY", omit_defaults=True):
     """Engine -> frontend, the last handshake message.
 
@@ -157,40 +155,15 @@ class Ready(msgspec.Struct, tag_field="status", tag="READY", omit_defaults=True)
     parallel_config_hash: Any = None
 
 
-class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
-    """The ADD payload. Field order is the wire order; senders emit every element (ECP-FRAME-3), a decoder
-    needs at least the required ones (ECP-FRAME-4).
+class PlaceholderRange(msgspec.Struct, omit_defaults=False):
+    """Where a multimodal item sits in the prompt.
 
-    Clause: ECP-REQ-1.
-
-    vLLM 0.27 wire: an array of 20 (9 required), the ADD frame, frontend->engine
-    (vllm/v1/engine/__init__.py).
+    vLLM 0.27 wire: a map of 3 keys (2 required), frontend->engine (vllm/multimodal/inputs.py).
     """
 
-    #: The engine-internal request id every output and ABORT names.
-    request_id: str
-    prompt_token_ids: list[int] | None
-    mm_features: list[MultiModalFeatureSpec] | None
-    sampling_params: SamplingParams | None
-    pooling_params: PoolingParams | None
-    arrival_time: float
-    lora_request: LoRARequest | None
-    cache_salt: str | None
-    data_parallel_rank: int | None
-    prompt_embeds: Tensor | None = None
-    prompt_is_token_ids: list[bool] | None = None
-    #: The client (``output[i]``) the engine answers this request on.
-    client_index: int = 0
-    #: The DP wave the frontend believes current (ECP-DP-4).
-    current_wave: int = 0
-    priority: int = 0
-    trace_headers: dict[str, str] | None = None
-    resumable: bool = False
-    external_req_id: str | None = None
-    reasoning_ended: bool | None = None
-    reasoning_parser_kwargs: dict[str, Any] | None = None
-    #: Abort as soon as the request is admitted (ECP-ABORT-3).
-    abort_immediately: bool = False
+    offset: int
+    length: int
+    is_embed: Tensor | None = None
 
 
 class MultiModalFeatureSpec(msgspec.Struct, omit_defaults=False):
@@ -207,6 +180,34 @@ class MultiModalFeatureSpec(msgspec.Struct, omit_defaults=False):
     identifier: str
     mm_position: PlaceholderRange
     mm_hash: str | None = None
+
+
+class StructuredOutputsParams(msgspec.Struct, omit_defaults=False):
+    """``StructuredOutputsParams`` of vLLM 0.27.
+
+    vLLM 0.27 wire: a map of 9 keys (0 required), frontend->engine (vllm/sampling_params.py).
+    """
+
+    json: str | dict[Any, Any] | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    disable_any_whitespace: bool = False
+    disable_additional_properties: bool = False
+    whitespace_pattern: str | None = None
+    structural_tag: str | None = None
+
+
+class RepetitionDetectionParams(msgspec.Struct, omit_defaults=False):
+    """``RepetitionDetectionParams`` of vLLM 0.27.
+
+    vLLM 0.27 wire: a map of 3 keys (0 required), frontend->engine (vllm/sampling_params.py).
+    """
+
+    max_pattern_size: int = 0
+    min_pattern_size: int = 0
+    min_count: int = 0
 
 
 class SamplingParams(msgspec.Struct, omit_defaults=True):
@@ -265,6 +266,21 @@ class SamplingParams(msgspec.Struct, omit_defaults=True):
     repetition_detection: RepetitionDetectionParams | None = None
 
 
+class LateInteractionParams(msgspec.Struct, array_like=True, omit_defaults=True):
+    """Late-interaction scoring metadata of a pooling request.
+
+    ``mode`` is ``cache_query`` or ``score_doc``; ``query_key`` names the cached query (also used for DP
+    routing); ``query_uses`` is how many documents will be scored against it (a positive int for
+    ``cache_query``).
+
+    vLLM 0.27 wire: an array of 3 (2 required), frontend->engine (vllm/pooling_params.py).
+    """
+
+    mode: str
+    query_key: str
+    query_uses: int | None = None
+
+
 class PoolingParams(msgspec.Struct, array_like=True, omit_defaults=True):
     """Pooling parameters.
 
@@ -307,58 +323,40 @@ class LoRARequest(msgspec.Struct, array_like=True, omit_defaults=True):
     is_3d_lora_weight: bool = False
 
 
-class PlaceholderRange(msgspec.Struct, omit_defaults=False):
-    """Where a multimodal item sits in the prompt.
+class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
+    """The ADD payload. Field order is the wire order; senders emit every element (ECP-FRAME-3), a decoder
+    needs at least the required ones (ECP-FRAME-4).
 
-    vLLM 0.27 wire: a map of 3 keys (2 required), frontend->engine (vllm/multimodal/inputs.py).
+    Clause: ECP-REQ-1.
+
+    vLLM 0.27 wire: an array of 20 (9 required), the ADD frame, frontend->engine
+    (vllm/v1/engine/__init__.py).
     """
 
-    offset: int
-    length: int
-    is_embed: Tensor | None = None
-
-
-class StructuredOutputsParams(msgspec.Struct, omit_defaults=False):
-    """``StructuredOutputsParams`` of vLLM 0.27.
-
-    vLLM 0.27 wire: a map of 9 keys (0 required), frontend->engine (vllm/sampling_params.py).
-    """
-
-    json: str | dict[Any, Any] | None = None
-    regex: str | None = None
-    choice: list[str] | None = None
-    grammar: str | None = None
-    json_object: bool | None = None
-    disable_any_whitespace: bool = False
-    disable_additional_properties: bool = False
-    whitespace_pattern: str | None = None
-    structural_tag: str | None = None
-
-
-class RepetitionDetectionParams(msgspec.Struct, omit_defaults=False):
-    """``RepetitionDetectionParams`` of vLLM 0.27.
-
-    vLLM 0.27 wire: a map of 3 keys (0 required), frontend->engine (vllm/sampling_params.py).
-    """
-
-    max_pattern_size: int = 0
-    min_pattern_size: int = 0
-    min_count: int = 0
-
-
-class LateInteractionParams(msgspec.Struct, array_like=True, omit_defaults=True):
-    """Late-interaction scoring metadata of a pooling request.
-
-    ``mode`` is ``cache_query`` or ``score_doc``; ``query_key`` names the cached query (also used for DP
-    routing); ``query_uses`` is how many documents will be scored against it (a positive int for
-    ``cache_query``).
-
-    vLLM 0.27 wire: an array of 3 (2 required), frontend->engine (vllm/pooling_params.py).
-    """
-
-    mode: str
-    query_key: str
-    query_uses: int | None = None
+    #: The engine-internal request id every output and ABORT names.
+    request_id: str
+    prompt_token_ids: list[int] | None
+    mm_features: list[MultiModalFeatureSpec] | None
+    sampling_params: SamplingParams | None
+    pooling_params: PoolingParams | None
+    arrival_time: float
+    lora_request: LoRARequest | None
+    cache_salt: str | None
+    data_parallel_rank: int | None
+    prompt_embeds: Tensor | None = None
+    prompt_is_token_ids: list[bool] | None = None
+    #: The client (``output[i]``) the engine answers this request on.
+    client_index: int = 0
+    #: The DP wave the frontend believes current (ECP-DP-4).
+    current_wave: int = 0
+    priority: int = 0
+    trace_headers: dict[str, str] | None = None
+    resumable: bool = False
+    external_req_id: str | None = None
+    reasoning_ended: bool | None = None
+    reasoning_parser_kwargs: dict[str, Any] | None = None
+    #: Abort as soon as the request is admitted (ECP-ABORT-3).
+    abort_immediately: bool = False
 
 
 class UtilityRequest(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -398,91 +396,6 @@ class StartDPWave(msgspec.Struct, array_like=True, omit_defaults=True):
     new_wave: int
     #: Required: the engine unpacks exactly two items.
     exclude_eng_index: int | None
-
-
-class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True):
-    """Everything one engine sends one client in one message.
-
-    Clause: ECP-FRAME-2.
-
-    vLLM 0.27 wire: an array of 8 (0 required), the outputs frame, engine->frontend
-    (vllm/v1/engine/__init__.py).
-    """
-
-    engine_index: int = 0
-    outputs: list[EngineCoreOutput] = []
-    scheduler_stats: SchedulerStats | None = None
-    timestamp: float = 0.0
-    utility_output: UtilityOutput | None = None
-    finished_requests: list[str] | None = None
-    #: DP control, meant for the coordinator only (ECP-OUT-6).
-    wave_complete: int | None = None
-    #: DP control, meant for the coordinator only (ECP-OUT-6).
-    start_wave: int | None = None
-
-
-class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
-    """One request's progress in one step. A non-nil ``finish_reason`` marks the last output of the request.
-
-    Clause: ECP-OUT-4.
-
-    vLLM 0.27 wire: an array of 14 (2 required), engine->frontend (vllm/v1/engine/__init__.py).
-    """
-
-    request_id: str
-    new_token_ids: list[int]
-    new_logprobs: LogprobsLists | None = None
-    new_prompt_logprobs_tensors: LogprobsTensors | None = None
-    pooling_output: Tensor | None = None
-    finish_reason: FinishReason | None = None
-    stop_reason: int | str | None = None
-    events: list[EngineCoreEvent] | None = None
-    kv_transfer_params: dict[str, Any] | None = None
-    ec_transfer_params: dict[str, Any] | None = None
-    trace_headers: dict[str, str] | None = None
-    prefill_stats: PrefillStats | None = None
-    routed_experts: Tensor | None = None
-    num_nans_in_logits: int = 0
-
-
-class SchedulerStats(msgspec.Struct, omit_defaults=False):
-    """Per-step scheduler snapshot. Optional for frontends.
-
-    Clause: ECP-OUT-7.
-
-    vLLM 0.27 wire: a map of 16 keys (0 required), engine->frontend (vllm/v1/metrics/stats.py).
-    """
-
-    num_running_reqs: int = 0
-    num_waiting_reqs: int = 0
-    num_skipped_waiting_reqs: int = 0
-    step_counter: int = 0
-    current_wave: int = 0
-    kv_cache_usage: float = 0.0
-    iteration_details: SchedulerIterationDetails | None = None
-    prefix_cache_stats: PrefixCacheStats = msgspec.field(default_factory=lambda: PrefixCacheStats())
-    connector_prefix_cache_stats: PrefixCacheStats | None = None
-    kv_cache_eviction_events: list[KVCacheEvictionEvent] = []
-    spec_decoding_stats: SpecDecodingStats | None = None
-    kv_connector_stats: dict[str, Any] | None = None
-    waiting_lora_adapters: dict[str, int] = {}
-    running_lora_adapters: dict[str, int] = {}
-    cudagraph_stats: CUDAGraphStat | None = None
-    perf_stats: PerfStats | None = None
-
-
-class UtilityOutput(msgspec.Struct, array_like=True, omit_defaults=True):
-    """A utility reply: ``[call_id, failure_message, result]`` (always 3 elements).
-
-    Clause: ECP-UTIL-2.
-
-    vLLM 0.27 wire: an array of 3 (1 required), engine->frontend (vllm/v1/engine/__init__.py).
-    """
-
-    call_id: int
-    failure_message: str | None = None
-    #: The ``[type_info, value]`` envelope (ECP-UTIL-2).
-    result: Any = None
 
 
 class LogprobsLists(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -537,6 +450,30 @@ class PrefillStats(msgspec.Struct, omit_defaults=False):
     num_local_cached_tokens: int = 0
     num_external_cached_tokens: int = 0
     num_cache_creation_tokens: int = 0
+
+
+class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
+    """One request's progress in one step. A non-nil ``finish_reason`` marks the last output of the request.
+
+    Clause: ECP-OUT-4.
+
+    vLLM 0.27 wire: an array of 14 (2 required), engine->frontend (vllm/v1/engine/__init__.py).
+    """
+
+    request_id: str
+    new_token_ids: list[int]
+    new_logprobs: LogprobsLists | None = None
+    new_prompt_logprobs_tensors: LogprobsTensors | None = None
+    pooling_output: Tensor | None = None
+    finish_reason: FinishReason | None = None
+    stop_reason: int | str | None = None
+    events: list[EngineCoreEvent] | None = None
+    kv_transfer_params: dict[str, Any] | None = None
+    ec_transfer_params: dict[str, Any] | None = None
+    trace_headers: dict[str, str] | None = None
+    prefill_stats: PrefillStats | None = None
+    routed_experts: Tensor | None = None
+    num_nans_in_logits: int = 0
 
 
 class SchedulerIterationDetails(msgspec.Struct, omit_defaults=False):
@@ -608,18 +545,6 @@ class CUDAGraphStat(msgspec.Struct, omit_defaults=False):
     runtime_mode: str
 
 
-class PerfStats(msgspec.Struct, omit_defaults=False):
-    """``PerfStats`` of vLLM 0.27.
-
-    vLLM 0.27 wire: a map of 4 keys (0 required), engine->frontend (vllm/v1/metrics/perf.py).
-    """
-
-    num_flops_per_gpu: int = 0
-    num_read_bytes_per_gpu: int = 0
-    num_write_bytes_per_gpu: int = 0
-    debug_stats: DebugPerfStats | None = None
-
-
 class DebugPerfStats(msgspec.Struct, omit_defaults=False):
     """``DebugPerfStats`` of vLLM 0.27.
 
@@ -633,6 +558,79 @@ class DebugPerfStats(msgspec.Struct, omit_defaults=False):
     num_flops_per_gpu_breakdown: dict[str, int] | None = None
     num_read_bytes_per_gpu_breakdown: dict[str, int] | None = None
     num_write_bytes_per_gpu_breakdown: dict[str, int] | None = None
+
+
+class PerfStats(msgspec.Struct, omit_defaults=False):
+    """``PerfStats`` of vLLM 0.27.
+
+    vLLM 0.27 wire: a map of 4 keys (0 required), engine->frontend (vllm/v1/metrics/perf.py).
+    """
+
+    num_flops_per_gpu: int = 0
+    num_read_bytes_per_gpu: int = 0
+    num_write_bytes_per_gpu: int = 0
+    debug_stats: DebugPerfStats | None = None
+
+
+class SchedulerStats(msgspec.Struct, omit_defaults=False):
+    """Per-step scheduler snapshot. Optional for frontends.
+
+    Clause: ECP-OUT-7.
+
+    vLLM 0.27 wire: a map of 16 keys (0 required), engine->frontend (vllm/v1/metrics/stats.py).
+    """
+
+    num_running_reqs: int = 0
+    num_waiting_reqs: int = 0
+    num_skipped_waiting_reqs: int = 0
+    step_counter: int = 0
+    current_wave: int = 0
+    kv_cache_usage: float = 0.0
+    iteration_details: SchedulerIterationDetails | None = None
+    prefix_cache_stats: PrefixCacheStats = msgspec.field(default_factory=lambda: PrefixCacheStats())
+    connector_prefix_cache_stats: PrefixCacheStats | None = None
+    kv_cache_eviction_events: list[KVCacheEvictionEvent] = []
+    spec_decoding_stats: SpecDecodingStats | None = None
+    kv_connector_stats: dict[str, Any] | None = None
+    waiting_lora_adapters: dict[str, int] = {}
+    running_lora_adapters: dict[str, int] = {}
+    cudagraph_stats: CUDAGraphStat | None = None
+    perf_stats: PerfStats | None = None
+
+
+class UtilityOutput(msgspec.Struct, array_like=True, omit_defaults=True):
+    """A utility reply: ``[call_id, failure_message, result]`` (always 3 elements).
+
+    Clause: ECP-UTIL-2.
+
+    vLLM 0.27 wire: an array of 3 (1 required), engine->frontend (vllm/v1/engine/__init__.py).
+    """
+
+    call_id: int
+    failure_message: str | None = None
+    #: The ``[type_info, value]`` envelope (ECP-UTIL-2).
+    result: Any = None
+
+
+class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True):
+    """Everything one engine sends one client in one message.
+
+    Clause: ECP-FRAME-2.
+
+    vLLM 0.27 wire: an array of 8 (0 required), the outputs frame, engine->frontend
+    (vllm/v1/engine/__init__.py).
+    """
+
+    engine_index: int = 0
+    outputs: list[EngineCoreOutput] = []
+    scheduler_stats: SchedulerStats | None = None
+    timestamp: float = 0.0
+    utility_output: UtilityOutput | None = None
+    finished_requests: list[str] | None = None
+    #: DP control, meant for the coordinator only (ECP-OUT-6).
+    wave_complete: int | None = None
+    #: DP control, meant for the coordinator only (ECP-OUT-6).
+    start_wave: int | None = None
 
 
 class ReconfigureDistributedRequest(msgspec.Struct, omit_defaults=False):
