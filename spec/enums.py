@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 
-from .wiretypes.current import EngineCoreEventType, FinishReason, RequestOutputKind
+from .wiretypes.current import EngineCoreEventType, FinishReason, RequestOutputKind  # noqa: F401 -- re-exported
 
 
 class RequestType(bytes, enum.Enum):

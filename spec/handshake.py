@@ -15,7 +15,7 @@ from typing import Any, Union
 
 import msgspec
 
-from .wiretypes.current import EngineHandshakeMetadata, EngineZmqAddresses, Hello
+from .wiretypes.current import EngineHandshakeMetadata, EngineZmqAddresses, Hello  # noqa: F401 -- re-exported
 
 
 class Ready(msgspec.Struct, tag_field="status", tag="READY", omit_defaults=True):

@@ -17,7 +17,7 @@ import msgspec
 
 from .enums import FinishReason
 from .tensors import Tensor
-from .wiretypes.current import (
+from .wiretypes.current import (  # noqa: F401 -- re-exported: ecp.spec.outputs is where the API names them
     EngineCoreEvent, LogprobsLists, LogprobsTensors, PrefillStats, PrefixCacheStats, RequestError, SamplingMaskLists,
 )
 

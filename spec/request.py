@@ -16,7 +16,7 @@ import msgspec
 
 from .sampling import SamplingParams
 from .tensors import Tensor
-from .wiretypes.current import (
+from .wiretypes.current import (  # noqa: F401 -- re-exported: ecp.spec.request is where the API names them
     KvHintAction, KvHintsEnvelope, LateChunkingParams, LateInteractionParams, LoRARequest, PlaceholderRange,
     PoolingParams,
 )
