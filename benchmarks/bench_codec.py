@@ -29,6 +29,13 @@ layout's sparse sample; the ADD with a 512-token prompt), decoded through the pr
 against the hand-written 0.33 types on the same bytes where those decode them
 (shown, not bounded: for 0.33 this is the cost of a generated profile against
 the hand-written API).
+
+A third table, when a vLLM 0.33 peer is installed (``--vllm-peer``, default ``$VLLM_PEER`` or
+``~/.cache/vllm-peer-0.33``; ``none`` leaves it out), times ecp's decoder against vLLM's own
+``MsgpackDecoder`` (``vllm.v1.serial_utils``) on the ADD and outputs frames above: both run in one
+process of the peer's venv, which imports this tree's ``spec/`` as ``ecp.spec``, in alternating
+rounds. The outputs rows are bounded by ``--vllm-bound`` (1.25 by default); the ADD rows are shown
+(vLLM's decoder also runs ``SamplingParams.__post_init__``).
 """
 
 from __future__ import annotations
@@ -36,10 +43,13 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import msgspec
@@ -52,6 +62,9 @@ from ecp.spec.outputs import EngineCoreOutputs
 from ecp.spec.request import EngineCoreRequest
 
 BOUND = 1.15
+VLLM_BOUND = 1.25
+#: the tree whose spec/ the vLLM peer's process imports as ecp.spec
+TREE = Path(__file__).resolve().parents[1]
 
 
 def _bare(typ: Any) -> Callable[[Any], Any]:
@@ -261,6 +274,67 @@ def measure(rounds: int, target_s: float) -> list[dict[str, Any]]:
     return rows
 
 
+_VLLM_CHILD = r"""
+import json, statistics, sys, time, types
+import msgspec
+package = types.ModuleType("ecp")
+package.__path__ = [sys.argv[1]]  # ecp.spec is this tree's spec/
+sys.modules["ecp"] = package
+from ecp import spec
+from vllm.v1.engine import EngineCoreOutputs, EngineCoreRequest
+from vllm.v1.serial_utils import MsgpackDecoder
+rounds, target_s = int(sys.argv[2]), float(sys.argv[3])
+def timed(fn, arg, calls):
+    start = time.perf_counter_ns()
+    for _ in range(calls):
+        fn(arg)
+    return (time.perf_counter_ns() - start) / calls
+vllm_outputs, vllm_request = MsgpackDecoder(EngineCoreOutputs).decode, MsgpackDecoder(EngineCoreRequest).decode
+rows = []
+for name, frames, payload in msgspec.msgpack.decode(sys.stdin.buffer.read()):
+    if payload == 0:
+        ours, theirs = spec.decode_outputs, vllm_outputs
+    else:  # vLLM's input thread: the type frame picks the decoder of the rest
+        ours = spec.decode_input
+        def theirs(fr, d=vllm_request):
+            return fr[0], d(fr[1:])
+    calls = 1
+    while timed(theirs, frames, calls) * calls < target_s * 1e9 and calls < 1 << 20:
+        calls *= 2
+    e_ns, v_ns, ratios = [], [], []
+    for r in range(rounds):
+        if r % 2:
+            v = timed(theirs, frames, calls); e = timed(ours, frames, calls)
+        else:
+            e = timed(ours, frames, calls); v = timed(theirs, frames, calls)
+        e_ns.append(e); v_ns.append(v); ratios.append(e / v)
+    rows.append({"message": name, "output": payload == 0, "ecp_ns": statistics.median(e_ns),
+                 "vllm_ns": statistics.median(v_ns), "ratio": statistics.median(ratios)})
+print(json.dumps(rows))
+"""
+
+
+def vllm_peer(option: str | None) -> Path | None:
+    """The vLLM 0.33 peer to compare with: ``--vllm-peer``, ``$VLLM_PEER`` or ``~/.cache/vllm-peer-0.33``
+    (``none``: no comparison); ``None`` when it has no venv."""
+    if option == "none":
+        return None
+    peer = Path(option or os.environ.get("VLLM_PEER") or Path.home() / ".cache" / "vllm-peer-0.33")
+    return peer if (peer / "venv" / "bin" / "python").is_file() else None
+
+
+def measure_vllm(peer: Path, rounds: int, target_s: float) -> list[dict[str, Any]]:
+    """ecp's decoder against vLLM's ``MsgpackDecoder`` on the ADD and outputs frames, in the peer's venv."""
+    chosen = [[c["name"], c["frames"], c["payload"]] for c in cases()
+              if c["payload"] == 0 or c["name"].startswith("ADD")]
+    proc = subprocess.run([str(peer / "venv" / "bin" / "python"), "-c", _VLLM_CHILD, str(TREE), str(rounds),
+                           str(target_s)], input=msgspec.msgpack.encode(chosen), capture_output=True,
+                          timeout=600, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the vLLM peer's process failed: {proc.stderr.decode(errors='replace')[-2000:]}")
+    return json.loads(proc.stdout)
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -282,14 +356,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     ap.add_argument("--profiles", choices=("yes", "no", "only"), default="yes",
                     help="the per-release profile table: with the main table, without it, or alone")
+    ap.add_argument("--vllm-peer", metavar="DIR|none",
+                    help="a vLLM 0.33 peer (its venv/) to time vLLM's MsgpackDecoder against (default: $VLLM_PEER "
+                         "or ~/.cache/vllm-peer-0.33 where present; none: leave the table out)")
+    ap.add_argument("--vllm-bound", type=float, default=VLLM_BOUND,
+                    help="largest ecp/vLLM decode ratio accepted for outputs")
     args = ap.parse_args(argv)
     rows = measure(args.rounds, args.round_ms / 1000) if args.profiles != "only" else []
     profile_rows = measure_profiles(args.rounds, args.round_ms / 1000) if args.profiles != "no" else []
+    peer = vllm_peer(args.vllm_peer) if args.profiles != "only" else None
+    vllm_rows = measure_vllm(peer, args.rounds, args.round_ms / 1000) if peer is not None else []
     worst = max([max(r["decode"]["ratio"], r["encode"]["ratio"]) for r in rows]
                 + [r["decode"]["ratio"] for r in profile_rows])
+    worst_vllm = max((r["ratio"] for r in vllm_rows if r["output"]), default=0.0)
     if args.json:
-        print(json.dumps({"machine": machine(), "bound": args.bound, "rows": rows, "profiles": profile_rows},
-                         indent=1))
+        print(json.dumps({"machine": machine(), "bound": args.bound, "rows": rows, "profiles": profile_rows,
+                          "vllm_bound": args.vllm_bound, "vllm": vllm_rows}, indent=1))
     else:
         print(f"# {machine()}")
         print(f"# median ns per call over {args.rounds} alternating rounds; ratio = median of per-round ratios")
@@ -311,11 +393,22 @@ def main(argv: list[str] | None = None) -> int:
                 hand = f"{h['bare_ns']:>9.0f} {h['ratio']:>5.2f}x" if h else f"{'-':>9} {'-':>6}"
                 print(f"{r['release']:<8} {r['message']:<20} {r['bytes']:>6} | {d['ecp_ns']:>9.0f} "
                       f"{d['bare_ns']:>9.0f} {d['ratio']:>5.2f}x | {hand}")
-        print(f"worst ratio {worst:.2f}x (bound {args.bound:.2f}x)")
+        if vllm_rows:
+            print(f"\n# against vLLM 0.33's MsgpackDecoder ({peer}, one process of its venv): outputs bounded, "
+                  "ADDs shown")
+            print(f"{'message':<36} | {'ecp dec':>9} {'vLLM dec':>9} {'ratio':>6}")
+            for r in vllm_rows:
+                print(f"{r['message']:<36} | {r['ecp_ns']:>9.0f} {r['vllm_ns']:>9.0f} {r['ratio']:>5.2f}x")
+        elif args.profiles != "only":
+            print("\n# no vLLM 0.33 peer (--vllm-peer): the comparison with vLLM's MsgpackDecoder is left out")
+        print(f"worst ratio {worst:.2f}x (bound {args.bound:.2f}x)"
+              + (f"; against vLLM's decoder {worst_vllm:.2f}x (bound {args.vllm_bound:.2f}x)" if vllm_rows else ""))
+    failed = worst > args.bound or worst_vllm > args.vllm_bound
     if worst > args.bound:
         print(f"FAIL: a ratio exceeds {args.bound:.2f}x", file=sys.stderr)
-        return 1
-    return 0
+    if worst_vllm > args.vllm_bound:
+        print(f"FAIL: an outputs decode exceeds {args.vllm_bound:.2f}x vLLM's", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

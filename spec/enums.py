@@ -1,8 +1,14 @@
-"""Enumerations that travel on the wire as integers or single bytes (vLLM 0.33)."""
+"""Enumerations that travel on the wire as integers or single bytes (vLLM 0.33).
+
+``FinishReason``, ``EngineCoreEventType`` and ``RequestOutputKind`` are the generated ones of the
+release (:mod:`ecp.spec.wiretypes.current`); the others are no layout's.
+"""
 
 from __future__ import annotations
 
 import enum
+
+from .wiretypes.current import EngineCoreEventType, FinishReason, RequestOutputKind  # noqa: F401 -- re-exported
 
 
 class RequestType(bytes, enum.Enum):
@@ -23,31 +29,6 @@ class RequestType(bytes, enum.Enum):
 
 
 WIRE_REQUEST_TYPES = frozenset(t for t in RequestType if t.on_wire)
-
-
-class FinishReason(enum.IntEnum):
-    """Why a request finished (``ECP-OUT-4``). Out-of-range values fail decoding."""
-
-    STOP = 0
-    LENGTH = 1
-    ABORT = 2
-    ERROR = 3
-    REPETITION = 4
-
-    def __str__(self) -> str:  # the strings vLLM exposes to users
-        return self.name.lower()
-
-
-class EngineCoreEventType(enum.IntEnum):
-    QUEUED = 1
-    SCHEDULED = 2
-    PREEMPTED = 3
-
-
-class RequestOutputKind(enum.IntEnum):
-    CUMULATIVE = 0
-    DELTA = 1
-    FINAL_ONLY = 2
 
 
 class EngineStatusType(enum.IntEnum):

@@ -3,7 +3,10 @@
 HELLO and READY travel on the handshake socket and are told apart by their
 ``status`` key (msgspec tagged union: the tag is written first, as vLLM's dict
 literal does). INIT is ``EngineHandshakeMetadata``; the ready payload is
-``EngineCoreReadyResponse`` (a dataclass in vLLM: every key is emitted).
+``EngineCoreReadyResponse`` (a dataclass in vLLM: every key is emitted). ``Hello`` and INIT
+(``EngineHandshakeMetadata``, ``EngineZmqAddresses``: its ``ECP-HS-2`` check is
+:class:`ecp.spec.behaviour.EngineZmqAddresses`) are the release's generated ones
+(:mod:`ecp.spec.wiretypes.current`).
 """
 
 from __future__ import annotations
@@ -12,14 +15,7 @@ from typing import Any, Union
 
 import msgspec
 
-from .errors import InvalidMessageError
-
-
-class Hello(msgspec.Struct, tag_field="status", tag="HELLO", omit_defaults=True):
-    """Engine → frontend, first handshake message (``ECP-HS-1``)."""
-
-    local: bool
-    headless: bool
+from .wiretypes.current import EngineHandshakeMetadata, EngineZmqAddresses, Hello  # noqa: F401 -- re-exported
 
 
 class Ready(msgspec.Struct, tag_field="status", tag="READY", omit_defaults=True):
@@ -38,37 +34,6 @@ class Ready(msgspec.Struct, tag_field="status", tag="READY", omit_defaults=True)
 
 
 HandshakeMessage = Union[Hello, Ready]
-
-
-class EngineZmqAddresses(msgspec.Struct, omit_defaults=False):
-    """Where the engine connects. ``inputs[i]``/``outputs[i]`` belong to client i."""
-
-    inputs: list[str]
-    outputs: list[str]
-    coordinator_input: str | None = None
-    coordinator_output: str | None = None
-    frontend_stats_publish_address: str | None = None
-
-    def __post_init__(self) -> None:
-        # ECP-HS-2, kept by the type itself: no INIT, built here or decoded (msgspec calls
-        # this while it decodes), holds address lists an engine cannot connect by.
-        if not self.inputs or len(self.inputs) != len(self.outputs):
-            raise InvalidMessageError(
-                f"INIT needs equal, non-empty input/output lists (got {len(self.inputs)} inputs, "
-                f"{len(self.outputs)} outputs)", clause="ECP-HS-2",
-                expected="len(inputs) == len(outputs) >= 1", got=(len(self.inputs), len(self.outputs)))
-        if (self.coordinator_input is None) != (self.coordinator_output is None):
-            raise InvalidMessageError("INIT names only one coordinator address", clause="ECP-HS-2",
-                                      expected="both or neither coordinator address")
-
-
-class EngineHandshakeMetadata(msgspec.Struct, omit_defaults=False):
-    """INIT, frontend → engine (``ECP-HS-2``)."""
-
-    addresses: EngineZmqAddresses
-    #: empty, or the DP coordination keys (``data_parallel_master_ip``, ...); vLLM 0.33
-    #: engines decode it typed and refuse any other value type (a float, a bool, nil)
-    parallel_config: dict[str, int | str | list[int]]
 
 
 class EngineCoreReadyResponse(msgspec.Struct, omit_defaults=False):

@@ -4,6 +4,9 @@
 wire order; events, stats and ``RequestError`` are maps. ``UtilityOutput`` is
 always 3 elements and its ``result`` is the ``[type_info, value]`` envelope
 (``ECP-UTIL-2``).
+
+The nested messages with no behaviour of their own (events, request errors, prefill and prefix-cache
+stats, logprobs, sampling masks) are the release's generated ones (:mod:`ecp.spec.wiretypes.current`).
 """
 
 from __future__ import annotations
@@ -12,43 +15,11 @@ from typing import Any
 
 import msgspec
 
-from .enums import EngineCoreEventType, FinishReason
+from .enums import FinishReason
 from .tensors import Tensor
-
-
-class EngineCoreEvent(msgspec.Struct, omit_defaults=False):
-    """``{type, timestamp}``; the timestamp is the engine's monotonic clock."""
-
-    type: EngineCoreEventType
-    timestamp: float
-
-
-class RequestError(msgspec.Struct, omit_defaults=False):
-    """Why a request ended with ERROR (``ECP-OUT-5``)."""
-
-    code: str
-    message: str
-    retryable: bool = False
-
-
-class PrefillStats(msgspec.Struct, omit_defaults=False):
-    num_prompt_tokens: int = 0
-    num_computed_tokens: int = 0
-    num_cached_tokens: int = 0
-    num_local_cached_tokens: int = 0
-    num_external_cached_tokens: int = 0
-    num_cache_creation_tokens: int = 0
-
-
-class PrefixCacheStats(msgspec.Struct, omit_defaults=False):
-    reset: bool = False
-    requests: int = 0
-    queries: int = 0
-    hits: int = 0
-    preempted_requests: int = 0
-    preempted_queries: int = 0
-    preempted_hits: int = 0
-    hits_by_source: dict[str, int] = {}
+from .wiretypes.current import (  # noqa: F401 -- re-exported: ecp.spec.outputs is where the API names them
+    EngineCoreEvent, LogprobsLists, LogprobsTensors, PrefillStats, PrefixCacheStats, RequestError, SamplingMaskLists,
+)
 
 
 class SchedulerStats(msgspec.Struct, omit_defaults=False):
@@ -74,43 +45,6 @@ class SchedulerStats(msgspec.Struct, omit_defaults=False):
     running_lora_adapters: dict[str, int] = {}
     cudagraph_stats: Any = None
     perf_stats: Any = None
-
-
-class LogprobsLists(msgspec.Struct, array_like=True, omit_defaults=False):
-    """Sampled-token logprobs: ``[token_ids [N,K+1], logprobs float32 [N,K+1], ranks [N], cu]``.
-
-    Row i holds the sampled token first, then the top-K alternatives.
-    """
-
-    logprob_token_ids: Tensor
-    logprobs: Tensor
-    sampled_token_ranks: Tensor
-    cu_num_generated_tokens: list[int] | None = None
-
-
-class LogprobsTensors(msgspec.Struct, array_like=True, omit_defaults=False):
-    """Prompt logprobs, same layout as :class:`LogprobsLists` plus a 5th element.
-
-    ``cu_num_generated_tokens_tensor`` carries the per-request boundaries as a
-    tensor when the sender only has them on device; a receiver uses it when
-    ``cu_num_generated_tokens`` is nil.
-    """
-
-    logprob_token_ids: Tensor
-    logprobs: Tensor
-    selected_token_ranks: Tensor
-    cu_num_generated_tokens: list[int] | None = None
-    cu_num_generated_tokens_tensor: Tensor | None = None
-
-
-class SamplingMaskLists(msgspec.Struct, array_like=True, omit_defaults=False):
-    """The tokens a request was allowed to sample, in CSR form: ``token_ids`` of
-    every kept token, ``offsets`` (``[positions + 1]``, nil for a single position)
-    and ``cu_num_generated_tokens`` for multi-position batches."""
-
-    token_ids: Tensor
-    offsets: Tensor | None = None
-    cu_num_generated_tokens: list[int] | None = None
 
 
 class UtilityResult(msgspec.Struct, array_like=True, omit_defaults=False):

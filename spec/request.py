@@ -3,6 +3,9 @@
 ``EngineCoreRequest`` is an *array* of 22 elements in vLLM 0.33 wire order.
 Indices 0–8 are required (a decoder needs at least 9 elements, ``ECP-FRAME-4``);
 9–21 have defaults. Senders always emit all 22 (``ECP-FRAME-3``).
+
+The nested messages with no behaviour of their own (LoRA, pooling, placeholder ranges, KV hints) are
+the release's generated ones (:mod:`ecp.spec.wiretypes.current`).
 """
 
 from __future__ import annotations
@@ -11,75 +14,12 @@ from typing import Any
 
 import msgspec
 
-from .enums import RequestOutputKind
 from .sampling import SamplingParams
 from .tensors import Tensor
-
-
-class LoRARequest(msgspec.Struct, array_like=True, omit_defaults=True):
-    """A LoRA adapter reference: an array of 6 in vLLM 0.33 wire order
-    (``vllm/lora/request.py``). Receivers must refuse ``lora_int_id < 1``.
-
-    vLLM 0.31 and older carry a 7th element, ``tensorizer_config_dict``, at
-    position 4 (removed in 0.32): every later field is shifted between those
-    releases and 0.33 (``ECP-FRAME-3``).
-    """
-
-    lora_name: str
-    lora_int_id: int
-    lora_path: str = ""
-    base_model_name: str | None = None
-    load_inplace: bool = False
-    is_3d_lora_weight: bool = False
-
-
-class LateInteractionParams(msgspec.Struct, array_like=True, omit_defaults=True):
-    """Late-interaction scoring metadata of a pooling request (array of 3).
-
-    ``mode`` is ``cache_query`` or ``score_doc``; ``query_key`` names the cached
-    query (also used for DP routing); ``query_uses`` is how many documents will be
-    scored against it (a positive int for ``cache_query``).
-    """
-
-    mode: str
-    query_key: str
-    query_uses: int | None = None
-
-
-class LateChunkingParams(msgspec.Struct, array_like=True, omit_defaults=True):
-    """Mean-pool token states into chunks of ``chunk_size`` tokens (array of 1;
-    ``0 < chunk_size < 2**63``)."""
-
-    chunk_size: int
-
-
-class PoolingParams(msgspec.Struct, array_like=True, omit_defaults=True):
-    """Pooling parameters: an array of 11 in vLLM 0.33 wire order (``vllm/pooling_params.py``).
-
-    ``task`` is one of ``embed``, ``classify``, ``token_embed``,
-    ``token_classify``, ``plugin``, ``embed&token_classify``. vllm-rs sends only
-    the first 5 elements; a receiver applies the defaults to the rest.
-    """
-
-    use_activation: bool | None = None
-    dimensions: int | None = None
-    step_tag_id: int | None = None
-    returned_token_ids: list[int] | None = None
-    task: str | None = None
-    requires_token_ids: bool = False
-    skip_reading_prefix_cache: bool | None = None
-    late_interaction_params: LateInteractionParams | None = None
-    extra_kwargs: dict[str, Any] | None = None
-    output_kind: RequestOutputKind = RequestOutputKind.FINAL_ONLY
-    late_chunking_params: LateChunkingParams | None = None
-
-
-class PlaceholderRange(msgspec.Struct, omit_defaults=False):
-    """Where a multimodal item sits in the prompt."""
-
-    offset: int
-    length: int
-    is_embed: Tensor | None = None
+from .wiretypes.current import (  # noqa: F401 -- re-exported: ecp.spec.request is where the API names them
+    KvHintAction, KvHintsEnvelope, LateChunkingParams, LateInteractionParams, LoRARequest, PlaceholderRange,
+    PoolingParams,
+)
 
 
 class MultiModalFeatureSpec(msgspec.Struct, omit_defaults=False):
@@ -121,25 +61,6 @@ def _nested_tensors(x: Any) -> Any:
     if isinstance(x, list):
         return [_nested_tensors(v) for v in x]
     return x
-
-
-class KvHintAction(msgspec.Struct, omit_defaults=False):
-    """One versioned KV hint action (map; every key required, as in
-    ``vllm/v1/kv_hints/protocol.py``). ``payload`` holds JSON-compatible values
-    whose schema is the action's own."""
-
-    action_id: str
-    action_type: str
-    action_version: str
-    payload: dict[str, Any]
-
-
-class KvHintsEnvelope(msgspec.Struct, omit_defaults=False):
-    """``kv_hints``: a map of 3 required keys (``vllm/v1/kv_hints/protocol.py``)."""
-
-    protocol_version: str
-    message_id: str
-    actions: list[KvHintAction]
 
 
 class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):

@@ -2,7 +2,8 @@
 
 It reads the release's layout from a wheel or a checkout (:func:`ecp.spec.layout.vllm.extract`),
 writes it to ``spec/layouts/vllm-X.Y.json`` and regenerates everything generated from the shipped
-layouts: the JSON Schemas and PROTOCOL.md's generated blocks (``ecp schema``: the ``vLLM`` column of
+layouts: the release's wire types (``spec/wiretypes/``, ``ecp spec types``), the JSON Schemas and
+PROTOCOL.md's generated blocks (``ecp schema``: the ``vLLM`` column of
 every field and UTILITY table, the release span beside every release-bound clause) and
 docs/compatibility.md (``ecp spec compat``). It then says what changed against the release before it
 (``ecp spec diff``'s findings) and which clauses' release spans moved.
@@ -27,7 +28,7 @@ from ..layout.model import Layout, LayoutError, decode_layout, encode_layout
 #: the repository this package is in (``spec/`` is :mod:`ecp.spec`)
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 #: what the regeneration writes, relative to the root (the layouts folder besides)
-GENERATED = ("spec/schema", "spec/PROTOCOL.md", "docs/compatibility.md")
+GENERATED = ("spec/wiretypes", "spec/schema", "spec/PROTOCOL.md", "docs/compatibility.md")
 REGENERATE_TIMEOUT_S = 300
 
 _CHILD = """
@@ -83,7 +84,7 @@ def _digests(root: Path) -> dict[str, str]:
     for rel in ("spec/layouts", *GENERATED):
         path = root / rel
         for file in sorted(path.rglob("*") if path.is_dir() else [path]):
-            if file.is_file():
+            if file.is_file() and "__pycache__" not in file.parts:
                 out[file.relative_to(root).as_posix()] = hashlib.sha256(file.read_bytes()).hexdigest()
     return out
 
@@ -96,11 +97,13 @@ def regenerate(root: str | Path) -> int:
     from .compat import compat_matrix, render_markdown
     from .observed import OBSERVED_PATH, load_observed
     from ..layout.resolve import load_shipped, shipped_names
+    from ..wiretypes import write_modules
 
     root = Path(root)
     if SCHEMA_DIR.parent.resolve() != (root / "spec").resolve():
         print(f"regenerate: ecp.spec is {SCHEMA_DIR.parent}, not {root / 'spec'}", file=sys.stderr)
         return 2
+    write_modules()
     for name, text in render_schemas().items():
         target = SCHEMA_DIR / name
         if not target.is_file() or target.read_text(encoding="utf-8") != text:

@@ -1,4 +1,4 @@
-"""``ecp spec layout``, ``ecp spec diff`` and ``ecp spec compat``.
+"""``ecp spec layout``, ``ecp spec diff``, ``ecp spec compat``, ``ecp spec types``, ``ecp spec release``.
 
 Only argparse declarations live at module level; the work is imported inside
 the handlers. Exit codes: 0 ok, 1 the check failed (breaking findings, a
@@ -74,6 +74,15 @@ def register_spec(subparsers: argparse._SubParsersAction) -> None:
                         "--layouts: spec/compat/observed-cross.json, written by lab/interop_matrix.py "
                         "--cross; 'none': leave it out)")
     p.set_defaults(func=_compat)
+
+    p = sub.add_parser(
+        "types", help="write (or --check) the generated wire types of every shipped layout (spec/wiretypes/)",
+        description="Render every shipped layout (spec/layouts/vllm-X.Y.json) with the hand-written notes of "
+                    "spec/overlay.py as a module of msgspec Structs and IntEnums in spec/wiretypes/ "
+                    "(ecp.spec.layout.codegen). --check writes nothing and exits 1 naming every module that "
+                    "differs, is missing or belongs to no shipped layout.")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if a module is stale")
+    p.set_defaults(func=_types)
 
     p = sub.add_parser("release", help="the shipped vLLM releases: list them, or adopt one (add --from-vllm)")
     rel = p.add_subparsers(dest="release_command", metavar="RELEASE_COMMAND")
@@ -174,6 +183,21 @@ def _sentences(args: argparse.Namespace) -> int:
         else:
             for s in parsed.sentences + parsed.unnumbered:
                 print(f"{s.id or '(no id)':<18} {s.level:<6} {s.text}")
+    return 0
+
+
+def _types(args: argparse.Namespace) -> int:
+    from ..wiretypes import HERE, write_modules
+
+    changes = write_modules(check=args.check)
+    if args.check and changes:
+        for change in changes:
+            print(change, file=sys.stderr)
+        print("wire types out of date; regenerate with: ecp spec types", file=sys.stderr)
+        return 1
+    for change in changes:
+        print(f"rewrote ({change})")
+    print(f"wire types {'up to date' if args.check or not changes else 'written'} in {HERE}")
     return 0
 
 

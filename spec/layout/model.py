@@ -14,6 +14,7 @@ raises :class:`LayoutError` naming the offending entry.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 import msgspec
@@ -148,6 +149,19 @@ class Layout(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
 
     def describes(self, name: str) -> bool:
         return name in self.messages or name in self.enums
+
+
+def release_of(layout: Layout) -> str:
+    """The short release name of a layout: ``0.32`` for ``vllm-0.32`` (version 0.32.0), the commit for a
+    checkout named after it."""
+    m = re.fullmatch(r"vllm-(\d+\.\d+)", layout.name)
+    if m:
+        return m.group(1)
+    m = re.match(r"(\d+\.\d+)", layout.vllm_version)
+    if m:
+        return m.group(1)
+    # a checkout that records no version is named by its commit (``vllm-1a2b3c4d5e6f``)
+    return layout.name[len("vllm-"):] if layout.name.startswith("vllm-") else layout.name
 
 
 # --------------------------------------------------------------------------- io

@@ -1,7 +1,7 @@
 """Release profiles: the protocol of any vLLM release, built from its layout and executable.
 
-* :mod:`.types`: a layout's messages and enums as generated msgspec classes;
-* :mod:`.model`: :class:`Profile` (messages, enums, type bytes, UTILITY arities);
+* :mod:`.model`: :class:`Profile` (the generated messages and enums of :mod:`ecp.spec.wiretypes`, type bytes,
+  UTILITY arities);
 * :mod:`.codec`: :class:`ProfileCodec`, the frame codec over a profile;
 * :mod:`.resolve`: ``--vllm RELEASE|PATH`` -> profile (shipped release, layout file, vLLM tree);
 * :mod:`.translate`, :mod:`.wire`: :func:`wire_codec`, the codec a peer of a release is spoken to with,

@@ -1,11 +1,13 @@
 """A release profile: everything one vLLM release puts on the wire, executable.
 
 A :class:`Profile` is built from that release's layout (:func:`build_profile`):
-its messages as generated msgspec classes (:mod:`.types`), its enums, its
-one-byte request types and its UTILITY methods with their arities. Its
-:attr:`Profile.codec` encodes and decodes frames as a peer of that release
-does (:mod:`.codec`). The hand-written types of :mod:`ecp.spec` remain the API
-of vLLM 0.33; the 0.33 profile is wire-identical to them
+its messages and enums as the generated classes of :mod:`ecp.spec.wiretypes`
+(the committed module of a shipped layout, or the same source generated for any
+other layout), its one-byte request types and its UTILITY methods with their
+arities. Its :attr:`Profile.codec` encodes and decodes frames as a peer of that
+release does (:mod:`.codec`). :mod:`ecp.spec`'s typed API is vLLM 0.33's: the
+messages whose layout types are its own are the 0.33 profile's classes, the
+others are still hand-written and wire-identical to them
 (``tests/spec/test_profile_parity.py``).
 
 A caller asking for something the release lacks (a message, a utility method)
@@ -16,14 +18,13 @@ and naming the release ("pause_generation: not in vLLM 0.32").
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LocalProtocolError
-from ..layout.model import Layout, UtilityParamLayout
-from .types import generate
+from ..layout.model import Layout, UtilityParamLayout, release_of
+from ..wiretypes import load as load_wiretypes
 
 if TYPE_CHECKING:
     from .codec import ProfileCodec
@@ -62,19 +63,6 @@ class UtilitySignature:
         return str(top) if top == self.min_args else f"{self.min_args}..{top}"
 
 
-def release_of(layout: Layout) -> str:
-    """The short release name of a layout: ``0.32`` for ``vllm-0.32`` (version 0.32.0), the commit for a
-    checkout named after it."""
-    m = re.fullmatch(r"vllm-(\d+\.\d+)", layout.name)
-    if m:
-        return m.group(1)
-    m = re.match(r"(\d+\.\d+)", layout.vllm_version)
-    if m:
-        return m.group(1)
-    # a checkout that records no version is named by its commit (``vllm-1a2b3c4d5e6f``)
-    return layout.name[len("vllm-"):] if layout.name.startswith("vllm-") else layout.name
-
-
 class Profile:
     """One release, executable. Build it with :func:`build_profile` (or
     :func:`~ecp.spec.profile.resolve_profile` from a release name or path)."""
@@ -84,13 +72,14 @@ class Profile:
         #: ``0.32``: what messages and reports call the release
         self.release = release_of(layout)
         self.vllm_version = layout.vllm_version
-        generated = generate(layout)
+        #: the module of the release's generated wire types (``ecp.spec.wiretypes.vllm_0_33``)
+        self.module = load_wiretypes(layout)
         #: message name -> generated class
-        self.messages: dict[str, type] = generated.messages
+        self.messages: dict[str, type] = dict(self.module.MESSAGES)
         #: enum name -> IntEnum of exactly the release's members
-        self.enums: dict[str, type[enum.IntEnum]] = generated.enums
+        self.enums: dict[str, type[enum.IntEnum]] = dict(self.module.ENUMS)
         #: ``Message.field`` typed ``Any`` because msgspec cannot decode its union as one type
-        self.widened: tuple[str, ...] = tuple(generated.widened)
+        self.widened: tuple[str, ...] = tuple(self.module.WIDENED)
         #: request type name -> its byte, for the types a peer sends (ADD, ABORT, ...)
         self.request_types: dict[str, bytes] = {
             rt.name: bytes.fromhex(rt.byte) for rt in layout.request_types if rt.on_wire}

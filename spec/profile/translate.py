@@ -1,10 +1,16 @@
-"""Moving a message between vLLM 0.33's typed classes and another release's generated ones.
+"""Moving a message between vLLM 0.33's typed API and another release's generated classes.
 
 The reference peers, the harness and the monitor think in :mod:`ecp.spec`'s
-hand-written classes (vLLM 0.33, the fullest release). A peer of another
-release is spoken to by translating at the wire's edge: a message is rebuilt
-field by field, by the field's name in the layouts, recursively through nested
-messages, lists, maps and unions.
+classes (vLLM 0.33, the fullest release). A peer of another release is spoken to
+by translating at the wire's edge: a message is rebuilt field by field, by the
+field's name in the layouts, recursively through nested messages, lists, maps
+and unions. Both sides are mostly one family: every release's classes are
+generated from its layout (:mod:`ecp.spec.wiretypes`), and so are the 0.33
+API's nested messages without a type or name of their own; the messages
+:mod:`ecp.spec` still writes by hand (the deviations of
+:mod:`ecp.spec.layout.deviations`: renamed positions, ``any`` pinned to a type,
+maps and stats kept untyped, and the messages carrying behaviour on them) are
+where this is also a conversion between two type systems.
 
 The rules, which a receiver of a translated message can rely on:
 
@@ -23,10 +29,11 @@ The rules, which a receiver of a translated message can rely on:
   required field with nothing to fill it) raises
   :class:`~ecp.spec.errors.LocalProtocolError` citing ``ECP-COMPAT-1``.
 
-The hand-written classes name two fields unlike the layouts do
+The hand-written classes name three fields unlike the layouts do
 (``UtilityRequest.client_index`` is vLLM's ``client_idx``, ``StartDPWave.wave``
-its ``new_wave``); both are array-encoded, so fields pair by position with the
-0.33 layout, which is wire-identical to them (``tests/spec/test_profile_parity.py``).
+its ``new_wave``, ``StartDPWave.exclude_engine_index`` its ``exclude_eng_index``);
+all are array-encoded, so fields pair by position with the 0.33 layout, which is
+wire-identical to them (``tests/spec/test_profile_parity.py``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 ``encode_outputs``, ``encode_handshake``, ``encode_engine_dead``, ...), with the
 same contracts: frames are written and read as that release writes and reads
 them (its layout, its type bytes), messages in and out are :mod:`ecp.spec`'s
-classes, translated at the edge by :mod:`.translate`.
+classes (vLLM 0.33's typed API), translated at the edge by :mod:`.translate`.
 
 For vLLM 0.33 itself (the shipped layout) :func:`wire_codec` returns the module
 :mod:`ecp.spec.codec`: no translation, no cost.
@@ -30,13 +30,14 @@ from ..outputs import EngineCoreOutputs
 from ..request import EngineCoreRequest
 from .translate import Translator
 from ..version import VLLM_RELEASE
+from ..wiretypes import is_generated
 
 if TYPE_CHECKING:
     from .model import Profile
 
 Frame = Union[bytes, bytearray, memoryview]
 
-#: frame label -> vLLM 0.33's hand-written class
+#: frame label -> the class of vLLM 0.33's typed API a frame carries
 HAND_WRITTEN: dict[str, type] = {
     "ADD": EngineCoreRequest, "UTILITY": UtilityRequest, "START_DP_WAVE": StartDPWave,
     "outputs": EngineCoreOutputs, "HELLO": Hello, "READY": Ready, "INIT": EngineHandshakeMetadata,
@@ -53,10 +54,8 @@ def layout_field_names(cls: type) -> list[tuple[str, str]]:
     """Each field of ``cls`` as (attribute, name in the layouts). A generated class
     carries the layout's names; a hand-written one takes them from the 0.33 layout's
     class of the same name (by position where array-encoded)."""
-    from .types import MODULE
-
     own = _fields(cls)
-    if cls.__module__ == MODULE:
+    if is_generated(cls):
         return own
     from .resolve import shipped_profile
 

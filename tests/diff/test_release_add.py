@@ -63,8 +63,12 @@ def test_a_next_release_is_adopted_by_one_command_and_only_generated_files_chang
     changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
     assert changed == result["changed"]
     assert "spec/layouts/vllm-9.1.json" in changed and "docs/compatibility.md" in changed
-    assert all(p.startswith(("spec/layouts/", "spec/schema/")) or p in ("spec/PROTOCOL.md", "docs/compatibility.md")
-               for p in changed), changed
+    assert all(p.startswith(("spec/layouts/", "spec/schema/", "spec/wiretypes/"))
+               or p in ("spec/PROTOCOL.md", "docs/compatibility.md") for p in changed), changed
+    # the release's wire types are generated and committed with its layout: the new field is a field
+    module = (root / "spec" / "wiretypes" / "vllm_9_1.py").read_text()
+    assert "spec/wiretypes/vllm_9_1.py" in changed
+    assert "    ecp_next_hint: str | None = None\n" in module and "    ECP_NEXT_REASON = 5\n" in module
     # what changed against the release before it, by the diff's rules
     assert result["name"] == "vllm-9.1" and result["previous"] == newest
     for said in ("EngineCoreRequest.ecp_next_hint: new optional field", "ecp_next_method", "ECP_NEXT_REASON"):

@@ -277,6 +277,7 @@ RULES: list[tuple[str, Callable[[DocCommand, Path], None] | str]] = [
     (r"^ecp interop (site|check)\b", skip("needs a results set or a submission folder; tests/conformance/"
                                           "test_interop_site.py and test_interop_check.py make and check them")),
     (r"^ecp spec release list$", check_plain),
+    (r"^ecp spec types --check$", check_plain),
     (r"^ecp conformance replay", skip("needs a reproducer an explore run wrote; "
                                       "tests/conformance/test_explore.py replays one")),
     (r"^python -m (benchmarks|campaigns)\.", skip("a benchmark or campaign script (minutes); its seeded short variant is a test")),
