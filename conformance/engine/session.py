@@ -140,7 +140,7 @@ class EngineUnderTest:
                 raise err from exc
             raise
         except CaseTimeout as exc:
-            never = not self.fe.records
+            never = not self.fe.evidence.records
             stall = self.handle.stall_detail() if never and self.handle is not None else ""
             self.close()
             if never:

@@ -474,8 +474,8 @@ def _rules_of_the_cases(fe, fresh: bool) -> list[Finding]:
     (``ECP-DP-5``)."""
     violations = []
     if fresh:
-        violations += [hello_violation(rec) for rec in fe.records.values() if rec.hello_raw is not None]
-        violations += [ready_hash_violation(rec) for rec in fe.records.values()]
+        violations += [hello_violation(rec) for rec in fe.evidence.records.values() if rec.hello_raw is not None]
+        violations += [ready_hash_violation(rec) for rec in fe.evidence.records.values()]
     violations.append(wave_complete_violation(fe))
     return [Finding(v.clause, str(v)) for v in violations if v is not None]
 
