@@ -171,7 +171,7 @@ def _engine_role_handshake(h: HarnessFrontend, dealer: zmq.Socket, fz: Any, boun
     ``run_handshake`` waits for a whole handshake (with its grace periods) per call; to reach
     100,000 messages this drives the same receive and handler steps it runs, one message at a
     time, with the per-engine records reset in between (one engine identity is reused)."""
-    h.records.clear()
+    h.evidence.reset()
     h._make_peer()  # a fresh handshake for the reused identity
     as_ready = tally["frames_sent"] % 20 == 1
     messages = [[encode_handshake_hello()], fz.frames] if as_ready else [fz.frames]
@@ -180,20 +180,21 @@ def _engine_role_handshake(h: HarnessFrontend, dealer: zmq.Socket, fz: Any, boun
         end = time.monotonic() + bound_s
         got = []
         while not got and time.monotonic() < end:
-            got = [f for s, f in h._poll_once(min(end, time.monotonic() + 0.05)) if s is h.handshake]
+            got = [f for s, f in h.poll_once(min(end, time.monotonic() + 0.05)) if s is h.handshake]
         if not got:
             tally["hangs"] += 1
             return
         try:
-            for frames_in in got:
-                h._on_handshake(frames_in)
+            for frames_in in got:  # the hook the handshake loop calls, and the INIT it answers
+                for send in h.evidence.receive(h.peer, "handshake", frames_in):
+                    h.handshake.send_multipart(send.frames)
         except Exception as exc:  # noqa: BLE001 - a harness bug
             tally["crashes"] += 1
             _note(examples, f"handshake {fz.strategy}: {type(exc).__name__}: {exc}")
             return
         while dealer.poll(0):  # INITs answering a HELLO: nothing to check here
             dealer.recv_multipart()
-    rec = next(iter(h.records.values()), None)
+    rec = next(iter(h.evidence.records.values()), None)
     error = None if rec is None else (rec.ready_error if as_ready else rec.hello_error)
     anomalies = [] if rec is None else rec.anomalies
     if not (error and "ECP-" in error) and not anomalies:

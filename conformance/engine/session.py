@@ -11,25 +11,25 @@ an engine's state on purpose (pause, sleep) calls :meth:`EngineManager.mark_dirt
 reused when it never slept and shows that it is back in its initial state, else relaunched.
 Every launch is recorded with its start-up time (:mod:`ecp.conformance.pace`), which also sets
 the start-up budget of later launches and, with the first request's answer time, the case budget.
+Starting the engines (one launch, spares, a topology started ahead) is :mod:`.launches`'.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Iterator
+from typing import Any, ClassVar, Iterable, Iterator
 
 import zmq
 
 from ..interrupts import deferred
-from ..launch import AdapterPeer, AttachedPeer, CommandPeer, LaunchError, PeerHandle
-from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, PeerNeverStarted, Unsupported
-from ..pace import STARTUP_TIMEOUT_S, LaunchRecord, Pace
+from ..launch import LaunchError
+from ..outcomes import CaseTimeout, PeerCrashed, Unsupported
+from ..pace import STARTUP_TIMEOUT_S, Pace
 from ..transcript import Transcript
-from .harness_frontend import Addresses, HarnessFrontend
+from . import health
+from .launches import TOPOLOGY_HINTS, EngineNeverConnected, EngineUnderTest, Launcher, Topology, describe
 from .release_choice import ReleaseChoice
 from ecp.spec import VLLM_RELEASE
 
@@ -58,209 +58,23 @@ class EngineRunConfig:
     release: ReleaseChoice | None = field(default=None, repr=False, compare=False)
 
 
-#: shared-topology engines launched ahead in the background once the shared engine had to be
-#: replaced (only for a COMMAND peer, whose launch costs seconds): an engine that stopped serving
-#: after one bad message is likely to do so again in the next case
-SPARES = 2
-
-#: how long stopping a spare waits for its thread: the handshake checks its cancel event every 50 ms,
-#: and a launch cancelled at once stops its peer (``CommandPeer.stop``: a few seconds at most)
-SPARE_JOIN_S = 15.0
-
-#: how long the health probe after a failed case waits for a 2-token request (a serving engine
-#: answers within milliseconds)
-HEALTH_PROBE_S = 5.0
-
-#: utility methods after which an engine is relaunched rather than checked and reused: what sleep
-#: discarded (weights, KV cache) cannot be read back over the wire
-UNRESTORABLE_METHODS = frozenset({"sleep", "wake_up"})
-
-#: case id -> the topology (clients, engines, coordinator) it asks :meth:`EngineManager.fresh` for,
-#: as a function of ``--engine-count``: the harness starts that launch in the background while the
-#: cases before it run. Only a hint: a stale entry costs a launch reported "not needed", never a
-#: verdict (tests/conformance/test_pace.py checks every entry against what its case asks for).
-TOPOLOGY_HINTS: dict[str, Callable[[int], tuple[int, int, bool]]] = {
-    **{cid: (lambda n: (2, 1, False)) for cid in ("ENG-HS-6", "ENG-OUT-3")},
-    **{cid: (lambda n: (1, max(2, n), False)) for cid in ("ENG-DP-1", "ENG-DP-2", "ENG-DP-3")},
-    **{cid: (lambda n: (1, max(2, n), True)) for cid in ("ENG-DP-4", "ENG-DP-5", "ENG-DP-6")},
-}
-
-
 #: clause families whose cases send what a correct frontend never sends or end their engine (run last)
 HOSTILE_CLAUSES = ("ECP-ROB-", "ECP-SEC-")
 
-#: a topology: (clients, engines, with a coordinator)
-Topology = tuple[int, int, bool]
+def run_phase(case: Any) -> int:
+    """Where a case runs (cases keep their catalogue order within a phase; reports keep it too):
 
-
-def describe(topology: Topology) -> str:
-    clients, engines, coordinator = topology
-    return (f"{engines} engine(s), {clients} client(s)" + (", a DP coordinator" if coordinator else ""))
-
-
-class EngineNeverConnected(CaseTimeout):
-    """No engine said HELLO within the startup budget: the command most likely does not reach
-    the harness's handshake address. Later launches of the run fail at once with the same error
-    instead of waiting the full budget again."""
-
-
-class EngineUnderTest:
-    """One launch: a harness frontend, its bound sockets and the engine handle."""
-
-    def __init__(self, cfg: EngineRunConfig, ctx: zmq.Context, transcript: Transcript, launch_no: int,
-                 clients: int, engine_count: int, coordinator: bool = False,
-                 cancel: threading.Event | None = None, startup_timeout: float | None = None) -> None:
-        self.cfg = cfg
-        self.engine_count = engine_count
-        self.handle: PeerHandle | None = None
-        self.handshake_violations = 0
-        addresses = self._addresses(launch_no, clients, coordinator)
-        self.fe = HarnessFrontend(ctx, addresses, engine_count, cfg.engine_start_index, transcript,
-                                  cfg.quiet_window_s, release=cfg.release)
-        self.fe.declared_lacks = frozenset(cfg.lacks)
-        self.fe.vocab_size = cfg.vocab_size
-        try:
-            with deferred():  # an interrupt must find the started peer held, to stop it below
-                self.handle = self._start(launch_no)
-            self.fe.alive_check = self.alive
-            self.fe.run_handshake(startup_timeout or cfg.startup_timeout_s, cancel)
-            if isinstance(self.handle, CommandPeer):
-                self.handle.note_family()  # its ranks are up: stopping it stops them wherever they run
-            # what the machine recorded during the handshake is the handshake cases' to report
-            # (a relaunch must not make every later case fail on the same startup fault)
-            self.handshake_violations = len(self.fe.machine.violations)
-        except PeerCrashed as exc:
-            detail = self._exit_detail()
-            self.close()
-            if detail:
-                err = PeerCrashed(f"{exc} {detail}")
-                # the process is gone (not a dead rank): its status and last lines, for PeerNeverStarted
-                err.exited = (self.handle.exit_status(),  # type: ignore[attr-defined, union-attr]
-                              [ln for ln in self.handle.log_tail(4096).splitlines() if ln.strip()][-8:])  # type: ignore[union-attr]
-                raise err from exc
-            raise
-        except CaseTimeout as exc:
-            never = not self.fe.records
-            stall = self.handle.stall_detail() if never and self.handle is not None else ""
-            self.close()
-            if never:
-                raise EngineNeverConnected(
-                    f"{exc}: nothing connected to the handshake socket; check that COMMAND passes "
-                    "{handshake_address} (or {handshake_host}/{handshake_port} with --transport tcp) "
-                    "to the engine" + (f" (the adapter's threads were at: {stall})" if stall else "")) from exc
-            raise
-        except BaseException:
-            self.close()
-            raise
-
-    def _addresses(self, launch_no: int, clients: int, coordinator: bool) -> Addresses:
-        if self.cfg.attach and launch_no == 1:
-            hs = self.cfg.attach
-        elif self.cfg.transport == "tcp":
-            hs = "tcp://127.0.0.1:*"
-        else:
-            hs = f"ipc://{self.cfg.workdir}/l{launch_no}-hs"
-        if self.cfg.transport == "tcp":
-            any_port = "tcp://127.0.0.1:*"
-            return Addresses(hs, [any_port] * clients, [any_port] * clients,
-                             (any_port, any_port) if coordinator else None)
-        base = f"ipc://{self.cfg.workdir}/l{launch_no}"
-        return Addresses(hs, [f"{base}-in{i}" for i in range(clients)],
-                         [f"{base}-out{i}" for i in range(clients)],
-                         (f"{base}-cin", f"{base}-cout") if coordinator else None)
-
-    def _start(self, launch_no: int) -> PeerHandle:
-        hs = self.fe.addresses.handshake
-        if self.cfg.attach:
-            return AttachedPeer(hs)
-        if self.cfg.adapter:
-            return AdapterPeer(self.cfg.adapter, hs, self.engine_count, self.cfg.engine_start_index)
-        host, _, port = hs.rpartition(":") if hs.startswith("tcp://") else ("", "", "")
-        values = {
-            "handshake_address": hs,
-            "handshake_host": host.removeprefix("tcp://"),
-            "handshake_port": port,
-            "engine_count": self.engine_count,
-            "engine_start_index": self.cfg.engine_start_index,
-        }
-        return CommandPeer(self.cfg.command, values, Path(self.cfg.workdir) / f"engine-{launch_no}.log")
-
-    def alive(self) -> bool:
-        return not self.fe.engine_dead and (self.handle is None or self.handle.alive())
-
-    def _exit_detail(self, lines: int = 8) -> str:
-        """Why a launched command died during the handshake: its exit status and last output lines."""
-        status = self.handle.exit_status() if self.handle is not None else None
-        if status is None:
-            return ""
-        tail = [ln for ln in self.handle.log_tail(4096).splitlines() if ln.strip()][-lines:]
-        text = f"(exit status {status} before completing the handshake)"
-        if tail:
-            text += "; its last output:\n" + "\n".join(f"      | {ln}" for ln in tail)
-        return text
-
-    def log_tail(self) -> str:
-        return self.handle.log_tail() if self.handle else ""
-
-    def wait_exit(self, timeout: float) -> int | None:
-        """The exit status once the process is gone, waiting at most ``timeout`` (None: still running)."""
-        return self.handle.wait(timeout) if self.handle is not None else None
-
-    def close(self) -> None:
-        try:
-            if self.handle is not None:
-                # an engine that stopped serving or died gets no graceful shutdown: there is nothing
-                # left to drain, and a real engine's SIGTERM handling costs seconds per relaunch
-                self.handle.stop(3.0 if self.alive() and self.fe.stopped_serving is None
-                                 and self.fe.input_closed is None else 0.2)
-        finally:
-            self.fe.close()
-
-
-class Spare:
-    """One launch running in a background thread: a shared-topology one adopted by
-    :meth:`EngineManager.shared`, or one of another topology prepared for :meth:`EngineManager.fresh`.
-
-    Its handshake is recorded in a transcript of its own (the cases running meanwhile must not get
-    its frames); the adopting case's transcript notes the adoption."""
-
-    def __init__(self, cfg: EngineRunConfig, ctx: zmq.Context, launch_no: int, record: LaunchRecord,
-                 startup_timeout: float, topology: Topology | None = None) -> None:
-        self.launch_no = launch_no
-        self.topology = topology or (1, cfg.engine_count, False)
-        self.record = record
-        self.startup_timeout = startup_timeout
-        self.cancel = threading.Event()
-        self.engine: EngineUnderTest | None = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(cfg, ctx), name=f"ecp-spare-{launch_no}",
-                                        daemon=True)
-        self._thread.start()
-
-    def _run(self, cfg: EngineRunConfig, ctx: zmq.Context) -> None:
-        started = time.monotonic()
-        try:
-            clients, engines, coordinator = self.topology
-            self.engine = EngineUnderTest(cfg, ctx, Transcript(), self.launch_no, clients, engines, coordinator,
-                                          cancel=self.cancel, startup_timeout=self.startup_timeout)
-            Pace.launch_served(self.record, started)
-        except BaseException as exc:  # noqa: BLE001 - reported by take(): the caller launches instead
-            self.error = exc
-            Pace.launch_failed(self.record, str(exc) if self.cancel.is_set() else type(exc).__name__)
-
-    def take(self, timeout: float) -> EngineUnderTest | None:
-        """The ready engine, waiting at most ``timeout`` for its handshake; None if it failed."""
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            return None
-        return self.engine if self.engine is not None and self.engine.alive() else None
-
-    def discard(self) -> None:
-        self.cancel.set()
-        self._thread.join(SPARE_JOIN_S)  # the handshake loop checks the event every 50 ms
-        if self.engine is not None:
-            self.record.state = "not needed"
-            self.engine.close()
+    0. interop-level cases on the shared engine;
+    1. cases with a topology of their own (:data:`TOPOLOGY_HINTS`): their launch starts in the
+       background once the first one came up, and phase 0 runs meanwhile;
+    2. the cases most likely to leave an engine unable to serve: hardened-level ones and those of
+       the robustness and security clauses (input a correct frontend never sends, a pickle payload,
+       a SIGTERM). Run together, each replacement and the spares behind it start side by side
+       (:data:`SPARES`), instead of relaunches interrupting the cases a working engine serves.
+    """
+    if case.conformance_level == "hardened" or case.clause.startswith(HOSTILE_CLAUSES):
+        return 2
+    return 1 if case.id in TOPOLOGY_HINTS else 0
 
 
 class EngineManager:
@@ -282,21 +96,8 @@ class EngineManager:
         """The engine role drives no HTTP route."""
         return []
 
-    @staticmethod
-    def run_phase(case: Any) -> int:
-        """Where a case runs (cases keep their catalogue order within a phase; reports keep it too):
-
-        0. interop-level cases on the shared engine;
-        1. cases with a topology of their own (:data:`TOPOLOGY_HINTS`): their launch starts in the
-           background once the first one came up, and phase 0 runs meanwhile;
-        2. the cases most likely to leave an engine unable to serve: hardened-level ones and those of
-           the robustness and security clauses (input a correct frontend never sends, a pickle payload,
-           a SIGTERM). Run together, each replacement and the spares behind it start side by side
-           (:data:`SPARES`), instead of relaunches interrupting the cases a working engine serves.
-        """
-        if case.conformance_level == "hardened" or case.clause.startswith(HOSTILE_CLAUSES):
-            return 2
-        return 1 if case.id in TOPOLOGY_HINTS else 0
+    #: where a case runs (:func:`run_phase`)
+    run_phase = staticmethod(run_phase)
 
     def __init__(self, cfg: EngineRunConfig, transcript: Transcript) -> None:
         if cfg.release is None:
@@ -306,79 +107,44 @@ class EngineManager:
         self.release_under_test = cfg.release
         self.transcript = transcript
         self.ctx = zmq.Context()
-        self._launches = 0
+        self.pace = Pace("engine", cfg.case_timeout_s, cfg.startup_timeout_s)
+        #: starts the engines: launches, spares, the next topology ahead, fail-fast
+        self.launcher = Launcher(cfg, self.ctx, transcript, self.pace)
         self._shared: EngineUnderTest | None = None
         self._startup_failure: Exception | None = None
-        self._ever_connected = False
-        self._never_connected: EngineNeverConnected | None = None
         #: None, "verify" (a case changed the shared engine's state on purpose: reuse it if it shows
         #: it is back in its initial state) or "relaunch" (it failed, or the harness broke mid-case)
         self._dirty: str | None = None
-        self.pace = Pace("engine", cfg.case_timeout_s, cfg.startup_timeout_s)
-        #: how many selected cases run after the current one (None: unknown); bounds the spares
-        self._remaining: int | None = None
         self.deadline: float | None = None
         #: engines a case touched: the plugin checks they are still alive afterwards
         self.touched: list[EngineUnderTest] = []
         self._fresh: list[EngineUnderTest] = []
         self._fresh_crashed = False
-        #: shared-topology engines launching in the background (see SPARES)
-        self._spares: list[Spare] = []
         #: the last engine of a non-shared topology, kept for the next case asking for the same one
         self._kept: tuple[tuple[int, int, bool], EngineUnderTest] | None = None
-        #: a launch of the next hinted topology (TOPOLOGY_HINTS), started while earlier cases run
-        self._prepared: Spare | None = None
         #: a shared engine was started before: a new one is a replacement (spares start behind it)
         self._shared_ever = False
-        self.logs: list[EngineUnderTest] = []
         #: engine launch -> how many machine violations it had when the current case began
         self._violation_marks: dict[int, int] = {}
-        #: topologies whose handshake failed -> (the case that tried it, the failure): fail fast
-        self._failed_topologies: dict[Topology, tuple[str, Exception]] = {}
         #: launches of the current case that it ends on purpose (:meth:`dedicated`)
         self._dedicated: list[EngineUnderTest] = []
 
     # ------------------------------------------------------------------ lifetimes
-    def _launch(self, clients: int, engine_count: int, coordinator: bool = False) -> EngineUnderTest:
-        if self.cfg.attach and self._launches >= 1:
-            raise Unsupported("needs another engine launch, which --attach cannot do")
-        if self._never_connected is not None:
-            raise self._never_connected
-        self._launches += 1
-        self.transcript.note(f"launch {self._launches}: {engine_count} engine(s), {clients} client(s)")
-        record = self.pace.launch_started(self._launches, describe((clients, engine_count, coordinator)),
-                                          self._case_id())
-        started = time.monotonic()
-        try:
-            eut = EngineUnderTest(self.cfg, self.ctx, self.transcript, self._launches, clients, engine_count,
-                                  coordinator, startup_timeout=self.pace.startup_budget())
-        except EngineNeverConnected as exc:
-            Pace.launch_failed(record, "no engine connected")
-            if not self._ever_connected:
-                # the run's engine never reached us once: waiting again per case would only multiply the wait
-                self._never_connected = exc
-            raise
-        except PeerCrashed as exc:
-            Pace.launch_failed(record, type(exc).__name__)
-            exited = getattr(exc, "exited", None)
-            if not self._ever_connected and exited is not None:
-                # the command exits before any handshake of the run: every case would crash the same way
-                raise PeerNeverStarted(f"{exc}", *exited) from exc
-            raise
-        except BaseException as exc:
-            Pace.launch_failed(record, type(exc).__name__)
-            raise
-        Pace.launch_served(record, started)
-        self._ever_connected = True
-        self.logs.append(eut)
-        # startup time does not eat the case budget
-        if self.deadline is not None:
-            self.deadline += time.monotonic() - started
-        eut.fe.deadline = self.deadline
+    def _serving(self, eut: EngineUnderTest | None, started: float) -> EngineUnderTest | None:
+        """``eut`` serves the case about to run: the time spent getting it does not eat the case budget."""
+        if eut is not None:
+            if self.deadline is not None:
+                self.deadline += time.monotonic() - started
+            eut.fe.deadline = self.deadline
         return eut
 
-    def _case_id(self) -> str:
-        return getattr(self.transcript, "case_id", "") or "before the first case"
+    def _launch(self, clients: int, engine_count: int, coordinator: bool = False) -> EngineUnderTest:
+        started = time.monotonic()
+        return self._serving(self.launcher.launch(clients, engine_count, coordinator), started)
+
+    def _adopt_spare(self, role: str = "replaces the shared engine") -> EngineUnderTest | None:
+        started = time.monotonic()
+        return self._serving(self.launcher.adopt_spare(role), started)
 
     def shared(self) -> EngineUnderTest:
         """The shared engine, (re)started if needed."""
@@ -409,7 +175,7 @@ class EngineManager:
             if replacing:
                 # the replacement and the spares behind it start side by side: the engine that stopped
                 # serving is likely to do so again in the next case
-                self._top_up_spares()
+                self.launcher.top_up_spares()
             self._shared = self._adopt_spare()
             if self._shared is None:
                 try:
@@ -418,88 +184,23 @@ class EngineManager:
                     self._startup_failure = exc
                     raise
             if replacing:
-                self._top_up_spares()
+                self.launcher.top_up_spares()
         self._shared.fe.deadline = self.deadline
         self.touched.append(self._shared)
         return self._shared
 
     def _restored(self, eut: EngineUnderTest) -> bool:
-        """Whether an engine a case changed on purpose is back in its initial state: it never slept,
-        still reads input, answers ``is_sleeping`` and ``is_scheduler_paused`` with false on every
-        rank and serves a 2-token probe. Its leftover requests are aborted first. What the check
-        sends is the harness's: nothing it records counts against the case about to run."""
-        fe = eut.fe
-        if (not eut.alive() or fe.stopped_serving is not None or fe.input_closed is not None
-                or fe.methods_sent & UNRESTORABLE_METHODS):
+        """Whether the shared engine a case changed on purpose can serve the next one (:func:`.health.restored`)."""
+        if not health.restored(eut):
             return False
-        before = len(fe.machine.violations)
-        saved, fe.deadline = fe.deadline, None
-        try:
-            for k in range(fe.engine_count):
-                open_ids = fe.unfinished(engine=k)
-                if open_ids:
-                    fe.abort(open_ids, engine=k)
-                for method in ("is_sleeping", "is_scheduler_paused"):
-                    u = fe.call(method, [], engine=k, timeout=HEALTH_PROBE_S).utility
-                    if u.failure_message is not None or u.result is None or u.result.value is not False:
-                        return False
-                fe.serves(engine=k, after="the check for reuse", timeout=HEALTH_PROBE_S)
-        except Exception:  # noqa: BLE001 - any doubt means a relaunch, never a verdict
-            return False
-        finally:
-            fe.deadline = saved
-        if len(fe.machine.violations) != before:
-            return False
-        self._violation_marks[id(eut)] = len(fe.machine.violations)
+        self._violation_marks[id(eut)] = len(eut.fe.machine.violations)  # the check's own frames count for no case
         self.transcript.note("the shared engine is reused: it never slept, is neither sleeping nor paused, "
                              "and serves")
         return True
 
     def plan(self, upcoming: list[str]) -> None:
-        """The ids of the selected cases that run after the current one: no more spares than there are
-        cases left, and the next topology another case needs starts now (one such launch at a time)."""
-        self._remaining = len(upcoming)
-        if self._prepared is not None or not self.cfg.command or self.cfg.attach or not self._ever_connected:
-            return  # (until one launch came up, the command may not work at all: nothing starts ahead)
-        kept = self._kept[0] if self._kept is not None else None
-        for cid in upcoming:
-            hint = TOPOLOGY_HINTS.get(cid)
-            if hint is None or hint(self.cfg.engine_count) == kept:
-                continue
-            key = hint(self.cfg.engine_count)
-            if key == (1, self.cfg.engine_count, False) or any(
-                    all(k >= f for k, f in zip(key, failed)) for failed in self._failed_topologies):
-                return
-            self._launches += 1
-            record = self.pace.launch_started(self._launches, describe(key), cid, ahead=True)
-            with deferred():  # held before an interrupt can land: close() must find it to stop it
-                self._prepared = Spare(self.cfg, self.ctx, self._launches, record, self.pace.startup_budget(), key)
-            return
-
-    def _take_prepared(self, key: Topology) -> EngineUnderTest | None:
-        """The launch prepared for ``key``, once its handshake is done; None when none was prepared (or
-        it was cancelled). A prepared launch whose handshake failed is this case's failure, as a launch
-        of its own would have been."""
-        spare = self._prepared
-        if spare is None or spare.topology != key:
-            return None
-        started = time.monotonic()
-        eut = spare.take(spare.startup_timeout)
-        self._prepared = None  # (only now: an interrupt while it waits leaves it for close() to stop)
-        if eut is None:
-            error = spare.error
-            spare.discard()
-            if isinstance(error, (CaseTimeout, PeerCrashed)):
-                raise error
-            return None
-        eut.fe.transcript = self.transcript
-        self.transcript.note(f"launch {spare.launch_no} ({describe(key)}, started ahead in the background) "
-                             "serves this case")
-        self.logs.append(eut)
-        if self.deadline is not None:  # waiting for it does not eat the case budget
-            self.deadline += time.monotonic() - started
-        eut.fe.deadline = self.deadline
-        return eut
+        """The ids of the selected cases that run after the current one (:meth:`Launcher.plan`)."""
+        self.launcher.plan(upcoming, self._kept[0] if self._kept is not None else None)
 
     def case_budget(self) -> float:
         """The time budget of the case about to run (:mod:`ecp.conformance.pace`)."""
@@ -509,34 +210,6 @@ class EngineManager:
         """Every launch of the run with its start-up time, for the reports."""
         self._note_response()
         return self.pace.summary()
-
-    def _top_up_spares(self) -> None:
-        wanted = SPARES if self._remaining is None else min(SPARES, self._remaining)
-        while len(self._spares) < wanted:
-            self._launches += 1
-            record = self.pace.launch_started(self._launches, describe((1, self.cfg.engine_count, False)),
-                                              self._case_id(), ahead=True)
-            with deferred():  # held before an interrupt can land: close() must find it to stop it
-                self._spares.append(Spare(self.cfg, self.ctx, self._launches, record, self.pace.startup_budget()))
-
-    def _adopt_spare(self, role: str = "replaces the shared engine") -> EngineUnderTest | None:
-        """The oldest spare that finished its handshake (waiting for it within the startup budget)."""
-        started = time.monotonic()
-        while self._spares:
-            spare = self._spares[0]
-            eut = spare.take(spare.startup_timeout)
-            self._spares.pop(0)  # (only now: an interrupt while it waits leaves it for close() to stop)
-            if eut is None:
-                spare.discard()
-                continue
-            eut.fe.transcript = self.transcript
-            self.transcript.note(f"launch {spare.launch_no} (started ahead in the background) {role}")
-            self.logs.append(eut)
-            if self.deadline is not None:  # waiting for it does not eat the case budget
-                self.deadline += time.monotonic() - started
-            eut.fe.deadline = self.deadline
-            return eut
-        return None
 
     def mark_dirty(self) -> None:
         """The shared engine may hold leftovers (running requests, a pause, sleep state): before reuse it
@@ -571,11 +244,13 @@ class EngineManager:
                 kept.close()  # one extra topology at a time: engines cost memory
                 self._kept = None
         if eut is None:
-            self._raise_if_blocked(key)
+            self.launcher.raise_if_blocked(key)
             try:
-                eut = self._take_prepared(key) or self._launch(clients, key[1], coordinator)
+                started = time.monotonic()
+                eut = self._serving(self.launcher.take_prepared(key), started) or \
+                    self._launch(clients, key[1], coordinator)
             except (CaseTimeout, PeerCrashed) as exc:
-                self._failed_topologies[key] = (getattr(self.transcript, "case_id", "an earlier case"), exc)
+                self.launcher.note_failed(key, exc)
                 raise
             self._kept = (key, eut)
         self._fresh.append(eut)
@@ -600,19 +275,6 @@ class EngineManager:
         finally:
             eut.close()
 
-    def _raise_if_blocked(self, key: Topology) -> None:
-        """Fail fast: a topology at least as demanding as one whose handshake already failed in this
-        run (as many engines, clients and coordinator, or more) is not launched again. The engine
-        showed it cannot do it; waiting out the startup budget again per case would only multiply
-        the wait. The case gets the first failure's outcome with that failure as evidence."""
-        for failed, (case_id, exc) in self._failed_topologies.items():
-            if all(k >= f for k, f in zip(key, failed)):
-                blocked = type(exc)(f"blocked by {case_id}: the handshake with {describe(failed)} already failed "
-                                    f"in this run, so {describe(key)} is not launched again (the first failure: "
-                                    f"{exc})")
-                self.transcript.note(f"not launching {describe(key)}: blocked by {case_id}")
-                raise blocked
-
     def after_failure(self) -> str | None:
         """A case failed: keep each engine it used if it still serves, else drop it.
 
@@ -623,7 +285,7 @@ class EngineManager:
         for eut in used:
             if not eut.alive():
                 continue  # already gone: the plugin reports how
-            state = self._probe(eut)
+            state = health.probe(eut)
             if state is None and eut.fe.stopped_serving is None and eut.fe.input_closed is None:
                 continue
             if state is not None:
@@ -634,35 +296,6 @@ class EngineManager:
                 eut.close()
                 self._kept = None
         return "; ".join(notes) or None
-
-    def _probe(self, eut: EngineUnderTest) -> str | None:
-        fe = eut.fe
-        if fe.stopped_serving is not None or fe.input_closed is not None:
-            return None  # the case's own probe already failed: that is the evidence; relaunch
-        saved = fe.deadline
-        fe.deadline = None
-        try:
-            for k in range(fe.engine_count):
-                open_ids = fe.unfinished(engine=k)
-                if open_ids:
-                    fe.abort(open_ids, engine=k)
-            for k in range(fe.engine_count):
-                fe.serves(engine=k, after="the case", timeout=HEALTH_PROBE_S)
-        except FailedClosed as exc:
-            return f"after the case the engine failed closed ({exc})"
-        except PeerCrashed as exc:
-            if eut.handle is not None and eut.handle.exit_status() is None:
-                return (f"after the case the engine no longer accepts input ({exc}): it closed its input "
-                        "connection, yet its process is still running and it sent no ENGINE_CORE_DEAD")
-            return f"after the case the engine died ({exc})"
-        except AssertionError as exc:
-            if not eut.alive():
-                return f"after the case the engine died ({exc})"
-            return (f"after the case {exc}; its process is still running and it sent no ENGINE_CORE_DEAD: "
-                    "it stopped serving without failing closed (a frontend cannot tell it from a slow engine)")
-        finally:
-            fe.deadline = saved
-        return None
 
     def begin_case(self) -> None:
         """Forget which engines the previous case touched."""
@@ -678,7 +311,7 @@ class EngineManager:
     def _note_response(self) -> None:
         """The first launch that answered a request sets the run's response time."""
         if self.pace.response_s is None:
-            answered = [e.fe.first_answer_s for e in self.logs if e.fe.first_answer_s is not None]
+            answered = [e.fe.first_answer_s for e in self.launcher.logs if e.fe.first_answer_s is not None]
             if answered:
                 self.pace.note_response(answered[0])
 
@@ -726,20 +359,17 @@ class EngineManager:
         that an interrupted launch left open. An interrupt does not cut it short."""
         with deferred():
             try:
-                for spare in [*self._spares, *([self._prepared] if self._prepared else [])]:
-                    spare.cancel.set()  # every spare's handshake stops at once, not one after the other
+                self.launcher.cancel_all()
                 if self._shared is not None:
                     self._shared.close()
                     self._shared = None
                 if self._kept is not None:
                     self._kept[1].close()
                     self._kept = None
-                for spare in [*self._spares, *([self._prepared] if self._prepared else [])]:
-                    spare.discard()
-                self._spares = []
-                self._prepared = None
+                self.launcher.discard_all()
             finally:
                 self.ctx.destroy(linger=0)
 
 
-__all__ = ["EngineManager", "EngineNeverConnected", "EngineRunConfig", "EngineUnderTest", "LaunchError"]
+__all__ = ["EngineManager", "EngineNeverConnected", "EngineRunConfig", "EngineUnderTest", "LaunchError",
+           "TOPOLOGY_HINTS", "Topology", "describe"]

@@ -27,6 +27,7 @@ import msgspec
 import zmq
 
 from ecp.spec import encode_start_dp_wave, recover_utility_frames
+from ecp.spec.enums import RequestType
 from ecp.spec.machine import SchedulerControl
 
 from ..engine.checks import hello_violation, ready_hash_violation, wave_complete_violation
@@ -88,7 +89,9 @@ class _Killed(Exception):
 
 
 @dataclass
-class _Play:
+class _PlayState:
+    """What a session played so far sent and saw, with the bounded waits its steps use."""
+
     fe: Any
     session: Session
     step_timeout: float
@@ -154,6 +157,70 @@ class _Play:
 
     def _idle(self, engine: int) -> bool:
         return all(self._ended(r.rid) for r in self.history.requests.values() if r.engine == engine)
+
+    def _woken(self, engine: int) -> None:
+        """A wake_up leaves for ``engine`` now: the ADDs sent while it slept may run from here on."""
+        now = time.monotonic()
+        for rec in self.history.requests.values():
+            if rec.engine == engine and rec.while_asleep and rec.woken_at is None:
+                rec.woken_at = now
+
+    def _calls_answered(self, engine: int) -> None:
+        """Wait for the replies to every call sent to ``engine`` before its state changes: a call on
+        one client's socket and a state change on another's reach the engine in either order, and
+        their replies come back on different sockets, so the order they were answered in cannot be
+        told (an ``is_sleeping`` answered before a wake-up may arrive after its reply)."""
+        pending = [cid for cid, call in self.history.calls.items() if call.engine == engine]
+        self._until(lambda: all(self.fe.replies.get(cid) for cid in pending),
+                    f"the replies to call_ids {pending} before a state change", "ECP-UTIL-1")
+
+    def _refusals_answered(self, engine: int) -> None:
+        """Wait for the answers to the ADDs sent to ``engine`` while its generation was paused, before
+        it is resumed: an ADD on one client's socket and a resume on another's reach the engine in
+        either order, and a resume that overtook the ADD would let it run (legally, but not as the
+        session's model says)."""
+        pending = [r.rid for r in self.history.requests.values()
+                   if r.engine == engine and r.while_paused and not r.abort_immediately]
+        self._until(lambda: all(self.fe.terminals(rid) for rid in pending),
+                    f"the engine_paused ERROR of {pending}", "ECP-REQ-7")
+
+    def _moving(self, engine: int) -> bool:
+        """Whether requests on ``engine`` run now (not paused, not asleep)."""
+        rank = self.ranks[engine]
+        return not rank.asleep and not rank.paused
+
+    def _finished(self, rid: str) -> None:
+        rec = self.history.requests[rid]
+        try:
+            if rec.duplicate_at is not None:  # the answer to its duplicate is not its end
+                self.while_progressing(lambda t: self.fe.wait(lambda: self._ended(rid), t, f"the end of {rid}"))
+            else:
+                self.while_progressing(lambda t: self.fe.wait_finished(rid, t, max_tokens=rec.max_tokens))
+        except CaseTimeout as exc:
+            raise _Stop(Finding("ECP-OUT-1", str(exc), self.step)) from None
+
+    def while_progressing(self, wait) -> None:
+        """Call ``wait(timeout)`` in slices until it returns; raise its :class:`CaseTimeout` once no
+        output arrived for a step timeout (or after ``PROGRESS_CAP`` step timeouts in all)."""
+        fe = self.fe
+        start = time.monotonic()
+        seen, quiet_since = len(fe.raw_outputs), start
+        while True:
+            try:
+                wait(min(self.step_timeout, 0.5))
+                return
+            except CaseTimeout as exc:
+                now = time.monotonic()
+                if len(fe.raw_outputs) > seen:
+                    seen, quiet_since = len(fe.raw_outputs), now
+                if now - quiet_since >= self.step_timeout or now - start >= PROGRESS_CAP * self.step_timeout:
+                    raise CaseTimeout(f"{exc}: no output from the engine for {now - quiet_since:.1f}s, "
+                                      f"{now - start:.1f}s in all") from None
+
+
+@dataclass
+class _Play(_PlayState):
+    """One session played on a launched engine, step by step (the waits are :class:`_PlayState`'s)."""
 
     # ------------------------------------------------------------------ steps
     def play(self, i: int, step: dict[str, Any]) -> bool:
@@ -282,32 +349,6 @@ class _Play:
             rank.carried_out(method, args, result.value if result is not None else None)
         return True
 
-    def _woken(self, engine: int) -> None:
-        """A wake_up leaves for ``engine`` now: the ADDs sent while it slept may run from here on."""
-        now = time.monotonic()
-        for rec in self.history.requests.values():
-            if rec.engine == engine and rec.while_asleep and rec.woken_at is None:
-                rec.woken_at = now
-
-    def _calls_answered(self, engine: int) -> None:
-        """Wait for the replies to every call sent to ``engine`` before its state changes: a call on
-        one client's socket and a state change on another's reach the engine in either order, and
-        their replies come back on different sockets, so the order they were answered in cannot be
-        told (an ``is_sleeping`` answered before a wake-up may arrive after its reply)."""
-        pending = [cid for cid, call in self.history.calls.items() if call.engine == engine]
-        self._until(lambda: all(self.fe.replies.get(cid) for cid in pending),
-                    f"the replies to call_ids {pending} before a state change", "ECP-UTIL-1")
-
-    def _refusals_answered(self, engine: int) -> None:
-        """Wait for the answers to the ADDs sent to ``engine`` while its generation was paused, before
-        it is resumed: an ADD on one client's socket and a resume on another's reach the engine in
-        either order, and a resume that overtook the ADD would let it run (legally, but not as the
-        session's model says)."""
-        pending = [r.rid for r in self.history.requests.values()
-                   if r.engine == engine and r.while_paused and not r.abort_immediately]
-        self._until(lambda: all(self.fe.terminals(rid) for rid in pending),
-                    f"the engine_paused ERROR of {pending}", "ECP-REQ-7")
-
     def _wait(self, s: dict[str, Any]) -> bool:
         until = s["until"]
         fe = self.fe
@@ -332,39 +373,6 @@ class _Play:
             self._finished(rid)
         return True
 
-    def _moving(self, engine: int) -> bool:
-        """Whether requests on ``engine`` run now (not paused, not asleep)."""
-        rank = self.ranks[engine]
-        return not rank.asleep and not rank.paused
-
-    def _finished(self, rid: str) -> None:
-        rec = self.history.requests[rid]
-        try:
-            if rec.duplicate_at is not None:  # the answer to its duplicate is not its end
-                self.while_progressing(lambda t: self.fe.wait(lambda: self._ended(rid), t, f"the end of {rid}"))
-            else:
-                self.while_progressing(lambda t: self.fe.wait_finished(rid, t, max_tokens=rec.max_tokens))
-        except CaseTimeout as exc:
-            raise _Stop(Finding("ECP-OUT-1", str(exc), self.step)) from None
-
-    def while_progressing(self, wait) -> None:
-        """Call ``wait(timeout)`` in slices until it returns; raise its :class:`CaseTimeout` once no
-        output arrived for a step timeout (or after ``PROGRESS_CAP`` step timeouts in all)."""
-        fe = self.fe
-        start = time.monotonic()
-        seen, quiet_since = len(fe.raw_outputs), start
-        while True:
-            try:
-                wait(min(self.step_timeout, 0.5))
-                return
-            except CaseTimeout as exc:
-                now = time.monotonic()
-                if len(fe.raw_outputs) > seen:
-                    seen, quiet_since = len(fe.raw_outputs), now
-                if now - quiet_since >= self.step_timeout or now - start >= PROGRESS_CAP * self.step_timeout:
-                    raise CaseTimeout(f"{exc}: no output from the engine for {now - quiet_since:.1f}s, "
-                                      f"{now - start:.1f}s in all") from None
-
     def _start_wave(self, s: dict[str, Any]) -> bool:
         engine, client = self._where(s)
         exclude = s.get("exclude")
@@ -377,7 +385,7 @@ class _Play:
     def _garbage(self, s: dict[str, Any]) -> bool:
         engine, client = self._where(s)
         frames = [bytes.fromhex(f) for f in s["frames"]]
-        recovered = recover_utility_frames(frames) if frames and frames[0] == b"\x03" else None
+        recovered = recover_utility_frames(frames) if frames and frames[0] == RequestType.UTILITY.value else None
         if recovered is not None:  # a refused UTILITY whose call id can be read: its failure may answer it
             self.history.refused_ids.add(recovered.call_id)
         self.fe.send_raw(frames, engine=engine, client=client, decode=lambda: "(a malformed message, on purpose)")
@@ -474,8 +482,8 @@ def _rules_of_the_cases(fe, fresh: bool) -> list[Finding]:
     (``ECP-DP-5``)."""
     violations = []
     if fresh:
-        violations += [hello_violation(rec) for rec in fe.records.values() if rec.hello_raw is not None]
-        violations += [ready_hash_violation(rec) for rec in fe.records.values()]
+        violations += [hello_violation(rec) for rec in fe.evidence.records.values() if rec.hello_raw is not None]
+        violations += [ready_hash_violation(rec) for rec in fe.evidence.records.values()]
     violations.append(wave_complete_violation(fe))
     return [Finding(v.clause, str(v)) for v in violations if v is not None]
 

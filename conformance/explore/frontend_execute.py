@@ -85,7 +85,117 @@ class _Stop(Exception):
         self.finding = finding
 
 
-class _Play:
+class _Judge:
+    """How each request of a session ended, judged once the session is over: its findings."""
+
+    fe: FrontendUnderTest
+    requests: dict[int, _Request]
+    findings: list[Finding]
+    step_timeout: float
+
+    def _pins(self) -> None:
+        """Pinned requests reached their rank (ECP-DP-2)."""
+        answered: dict[int, int] = {}
+        for req in self.requests.values():
+            if req.pin is not None and req.ended and req.failure is None and not req.dropped and not req.aborted \
+                    and (req.reply.ok if req.reply is not None else req.sse is not None and req.sse.done):
+                answered[req.pin] = answered.get(req.pin, 0) + 1
+        for engine in self.fe.engines:
+            adds = [req for _, req in engine.recorder.adds(include_notices=False)]
+            strays = [req.request_id for req in adds
+                      if req.data_parallel_rank is not None and req.data_parallel_rank != engine.rank]
+            if strays:
+                self.findings.append(Finding("ECP-DP-2", f"engine {engine.rank} was sent ADDs pinned to another "
+                                                         f"rank: {strays[:4]}"))
+                return
+            mine = sum(1 for req in adds if req.data_parallel_rank == engine.rank)
+            if mine < answered.get(engine.rank, 0):
+                self.findings.append(Finding("ECP-DP-2", f"{answered[engine.rank]} request(s) pinned to rank "
+                                                         f"{engine.rank} (X-data-parallel-rank) were answered, but "
+                                                         f"engine {engine.rank} got {mine} ADD(s) with "
+                                                         f"data_parallel_rank {engine.rank}"))
+                return
+
+    def _aborts_to_owners(self) -> None:
+        """Every id an engine is sent in an ABORT is one that engine was sent an ADD for."""
+        for engine in self.fe.engines:
+            added = {req.request_id for _, req in engine.recorder.adds()}
+            for _, ids in engine.recorder.aborts():
+                strangers = [rid for rid in ids if rid not in added]
+                if strangers:
+                    self.findings.append(Finding("ECP-ABORT-1", f"engine {engine.rank} was sent an ABORT naming "
+                                                                f"{strangers[:4]}, ids it was never sent an ADD for"))
+                    break
+
+    def _judge(self, req: _Request) -> None:
+        what = f"request {req.ref} ({'stream' if req.stream else 'non-streaming'}{', aborted' if req.aborted else ''})"
+        if req.dropped:
+            return
+        if not req.ended:
+            self.findings.append(Finding("ECP-HTTP-1", f"{what} did not end within {self.step_timeout:g}s of the "
+                                                       "session's end", req.step))
+            req.task.cancel()
+            return
+        if req.failure is not None:
+            self.findings.append(Finding("ECP-HTTP-1", f"{what}: {req.failure}", req.step))
+            return
+        if req.aborted:
+            if req.sse is not None and req.sse.status_code == 200 and not req.sse.done:
+                self.findings.append(Finding("ECP-ABORT-8", f"{what}: the stream ended without data: [DONE] "
+                                                            "after its explicit abort", req.step))
+            return
+        if req.fails:
+            self._judge_failed(req, what)
+            return
+        if not req.stream:
+            reply = req.reply
+            choices = reply.body.get("choices") if reply.ok and isinstance(reply.body, dict) else None
+            if not choices or any(not isinstance(c, dict) or not c.get("finish_reason") for c in choices):
+                self.findings.append(Finding("ECP-HTTP-1", f"{what} answered HTTP {reply.status_code}: "
+                                                           f"{reply.text[:200]}", req.step))
+            return
+        sse = req.sse
+        if sse.status_code != 200:
+            self.findings.append(Finding("ECP-HTTP-1", f"{what} answered HTTP {sse.status_code}: {sse.text[:200]}",
+                                         req.step))
+            return
+        finishes: dict[Any, int] = {}
+        for event in sse.events:
+            for choice in event.get("choices") or []:
+                if isinstance(choice, dict) and choice.get("finish_reason"):
+                    finishes[choice.get("index", 0)] = finishes.get(choice.get("index", 0), 0) + 1
+        errors = [e for e in sse.events if "error" in e]
+        if errors or not sse.done or not finishes or any(n != 1 for n in finishes.values()):
+            self.findings.append(Finding("ECP-HTTP-1", f"{what} ended with finish reasons per choice {finishes}, "
+                                                       f"{'[DONE]' if sse.done else 'no [DONE]'}"
+                                                       f"{f', error event {errors[0]}' if errors else ''}", req.step))
+
+    def _judge_failed(self, req: _Request, what: str) -> None:
+        """A request its engine ended with ERROR reaches the client as an error: an error status, an
+        error event or finish_reason error, never a normal finish (ECP-OUT-5, as FE-OUT-2 judges it)."""
+        if req.reply is not None:
+            reply = req.reply
+            finish = [c.get("finish_reason") for c in (reply.body.get("choices") or []) if isinstance(c, dict)] \
+                if reply.ok and isinstance(reply.body, dict) else []
+            if reply.ok and "error" not in finish and not (isinstance(reply.body, dict) and "error" in reply.body):
+                self.findings.append(Finding("ECP-OUT-5", f"{what}: its engine ended it with ERROR, the client got "
+                                                          f"HTTP {reply.status_code} with finish_reason {finish}",
+                                             req.step))
+            return
+        sse = req.sse
+        if sse is None or sse.status_code != 200:
+            return  # an error status
+        errors = [e for e in sse.events if "error" in e]
+        finishes = [c.get("finish_reason") for e in sse.events for c in (e.get("choices") or [])
+                    if isinstance(c, dict) and c.get("finish_reason")]
+        if not errors and "error" not in finishes and sse.done:
+            self.findings.append(Finding("ECP-OUT-5", f"{what}: its engine ended it with ERROR, the stream ended "
+                                                      f"normally with finish reasons {finishes}", req.step))
+
+
+class _Play(_Judge):
+    """One session played on the frontend under test, step by step."""
+
     def __init__(self, fe: FrontendUnderTest, session: Session, step_timeout: float) -> None:
         self.fe = fe
         self.session = session
@@ -332,105 +442,6 @@ class _Play:
         self._aborts_to_owners()
         self._pins()
         await self._fresh()
-
-    def _pins(self) -> None:
-        """Pinned requests reached their rank (ECP-DP-2)."""
-        answered: dict[int, int] = {}
-        for req in self.requests.values():
-            if req.pin is not None and req.ended and req.failure is None and not req.dropped and not req.aborted \
-                    and (req.reply.ok if req.reply is not None else req.sse is not None and req.sse.done):
-                answered[req.pin] = answered.get(req.pin, 0) + 1
-        for engine in self.fe.engines:
-            adds = [req for _, req in engine.recorder.adds(include_notices=False)]
-            strays = [req.request_id for req in adds
-                      if req.data_parallel_rank is not None and req.data_parallel_rank != engine.rank]
-            if strays:
-                self.findings.append(Finding("ECP-DP-2", f"engine {engine.rank} was sent ADDs pinned to another "
-                                                         f"rank: {strays[:4]}"))
-                return
-            mine = sum(1 for req in adds if req.data_parallel_rank == engine.rank)
-            if mine < answered.get(engine.rank, 0):
-                self.findings.append(Finding("ECP-DP-2", f"{answered[engine.rank]} request(s) pinned to rank "
-                                                         f"{engine.rank} (X-data-parallel-rank) were answered, but "
-                                                         f"engine {engine.rank} got {mine} ADD(s) with "
-                                                         f"data_parallel_rank {engine.rank}"))
-                return
-
-    def _aborts_to_owners(self) -> None:
-        """Every id an engine is sent in an ABORT is one that engine was sent an ADD for."""
-        for engine in self.fe.engines:
-            added = {req.request_id for _, req in engine.recorder.adds()}
-            for _, ids in engine.recorder.aborts():
-                strangers = [rid for rid in ids if rid not in added]
-                if strangers:
-                    self.findings.append(Finding("ECP-ABORT-1", f"engine {engine.rank} was sent an ABORT naming "
-                                                                f"{strangers[:4]}, ids it was never sent an ADD for"))
-                    break
-
-    def _judge(self, req: _Request) -> None:
-        what = f"request {req.ref} ({'stream' if req.stream else 'non-streaming'}{', aborted' if req.aborted else ''})"
-        if req.dropped:
-            return
-        if not req.ended:
-            self.findings.append(Finding("ECP-HTTP-1", f"{what} did not end within {self.step_timeout:g}s of the "
-                                                       "session's end", req.step))
-            req.task.cancel()
-            return
-        if req.failure is not None:
-            self.findings.append(Finding("ECP-HTTP-1", f"{what}: {req.failure}", req.step))
-            return
-        if req.aborted:
-            if req.sse is not None and req.sse.status_code == 200 and not req.sse.done:
-                self.findings.append(Finding("ECP-ABORT-8", f"{what}: the stream ended without data: [DONE] "
-                                                            "after its explicit abort", req.step))
-            return
-        if req.fails:
-            self._judge_failed(req, what)
-            return
-        if not req.stream:
-            reply = req.reply
-            choices = reply.body.get("choices") if reply.ok and isinstance(reply.body, dict) else None
-            if not choices or any(not isinstance(c, dict) or not c.get("finish_reason") for c in choices):
-                self.findings.append(Finding("ECP-HTTP-1", f"{what} answered HTTP {reply.status_code}: "
-                                                           f"{reply.text[:200]}", req.step))
-            return
-        sse = req.sse
-        if sse.status_code != 200:
-            self.findings.append(Finding("ECP-HTTP-1", f"{what} answered HTTP {sse.status_code}: {sse.text[:200]}",
-                                         req.step))
-            return
-        finishes: dict[Any, int] = {}
-        for event in sse.events:
-            for choice in event.get("choices") or []:
-                if isinstance(choice, dict) and choice.get("finish_reason"):
-                    finishes[choice.get("index", 0)] = finishes.get(choice.get("index", 0), 0) + 1
-        errors = [e for e in sse.events if "error" in e]
-        if errors or not sse.done or not finishes or any(n != 1 for n in finishes.values()):
-            self.findings.append(Finding("ECP-HTTP-1", f"{what} ended with finish reasons per choice {finishes}, "
-                                                       f"{'[DONE]' if sse.done else 'no [DONE]'}"
-                                                       f"{f', error event {errors[0]}' if errors else ''}", req.step))
-
-    def _judge_failed(self, req: _Request, what: str) -> None:
-        """A request its engine ended with ERROR reaches the client as an error: an error status, an
-        error event or finish_reason error, never a normal finish (ECP-OUT-5, as FE-OUT-2 judges it)."""
-        if req.reply is not None:
-            reply = req.reply
-            finish = [c.get("finish_reason") for c in (reply.body.get("choices") or []) if isinstance(c, dict)] \
-                if reply.ok and isinstance(reply.body, dict) else []
-            if reply.ok and "error" not in finish and not (isinstance(reply.body, dict) and "error" in reply.body):
-                self.findings.append(Finding("ECP-OUT-5", f"{what}: its engine ended it with ERROR, the client got "
-                                                          f"HTTP {reply.status_code} with finish_reason {finish}",
-                                             req.step))
-            return
-        sse = req.sse
-        if sse is None or sse.status_code != 200:
-            return  # an error status
-        errors = [e for e in sse.events if "error" in e]
-        finishes = [c.get("finish_reason") for e in sse.events for c in (e.get("choices") or [])
-                    if isinstance(c, dict) and c.get("finish_reason")]
-        if not errors and "error" not in finishes and sse.done:
-            self.findings.append(Finding("ECP-OUT-5", f"{what}: its engine ended it with ERROR, the stream ended "
-                                                      f"normally with finish reasons {finishes}", req.step))
 
     async def _fresh(self) -> None:
         try:

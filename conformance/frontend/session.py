@@ -446,6 +446,50 @@ def raise_open_file_limit(wanted: int = 16384) -> int:
     return soft
 
 
+class CaseDeadline:
+    """When the running case's time is up: set when its body starts, paused while a launch is under way
+    (a launch has its own bounds, ``--startup-timeout`` per stage; launches side by side count once),
+    grown when the pace measured during the case grants a larger budget or a wait needs a window."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        #: the budget ``at`` grants; grows with the pace measured during the case
+        self._budget_s: float | None = None
+        self._launching = 0
+        self._launching_since = 0.0
+
+    def set(self, at: float | None) -> None:
+        self.at = at
+        self._budget_s = None if at is None else at - time.monotonic()
+
+    def current(self) -> float:
+        """The deadline; none while a launch is under way."""
+        assert self.at is not None
+        return math.inf if self._launching else self.at
+
+    def launch_begins(self) -> None:
+        if self._launching == 0:
+            self._launching_since = time.monotonic()
+        self._launching += 1
+
+    def launch_ends(self) -> None:
+        """One launch is serving, judged or gone: once none is under way, the deadline moves by the
+        time some launch was."""
+        self._launching -= 1
+        if self._launching == 0 and self.at is not None:
+            self.at += time.monotonic() - self._launching_since
+
+    def grant(self, budget: float) -> None:
+        """The case's budget is now ``budget`` (a pace measured during it): the deadline grows to match."""
+        if self.at is not None and self._budget_s is not None and budget > self._budget_s:
+            self.at += budget - self._budget_s
+            self._budget_s = budget
+
+    def extend(self, seconds: float) -> None:
+        if self.at is not None:
+            self.at += seconds
+
+
 class FrontendManager:
     """Owns the loop thread, the zmq context, the shared launch and fresh launches (the frontend role's
     ``ecp.conformance.plugin.PeerManager``)."""
@@ -477,10 +521,6 @@ class FrontendManager:
         self.loop = LoopThread()
         self.ctx = zmq.asyncio.Context()
         self._launches = 0
-        #: launches under way: the case's deadline waits for them (``_case_deadline``), and since when
-        #: at least one was (the deadline grows by that span once none is)
-        self._launching = 0
-        self._launching_since = 0.0
         self.pace = Pace("frontend", cfg.case_timeout_s, cfg.startup_timeout_s)
         self._shared: FrontendUnderTest | None = None
         #: the first shared launch failed (timeout, crash, cannot start) before any launch of this
@@ -491,8 +531,8 @@ class FrontendManager:
         self.touched: list[FrontendUnderTest] = []
         #: id(engine) -> how many violations it had recorded when the case began (the shared launch)
         self._violation_marks: dict[int, int] = {}
-        self.deadline: float | None = None
-        self._deadline_budget_s: float | None = None
+        #: the running case's deadline (launches under way pause it)
+        self.deadline = CaseDeadline()
         #: burst size -> result, shared by a burst's exact-ids and coalescing cases
         self.bursts: dict[int, Any] = {}
         #: the longest time a launch of this run took from its last engine's READY to GET /health 200
@@ -511,21 +551,13 @@ class FrontendManager:
         The budget is the plugin's deadline (``set_deadline``), or
         ``case_timeout_s`` from now; time spent launching frontends extends it.
         """
-        if self.deadline is None:
+        if self.deadline.at is None:
             self.set_deadline(time.monotonic() + self.case_budget())
-        return self.loop.run(body(self), self._case_deadline, "the case")
-
-    def _case_deadline(self) -> float:
-        """The case's deadline; none while a launch is under way (a launch has its own bounds,
-        ``--startup-timeout`` per stage, and its time is added to the budget when it ends)."""
-        assert self.deadline is not None
-        return math.inf if self._launching else self.deadline
+        return self.loop.run(body(self), self.deadline.current, "the case")
 
     def set_deadline(self, deadline: float | None) -> None:
         """Called by the plugin when a case body starts (its time budget)."""
-        self.deadline = deadline
-        #: the budget that deadline grants; grows with the pace measured during the case
-        self._deadline_budget_s = None if deadline is None else deadline - time.monotonic()
+        self.deadline.set(deadline)
 
     def case_budget(self) -> float:
         """The time budget of the case about to run (:mod:`ecp.conformance.pace`)."""
@@ -538,18 +570,6 @@ class FrontendManager:
         """Every launch of the run with its start-up time, for the reports."""
         return self.pace.summary()
 
-    def _launch_begins(self) -> None:
-        if self._launching == 0:
-            self._launching_since = time.monotonic()
-        self._launching += 1
-
-    def _launch_ends(self) -> None:
-        """One launch is serving, judged or gone: once none is under way, the case's deadline grows by
-        the time some launch was (launches side by side count once)."""
-        self._launching -= 1
-        if self._launching == 0 and self.deadline is not None:
-            self.deadline += time.monotonic() - self._launching_since
-
     def _measured(self, fut: FrontendUnderTest, record: LaunchRecord, started: float) -> None:
         """``fut`` serves: record its start-up; the first probe sets the response time. Later launches
         and waits then use the budgets that follow from them."""
@@ -560,10 +580,7 @@ class FrontendManager:
         self.cfg.startup_timeout_s = self.pace.startup_budget()
         # a case whose own launch measured the pace gets the budget that pace sets, as later cases
         # do: its deadline was fixed before the measurement, its requests' timeout is set after it
-        budget = self.case_budget()
-        if self.deadline is not None and self._deadline_budget_s is not None and budget > self._deadline_budget_s:
-            self.deadline += budget - self._deadline_budget_s
-            self._deadline_budget_s = budget
+        self.deadline.grant(self.case_budget())
         fut.driver.set_timeout(self.case_budget() * REQUEST_SHARE)
 
     async def _watch_start(self, fut: FrontendUnderTest, record: LaunchRecord, started: float) -> None:
@@ -580,7 +597,7 @@ class FrontendManager:
             Pace.launch_failed(record, str(exc))
         finally:
             Pace.launch_failed(record, "closed before answering a HELLO")   # no-op once it served
-            self._launch_ends()
+            self.deadline.launch_ends()
 
     # -- lifetimes -------------------------------------------------------------------
     async def _launch(self, *, engine_count: int | None = None, argv: list[str] | None = None,
@@ -593,7 +610,7 @@ class FrontendManager:
         if not self.cfg.attach and not self.cfg.command:
             raise LaunchError("no frontend command given after --")
         self._launches += 1
-        self._launch_begins()
+        self.deadline.launch_begins()
         started = time.monotonic()
         count = engine_count or self.cfg.engine_count
         record = self.pace.launch_started(self._launches, f"{count} engine(s)" + (
@@ -624,7 +641,7 @@ class FrontendManager:
         finally:
             # Start-up time does not eat the case budget.
             if not watching:
-                self._launch_ends()
+                self.deadline.launch_ends()
         return fut
 
     async def shared(self) -> FrontendUnderTest:
@@ -695,9 +712,8 @@ class FrontendManager:
         if self.healthy_after_s is None and not self.cfg.attach:
             await self.shared()
         window = max(REFUSAL_MIN_S, 3 * (self.healthy_after_s or 0.0))
-        if self.deadline is not None:
-            # the window scales with the frontend's start-up, which never eats the case budget
-            self.deadline += window
+        # the window scales with the frontend's start-up, which never eats the case budget
+        self.deadline.extend(window)
         return window
 
     def command_without_kv_connector(self) -> list[str]:
@@ -708,8 +724,7 @@ class FrontendManager:
 
     def begin_case(self) -> None:
         """Called by the plugin before each case: no deadline yet, nothing touched."""
-        self.deadline = None
-        self._deadline_budget_s = None
+        self.deadline.set(None)
         self.touched = []
         shared = self._shared
         self._violation_marks = {id(e): len(e.violations) for e in shared.engines} if shared else {}

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -100,7 +100,119 @@ class EngineLink:
     rewritten: Addresses | None = None
 
 
-class Relay:
+class _RelaySockets:
+    """The relay sockets of each engine's INIT, as a part of :class:`Relay`: one pair per address
+    INIT names, bound like the frontend's and piped both ways; built again when INIT changes."""
+
+    session: Session
+    max_clients: int
+    _socket: Callable[..., zmq.Socket]
+    _bind_like: Callable[[zmq.Socket, str, str], str]
+    _watch: Callable[[zmq.Socket, Callable[[zmq.Socket], Any]], None]
+    _unwatch: Callable[[zmq.Socket], None]
+    _observe: Callable[..., bool]
+    _send: Callable[[zmq.Socket, list, str], None]
+    _warn: Callable[[str], None]
+    _on_disconnect: Callable[[EngineLink, zmq.Socket], bool]
+    _on_frontend_disconnect: Callable[[EngineLink, int, zmq.Socket], bool]
+
+    def _teardown(self, link: EngineLink) -> None:
+        stop_monitors(link.sockets)  # before their readers close (stop_monitors says why)
+        for s in link.sockets:
+            self._unwatch(s)
+            s.close(0)
+        link.sockets, link.outputs_down, link.inputs_up = [], [], []
+        link.original = link.rewritten = None
+
+    def _relay_addresses(self, link: EngineLink, a: Addresses) -> Addresses:
+        """Bind and connect the relay sockets for INIT's addresses; return what the engine gets."""
+        if a == link.original and not link.gone and link.rewritten is not None:
+            return link.rewritten  # the same INIT again: the engine may still use the relay it has
+        self._teardown(link)  # new addresses, or the engine left and came back: start afresh
+        link.generation += 1
+        link.gone = False
+        tag = f"r{link.rank if link.rank is not None else link.identity.hex()}-g{link.generation}"
+        try:
+            link.rewritten = self._build(link, a, tag)
+            link.original = a
+            return link.rewritten
+        except (zmq.ZMQError, RewriteError) as exc:
+            self._teardown(link)
+            raise RewriteError(f"cannot set up the relay sockets: {exc}") from None
+
+    def _build(self, link: EngineLink, a: Addresses, tag: str) -> Addresses:
+        def pair(down_kind, up_kind, original, name, up_identity):
+            down = self._socket(down_kind, linger=SHUTDOWN_LINGER_MS)
+            up = self._socket(up_kind, identity=up_identity, linger=SHUTDOWN_LINGER_MS)
+            link.sockets += [down, up]
+            advertised = self._bind_like(down, original, f"{tag}-{name}")
+            up.connect(original)
+            return down, up, advertised
+
+        if len(a.inputs) > self.max_clients:
+            # the frontend-side bound
+            self._warn(f"ecp monitor: INIT for rank {link.rank} names {len(a.inputs)} clients; the relay builds "
+                       f"sockets for at most {self.max_clients} (--max-clients): forwarded unrewritten")
+            raise RewriteError(f"INIT names {len(a.inputs)} clients, more than --max-clients {self.max_clients}")
+        inputs, outputs = [], []
+        originals: dict[str, str] = {}  # relay address -> the frontend's, for the ready payload
+        for i, (in_addr, out_addr) in enumerate(zip(a.inputs, a.outputs)):
+            down, up, adv = pair(zmq.ROUTER, zmq.DEALER, in_addr, f"in{i}", link.identity)
+            self._pipe(link, Pipe(down, up, TO_FRONTEND, INPUT, i, strip_identity=True,
+                                  transform=lambda frames: self._restore(link, frames, originals)))
+            self._pipe(link, Pipe(up, down, TO_ENGINE, INPUT, i, route_to=link.identity))
+            mon = down.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            link.sockets.append(mon)
+            self._watch(mon, lambda s, link=link: self._on_disconnect(link, s))
+            up_mon = up.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            link.sockets.append(up_mon)
+            self._watch(up_mon, lambda s, link=link, i=i: self._on_frontend_disconnect(link, i, s))
+            link.inputs_up.append(up)
+            inputs.append(adv)
+            down, up, adv = pair(zmq.PULL, zmq.PUSH, out_addr, f"out{i}", None)
+            self._pipe(link, Pipe(down, up, TO_FRONTEND, OUTPUT, i))
+            link.outputs_down.append(down)
+            outputs.append(adv)
+        coord_in = coord_out = None
+        if a.coordinator_input is not None and a.coordinator_output is not None:
+            down, up, coord_in = pair(zmq.XPUB, zmq.XSUB, a.coordinator_input, "cin", link.identity)
+            originals[coord_in] = a.coordinator_input
+            self._pipe(link, Pipe(down, up, TO_FRONTEND, COORDINATOR_INPUT, None))
+            self._pipe(link, Pipe(up, down, TO_ENGINE, COORDINATOR_INPUT, None))
+            down, up, coord_out = pair(zmq.PULL, zmq.PUSH, a.coordinator_output, "cout", None)
+            originals[coord_out] = a.coordinator_output
+            self._pipe(link, Pipe(down, up, TO_FRONTEND, COORDINATOR_OUTPUT, None))
+            link.outputs_down.append(down)
+        return Addresses(tuple(inputs), tuple(outputs), coord_in, coord_out)
+
+    def _restore(self, link: EngineLink, frames: list[bytes], originals: dict[str, str]) -> list[bytes]:
+        """The ready payload echoes the coordinator addresses INIT gave: give the frontend its own back."""
+        if not originals or len(frames) != 1:
+            return frames
+        restored = restore_ready_response(frames[0], originals)
+        if restored is None:
+            return frames
+        self.session.note("ready_response_restored", rank=link.rank)
+        return [restored]
+
+    def _pipe(self, link: EngineLink, p: Pipe) -> None:
+        what = f"{p.socket} message of rank {link.rank} {p.direction}"
+
+        def handle(sock: zmq.Socket) -> bool:
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return False
+            payload = frames[1:] if p.strip_identity else frames
+            if self._observe(p.direction, link, p.socket, p.client, payload):
+                out = p.transform(payload) if p.transform is not None else payload
+                self._send(p.dst, [p.route_to, *out] if p.route_to is not None else out, what)
+            return True
+
+        self._watch(p.src, handle)
+
+
+class Relay(_RelaySockets):
     def __init__(self, listen: str, frontend: str, session: Session, *, relay_host: str = "127.0.0.1",
                  fail_closed: bool = False, max_engines: int = DEFAULT_MAX_ENGINES,
                  max_clients: int = DEFAULT_MAX_CLIENTS, warn: Callable[[str], None] | None = None) -> None:
@@ -287,102 +399,6 @@ class Relay:
         assert self.listen is not None
         self._send(self.listen, [link.identity, *out], f"INIT to rank {link.rank}")
         return True
-
-    # ------------------------------------------------------------------ relay sockets
-    def _teardown(self, link: EngineLink) -> None:
-        stop_monitors(link.sockets)  # before their readers close (stop_monitors says why)
-        for s in link.sockets:
-            self._unwatch(s)
-            s.close(0)
-        link.sockets, link.outputs_down, link.inputs_up = [], [], []
-        link.original = link.rewritten = None
-
-    def _relay_addresses(self, link: EngineLink, a: Addresses) -> Addresses:
-        """Bind and connect the relay sockets for INIT's addresses; return what the engine gets."""
-        if a == link.original and not link.gone and link.rewritten is not None:
-            return link.rewritten  # the same INIT again: the engine may still use the relay it has
-        self._teardown(link)  # new addresses, or the engine left and came back: start afresh
-        link.generation += 1
-        link.gone = False
-        tag = f"r{link.rank if link.rank is not None else link.identity.hex()}-g{link.generation}"
-        try:
-            link.rewritten = self._build(link, a, tag)
-            link.original = a
-            return link.rewritten
-        except (zmq.ZMQError, RewriteError) as exc:
-            self._teardown(link)
-            raise RewriteError(f"cannot set up the relay sockets: {exc}") from None
-
-    def _build(self, link: EngineLink, a: Addresses, tag: str) -> Addresses:
-        def pair(down_kind, up_kind, original, name, up_identity):
-            down = self._socket(down_kind, linger=SHUTDOWN_LINGER_MS)
-            up = self._socket(up_kind, identity=up_identity, linger=SHUTDOWN_LINGER_MS)
-            link.sockets += [down, up]
-            advertised = self._bind_like(down, original, f"{tag}-{name}")
-            up.connect(original)
-            return down, up, advertised
-
-        if len(a.inputs) > self.max_clients:
-            # the frontend-side bound
-            self._warn(f"ecp monitor: INIT for rank {link.rank} names {len(a.inputs)} clients; the relay builds "
-                       f"sockets for at most {self.max_clients} (--max-clients): forwarded unrewritten")
-            raise RewriteError(f"INIT names {len(a.inputs)} clients, more than --max-clients {self.max_clients}")
-        inputs, outputs = [], []
-        originals: dict[str, str] = {}  # relay address -> the frontend's, for the ready payload
-        for i, (in_addr, out_addr) in enumerate(zip(a.inputs, a.outputs)):
-            down, up, adv = pair(zmq.ROUTER, zmq.DEALER, in_addr, f"in{i}", link.identity)
-            self._pipe(link, Pipe(down, up, TO_FRONTEND, INPUT, i, strip_identity=True,
-                                  transform=lambda frames: self._restore(link, frames, originals)))
-            self._pipe(link, Pipe(up, down, TO_ENGINE, INPUT, i, route_to=link.identity))
-            mon = down.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-            link.sockets.append(mon)
-            self._watch(mon, lambda s, link=link: self._on_disconnect(link, s))
-            up_mon = up.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-            link.sockets.append(up_mon)
-            self._watch(up_mon, lambda s, link=link, i=i: self._on_frontend_disconnect(link, i, s))
-            link.inputs_up.append(up)
-            inputs.append(adv)
-            down, up, adv = pair(zmq.PULL, zmq.PUSH, out_addr, f"out{i}", None)
-            self._pipe(link, Pipe(down, up, TO_FRONTEND, OUTPUT, i))
-            link.outputs_down.append(down)
-            outputs.append(adv)
-        coord_in = coord_out = None
-        if a.coordinator_input is not None and a.coordinator_output is not None:
-            down, up, coord_in = pair(zmq.XPUB, zmq.XSUB, a.coordinator_input, "cin", link.identity)
-            originals[coord_in] = a.coordinator_input
-            self._pipe(link, Pipe(down, up, TO_FRONTEND, COORDINATOR_INPUT, None))
-            self._pipe(link, Pipe(up, down, TO_ENGINE, COORDINATOR_INPUT, None))
-            down, up, coord_out = pair(zmq.PULL, zmq.PUSH, a.coordinator_output, "cout", None)
-            originals[coord_out] = a.coordinator_output
-            self._pipe(link, Pipe(down, up, TO_FRONTEND, COORDINATOR_OUTPUT, None))
-            link.outputs_down.append(down)
-        return Addresses(tuple(inputs), tuple(outputs), coord_in, coord_out)
-
-    def _restore(self, link: EngineLink, frames: list[bytes], originals: dict[str, str]) -> list[bytes]:
-        """The ready payload echoes the coordinator addresses INIT gave: give the frontend its own back."""
-        if not originals or len(frames) != 1:
-            return frames
-        restored = restore_ready_response(frames[0], originals)
-        if restored is None:
-            return frames
-        self.session.note("ready_response_restored", rank=link.rank)
-        return [restored]
-
-    def _pipe(self, link: EngineLink, p: Pipe) -> None:
-        what = f"{p.socket} message of rank {link.rank} {p.direction}"
-
-        def handle(sock: zmq.Socket) -> bool:
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return False
-            payload = frames[1:] if p.strip_identity else frames
-            if self._observe(p.direction, link, p.socket, p.client, payload):
-                out = p.transform(payload) if p.transform is not None else payload
-                self._send(p.dst, [p.route_to, *out] if p.route_to is not None else out, what)
-            return True
-
-        self._watch(p.src, handle)
 
     # ------------------------------------------------------------------ peers leaving
     def _on_frontend_disconnect(self, link: EngineLink, client: int, mon: zmq.Socket) -> bool:

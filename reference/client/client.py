@@ -32,16 +32,16 @@ from ecp.spec import (
     EngineCoreReadyResponse, EngineCoreRequest, EngineHandshakeMetadata, EngineZmqAddresses, UtilityRequest,
 )
 from ecp.spec.machine import Add, Event, FrontendConnection, UtilityCall
-from ecp.spec.peer.zmq_io import stop_monitors
+from ecp.spec.peer.zmq_io import AsyncFrontendSockets, stop_monitors
 
 from .abort_coalescer import AbortCoalescer
 from .aggregation import UtilityAggregation
 from .config import ClientConfig
 from .coordinator import Coordinator
 from .dispatch import OutputDispatch
-from .errors import ClientClosed, EngineDisconnected, EngineUnresponsive, HandshakeTimeout
+from .errors import ClientClosed, EngineDisconnected, EngineUnresponsive
 from .faults import ClientFaults
-from .handshake import STAGE_HELLO, STAGE_READY, HandshakeOwner, HandshakeResult
+from .handshake import ClientHooks, HandshakeOwner, HandshakeResult
 from .health import Health
 from .lifecycle import RequestLifecycle
 from .outbox import Outbox
@@ -193,7 +193,7 @@ class EngineCoreClient(UtilityMethods):
     async def wait_ready(self) -> None:
         """Run the handshake until every engine is registered and READY.
 
-        Raises :class:`HandshakeTimeout` naming the stage that did not finish,
+        Raises :class:`~.errors.HandshakeTimeout` naming the stage that did not finish,
         or the typed handshake error an engine provoked. Either way the
         client is left unusable (call :meth:`shutdown`).
         """
@@ -206,49 +206,15 @@ class EngineCoreClient(UtilityMethods):
         owner = self._faults.handshake(HandshakeOwner(self._ranks, None if cfg.bootstrapped else self._init_message(),
                                                       bootstrapped=cfg.bootstrapped, limits=cfg.decode_limits,
                                                       codec=self.release.codec))
-        poller = zmq.asyncio.Poller()
         assert self._input is not None
-        poller.register(self._input, zmq.POLLIN)
+        sockets: dict[str, zmq.asyncio.Socket] = {"input[0]": self._input}
         if self._handshake_sock is not None:
-            poller.register(self._handshake_sock, zmq.POLLIN)
+            sockets["handshake"] = self._handshake_sock
         coord = self._coordinator
         if coord is not None:
-            poller.register(coord.xpub, zmq.POLLIN)
-        loop = asyncio.get_running_loop()
-        hello_deadline = loop.time() + cfg.handshake_timeout_s
-        ready_deadline: float | None = None
-        while True:
-            stage = owner.stage
-            gate_open = coord is None or coord.gate_open
-            if stage is None and gate_open:
-                break
-            if stage == STAGE_HELLO:
-                deadline, timeout_s = hello_deadline, cfg.handshake_timeout_s
-            else:
-                if ready_deadline is None:
-                    ready_deadline = loop.time() + cfg.ready_timeout_s
-                deadline, timeout_s = ready_deadline, cfg.ready_timeout_s
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                if coord is not None and not gate_open and stage in (STAGE_READY, None):
-                    # engines send READY only after the gate: the gate is what is missing
-                    raise HandshakeTimeout("coordinator subscriptions", owner.missing(STAGE_READY), timeout_s)
-                assert stage is not None
-                raise HandshakeTimeout(stage, owner.missing(stage), timeout_s)
-            events = dict(await poller.poll(timeout=max(1, int(remaining * 1000))))
-            if self._handshake_sock is not None and self._handshake_sock in events:
-                frames = await self._handshake_sock.recv_multipart()
-                for reply in owner.on_handshake_frames(frames):
-                    await self._handshake_sock.send_multipart(reply)
-            if self._input in events:
-                owner.on_registration(await self._input.recv_multipart())
-            if coord is not None and coord.xpub in events:
-                frames = await coord.xpub.recv_multipart()
-                owner.on_coordinator_subscription(frames)
-                opened = coord.gate_open
-                await coord.on_subscription(frames)
-                if coord.gate_open and not opened:
-                    owner.coordinator_gate_opened()
+            sockets["coordinator_input"] = coord.xpub   # the loop publishes the gate on it (ECP-HS-6)
+        await AsyncFrontendSockets(owner, sockets, ClientHooks()).handshake(
+            cfg.handshake_timeout_s, ready_timeout_s=cfg.ready_timeout_s)
         self._handshake = owner.result()
         # after the handshake an engine's violations are recorded, not raised: what the client does
         # about each is its policy (_on_output_frames); the machine keeps following the engine

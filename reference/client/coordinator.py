@@ -1,9 +1,9 @@
 """A minimal in-process DP coordinator (``ECP-HS-6``, ``ECP-DP-5``).
 
 It binds the coordinator XPUB (engines' XSUB connect to ``coordinator_input``)
-and PULL (engines' PUSH connect to ``coordinator_output``). Startup gate:
-once every engine has subscribed (``0x01``) it publishes the single frame
-``READY``. Serving: ``wave_complete = w`` (``w >= current``) advances the
+and PULL (engines' PUSH connect to ``coordinator_output``). Startup gate: the
+client's handshake loop reads the subscriptions (``0x01``) on the XPUB and
+publishes the single frame ``READY`` once every engine subscribed. Serving: ``wave_complete = w`` (``w >= current``) advances the
 wave to ``w + 1``; ``start_wave = w`` from an engine is rebroadcast as
 START_DP_WAVE ``[current, exclude = sender]``; stats-only messages are
 ignored. Coordinator counts are not published (the client routes on its own
@@ -18,7 +18,7 @@ import zmq
 import zmq.asyncio
 
 from ecp.spec import (
-    COORDINATOR_READY, EngineCoreOutputs, ProtocolError, decode_outputs, encode_start_dp_wave,
+    EngineCoreOutputs, ProtocolError, decode_outputs, encode_start_dp_wave,
 )
 
 log = logging.getLogger("ecp.reference.client")
@@ -38,18 +38,8 @@ class Coordinator:
         self.pull.setsockopt(zmq.RCVHWM, 0)
         self.pull.bind(output_bind)
         self.output_address = self.pull.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.subscriptions = 0
-        self.gate_open = False
         self.current_wave = 0
         self.waves_started = 0
-
-    async def on_subscription(self, frames: list[bytes]) -> None:
-        """Handle an XPUB (un)subscription message; open the gate at N subscriptions."""
-        if frames and frames[0][:1] == b"\x01":
-            self.subscriptions += 1
-        if not self.gate_open and self.subscriptions >= self.engine_count:
-            self.gate_open = True
-            await self.xpub.send(COORDINATOR_READY)
 
     def on_engine_message(self, msg: EngineCoreOutputs) -> list[list[bytes]]:
         """Wave bookkeeping; return START_DP_WAVE messages to publish."""

@@ -24,8 +24,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ecp.spec import DEFAULT_LIMITS, DecodeLimits, EngineHandshakeMetadata, HandshakeError
-from ecp.spec.machine import Registration
+from ecp.spec.machine import Registration, Send
 from ecp.spec.peer import FrontendPeer, HandshakeResult, Stage
+from ecp.spec.peer.zmq_io import FrontendHooks
 
 from .errors import InconsistentEngines, UnexpectedEngineIdentity
 
@@ -34,7 +35,7 @@ STAGE_HELLO = Stage.HELLO.value
 STAGE_REGISTRATION = Stage.REGISTRATION.value
 STAGE_READY = Stage.READY.value
 
-__all__ = ["HandshakeOwner", "HandshakeResult", "STAGE_HELLO", "STAGE_REGISTRATION", "STAGE_READY"]
+__all__ = ["ClientHooks", "HandshakeOwner", "HandshakeResult", "STAGE_HELLO", "STAGE_REGISTRATION", "STAGE_READY"]
 
 
 class HandshakeOwner(FrontendPeer):
@@ -78,13 +79,6 @@ class HandshakeOwner(FrontendPeer):
         """A frame the coordinator's XPUB received (the engines' ``01`` subscriptions)."""
         self.receive("coordinator_input", frames)
 
-    def coordinator_gate_opened(self) -> None:
-        """The coordinator published ``READY`` (``ECP-HS-6``): engines may now send READY.
-
-        The coordinator puts the frame on its own socket; the machine only checks the
-        gate opened after every subscription and records it."""
-        self.open_gate()
-
     @property
     def stage(self) -> str | None:  # type: ignore[override]
         """The earliest stage some engine has not reached (its name); ``None`` when done."""
@@ -95,3 +89,18 @@ class HandshakeOwner(FrontendPeer):
         if not self.done:
             raise HandshakeError(f"handshake incomplete at stage {self.stage}", clause="ECP-HS-8")
         return super().result()
+
+
+class ClientHooks(FrontendHooks):
+    """The client's part in the one frontend handshake loop (:class:`ecp.spec.peer.zmq_io.AsyncFrontendSockets`):
+    every message goes through the owner's handlers -- the client's typed errors and policy, and
+    the fault layer's wrapper where one is configured -- instead of the skeleton's plain receive."""
+
+    def receive(self, peer: Any, socket: str, frames: list) -> list[Send]:
+        if socket == "handshake":
+            return [Send("handshake", reply) for reply in peer.on_handshake_frames(frames)]
+        if socket == "coordinator_input":
+            peer.on_coordinator_subscription(frames)
+        else:
+            peer.on_registration(frames)
+        return []

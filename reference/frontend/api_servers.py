@@ -70,33 +70,28 @@ async def _read_addresses(proc: asyncio.subprocess.Process, index: int) -> tuple
 async def _handshake(args: argparse.Namespace, handshake_sock: Any, inputs: list[str], outputs: list[str]) -> None:
     """HELLO → INIT (every API server's addresses), then READY from every engine (``ECP-HS-*``);
     the ready payloads go to the API servers, which wait for them themselves."""
-    import zmq
-
     from ecp.reference.client import HandshakeOwner
-    from ecp.reference.client.errors import HandshakeTimeout
-    from ecp.reference.client.handshake import STAGE_HELLO, STAGE_READY
+    from ecp.reference.client.handshake import ClientHooks
     from ecp.spec import EngineHandshakeMetadata, EngineZmqAddresses
+    from ecp.spec.peer import Stage
+    from ecp.spec.peer.zmq_io import AsyncFrontendSockets
 
     from .launch import client_config
+
+    class LauncherHooks(ClientHooks):
+        """The registrations go to the API servers: the launcher is done at READY from every engine."""
+
+        def finished(self, peer: Any, now: float) -> bool:
+            return not peer.missing(Stage.HELLO) and not peer.missing(Stage.READY)
+
+        def awaited(self, peer: Any) -> Stage | None:
+            return Stage.HELLO if peer.missing(Stage.HELLO) else Stage.READY if peer.missing(Stage.READY) else None
 
     cfg = client_config(args)
     init = EngineHandshakeMetadata(addresses=EngineZmqAddresses(inputs=inputs, outputs=outputs), parallel_config={})
     owner = HandshakeOwner(cfg.engine_ranks, init)
-    loop = asyncio.get_running_loop()
-    hello_deadline = loop.time() + cfg.handshake_timeout_s
-    ready_deadline: float | None = None
-    while owner.missing(STAGE_HELLO) or owner.missing(STAGE_READY):
-        if owner.missing(STAGE_HELLO):
-            stage, deadline, timeout_s = STAGE_HELLO, hello_deadline, cfg.handshake_timeout_s
-        else:
-            if ready_deadline is None:
-                ready_deadline = loop.time() + cfg.ready_timeout_s
-            stage, deadline, timeout_s = STAGE_READY, ready_deadline, cfg.ready_timeout_s
-        remaining = deadline - loop.time()
-        if remaining <= 0 or not await handshake_sock.poll(max(1, int(remaining * 1000)), zmq.POLLIN):
-            raise HandshakeTimeout(stage, owner.missing(stage), timeout_s)
-        for reply in owner.on_handshake_frames(await handshake_sock.recv_multipart()):
-            await handshake_sock.send_multipart(reply)
+    await AsyncFrontendSockets(owner, {"handshake": handshake_sock}, LauncherHooks()).handshake(
+        cfg.handshake_timeout_s, ready_timeout_s=cfg.ready_timeout_s)
 
 
 async def _stop_children(children: list[asyncio.subprocess.Process]) -> None:

@@ -6,8 +6,9 @@ sockets an :class:`~.engine.EnginePeer` asks for (the protocol's socket types an
 identities; high-water marks off, as vLLM sets them), put its frames on them and
 feed back what arrives until the handshake is over; then the caller serves on
 :attr:`~EngineSockets.sockets` with its own loop (its own decisions: what to answer,
-when to step). :class:`FrontendSockets` and :class:`AsyncFrontendSockets` do the
-same for a :class:`~.frontend.FrontendPeer` over the sockets a frontend bound.
+when to step). :class:`FrontendSockets` and :class:`AsyncFrontendSockets` run the one
+frontend handshake loop over the sockets a frontend bound; what a frontend adds (its
+evidence, its policy, when it is done) are :class:`FrontendHooks`.
 Every handshake stage is bounded (``ECP-HS-8``):
 :class:`~ecp.spec.errors.HandshakeTimeout` names the stage that ran out.
 """
@@ -238,80 +239,152 @@ class AsyncEngineSockets(_Sockets):
             await self.sockets[send.socket].send_multipart(send.frames)
 
 
+#: what the frontend's loop names the stage when the coordinator's gate is what is missing
+GATE_STAGE = "coordinator subscriptions"
+#: the sockets whose messages are the handshake's; the loop hands what others receive to ``FrontendHooks.other``
+HANDSHAKE_SOCKETS = ("handshake", "input", "coordinator_input")
+
+
+class FrontendHooks:
+    """What one frontend adds to the handshake loop (:class:`FrontendSockets`); every method's
+    default is the plain frontend's, which completes the handshake or raises. A frontend keeps its
+    own evidence or policy here instead of writing a loop of its own: the reference client turns
+    the machine's errors into its typed ones, the conformance harness records every frame, the
+    timing and what the machine found, and ends when its engines are settled."""
+
+    def receive(self, peer: FrontendPeer, socket: str, frames: list) -> list[Send]:
+        """Feed what a handshake socket (``handshake``, ``input[i]``, ``coordinator_input``) received
+        to the peer; return what to send now (the INIT answers)."""
+        peer.receive(socket, frames)
+        return peer.actions()
+
+    def other(self, socket: str, frames: list) -> None:
+        """What another socket the loop polls received (an output before the handshake is over)."""
+
+    def sent(self, socket: str, frames: list) -> None:
+        """A message the loop is putting on ``socket`` (an INIT, the coordinator's READY)."""
+
+    def finished(self, peer: FrontendPeer, now: float) -> bool:
+        """Asked before every wait: ``True`` ends the handshake (raise to abort it). Default: every
+        engine READY and registered, and the coordinator's gate open if INIT names one."""
+        return peer.done and (not _has_coordinator(peer) or peer.gate_opened)
+
+    def awaited(self, peer: FrontendPeer) -> Stage | None:
+        """The stage under way, as a timeout names it (default: the peer's)."""
+        return None if peer.stage is None else Stage(peer.stage)
+
+    def gate_due(self, peer: FrontendPeer, now: float) -> bool:
+        """Whether to open the coordinator's gate now (default: as soon as every engine subscribed)."""
+        return peer.gate_due
+
+
+def _has_coordinator(peer: FrontendPeer) -> bool:
+    return peer.init is not None and peer.init.addresses.coordinator_input is not None
+
+
+class _Poll:
+    """The loop asks its driver for what arrives before ``until`` (one message per ready socket)."""
+
+    __slots__ = ("until",)
+
+    def __init__(self, until: float) -> None:
+        self.until = until
+
+
 class FrontendSockets:
-    """A :class:`~.frontend.FrontendPeer` over sockets the frontend bound (blocking pyzmq).
+    """A :class:`~.frontend.FrontendPeer` over sockets the frontend bound (blocking pyzmq): the one
+    frontend handshake loop of this repository.
 
     ``sockets`` maps protocol names to them: ``handshake`` (ROUTER), ``input[i]`` (ROUTER) and,
-    with a coordinator, ``coordinator_input`` (XPUB, ``XPUB_VERBOSE``). The gate opens as soon as
-    every engine subscribed.
+    with a coordinator, ``coordinator_input`` (XPUB, ``XPUB_VERBOSE``); any other named socket
+    (``output[i]`` ...) is polled too and what it receives goes to ``hooks.other``. The loop itself
+    (:meth:`_turns`) does no I/O: it asks for polls and sends, which the blocking driver here and
+    the asyncio one (:class:`AsyncFrontendSockets`) carry out.
     """
 
-    def __init__(self, peer: FrontendPeer, sockets: Mapping[str, zmq.Socket],
-                 observe: FrameObserver | None = None) -> None:
+    def __init__(self, peer: FrontendPeer, sockets: Mapping[str, Any], hooks: FrontendHooks | None = None,
+                 *, clock: Callable[[], float] = time.monotonic) -> None:
         self.peer = peer
         self.sockets = sockets
-        self.observe = observe
+        self.hooks = hooks or FrontendHooks()
+        self._clock = clock
+        self._names = {sock: name for name, sock in sockets.items()}
 
-    def handshake(self, timeout_s: float) -> HandshakeResult:
-        """Run the frontend's side until every engine is READY and registered."""
+    def _turns(self, timeout_s: float, ready_timeout_s: float | None):
+        """The loop: open the gate when due, bound each stage (``ECP-HS-8``), wait, hand what arrived
+        to the hooks and send what they return, until ``hooks.finished``. ``timeout_s`` bounds the
+        whole handshake, or with ``ready_timeout_s`` only until every engine said HELLO: what follows
+        (registrations, the gate, READY) gets ``ready_timeout_s`` from then on."""
+        peer, hooks, clock = self.peer, self.hooks, self._clock
+        deadline, budget = clock() + timeout_s, timeout_s
+        later = ready_timeout_s is not None
+        while True:
+            now = clock()
+            if hooks.finished(peer, now):
+                return peer.result() if peer.done else None
+            if hooks.gate_due(peer, now):
+                for send in peer.open_gate():
+                    yield send
+            if later and not peer.missing(Stage.HELLO):
+                deadline, budget, later = now + ready_timeout_s, ready_timeout_s, False
+            if now >= deadline:
+                raise self._timed_out(budget)
+            for socket, frames in (yield _Poll(min(deadline, now + POLL_MS / 1000))):
+                if parse_socket(socket)[0] in HANDSHAKE_SOCKETS:
+                    yield from hooks.receive(peer, socket, frames)
+                else:
+                    hooks.other(socket, frames)
+
+    def _timed_out(self, budget: float) -> HandshakeTimeout:
         peer = self.peer
-        names = [n for n in self.sockets if n == "handshake" or n.startswith("input[") or n == "coordinator_input"]
-        poller = zmq.Poller()
-        for name in names:
-            poller.register(self.sockets[name], zmq.POLLIN)
-        by_socket = {self.sockets[n]: n for n in names}
-        deadline = time.monotonic() + timeout_s
-        while not peer.done:
-            if peer.gate_due:
-                self._send(peer.open_gate())
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise HandshakeTimeout(peer.stage.value, peer.missing(peer.stage), timeout_s)
-            for sock, _ in poller.poll(int(left * 1000) + 1):
-                frames = sock.recv_multipart()
-                events = peer.receive(by_socket[sock], frames)
-                if self.observe is not None:
-                    self.observe("in", by_socket[sock], frames, events)
-                self._send(peer.actions())
-        return peer.result()
+        stage = self.hooks.awaited(peer)
+        if _has_coordinator(peer) and not peer.gate_opened and stage in (Stage.READY, None):
+            # engines send READY only after the gate: the gate is what is missing
+            return HandshakeTimeout(GATE_STAGE, peer.missing(Stage.READY), budget)
+        return HandshakeTimeout(stage.value, peer.missing(stage), budget)
 
-    def _send(self, sends: Iterable[Send]) -> None:
-        for send in sends:
-            if self.observe is not None:
-                self.observe("out", send.socket, send.frames, None)
-            self.sockets[send.socket].send_multipart(send.frames)
+    def handshake(self, timeout_s: float, *, ready_timeout_s: float | None = None) -> HandshakeResult | None:
+        """Run the frontend's side until ``hooks.finished``; the result once every engine is READY
+        and registered (``None`` if a hook ended it before). :class:`HandshakeTimeout` names the
+        stage that ran out."""
+        poller = zmq.Poller()
+        for sock in self._names:
+            poller.register(sock, zmq.POLLIN)
+        turns = self._turns(timeout_s, ready_timeout_s)
+        try:
+            step = next(turns)
+            while True:
+                if isinstance(step, _Poll):
+                    ms = max(0, int((step.until - self._clock()) * 1000) + 1)
+                    got = [(self._names[s], s.recv_multipart()) for s, _ in poller.poll(ms)]
+                else:
+                    self.hooks.sent(step.socket, step.frames)
+                    self.sockets[step.socket].send_multipart(step.frames)
+                    got = None
+                step = turns.send(got)
+        except StopIteration as done:
+            return done.value
 
 
 class AsyncFrontendSockets(FrontendSockets):
-    """:class:`FrontendSockets` over ``zmq.asyncio`` sockets."""
+    """:class:`FrontendSockets` over ``zmq.asyncio`` sockets: the same loop, driven with ``await``."""
 
-    async def handshake(self, timeout_s: float) -> HandshakeResult:  # type: ignore[override]
-        import asyncio
-
-        peer = self.peer
-        names = [n for n in self.sockets if n == "handshake" or n.startswith("input[") or n == "coordinator_input"]
+    async def handshake(self, timeout_s: float, *,  # type: ignore[override]
+                        ready_timeout_s: float | None = None) -> HandshakeResult | None:
         poller = zmq.asyncio.Poller()
-        for name in names:
-            poller.register(self.sockets[name], zmq.POLLIN)
-        by_socket = {self.sockets[n]: n for n in names}
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while not peer.done:
-            if peer.gate_due:
-                await self._asend(peer.open_gate())
-            left = deadline - loop.time()
-            if left <= 0:
-                raise HandshakeTimeout(peer.stage.value, peer.missing(peer.stage), timeout_s)
-            for sock, _ in await poller.poll(int(left * 1000) + 1):
-                frames = await sock.recv_multipart()
-                events = peer.receive(by_socket[sock], frames)
-                if self.observe is not None:
-                    self.observe("in", by_socket[sock], frames, events)
-                await self._asend(peer.actions())
-        return peer.result()
-
-    async def _asend(self, sends: Iterable[Send]) -> None:
-        for send in sends:
-            if self.observe is not None:
-                self.observe("out", send.socket, send.frames, None)
-            await self.sockets[send.socket].send_multipart(send.frames)
+        for sock in self._names:
+            poller.register(sock, zmq.POLLIN)
+        turns = self._turns(timeout_s, ready_timeout_s)
+        try:
+            step = next(turns)
+            while True:
+                if isinstance(step, _Poll):
+                    ms = max(0, int((step.until - self._clock()) * 1000) + 1)
+                    got = [(self._names[s], await s.recv_multipart()) for s, _ in await poller.poll(ms)]
+                else:
+                    self.hooks.sent(step.socket, step.frames)
+                    await self.sockets[step.socket].send_multipart(step.frames)
+                    got = None
+                step = turns.send(got)
+        except StopIteration as done:
+            return done.value

@@ -45,7 +45,7 @@ class RawFrontend:
             transcript=Transcript(max_entries=0),  # nothing reads it: keep the receive path as lean as before
             release=ReleaseChoice(vllm))
         self.h.raise_on_engine_dead = False  # tests assert on ENGINE_CORE_DEAD via dead()
-        self.h.gate_delay_s = 0.0
+        self.h.evidence.gate_delay_s = 0.0
         self.handshake_address = self.h.addresses.handshake
         self.outputs = self.h.outputs
 
@@ -59,7 +59,7 @@ class RawFrontend:
         assert ranks == list(range(min(ranks), min(ranks) + len(ranks))), ranks
         self.h.engine_count, self.h.start_index = len(ranks), min(ranks)
         self.h.run_handshake(timeout)
-        records = self.h.records
+        records = self.h.evidence.records
         assert sorted(records) == sorted(engine_identity(r) for r in ranks), [i.hex() for i in records]
         for rec in records.values():
             assert rec.hello is not None and rec.ready is not None, rec
@@ -68,20 +68,20 @@ class RawFrontend:
 
     @property
     def hellos(self) -> dict[int, Any]:
-        return {r.rank: r.hello for r in self.h.records.values()}
+        return {r.rank: r.hello for r in self.h.evidence.records.values()}
 
     @property
     def readies(self) -> dict[int, Any]:
-        return {r.rank: r.ready for r in self.h.records.values()}
+        return {r.rank: r.ready for r in self.h.evidence.records.values()}
 
     @property
     def ready_payloads(self) -> dict[tuple[int, int], Any]:
-        return {(r.rank, c): p for r in self.h.records.values() for c, p in r.ready_payloads.items()}
+        return {(r.rank, c): p for r in self.h.evidence.records.values() for c, p in r.ready_payloads.items()}
 
     @property
     def order(self) -> list[tuple[str, int]]:
         """Handshake events (HELLO/READY with the rank, SUB with its count), for ordering checks."""
-        return [(kind, who if kind == "SUB" else rank_of_identity(who)) for kind, who in self.h.handshake_events]
+        return [(kind, who if kind == "SUB" else rank_of_identity(who)) for kind, who in self.h.evidence.handshake_events]
 
     # ------------------------------------------------------------------ sending
     def _engine(self, rank: int) -> int:

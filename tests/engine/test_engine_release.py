@@ -17,7 +17,7 @@ def test_a_0_32_engine_sends_0_32_frames_and_serves_0_32_calls(rig):
     [payload] = fe.ready_payloads.values()
     assert payload.vllm_version == "0.32.0"
     # the registration frame holds only 0.32's keys
-    raw = msgspec.msgpack.decode(fe.h.records[next(iter(fe.h.records))].registrations[0][0][0])
+    raw = msgspec.msgpack.decode(fe.h.evidence.records[next(iter(fe.h.evidence.records))].registrations[0][0][0])
     assert set(raw) <= {f.name for f in shipped_profile("0.32").layout.messages["EngineCoreReadyResponse"].fields}
     fe.add(0, make_request("r1", max_tokens=2, ignore_eos=True))
     fe.wait_finished(["r1"])

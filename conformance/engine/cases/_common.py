@@ -141,7 +141,7 @@ def expect_bool(reply, method: str) -> bool:
 
 
 def _ready_payloads(fe) -> list[EngineCoreReadyResponse]:
-    return [p for r in fe.records.values() for p in r.ready_payloads.values() if isinstance(p, EngineCoreReadyResponse)]
+    return [p for r in fe.evidence.records.values() for p in r.ready_payloads.values() if isinstance(p, EngineCoreReadyResponse)]
 
 
 def require_feature(fe, feature: str) -> None:

@@ -21,11 +21,11 @@ def test_distinct_identities(engines):
         fe = eut.fe
         start = fe.start_index
         expected = [engine_identity(start + k) for k in range(n)]
-        got = sorted(r.identity for r in fe.records.values() if r.registrations)
+        got = sorted(r.identity for r in fe.evidence.records.values() if r.registrations)
         if got != expected:
             raise CaseFailure(f"{n} engines registered with identities {[i.hex() for i in got]}, expected "
                             f"{[i.hex() for i in expected]}")
-        for rec in fe.records.values():
+        for rec in fe.evidence.records.values():
             violation = ready_hash_violation(rec)
             if violation is not None:
                 raise violation
@@ -77,13 +77,13 @@ def test_coordinator_gate(engines):
     n = _dp_count(engines)
     with engines.fresh(engine_count=n, coordinator=True) as eut:
         fe = eut.fe
-        if fe.coord_subscriptions < n:
-            raise CaseFailure(f"{fe.coord_subscriptions} of {n} engines subscribed (0x01) to coordinator_input")
-        for rec in fe.records.values():
+        if fe.evidence.coord_subscriptions < n:
+            raise CaseFailure(f"{fe.evidence.coord_subscriptions} of {n} engines subscribed (0x01) to coordinator_input")
+        for rec in fe.evidence.records.values():
             if rec.ready_at is None:
                 raise CaseFailure(f"identity {rec.identity.hex()} never sent READY after the coordinator gate",
                                 clause="ECP-HS-5")
-            if fe.gate_published_at is None or rec.ready_at < fe.gate_published_at:
+            if fe.evidence.gate_published_at is None or rec.ready_at < fe.evidence.gate_published_at:
                 raise CaseFailure(f"identity {rec.identity.hex()} sent READY before the coordinator published READY")
         for k in range(n):
             fe.serves(engine=k, after="the coordinator gate", clause="ECP-HS-6")

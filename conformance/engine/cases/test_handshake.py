@@ -19,7 +19,7 @@ def _records(engines):
     engines.transcript.include([e for e in eut.fe.transcript.entries if e.channel in ("handshake",)
                                 or e.channel.startswith("input") and e.direction == "recv"][:40],
                                "the shared engine's handshake")
-    return eut.fe, list(eut.fe.records.values())
+    return eut.fe, list(eut.fe.evidence.records.values())
 
 
 @case("ENG-HS-1")
@@ -77,8 +77,8 @@ def test_ready_after_registration(engines):
             raise CaseFailure(f"READY does not decode: {rec.ready_error}")
         if rec.anomalies:  # duplicate HELLO/READY, wrong frame counts on the handshake socket
             raise CaseFailure(f"identity {rec.identity.hex()}: handshake anomalies: {rec.anomalies}", clause="ECP-HS-7")
-        if fe.late_handshake:
-            raise CaseFailure(f"{len(fe.late_handshake)} handshake message(s) after READY", clause="ECP-HS-7")
+        if fe.evidence.late_handshake:
+            raise CaseFailure(f"{len(fe.evidence.late_handshake)} handshake message(s) after READY", clause="ECP-HS-7")
         missing = set(range(len(fe.inputs))) - (rec.registered_at_ready or set())
         if missing:
             # ipc/tcp sockets are independent, so allow the registration to be in flight:
@@ -99,15 +99,15 @@ def test_one_registration_per_input(engines):
                 raise CaseFailure(f"identity {rec.identity.hex()} registered {len(regs)} times on input[{client}]")
         if rec.registration_anomalies:
             raise CaseFailure(f"identity {rec.identity.hex()}: {rec.registration_anomalies}")
-    if fe.late_inputs:
-        raise CaseFailure(f"{len(fe.late_inputs)} unexpected message(s) from the engine on an input socket")
+    if fe.evidence.late_inputs:
+        raise CaseFailure(f"{len(fe.evidence.late_inputs)} unexpected message(s) from the engine on an input socket")
 
 
 @case("ENG-HS-6")
 def test_multiple_clients(engines):
     with engines.fresh(clients=2, engine_count=1) as eut:
         fe = eut.fe
-        for rec in fe.records.values():
+        for rec in fe.evidence.records.values():
             if sorted(rec.registrations) != [0, 1]:
                 raise CaseFailure(f"registered on inputs {sorted(rec.registrations)}, expected [0, 1]",
                                 clause="ECP-SOCK-3")
