@@ -12,7 +12,8 @@ from ecp.spec import clauses
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = {"vllm-0.33-engine.txt": "engine", "vllm-0.33-python-frontend.txt": "frontend",
-         "vllm-0.33-vllm-rs.txt": "frontend", "vllm-0.32-engine.txt": "engine", "vllm-0.31-engine.txt": "engine"}
+         "vllm-0.33-vllm-rs.txt": "frontend", "vllm-0.32-engine.txt": "engine", "vllm-0.31-engine.txt": "engine",
+         "vllm-0.27-engine.txt": "engine", "vllm-0.23-engine.txt": "engine"}
 
 
 @pytest.mark.parametrize("name", sorted(FILES))
