@@ -106,6 +106,10 @@ class _Play:
     tag: str = ""
     #: the last step played
     previous: dict[str, Any] | None = None
+    #: the wave the peer was in when the session started, as the frontend's machine knows it (0 on a
+    #: fresh launch): a session's waves count from it, so that on a peer an earlier session left in wave
+    #: 7 a stamp of 2 is still two waves ahead of it, as a frontend stamps its coordinator's wave
+    wave_base: int = 0
 
     # ------------------------------------------------------------------ helpers
     def _where(self, step: dict[str, Any]) -> tuple[int, int]:
@@ -194,7 +198,7 @@ class _Play:
         if s.get("abort_immediately"):
             changes["abort_immediately"] = True
         if s.get("wave"):
-            changes["current_wave"] = int(s["wave"])
+            changes["current_wave"] = self.wave_base + int(s["wave"])
         if changes:
             req = msgspec.structs.replace(req, **changes)
         self.fe.add(req, engine)
@@ -370,7 +374,7 @@ class _Play:
         exclude = s.get("exclude")
         if exclude is not None:
             exclude = self.fe.start_index + exclude % self.session.topology.engines
-        self.fe.send_raw(encode_start_dp_wave(int(s["wave"]), exclude), engine=engine, client=client)
+        self.fe.send_raw(encode_start_dp_wave(self.wave_base + int(s["wave"]), exclude), engine=engine, client=client)
         self.sent += 1
         return True
 
@@ -529,7 +533,9 @@ def play_on(eut: EngineUnderTest, session: Session, step_timeout: float = 10.0, 
     fe.forget_received()
     launched = time.monotonic()
     base = len(fe.machine.violations) if tag else 0  # a fresh launch's handshake is this session's
-    run = _Play(fe, session, step_timeout, ranks=[_Rank() for _ in range(topo.engines)], handle=eut.handle, tag=tag)
+    base = max(fe.machine.engine(fe.start_index + e).wave for e in range(topo.engines))
+    run = _Play(fe, session, step_timeout, ranks=[_Rank() for _ in range(topo.engines)], handle=eut.handle, tag=tag,
+                wave_base=base)
     findings: list[Finding] = []
     played: list[int] = []
     marks: list[tuple[int, int | None]] = [(base, None)]

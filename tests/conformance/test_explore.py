@@ -584,3 +584,47 @@ def test_the_cli_s_defaults_explore_two_ranks():
     opts = options(["engine", "--", *ENGINE])
     assert opts.engine_count == 2 and opts.command == ENGINE
     assert options(["engine", "--engine-count", "1", "--", *ENGINE]).engine_count == 1
+
+
+# ------------------------------------------------------------------ waves (ECP-DP-5)
+STAMPED = Session(Topology(engines=2, coordinator=True), [
+    {"op": "add", "ref": 0, "engine": 0, "max_tokens": 2, "prompt_len": 4, "wave": 1},
+    {"op": "wait", "until": "terminal", "ref": 0},
+])
+
+
+@pytest.mark.parametrize("bug, found", [("ignore-stamped-wave", ["ECP-DP-5"]), (None, [])])
+def test_a_stamped_wave_is_ahead_of_the_peer_also_on_a_reused_one(tmp_path, bug, found):
+    """The first session leaves the reused peer some waves on (its requests and closing probes end
+    waves); the second stamps wave 1, counted from where the peer is, so an engine that ignores the
+    stamp reports the wave below it -- right behind the request's end, which is judged too."""
+    from ecp.conformance.explore.run import Runner
+
+    unstamped = STAMPED.with_steps([{**STAMPED.steps[0], "wave": None}, STAMPED.steps[1]])
+    runner = Runner(ExploreOptions(command=[*ENGINE, *(["--bug", bug] if bug else [])], engine_count=2,
+                                   quiet_window_s=0.1, step_timeout_s=3.0), str(tmp_path))
+    try:
+        first = runner.play(unstamped, reuse=True)
+        assert first.findings == [], [(f.clause, f.message) for f in first.findings]
+        result = runner.play(STAMPED, reuse=True)
+        assert runner.launches == 1
+    finally:
+        runner.close()
+    assert [f.clause for f in result.findings] == found, [f.message for f in result.findings]
+
+
+def test_seed_7_s_first_session_shows_an_ignored_wave_stamp(tmp_path):
+    """The CLI's seed 7 starts with a session that stamps wave 1 on a fresh launch's rank 0: an engine
+    that ignores the stamp reports wave_complete 0 at once behind the request's end (a bound of half
+    a second after that end, as the property had, saw nothing, and seed 7 found nothing in 120 s)."""
+    from ecp.conformance.explore.commands import options
+    from ecp.conformance.explore.run import Runner
+
+    opts = options(["engine", "--seed", "7", "--quiet-window", "0.1", "--", *ENGINE, "--bug", "ignore-stamped-wave"])
+    runner = Runner(opts, str(tmp_path))
+    try:
+        result = runner.play(runner.draw(opts.seed), reuse=True)
+    finally:
+        runner.close()
+    assert [(f.clause, "wave_complete=0" in f.message) for f in result.findings] == [("ECP-DP-5", True)], \
+        [f.message for f in result.findings]
