@@ -470,6 +470,32 @@ def test_the_draw_holds_the_new_steps():
                for s, i, st in steps if i + 1 < len(s.steps))
 
 
+def test_state_calls_follow_the_draw_s_model_of_each_rank():
+    """Half the calls change a rank's state as the draw's model allows: a wake_up only for a rank it
+    put to sleep, a resume only for one it paused, no second pause or sleep of a paused or sleeping
+    rank; an ADD on its rank and client follows every sleep and pause."""
+    from ecp.conformance.explore.generate import MODE_CALLS, STATE_CALLS
+
+    calls = 0
+    for k in range(200):
+        session = draw(k, 2)
+        state: dict[int, str | None] = {}
+        for i, st in enumerate(session.steps):
+            if st["op"] != "call" or st["method"] not in STATE_CALLS:
+                continue
+            calls += 1
+            engine, method = st["engine"], st["method"]
+            assert (method in MODE_CALLS and state.get(engine) is None) or \
+                (method == "wake_up" and state.get(engine) == "sleep") or \
+                (method == "resume_scheduler" and state.get(engine) == "pause"), (k, i, st, state)
+            state[engine] = None if method in ("wake_up", "resume_scheduler") else \
+                "sleep" if method == "sleep" else "pause"
+            if method in MODE_CALLS:
+                assert any(later["op"] == "add" and later["engine"] == engine and later["client"] == st["client"]
+                           for later in session.steps[i + 1:]), (k, i)
+    assert calls > 200
+
+
 def test_a_duplicate_neither_refused_nor_run_after_the_original_is_a_finding():
     """The machine accepts outputs of a new request after the original's terminal while an ERROR is
     owed (a duplicate may reach the engine after the original ended there); the oracle tells that
