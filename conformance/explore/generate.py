@@ -181,8 +181,9 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
     _refusals(random.Random(f"refusal-{seed}"), topo, steps, malformed)
     if process_faults:
         _process_fault(random.Random(f"process-fault-{seed}"), topo, steps)
-    if duplicates:  # last: nothing comes between an ADD and its duplicate
+    if duplicates:  # nothing comes between an ADD and its duplicate
         _duplicates(random.Random(f"duplicate-{seed}"), steps)
+    _sleep_queries(steps)
     return Session(topo, steps, seed)
 
 
@@ -284,6 +285,18 @@ def _busy_aborts(r: random.Random, steps: list[dict[str, Any]]) -> None:
                "logprobs": None, "prompt_logprobs": None, "abort_immediately": False, "wave": None, "oversize": False}
         steps[i:i + 1] = [add, {"op": "wait", "until": "running", "ref": ref}, {**abort, "targets": [ref, *abort["targets"]]}]
         ref += 1
+
+
+def _sleep_queries(steps: list[dict[str, Any]]) -> None:
+    """Right after every sleep and wake-up, an is_sleeping on the same rank and client: the session's
+    model knows its answer (ECP-UTIL-8), where a query drawn among the eleven rarely meets a rank
+    just put to sleep or woken (an engine whose odd ranks answered it wrong went unseen in 33
+    sessions). Nothing is drawn for it, so the rest of the session is unchanged."""
+    for i in reversed([i for i, st in enumerate(steps) if st["op"] == "call" and st["method"] in ("sleep", "wake_up")
+                       and not st.get("refused")]):
+        call = steps[i]
+        steps.insert(i + 1, {"op": "call", "engine": call["engine"], "client": call["client"],
+                             "method": "is_sleeping", "args": []})
 
 
 #: the share of sessions given a reset_prefix_cache once every request ended

@@ -466,8 +466,14 @@ def test_the_draw_holds_the_new_steps():
     assert any(st["op"] == "garbage" and st["frames"][0] == "03" and len(st["frames"]) == 2 for _, _, st in steps)
     assert any(st["op"] == "call" and st["method"] == "sleep" and len(st["args"]) < 2 for _, _, st in steps)
     assert any(st["op"] == "call" and st["method"].startswith("pause_") and not st["args"] for _, _, st in steps)
-    assert any(st["op"] == "call" and st["method"] == "sleep" and s.steps[i + 1]["op"] == "add"
-               for s, i, st in steps if i + 1 < len(s.steps))
+    assert any(st["op"] == "call" and st["method"] == "sleep" and s.steps[i + 2]["op"] == "add"
+               for s, i, st in steps if i + 2 < len(s.steps))
+    # every sleep and wake-up is followed by an is_sleeping on its rank and client, whose answer is known
+    for s, i, st in steps:
+        if st["op"] == "call" and st["method"] in ("sleep", "wake_up") and not st.get("refused"):
+            query = s.steps[i + 1]
+            assert (query["op"], query["method"], query["engine"], query["client"]) == \
+                ("call", "is_sleeping", st["engine"], st["client"]), (s.seed, i)
 
 
 def test_state_calls_follow_the_draw_s_model_of_each_rank():
