@@ -229,9 +229,10 @@ def _stop_repeats(r: random.Random, steps: list[dict[str, Any]], refs: int) -> N
 
 #: the share of long ADDs that are followed, once they run, by an ADD of the same id
 DUPLICATE_P = 0.15
-#: the share of sessions given a refused call, and of those the share whose refusal is a malformed UTILITY
-REFUSAL_P = 0.25
-MALFORMED_CALL_P = 0.5
+#: the share of sessions given one refused message: a refused call, a malformed UTILITY or a malformed
+#: ADD, a third each (one message; at a quarter of the sessions and no malformed ADD, an engine that
+#: answers a malformed UTILITY with a result went unseen for 16 sessions of seed 7)
+REFUSAL_P = 0.75
 
 
 def _duplicates(r: random.Random, steps: list[dict[str, Any]]) -> None:
@@ -315,16 +316,24 @@ def _idle_reset(r: random.Random, topo: Topology, steps: list[dict[str, Any]]) -
 
 
 def _refusals(r: random.Random, topo: Topology, steps: list[dict[str, Any]], malformed: bool) -> None:
-    """In some sessions, one call the engine must refuse: a call of an unknown method or with surplus
-    arguments (a failure answers it, ECP-UTIL-3), or a malformed UTILITY whose call id can be read (a
-    failure or nothing answers it, never a result: ECP-ROB-1). Drawn from a stream of its own."""
+    """In some sessions, one message the engine must refuse: a call of an unknown method or with surplus
+    arguments (a failure answers it, ECP-UTIL-3), a malformed UTILITY whose call id can be read (a
+    failure or nothing answers it, never a result: ECP-ROB-1), or an ADD with a mistyped field whose
+    request id can be read (an ERROR answers it, on the output of the input it came in on: ECP-ROB-2,
+    ECP-HS-3). Without ``malformed``, always the call. Drawn from a stream of its own."""
     if r.random() >= REFUSAL_P:
         return
     at = r.randint(0, len(steps))
     engine, client = r.randrange(topo.engines), r.randrange(topo.clients)
-    if malformed and r.random() < MALFORMED_CALL_P:
+    kind = r.choice(("call", "utility", "add"))
+    if malformed and kind == "utility":
         payload = msgspec.msgpack.encode([client, REFUSED_CALL_ID + at, "is_sleeping", "not an array"])
         steps.insert(at, {"op": "garbage", "engine": engine, "client": client, "frames": ["03", payload.hex()]})
+    elif malformed and kind == "add":
+        # ten elements: no client_index (element 11), so the answer goes where the ADD came in
+        payload = msgspec.msgpack.encode([f"refused-add-{at}", "not a token list", None, {"temperature": "hot"},
+                                          *[None] * 6])
+        steps.insert(at, {"op": "garbage", "engine": engine, "client": client, "frames": ["00", payload.hex()]})
     else:
         method, args = r.choice(REFUSED_CALLS)
         steps.insert(at, {"op": "call", "engine": engine, "client": client, "method": method, "args": list(args),

@@ -464,6 +464,7 @@ def test_the_draw_holds_the_new_steps():
                         and s.steps[i - 1]["max_tokens"] >= 200 for s, i in dups)
     assert any(st.get("refused") for _, _, st in steps)
     assert any(st["op"] == "garbage" and st["frames"][0] == "03" and len(st["frames"]) == 2 for _, _, st in steps)
+    assert any(_readable_add(st) for _, _, st in steps)
     assert any(st["op"] == "call" and st["method"] == "sleep" and len(st["args"]) < 2 for _, _, st in steps)
     assert any(st["op"] == "call" and st["method"].startswith("pause_") and not st["args"] for _, _, st in steps)
     assert any(st["op"] == "call" and st["method"] == "sleep" and s.steps[i + 2]["op"] == "add"
@@ -660,3 +661,23 @@ def test_seed_7_s_first_session_shows_an_ignored_wave_stamp(tmp_path):
         runner.close()
     assert [(f.clause, "wave_complete=0" in f.message) for f in result.findings] == [("ECP-DP-5", True)], \
         [f.message for f in result.findings]
+
+
+def _readable_add(step) -> bool:
+    """Whether ``step`` sends an undecodable ADD whose request id can be read (ecp.spec.recover)."""
+    from ecp.spec.recover import recover_add
+
+    return step["op"] == "garbage" and step["frames"][0] == "00" and len(step["frames"]) == 2 \
+        and recover_add(bytes.fromhex(step["frames"][1])) is not None
+
+
+@pytest.mark.parametrize("bug, found", [("error-on-input-socket", ["ECP-HS-3"]), (None, [])])
+def test_a_malformed_add_with_a_readable_id_is_answered_on_its_output(tmp_path, bug, found):
+    """The refusal the draw gives some sessions as an ADD: a mistyped field, a readable id, no
+    client_index. Its ERROR belongs on the output of the input it came in on; an engine that sends
+    it back on the input socket is a finding."""
+    garbage = next(st for k in range(100) for st in draw(k, 1).steps if _readable_add(st))
+    probe = Session(Topology(engines=1), [garbage, {"op": "add", "ref": 0, "max_tokens": 2, "prompt_len": 4},
+                                          {"op": "wait", "until": "terminal", "ref": 0}])
+    result = _play(probe, [*ENGINE, *(["--bug", bug] if bug else [])], tmp_path, engines=1)
+    assert [f.clause for f in result.findings] == found, [f.message for f in result.findings]
