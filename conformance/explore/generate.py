@@ -68,7 +68,8 @@ UTILITIES: dict[str, Args] = {
 MODE_CALLS = ("sleep", "pause_generation", "pause_scheduler")
 #: the calls that change what a rank must answer next: the mode calls and the two that undo them. Half
 #: the calls drawn change the rank's state, as far as the draw's model of it allows (a sleeping rank is
-#: woken, a paused one resumed, any other sleeps or pauses); the other half is one of the queries. A
+#: woken, a paused one resumed, any other sleeps or pauses: undone :data:`UNDO_AFTER` steps later
+#: unless a state call comes first); the other half is one of the queries. A
 #: query is judged alike in every state, while each state change moves what the ADDs, ABORTs, queries
 #: and running requests around it must get. (Drawn uniformly over the 16 methods, two in five state
 #: calls undoing what was never done, a pause without arguments or with mode keep was too rare to show
@@ -76,6 +77,9 @@ MODE_CALLS = ("sleep", "pause_generation", "pause_scheduler")
 STATE_CALLS = (*MODE_CALLS, "resume_scheduler", "wake_up")
 QUERIES = tuple(m for m in UTILITIES if m not in STATE_CALLS)
 STATE_CALL_P = 0.5
+#: how many drawn steps after a sleep or pause (and the ADDs behind it) it is undone, unless a state call
+#: on its rank comes first
+UNDO_AFTER = (1, 2, 3, 4)
 #: the share of sleeps and pauses that are followed by an abort_immediately ADD too (an ADD follows each)
 ABORT_NOW_AFTER_P = 0.3
 
@@ -128,7 +132,18 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
     #: each rank's sleep/pause state as the drawn calls move the spec's table (the executor keeps the
     #: one the answered calls give, and skips what is illegal there)
     ranks = [SchedulerControl() for _ in range(topo.engines)]
+    #: rank -> drawn steps until its sleep or pause is undone (a rank left asleep or paused for the rest
+    #: of a session makes every later ADD, wait and ABORT on it void; the epilogue undoes what is left)
+    undo_in: dict[int, int] = {}
     for _ in range(r.randint(3, max_steps)):
+        for e in [e for e, left in undo_in.items() if left <= 0]:
+            del undo_in[e]
+            method = "wake_up" if ranks[e].asleep else "resume_scheduler"
+            args = UTILITIES[method](r)
+            ranks[e].carried_out(method, args, True if method == "wake_up" else None)
+            steps.append({"op": "call", "engine": e, "client": r.randrange(topo.clients), "method": method,
+                          "args": args})
+        undo_in = {e: left - 1 for e, left in undo_in.items()}
         engine, client = r.randrange(topo.engines), r.randrange(topo.clients)
         roll = r.random()
         if roll < ADD_P or not refs:
@@ -147,6 +162,7 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
             rank = ranks[engine]
             if r.random() < STATE_CALL_P:  # the change the rank's state allows: undo a sleep or pause, or make one
                 method = "wake_up" if rank.asleep else "resume_scheduler" if rank.paused else r.choice(MODE_CALLS)
+                undo_in.pop(engine, None)
             else:
                 method = r.choice(QUERIES)
             args = UTILITIES[method](r)
@@ -155,6 +171,7 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
             # what a paused or sleeping rank does with an ADD: admit, queue or refuse it; and, now and then,
             # with an abort_immediately ADD, which it never refuses (ECP-REJECT-5)
             if method in MODE_CALLS:
+                undo_in[engine] = r.choice(UNDO_AFTER)
                 steps.append(_add(r, refs, engine, client, topo, 0, abort_immediately=0.0))
                 refs += 1
                 if r.random() < ABORT_NOW_AFTER_P:
@@ -179,11 +196,11 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
     _busy_aborts(random.Random(f"busy-abort-{seed}"), steps)
     _idle_reset(random.Random(f"idle-reset-{seed}"), topo, steps)
     _refusals(random.Random(f"refusal-{seed}"), topo, steps, malformed)
-    if process_faults:
-        _process_fault(random.Random(f"process-fault-{seed}"), topo, steps)
-    if duplicates:  # nothing comes between an ADD and its duplicate
-        _duplicates(random.Random(f"duplicate-{seed}"), steps)
     _sleep_queries(steps)
+    if process_faults:  # (a SIGKILL lands in the last third of the steps)
+        _process_fault(random.Random(f"process-fault-{seed}"), topo, steps)
+    if duplicates:  # last: nothing comes between an ADD and its duplicate
+        _duplicates(random.Random(f"duplicate-{seed}"), steps)
     return Session(topo, steps, seed)
 
 
