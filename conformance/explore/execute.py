@@ -275,6 +275,9 @@ class _Play:
         elif method == "reset_prefix_cache" and not rank.paused and not rank.asleep and self._idle(engine):
             expect = True
         if method in STATEFUL:
+            # a sleep or pause that ends running requests would also end one whose ABORT the engine
+            # ignored, before the grace after which that shows: the state change waits for the grace
+            self._past_graces(engine)
             self._calls_answered(engine)
         if method == "resume_scheduler":
             self._refusals_answered(engine)
@@ -285,6 +288,19 @@ class _Play:
             result = self.fe.replies[cid][0].utility.result
             rank.carried_out(method, args, result.value if result is not None else None)
         return True
+
+    def _past_graces(self, engine: int | None = None) -> None:
+        """Listen until the grace of every ABORT of a running request (on ``engine``; None: on any
+        rank) has passed, and a quiet window more: what an engine that ignored the ABORT produces
+        after it is the evidence ``ECP-ABORT-2`` is judged on."""
+        fe = self.fe
+        graces = [self.history.stretched(r.engine, r.aborted_running_at, ABORT_GRACE_S)
+                  for r in self.history.requests.values() if r.aborted_running_at is not None
+                  and (engine is None or r.engine == engine) and not self._ended(r.rid)]
+        if graces:
+            end = max(graces) + fe.quiet_window_s
+            while time.monotonic() < end:
+                fe.pump(end)
 
     def _woken(self, engine: int) -> None:
         """A wake_up leaves for ``engine`` now: the ADDs sent while it slept may run from here on."""
@@ -461,12 +477,7 @@ class _Play:
         # an ABORT of a running request is judged on what follows its grace (ECP-ABORT-2): an engine
         # that ignores it keeps producing, which only a session still listening then can see; a
         # session ending right after its ABORT (a quiet window is shorter than the grace) would not
-        graces = [self.history.stretched(r.engine, r.aborted_running_at, ABORT_GRACE_S)
-                  for r in self.history.requests.values() if r.aborted_running_at is not None and not self._ended(r.rid)]
-        if graces:
-            end = max(graces) + fe.quiet_window_s
-            while time.monotonic() < end:
-                fe.pump(end)
+        self._past_graces()
         for engine in range(self.session.topology.engines):
             fe.serves(engine=engine, after="the session", timeout=self.step_timeout)
         fe.observe()  # what follows the terminals and the probes' (nothing may) is judged too
