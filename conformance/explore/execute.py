@@ -109,6 +109,10 @@ class _PlayState:
     tag: str = ""
     #: the last step played
     previous: dict[str, Any] | None = None
+    #: the wave the peer was in when the session started, as the frontend's machine knows it (0 on a
+    #: fresh launch): a session's waves count from it, so that on a peer an earlier session left in wave
+    #: 7 a stamp of 2 is still two waves ahead of it, as a frontend stamps its coordinator's wave
+    wave_base: int = 0
 
     # ------------------------------------------------------------------ helpers
     def _where(self, step: dict[str, Any]) -> tuple[int, int]:
@@ -157,6 +161,19 @@ class _PlayState:
 
     def _idle(self, engine: int) -> bool:
         return all(self._ended(r.rid) for r in self.history.requests.values() if r.engine == engine)
+
+    def _past_graces(self, engine: int | None = None) -> None:
+        """Listen until the grace of every ABORT of a running request (on ``engine``; None: on any
+        rank) has passed, and a quiet window more: what an engine that ignored the ABORT produces
+        after it is the evidence ``ECP-ABORT-2`` is judged on."""
+        fe = self.fe
+        graces = [self.history.stretched(r.engine, r.aborted_running_at, ABORT_GRACE_S)
+                  for r in self.history.requests.values() if r.aborted_running_at is not None
+                  and (engine is None or r.engine == engine) and not self._ended(r.rid)]
+        if graces:
+            end = max(graces) + fe.quiet_window_s
+            while time.monotonic() < end:
+                fe.pump(end)
 
     def _woken(self, engine: int) -> None:
         """A wake_up leaves for ``engine`` now: the ADDs sent while it slept may run from here on."""
@@ -261,7 +278,7 @@ class _Play(_PlayState):
         if s.get("abort_immediately"):
             changes["abort_immediately"] = True
         if s.get("wave"):
-            changes["current_wave"] = int(s["wave"])
+            changes["current_wave"] = self.wave_base + int(s["wave"])
         if changes:
             req = msgspec.structs.replace(req, **changes)
         self.fe.add(req, engine)
@@ -338,6 +355,9 @@ class _Play(_PlayState):
         elif method == "reset_prefix_cache" and not rank.paused and not rank.asleep and self._idle(engine):
             expect = True
         if method in STATEFUL:
+            # a sleep or pause that ends running requests would also end one whose ABORT the engine
+            # ignored, before the grace after which that shows: the state change waits for the grace
+            self._past_graces(engine)
             self._calls_answered(engine)
         if method == "resume_scheduler":
             self._refusals_answered(engine)
@@ -378,7 +398,7 @@ class _Play(_PlayState):
         exclude = s.get("exclude")
         if exclude is not None:
             exclude = self.fe.start_index + exclude % self.session.topology.engines
-        self.fe.send_raw(encode_start_dp_wave(int(s["wave"]), exclude), engine=engine, client=client)
+        self.fe.send_raw(encode_start_dp_wave(self.wave_base + int(s["wave"]), exclude), engine=engine, client=client)
         self.sent += 1
         return True
 
@@ -465,12 +485,7 @@ class _Play(_PlayState):
         # an ABORT of a running request is judged on what follows its grace (ECP-ABORT-2): an engine
         # that ignores it keeps producing, which only a session still listening then can see; a
         # session ending right after its ABORT (a quiet window is shorter than the grace) would not
-        graces = [self.history.stretched(r.engine, r.aborted_running_at, ABORT_GRACE_S)
-                  for r in self.history.requests.values() if r.aborted_running_at is not None and not self._ended(r.rid)]
-        if graces:
-            end = max(graces) + fe.quiet_window_s
-            while time.monotonic() < end:
-                fe.pump(end)
+        self._past_graces()
         for engine in range(self.session.topology.engines):
             fe.serves(engine=engine, after="the session", timeout=self.step_timeout)
         fe.observe()  # what follows the terminals and the probes' (nothing may) is judged too
@@ -537,7 +552,9 @@ def play_on(eut: EngineUnderTest, session: Session, step_timeout: float = 10.0, 
     fe.forget_received()
     launched = time.monotonic()
     base = len(fe.machine.violations) if tag else 0  # a fresh launch's handshake is this session's
-    run = _Play(fe, session, step_timeout, ranks=[_Rank() for _ in range(topo.engines)], handle=eut.handle, tag=tag)
+    base = max(fe.machine.engine(fe.start_index + e).wave for e in range(topo.engines))
+    run = _Play(fe, session, step_timeout, ranks=[_Rank() for _ in range(topo.engines)], handle=eut.handle, tag=tag,
+                wave_base=base)
     findings: list[Finding] = []
     played: list[int] = []
     marks: list[tuple[int, int | None]] = [(base, None)]

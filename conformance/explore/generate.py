@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import msgspec
 
+from ecp.spec.machine import SchedulerControl
+
 from .session import Session, Topology
 
 #: the drawn length of a long request: the one an ABORT, a pause or a sleep is meant to find running.
@@ -35,6 +37,12 @@ ID_LENS = (8, 8, 8, 40, 70)
 
 Args = Callable[[random.Random], list[Any]]
 
+def _pause_args(r: random.Random) -> list[Any]:
+    """A pause's arguments: its mode left out, or a mode with or without ``clear_cache``."""
+    mode, clear_cache = r.choice((None, "abort", "wait", "keep")), r.choice((None, True, False))
+    return [] if mode is None else [mode] if clear_cache is None else [mode, clear_cache]
+
+
 #: the utility methods of the release's table the explorer calls, each with a draw of valid arguments
 #: (methods an engine may not implement are included: answering them with a failure is legal)
 UTILITIES: dict[str, Args] = {
@@ -47,12 +55,10 @@ UTILITIES: dict[str, Args] = {
     "get_weight_version": lambda r: [],
     "set_weight_version": lambda r: [f"v{r.randrange(100)}"],
     "list_loras": lambda r: [],
-    # a pause or sleep sometimes leaves its arguments out: the engine applies the table's defaults
-    # (mode abort, ECP-UTIL-8)
-    "pause_generation": lambda r: [] if r.random() < 0.25 else [r.choice(["abort", "wait", "keep"]),
-                                                                r.choice([True, False])],
-    "pause_scheduler": lambda r: [] if r.random() < 0.25 else [r.choice(["abort", "wait", "keep"]),
-                                                               r.choice([True, False])],
+    # a pause or sleep sometimes leaves arguments out: the engine applies the table's defaults (mode
+    # abort, ECP-UTIL-8); a pause's mode is left out or one of the three, a quarter each
+    "pause_generation": _pause_args,
+    "pause_scheduler": _pause_args,
     "resume_scheduler": lambda r: [],
     "sleep": lambda r: list(r.choice(([1, "abort"], [1, "wait"], [], [1]))),
     "wake_up": lambda r: [None],
@@ -60,6 +66,22 @@ UTILITIES: dict[str, Args] = {
 
 #: the calls whose mode decides what becomes of the requests running on their rank
 MODE_CALLS = ("sleep", "pause_generation", "pause_scheduler")
+#: the calls that change what a rank must answer next: the mode calls and the two that undo them. Half
+#: the calls drawn change the rank's state, as far as the draw's model of it allows (a sleeping rank is
+#: woken, a paused one resumed, any other sleeps or pauses: undone :data:`UNDO_AFTER` steps later
+#: unless a state call comes first); the other half is one of the queries. A
+#: query is judged alike in every state, while each state change moves what the ADDs, ABORTs, queries
+#: and running requests around it must get. (Drawn uniformly over the 16 methods, two in five state
+#: calls undoing what was never done, a pause without arguments or with mode keep was too rare to show
+#: within a two-minute budget.)
+STATE_CALLS = (*MODE_CALLS, "resume_scheduler", "wake_up")
+QUERIES = tuple(m for m in UTILITIES if m not in STATE_CALLS)
+STATE_CALL_P = 0.5
+#: how many drawn steps after a sleep or pause (and the ADDs behind it) it is undone, unless a state call
+#: on its rank comes first
+UNDO_AFTER = (1, 2, 3, 4)
+#: the share of sleeps and pauses that are followed by an abort_immediately ADD too (an ADD follows each)
+ABORT_NOW_AFTER_P = 0.3
 
 #: calls the engine must refuse with a failure (ECP-UTIL-3): an unknown method, more arguments than
 #: the method table lists
@@ -79,6 +101,12 @@ GARBAGE = (
     ["03"],          # UTILITY without its payload frame
 )
 
+
+#: the shares of a session's drawn steps that are ADDs and ABORTs; calls take the steps up to 0.70 (0.30:
+#: half of them state changes, and queries about as frequent as when they were 11 of 16 methods in a
+#: share of 0.24), waits the next 0.23, the rest are DP waves and malformed messages. Every session
+#: still starts with an ADD, and sleeps, pauses and ABORTs bring ADDs of their own
+ADD_P, ABORT_P = 0.28, 0.12
 
 #: the share of sessions given one process fault, and of those the share whose fault is a SIGKILL
 PROCESS_FAULT_P = 0.15
@@ -101,15 +129,29 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
     steps: list[dict[str, Any]] = []
     refs = 0
     wave = 0
+    #: each rank's sleep/pause state as the drawn calls move the spec's table (the executor keeps the
+    #: one the answered calls give, and skips what is illegal there)
+    ranks = [SchedulerControl() for _ in range(topo.engines)]
+    #: rank -> drawn steps until its sleep or pause is undone (a rank left asleep or paused for the rest
+    #: of a session makes every later ADD, wait and ABORT on it void; the epilogue undoes what is left)
+    undo_in: dict[int, int] = {}
     for _ in range(r.randint(3, max_steps)):
+        for e in [e for e, left in undo_in.items() if left <= 0]:
+            del undo_in[e]
+            method = "wake_up" if ranks[e].asleep else "resume_scheduler"
+            args = UTILITIES[method](r)
+            ranks[e].carried_out(method, args, True if method == "wake_up" else None)
+            steps.append({"op": "call", "engine": e, "client": r.randrange(topo.clients), "method": method,
+                          "args": args})
+        undo_in = {e: left - 1 for e, left in undo_in.items()}
         engine, client = r.randrange(topo.engines), r.randrange(topo.clients)
         roll = r.random()
-        if roll < 0.34 or not refs:
+        if roll < ADD_P or not refs:
             if topo.coordinator and r.random() < 0.3:
                 wave += r.choice((0, 1, 1, 5))
             steps.append(_add(r, refs, engine, client, topo, wave))
             refs += 1
-        elif roll < 0.46:
+        elif roll < ADD_P + ABORT_P:
             pick = r.sample(range(refs), k=min(refs, r.choice((1, 1, 2, 3))))
             if r.random() < 0.5:  # a timing choice: let the request run first (else the ABORT races the ADD)
                 steps.append({"op": "wait", "until": "running", "ref": pick[0]})
@@ -117,13 +159,24 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
                 pick.append(-1)
             steps.append({"op": "abort", "client": client, "engine": engine, "targets": pick})
         elif roll < 0.70:
-            method = r.choice(list(UTILITIES))
-            steps.append({"op": "call", "engine": engine, "client": client, "method": method,
-                          "args": UTILITIES[method](r)})
-            # what a paused or sleeping rank does with an ADD
-            if (method.startswith("pause_") or method == "sleep") and r.random() < 0.6:
-                steps.append(_add(r, refs, engine, client, topo, 0, abort_immediately=0.3))
+            rank = ranks[engine]
+            if r.random() < STATE_CALL_P:  # the change the rank's state allows: undo a sleep or pause, or make one
+                method = "wake_up" if rank.asleep else "resume_scheduler" if rank.paused else r.choice(MODE_CALLS)
+                undo_in.pop(engine, None)
+            else:
+                method = r.choice(QUERIES)
+            args = UTILITIES[method](r)
+            rank.carried_out(method, args, True if method == "wake_up" else None)
+            steps.append({"op": "call", "engine": engine, "client": client, "method": method, "args": args})
+            # what a paused or sleeping rank does with an ADD: admit, queue or refuse it; and, now and then,
+            # with an abort_immediately ADD, which it never refuses (ECP-REJECT-5)
+            if method in MODE_CALLS:
+                undo_in[engine] = r.choice(UNDO_AFTER)
+                steps.append(_add(r, refs, engine, client, topo, 0, abort_immediately=0.0))
                 refs += 1
+                if r.random() < ABORT_NOW_AFTER_P:
+                    steps.append(_add(r, refs, engine, client, topo, 0, abort_immediately=1.0))
+                    refs += 1
         elif roll < 0.93:
             until = r.choice(("running", "running", "terminal", "terminal", "idle", "replies"))
             step: dict[str, Any] = {"op": "wait", "until": until}
@@ -143,7 +196,8 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
     _busy_aborts(random.Random(f"busy-abort-{seed}"), steps)
     _idle_reset(random.Random(f"idle-reset-{seed}"), topo, steps)
     _refusals(random.Random(f"refusal-{seed}"), topo, steps, malformed)
-    if process_faults:
+    _sleep_queries(steps)
+    if process_faults:  # (a SIGKILL lands in the last third of the steps)
         _process_fault(random.Random(f"process-fault-{seed}"), topo, steps)
     if duplicates:  # last: nothing comes between an ADD and its duplicate
         _duplicates(random.Random(f"duplicate-{seed}"), steps)
@@ -192,9 +246,10 @@ def _stop_repeats(r: random.Random, steps: list[dict[str, Any]], refs: int) -> N
 
 #: the share of long ADDs that are followed, once they run, by an ADD of the same id
 DUPLICATE_P = 0.15
-#: the share of sessions given a refused call, and of those the share whose refusal is a malformed UTILITY
-REFUSAL_P = 0.25
-MALFORMED_CALL_P = 0.5
+#: the share of sessions given one refused message: a refused call, a malformed UTILITY or a malformed
+#: ADD, a third each (one message; at a quarter of the sessions and no malformed ADD, an engine that
+#: answers a malformed UTILITY with a result went unseen for 16 sessions of seed 7)
+REFUSAL_P = 0.75
 
 
 def _duplicates(r: random.Random, steps: list[dict[str, Any]]) -> None:
@@ -210,7 +265,7 @@ def _duplicates(r: random.Random, steps: list[dict[str, Any]]) -> None:
 
 
 #: the share of sleeps and pauses that find a long request of their rank and client running
-BUSY_CALL_P = 0.5
+BUSY_CALL_P = 0.8
 
 
 def _busy_calls(r: random.Random, steps: list[dict[str, Any]]) -> None:
@@ -250,6 +305,18 @@ def _busy_aborts(r: random.Random, steps: list[dict[str, Any]]) -> None:
         ref += 1
 
 
+def _sleep_queries(steps: list[dict[str, Any]]) -> None:
+    """Right after every sleep and wake-up, an is_sleeping on the same rank and client: the session's
+    model knows its answer (ECP-UTIL-8), where a query drawn among the eleven rarely meets a rank
+    just put to sleep or woken (an engine whose odd ranks answered it wrong went unseen in 33
+    sessions). Nothing is drawn for it, so the rest of the session is unchanged."""
+    for i in reversed([i for i, st in enumerate(steps) if st["op"] == "call" and st["method"] in ("sleep", "wake_up")
+                       and not st.get("refused")]):
+        call = steps[i]
+        steps.insert(i + 1, {"op": "call", "engine": call["engine"], "client": call["client"],
+                             "method": "is_sleeping", "args": []})
+
+
 #: the share of sessions given a reset_prefix_cache once every request ended
 IDLE_RESET_P = 0.25
 
@@ -266,16 +333,24 @@ def _idle_reset(r: random.Random, topo: Topology, steps: list[dict[str, Any]]) -
 
 
 def _refusals(r: random.Random, topo: Topology, steps: list[dict[str, Any]], malformed: bool) -> None:
-    """In some sessions, one call the engine must refuse: a call of an unknown method or with surplus
-    arguments (a failure answers it, ECP-UTIL-3), or a malformed UTILITY whose call id can be read (a
-    failure or nothing answers it, never a result: ECP-ROB-1). Drawn from a stream of its own."""
+    """In some sessions, one message the engine must refuse: a call of an unknown method or with surplus
+    arguments (a failure answers it, ECP-UTIL-3), a malformed UTILITY whose call id can be read (a
+    failure or nothing answers it, never a result: ECP-ROB-1), or an ADD with a mistyped field whose
+    request id can be read (an ERROR answers it, on the output of the input it came in on: ECP-ROB-2,
+    ECP-HS-3). Without ``malformed``, always the call. Drawn from a stream of its own."""
     if r.random() >= REFUSAL_P:
         return
     at = r.randint(0, len(steps))
     engine, client = r.randrange(topo.engines), r.randrange(topo.clients)
-    if malformed and r.random() < MALFORMED_CALL_P:
+    kind = r.choice(("call", "utility", "add"))
+    if malformed and kind == "utility":
         payload = msgspec.msgpack.encode([client, REFUSED_CALL_ID + at, "is_sleeping", "not an array"])
         steps.insert(at, {"op": "garbage", "engine": engine, "client": client, "frames": ["03", payload.hex()]})
+    elif malformed and kind == "add":
+        # ten elements: no client_index (element 11), so the answer goes where the ADD came in
+        payload = msgspec.msgpack.encode([f"refused-add-{at}", "not a token list", None, {"temperature": "hot"},
+                                          *[None] * 6])
+        steps.insert(at, {"op": "garbage", "engine": engine, "client": client, "frames": ["00", payload.hex()]})
     else:
         method, args = r.choice(REFUSED_CALLS)
         steps.insert(at, {"op": "call", "engine": engine, "client": client, "method": method, "args": list(args),

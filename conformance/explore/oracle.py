@@ -29,8 +29,8 @@ history of a session -- what was sent when, and in which state the session had p
   (``ECP-UTIL-3``); a ``sleep`` or pause whose mode is ``abort`` ends, before its reply, every
   request that was running on that rank and client when it was sent (``ECP-ABORT-9``; ``ECP-UTIL-8``
   when the mode was left out, whose default is ``abort``);
-* a rank that was sent requests stamped ``current_wave`` W and finished them reports no
-  ``wave_complete`` below W afterwards (``ECP-DP-5``);
+* a rank that ran a request stamped ``current_wave`` W reports no ``wave_complete`` below W after
+  that request's end, by the engine's own timestamps (``ECP-DP-5``);
 * output messages carry their array-like structs at full length (``ECP-FRAME-3``) and tensor
   buffers of 256 bytes or more in aux frames (``ECP-FRAME-8``) -- rules the machine's tolerant
   decoding cannot see;
@@ -298,22 +298,27 @@ def check_requests(fe, history: History) -> list[Finding]:
             found.append(Finding("ECP-ABORT-2", f"request {rid} was aborted while running but produced "
                                                 f"{sum(len(o.new_token_ids) for o in late)} more token(s) over "
                                                 f"{ABORT_GRACE_S}s later (ended {ended!r})", rec.abort_step))
-    # waves: after a rank finished a request stamped W, it reports no wave_complete below W
-    done_at: dict[int, tuple[float, int, int]] = {}
-    for rid, rec in history.requests.items():
-        if rec.wave is None or not own_terminals(fe, rec):
+    # waves: a rank that ran a request stamped W reports no wave_complete below W after that request's
+    # end. Both times are the engine's own (its messages' timestamps), so a report sent right behind the
+    # terminal output is judged as surely as a later one, whatever order two sockets deliver them in. A
+    # request the engine refused (an ERROR, no token) is left out: it need not have joined its wave
+    sent_at = {id(out): ts for outs in produced.values() for ts, out in outs}
+    ran: dict[int, list[tuple[float, int, int]]] = {}
+    for rec in history.requests.values():
+        ends = own_terminals(fe, rec)
+        if rec.wave is None or not ends or ends[0].output.finish_reason == FinishReason.ERROR \
+                or not any(s.output.new_token_ids for s in own_outputs(fe, rec)):
             continue
-        t = own_terminals(fe, rec)[0].t
-        rank = fe.start_index + rec.engine
-        if rank not in done_at or rec.wave > done_at[rank][1]:
-            done_at[rank] = (t, rec.wave, rec.step)
-    for rank, (t, wave, step) in done_at.items():
-        for msg in fe.coordinator_messages:
-            if msg.engine_index == rank and msg.wave_complete is not None and msg.timestamp > t + ABORT_GRACE_S \
-                    and msg.wave_complete < wave:
-                found.append(Finding("ECP-DP-5", f"rank {rank} finished a request stamped current_wave={wave} "
-                                                 f"and then reported wave_complete={msg.wave_complete}", step))
-                break
+        ran.setdefault(fe.start_index + rec.engine, []).append((sent_at[id(ends[0].output)], rec.wave, rec.step))
+    for msg in fe.coordinator_messages:
+        if msg.wave_complete is None:
+            continue
+        late = next(((wave, step) for t, wave, step in ran.get(msg.engine_index, ())
+                     if msg.timestamp > t and msg.wave_complete < wave), None)
+        if late is not None:
+            found.append(Finding("ECP-DP-5", f"rank {msg.engine_index} finished a request stamped current_wave="
+                                             f"{late[0]} and then reported wave_complete={msg.wave_complete}", late[1]))
+            break
     return found
 
 

@@ -148,18 +148,26 @@ class Runner:
 
     def _note_pace(self, eut: EngineUnderTest) -> None:
         """The engine's pace from the session just played: per request of :data:`PACE_MIN_TOKENS` or
-        more that ended, (last output - first) / (tokens - 1); the median of the session's requests (a
-        pause or a stopped rank slows one down, a backlog read at once speeds one up), then the median
-        of the last :data:`PACE_SESSIONS` sessions. The engine's ``max_model_len`` caps a long request."""
+        more, the median over its output messages of (this message's timestamp - the previous one's) /
+        its tokens -- the engine's own clock and its steady rate, which a pause, a sleep or a stopped
+        rank (one long gap) and a harness that read a backlog at once (the engine's timestamps are
+        not the harness's) leave alone; the median of the session's requests, then the median of the
+        last :data:`PACE_SESSIONS` sessions. The engine's ``max_model_len`` caps a long request."""
         fe = eut.fe
         if fe.max_model_len:
             self.max_model_len = fe.max_model_len
+        stamps: dict[str, list[tuple[float, int]]] = {}
+        for _client, msg in fe.messages:
+            for out in getattr(msg, "outputs", None) or ():
+                if out.new_token_ids:
+                    stamps.setdefault(out.request_id, []).append((msg.timestamp, len(out.new_token_ids)))
         paces = []
-        for rid in list(fe.by_request):
-            seen = fe.seen(rid)
-            tokens = sum(len(s.output.new_token_ids) for s in seen)
-            if tokens >= PACE_MIN_TOKENS and fe.terminals(rid) and seen[-1].t > seen[0].t:
-                paces.append((seen[-1].t - seen[0].t) / (tokens - 1))
+        for seq in stamps.values():
+            if sum(n for _t, n in seq) < PACE_MIN_TOKENS:
+                continue
+            rates = [(t1 - t0) / n for (t0, _n), (t1, n) in zip(seq, seq[1:]) if t1 > t0]
+            if rates:
+                paces.append(statistics.median(rates))
         if paces:
             self._paces = (self._paces + [statistics.median(paces)])[-PACE_SESSIONS:]
             self.token_s = statistics.median(self._paces)

@@ -13,7 +13,9 @@ meaning):
   leaves it running);
 * ``call``: ``engine``, ``client``, ``method``, ``args`` (a utility call of the release's table;
   ``refused``: an unknown method or more arguments than the table lists, answered with a failure);
-* ``start_wave``: ``engine``, ``wave``, ``exclude``;
+* ``start_wave``: ``engine``, ``wave``, ``exclude`` (a ``wave``, stamped on an ADD or started, counts
+  from the wave the peer is in when the session starts, as the harness's protocol machine knows it:
+  0 on a fresh launch, so a reproducer replays the same waves);
 * ``garbage``: ``engine``, ``client``, ``frames`` (one malformed input message, each frame as hex);
 * ``stop``: ``engine``, ``ms`` -- a process fault: SIGSTOP the process of that rank, SIGCONT it
   ``ms`` milliseconds later (:mod:`.processes` says which process runs a rank);

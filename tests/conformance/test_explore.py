@@ -464,10 +464,44 @@ def test_the_draw_holds_the_new_steps():
                         and s.steps[i - 1]["max_tokens"] >= 200 for s, i in dups)
     assert any(st.get("refused") for _, _, st in steps)
     assert any(st["op"] == "garbage" and st["frames"][0] == "03" and len(st["frames"]) == 2 for _, _, st in steps)
+    assert any(_readable_add(st) for _, _, st in steps)
     assert any(st["op"] == "call" and st["method"] == "sleep" and len(st["args"]) < 2 for _, _, st in steps)
     assert any(st["op"] == "call" and st["method"].startswith("pause_") and not st["args"] for _, _, st in steps)
-    assert any(st["op"] == "call" and st["method"] == "sleep" and s.steps[i + 1]["op"] == "add"
-               for s, i, st in steps if i + 1 < len(s.steps))
+    assert any(st["op"] == "call" and st["method"] == "sleep" and s.steps[i + 2]["op"] == "add"
+               for s, i, st in steps if i + 2 < len(s.steps))
+    # every sleep and wake-up is followed by an is_sleeping on its rank and client, whose answer is known
+    # (a process fault may come between them)
+    for s, i, st in steps:
+        if st["op"] == "call" and st["method"] in ("sleep", "wake_up") and not st.get("refused"):
+            query = next(later for later in s.steps[i + 1:] if later["op"] not in ("stop", "kill"))
+            assert (query["op"], query["method"], query["engine"], query["client"]) == \
+                ("call", "is_sleeping", st["engine"], st["client"]), (s.seed, i)
+
+
+def test_state_calls_follow_the_draw_s_model_of_each_rank():
+    """Half the calls change a rank's state as the draw's model allows: a wake_up only for a rank it
+    put to sleep, a resume only for one it paused, no second pause or sleep of a paused or sleeping
+    rank; an ADD on its rank and client follows every sleep and pause."""
+    from ecp.conformance.explore.generate import MODE_CALLS, STATE_CALLS
+
+    calls = 0
+    for k in range(200):
+        session = draw(k, 2)
+        state: dict[int, str | None] = {}
+        for i, st in enumerate(session.steps):
+            if st["op"] != "call" or st["method"] not in STATE_CALLS:
+                continue
+            calls += 1
+            engine, method = st["engine"], st["method"]
+            assert (method in MODE_CALLS and state.get(engine) is None) or \
+                (method == "wake_up" and state.get(engine) == "sleep") or \
+                (method == "resume_scheduler" and state.get(engine) == "pause"), (k, i, st, state)
+            state[engine] = None if method in ("wake_up", "resume_scheduler") else \
+                "sleep" if method == "sleep" else "pause"
+            if method in MODE_CALLS:
+                assert any(later["op"] == "add" and later["engine"] == engine and later["client"] == st["client"]
+                           for later in session.steps[i + 1:]), (k, i)
+    assert calls > 200
 
 
 def test_a_duplicate_neither_refused_nor_run_after_the_original_is_a_finding():
@@ -584,3 +618,67 @@ def test_the_cli_s_defaults_explore_two_ranks():
     opts = options(["engine", "--", *ENGINE])
     assert opts.engine_count == 2 and opts.command == ENGINE
     assert options(["engine", "--engine-count", "1", "--", *ENGINE]).engine_count == 1
+
+
+# ------------------------------------------------------------------ waves (ECP-DP-5)
+STAMPED = Session(Topology(engines=2, coordinator=True), [
+    {"op": "add", "ref": 0, "engine": 0, "max_tokens": 2, "prompt_len": 4, "wave": 1},
+    {"op": "wait", "until": "terminal", "ref": 0},
+])
+
+
+@pytest.mark.parametrize("bug, found", [("ignore-stamped-wave", ["ECP-DP-5"]), (None, [])])
+def test_a_stamped_wave_is_ahead_of_the_peer_also_on_a_reused_one(tmp_path, bug, found):
+    """The first session leaves the reused peer some waves on (its requests and closing probes end
+    waves); the second stamps wave 1, counted from where the peer is, so an engine that ignores the
+    stamp reports the wave below it -- right behind the request's end, which is judged too."""
+    from ecp.conformance.explore.run import Runner
+
+    unstamped = STAMPED.with_steps([{**STAMPED.steps[0], "wave": None}, STAMPED.steps[1]])
+    runner = Runner(ExploreOptions(command=[*ENGINE, *(["--bug", bug] if bug else [])], engine_count=2,
+                                   quiet_window_s=0.1, step_timeout_s=3.0), str(tmp_path))
+    try:
+        first = runner.play(unstamped, reuse=True)
+        assert first.findings == [], [(f.clause, f.message) for f in first.findings]
+        result = runner.play(STAMPED, reuse=True)
+        assert runner.launches == 1
+    finally:
+        runner.close()
+    assert [f.clause for f in result.findings] == found, [f.message for f in result.findings]
+
+
+def test_seed_7_s_first_session_shows_an_ignored_wave_stamp(tmp_path):
+    """The CLI's seed 7 starts with a session that stamps wave 1 on a fresh launch's rank 0: an engine
+    that ignores the stamp reports wave_complete 0 at once behind the request's end (a bound of half
+    a second after that end, as the property had, saw nothing, and seed 7 found nothing in 120 s)."""
+    from ecp.conformance.explore.commands import options
+    from ecp.conformance.explore.run import Runner
+
+    opts = options(["engine", "--seed", "7", "--quiet-window", "0.1", "--", *ENGINE, "--bug", "ignore-stamped-wave"])
+    runner = Runner(opts, str(tmp_path))
+    try:
+        result = runner.play(runner.draw(opts.seed), reuse=True)
+    finally:
+        runner.close()
+    assert [(f.clause, "wave_complete=0" in f.message) for f in result.findings] == [("ECP-DP-5", True)], \
+        [f.message for f in result.findings]
+
+
+def _readable_add(step) -> bool:
+    """Whether ``step`` sends an undecodable ADD whose request id can be read (ecp.spec.recover)."""
+    from ecp.spec.recover import recover_add
+
+    return step["op"] == "garbage" and step["frames"][0] == "00" and len(step["frames"]) == 2 \
+        and recover_add(bytes.fromhex(step["frames"][1])) is not None
+
+
+@pytest.mark.parametrize("bug, found", [("error-on-input-socket", ["ECP-HS-3"]), (None, [])])
+def test_a_malformed_add_with_a_readable_id_is_answered_on_its_output(tmp_path, bug, found):
+    """The refusal the draw gives some sessions as an ADD: a mistyped field, a readable id, no
+    client_index. Its ERROR belongs on the output of the input it came in on; an engine that sends
+    it back on the input socket is a finding."""
+    garbage = next(st for k in range(100) for st in draw(k, 1).steps if _readable_add(st))
+    probe = Session(Topology(engines=1), [garbage, {"op": "add", "ref": 0, "max_tokens": 2, "prompt_len": 4},
+                                          {"op": "wait", "until": "terminal", "ref": 0}])
+    result = _play(probe, [*ENGINE, *(["--bug", bug] if bug else [])], tmp_path, engines=1)
+    assert [f.clause for f in result.findings] == found, [f.message for f in result.findings]
