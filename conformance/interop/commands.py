@@ -74,18 +74,19 @@ def _run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"ecp interop run: {exc}", file=sys.stderr)
         return 2
+    everything = impls
     if args.only:
         unknown = set(args.only) - {i.name for i in impls}
         if unknown:
             print(f"ecp interop run: unknown implementation(s) {sorted(unknown)}; known: "
                   f"{sorted({i.name for i in impls})}", file=sys.stderr)
             return 2
-        impls = [i for i in impls if i.name in args.only]
+        everything, impls = impls, [i for i in impls if i.name in args.only]
     if args.list:
         for line in describe(impls):
             print(line)
         return 0
-    failed = run_set(impls, args.out, releases=args.release or None, machine_name=args.machine,
+    failed = run_set(impls, args.out, releases=args.release or None, machine_name=args.machine, known=everything,
                      budget_s=args.run_budget or RUN_BUDGET_S, say=lambda s: print(s, flush=True))
     print(f"ecp interop run: results in {args.out} ({failed} run(s) did not pass); "
           f"render them with: ecp interop site {args.out.parent} -o SITE")

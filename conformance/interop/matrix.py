@@ -210,9 +210,12 @@ def _option(argv: list[str], name: str, default: Any) -> Any:
 
 
 def run_set(impls: list[Implementation], out: Path, *, releases: list[str] | None = None,
-            machine_name: str | None = None, budget_s: float = RUN_BUDGET_S, say=print) -> int:
+            machine_name: str | None = None, budget_s: float = RUN_BUDGET_S, say=print,
+            known: list[Implementation] | None = None) -> int:
     """Run every configured pair not run yet into ``out``; write ``set.json``; return the number of
-    runs that did not pass (0: every run passed)."""
+    runs that did not pass (0: every run passed). ``known``: every implementation configured, of which
+    ``impls`` may be a selection: a pair the set recorded as missing whose peer is installed now, but
+    which this invocation does not run, is recorded as not run, with the command that runs it."""
     out.mkdir(parents=True, exist_ok=True)
     meta_path = out / SET_FILE
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {
@@ -222,6 +225,14 @@ def run_set(impls: list[Implementation], out: Path, *, releases: list[str] | Non
 
     def save() -> None:
         meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+
+    by_name = {i.name: i for i in (known or impls)}
+    for m in meta["missing"]:  # a missing peer installed since: say so, rather than what is no longer true
+        impl = by_name.get(m["implementation"])
+        if impl is not None and m["release"] not in impl.missing and not run_dir(out, impl, m["release"]).exists():
+            m["why"] = (f"not run in this set, though its vLLM {m['release']} peer is installed here now: "
+                        f"ecp interop run --out {out} --only '{impl.name}' --release {m['release']}")
+            save()
 
     for impl in impls:
         for release in impl.releases:

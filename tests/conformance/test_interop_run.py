@@ -46,3 +46,24 @@ def test_builtin_lists_reference_peers_of_every_release_and_missing_vllm_peers(r
         assert f"ecp engine               {release}" in stdout and f"ecp serve                {release}" in stdout
     assert "vllm engine core DP=2    0.33   missing: no vLLM 0.33 peer installed at" in stdout
     assert "vllm-rs                  0.23   missing" in stdout and "vllm-rs                  0.22" not in stdout
+
+
+def test_a_missing_peer_installed_since_is_recorded_as_not_run_with_its_command(tmp_path):
+    """A set that recorded a vLLM row as missing (no peer) does not keep saying so once the peer is
+    installed: a later ``interop run`` that does not run that row says it was not run, and how to."""
+    from ecp.conformance.interop.matrix import SET_FILE, builtin, run_set
+
+    peers, out = tmp_path / "peers", tmp_path / "set"
+    peers.mkdir()
+    run_set([], out, known=builtin(peers), say=lambda line: None)  # nothing recorded yet: nothing to say
+    assert not (out / SET_FILE).exists() or json.loads((out / SET_FILE).read_text())["missing"] == []
+    engines = [i for i in builtin(peers) if i.name == "vllm engine core DP=1"]
+    run_set(engines, out, releases=["0.33"], say=lambda line: None)
+    [missing] = json.loads((out / SET_FILE).read_text())["missing"]
+    assert missing["release"] == "0.33" and "no vLLM 0.33 peer installed" in missing["why"]
+    (peers / "vllm-peer-0.33").mkdir()
+    (peers / "vllm-peer-0.33" / "run_serve.sh").write_text("#!/bin/sh\nexit 1\n")
+    run_set([], out, known=builtin(peers), say=lambda line: None)  # another selection: this row not run
+    [missing] = json.loads((out / SET_FILE).read_text())["missing"]
+    assert missing["why"].startswith("not run in this set, though its vLLM 0.33 peer is installed here now")
+    assert "--only 'vllm engine core DP=1' --release 0.33" in missing["why"]
