@@ -39,8 +39,8 @@ async def _dropped_streams(url: str, n: int) -> None:
 
 
 def _drive(d: Deployment) -> dict[str, int]:
-    """Completions, an abort through the API, a burst of dropped streams, sleep/wake and a
-    rejection notice (abort_immediately); returns the engine requests it caused."""
+    """Completions, an abort through the API, a burst of dropped streams, a rejection notice
+    (abort_immediately) and sleep/wake; returns the engine requests it caused."""
     http = d.http
     for _ in range(3):
         assert _complete(http)["choices"][0]["finish_reason"] == "length"
@@ -56,16 +56,18 @@ def _drive(d: Deployment) -> dict[str, int]:
         assert any('"finish_reason":"abort"' in line.replace(" ", "") for line in lines)
     asyncio.run(_dropped_streams(d.url, BURST))
     d.wait_idle()
-    assert http.post("/sleep", params={"level": "1"}).status_code == 200
-    assert http.get("/is_sleeping").json()["is_sleeping"] is True
-    assert http.post("/wake_up").status_code == 200
-    assert http.get("/is_sleeping").json()["is_sleeping"] is False
     # a request the frontend rejects (max_tokens < 0) while asking for a remote prefill:
-    # the frontend notifies the engines with an abort_immediately ADD (ECP-REJECT-3)
+    # the frontend notifies the engines with an abort_immediately ADD (ECP-REJECT-3).
+    # The 400 can leave before the notice is through the monitor; the sleep below goes to every
+    # engine on the same connections, after it, so its replies mean the notice was relayed
     r = http.post("/v1/completions", json={"prompt": "Hi", "max_tokens": -1, "kv_transfer_params": {
         "do_remote_prefill": True, "remote_engine_id": "p0", "remote_block_ids": [1],
         "remote_host": "127.0.0.1", "remote_port": 1}})
     assert r.status_code == 400
+    assert http.post("/sleep", params={"level": "1"}).status_code == 200
+    assert http.get("/is_sleeping").json()["is_sleeping"] is True
+    assert http.post("/wake_up").status_code == 200
+    assert http.get("/is_sleeping").json()["is_sleeping"] is False
     d.wait_idle()
     return {"add": 3 + 2 + 1 + BURST + 1, "utility": 2 * 4}
 
