@@ -34,13 +34,13 @@ import msgspec
 
 from ecp.spec import EngineCoreOutputs, UtilityOutput, UtilityRequest, UtilityResult
 from ecp.spec.errors import LocalProtocolError, UtilityArgumentError
+from ecp.spec.machine import SLEEP_TAGS
 from ecp.spec.utility_methods import (
     UTILITY_METHODS, UtilityMethod, failure_message, no_such_method,
 )
 
 log = logging.getLogger("ecp.engine")
 
-SLEEP_TAGS = ("weights", "kv_cache")
 
 
 class PauseState(enum.Enum):

@@ -15,6 +15,7 @@ from .connection import CLOSED_STATES, RESERVED_CALL_IDS, EngineView, Mode, Pend
 from .engine import EngineConnection
 from .frontend import FrontendConnection
 from .admission import Admission, SchedulerControl, admission
+from .qualify import SLEEP_TAGS
 from .events import (
     COORDINATOR, Abort, Add, CoordinatorReady, CoordinatorSubscribe, EngineDead, EngineHello, EngineReady, Event,
     Init, Outputs, Registration, Send, StartWave, UtilityCall, input_socket, output_socket, parse_socket,

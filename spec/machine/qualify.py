@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from .connection import EngineView, PendingCall
 
 RESERVED_CALL_IDS = frozenset((EEP_NOTIFICATION_CALL_ID, FT_STATUS_CALL_ID))
-#: the tags a sleep at level 1 or 2 puts to sleep (ECP-UTIL-8.7)
-SLEEP_TAGS = frozenset(("weights", "kv_cache"))
+#: the tags a sleep at level 1 or 2 puts to sleep (ECP-UTIL-8.7), in the order vLLM names them
+SLEEP_TAGS = ("weights", "kv_cache")
 
 _H, _HE = HandshakeState, HandshakeEvent
 _BEFORE_INIT = (_H.START, _H.HELLO)
@@ -138,7 +138,7 @@ def scheduler_call(method: str, args: Sequence[Any], value: Any) -> SchedulerEve
         # releases whose wake_up answers nil (0.30 and older) do not say what is left asleep: a call
         # that named no tag or every tag woke every tag (sleep puts both to sleep, ECP-UTIL-8.7)
         tags = args[0] if args else None
-        every = tags is None or (isinstance(tags, (list, tuple)) and SLEEP_TAGS <= set(tags))
+        every = tags is None or (isinstance(tags, (list, tuple)) and set(SLEEP_TAGS) <= set(tags))
         return SchedulerEvent.WAKE_UP_TRUE if every else SchedulerEvent.WAKE_UP_FALSE
     if method == "pause_generation":
         return SchedulerEvent.PAUSE_REJECTING_OK if pause_refuses_adds(method, args) else SchedulerEvent.PAUSE_KEEP_OK
