@@ -38,6 +38,8 @@ STDERR_TAIL_BYTES = 16 * 1024
 #: SIGTERM before SIGKILL, and how long the harness then waits for it to be gone
 ORPHAN_GRACE_S = 1.0
 ORPHAN_KILL_WAIT_S = 2.0
+#: at most this many scan-and-stop rounds freeze a peer's family before a SIGKILL (:meth:`CommandPeer._freeze`)
+FREEZE_ROUNDS = 8
 
 
 def _process_table() -> dict[int, tuple[int, str]]:
@@ -229,7 +231,7 @@ class CommandPeer(PeerHandle):
                 try:
                     self.proc.wait(grace_s)
                 except subprocess.TimeoutExpired:
-                    self.note_family()
+                    self._freeze()
                     self._signal(signal.SIGKILL)
                     try:
                         self.proc.wait(5)
@@ -242,6 +244,28 @@ class CommandPeer(PeerHandle):
             self._log.close()
             _LIVE.discard(self)
             self._stopped = True
+
+    def _freeze(self) -> None:
+        """SIGSTOP the peer's group and every process it started, then record them all (:attr:`family`).
+
+        A running peer can start a process between a scan of its descendants and the SIGKILL that
+        follows (one still starting up); that process would outlive it. Frozen processes start
+        nothing, so the scan that follows the freeze is complete. Bounded: each round stops the
+        processes the previous scan found; a round that finds none new ends it."""
+        if self.proc.poll() is None:
+            self._signal(signal.SIGSTOP)
+        self.note_family()
+        stopped: set[int] = set()
+        for _ in range(FREEZE_ROUNDS):
+            alive = self._family_alive()
+            new = set(alive) - stopped
+            if not new:
+                return
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGSTOP)
+            stopped |= new
+            self.family.update(alive)
 
     def _family_alive(self) -> dict[int, str]:
         """The recorded processes still running (same pid and start time), with what they started since."""
@@ -259,6 +283,8 @@ class CommandPeer(PeerHandle):
             for pid in alive:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, sig)
+                    if sig == signal.SIGTERM:
+                        os.kill(pid, signal.SIGCONT)  # one frozen by _freeze handles its SIGTERM now
             _wait_gone(list(alive), wait)
 
     def kill_now(self) -> None:
@@ -266,7 +292,7 @@ class CommandPeer(PeerHandle):
         exiting at once (:func:`_kill_live_peers`)."""
         if self._stopped:
             return
-        self.note_family()
+        self._freeze()
         if self.proc.poll() is None:  # (a reaped leader's group id may belong to another process by now)
             self._signal(signal.SIGKILL)
         for pid in self._family_alive():

@@ -210,9 +210,15 @@ def _running(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] not in "ZX"
 
 
-def _still_running(pids: list[int]) -> list[int]:
-    """The processes of ``pids`` still running; killed here, so that a failing test leaves none."""
+def _still_running(pids: list[int], within_s: float = 5.0) -> list[int]:
+    """The processes of ``pids`` still running ``within_s`` from now; killed here, so that a failing
+    test leaves none. (A SIGKILLed process dies once the scheduler runs it: on a loaded machine,
+    some milliseconds after the harness sent the signal.)"""
+    deadline = time.monotonic() + within_s
     left = [pid for pid in pids if _running(pid)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.02)  # polling /proc: a process that is not our child signals nothing we can wait on
+        left = [pid for pid in left if _running(pid)]
     for pid in left:
         try:
             os.killpg(pid, signal.SIGKILL)  # (the harness starts each peer as its own group)
@@ -335,6 +341,37 @@ def test_a_peer_s_child_in_a_session_of_its_own_is_stopped_with_it(tmp_path):
             peer.proc.wait(10)
         if child is not None:
             _still_running([child])
+
+
+#: a peer that keeps starting processes in sessions of their own, each pid on a line of its log
+SPAWNS = ("import os, sys, time\n"
+          "for _ in range(40):\n"
+          "    pid = os.fork()\n"
+          "    if pid == 0:\n"
+          "        os.setsid(); time.sleep(60); os._exit(0)\n"
+          "    print(pid, flush=True)\n"
+          "    time.sleep(0.002)\n"
+          "time.sleep(60)\n")
+
+
+def test_a_peer_still_starting_processes_leaves_none_behind(tmp_path):
+    """A kill while the peer is starting processes (a supervisor spawning its workers): the one it
+    starts between the scan of its descendants and the SIGKILL must die too, so the harness freezes
+    the peer's processes before it looks."""
+    log = tmp_path / "peer.log"
+    peer = CommandPeer([sys.executable, "-c", SPAWNS], {}, log)
+    children: list[int] = []
+    try:
+        _read_pid(log)              # it has started spawning
+        peer.kill_now()
+        assert peer.wait(10) is not None
+    finally:
+        if peer.proc.poll() is None:
+            peer.proc.kill()
+            peer.proc.wait(10)
+        children = [int(ln) for ln in log.read_text().splitlines()[1:] if ln.strip().isdigit()]
+        left = _still_running(children)
+    assert children and left == [], f"{len(left)} of the {len(children)} processes it started outlived it"
 
 
 LAST_RESORT = """
