@@ -21,6 +21,9 @@ from ecp.reference.engine.config import BUGS as REFERENCE_BUGS
 from scripted_engine import COMMAND as SCRIPTED
 
 FAST = ["--quiet-window", "0.2", "--startup-timeout", "5"]
+#: the reference engine launched as a process, at a step time that keeps ENG-ROB-8's long requests
+#: running until the SIGTERM on a loaded machine (unpaced it may finish them first: UNSUPPORTED)
+PACED = ["--step-time-ms", "1"]
 
 #: reference-engine knob -> cases that must catch it
 REFERENCE_KNOBS: dict[str, list[str]] = {
@@ -174,7 +177,7 @@ def test_command_template_over_tcp_and_reports(run_ecp, tmp_path):
         "--json", str(paths["json"]), "--junit-xml", str(paths["xml"]), "--markdown", str(paths["md"]),
         "--html", str(paths["html"]), *FAST, "--",
         sys.executable, "-m", "ecp.reference.engine", "--handshake-address", "{handshake_address}",
-        "--engine-count", "{engine_count}", "--engine-start-index", "{engine_start_index}")
+        "--engine-count", "{engine_count}", "--engine-start-index", "{engine_start_index}", *PACED)
     assert code == 0, stdout
     data, cases = _results(paths["json"])
     assert len(cases) == 9 and data["target"].startswith(sys.executable)

@@ -20,6 +20,8 @@ from ecp.conformance.registry import load_role
 from ecp.spec.profile import shipped_profile, shipped_releases
 
 FAST = ["--quiet-window", "0.1", "--startup-timeout", "30"]  # a budget, not a wait: loaded CI machines
+#: ENG-ROB-8's long requests must still run at the SIGTERM: an unpaced engine may finish them first
+PACED = ["--step-time-ms", "1"]
 #: the cases an in-process engine cannot serve, and what the harness says of them
 PROCESS_BOUND = {"ENG-ROB-8": "needs an engine process the harness launches and can signal"}
 
@@ -61,7 +63,7 @@ def test_the_oldest_release_shuts_down_gracefully_as_a_process(run_ecp, tmp_path
     release = shipped_releases()[0]
     code, stdout = run_ecp("conformance", "engine", "--vllm", release, "--case", "ENG-ROB-8", *FAST, "--",
                            sys.executable, "-m", "ecp.reference.engine", "--vllm", release,
-                           "--handshake-address", "{handshake_address}", "--engine-count", "{engine_count}")
+                           "--handshake-address", "{handshake_address}", "--engine-count", "{engine_count}", *PACED)
     assert code == 0 and "1 PASS" in stdout.splitlines()[-1], stdout
 
 
