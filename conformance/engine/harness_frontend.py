@@ -144,14 +144,9 @@ class HarnessFrontend(HarnessSockets, ReceivedOutputs, Waits):
         try:
             self.inputs[client].send_multipart([self.identity(engine), *frames])
         except zmq.ZMQError as exc:  # ROUTER_MANDATORY: the peer's connection is gone
-            self._read_last_words()  # an engine failing closed says so before it goes
-            if self.alive_check is not None and self.alive_check():
-                # the process runs on but closed its input connection: it stopped reading (a FAIL
-                # with that evidence), which is not a crash
-                raise EngineStoppedReading(
-                    f"the engine closed its connection to input[{client}] (a send to engine {engine} failed: "
-                    f"{exc}), though its process is still running and it sent no ENGINE_CORE_DEAD") from exc
-            self._process_gone(f"cannot reach engine {engine} on input[{client}] ({exc}): its process exited")
+            self._connection_closed(f"cannot reach engine {engine} on input[{client}] ({exc})",
+                                    f"the engine closed its connection to input[{client}] (a send to engine "
+                                    f"{engine} failed: {exc})")
 
     def _note_call_id(self, frames: list[bytes]) -> None:
         """Remember the call id a UTILITY carries on the wire, so that a reply to it is never

@@ -82,6 +82,7 @@ class EngineUnderTest:
             with deferred():  # an interrupt must find the started peer held, to stop it below
                 self.handle = self._start(launch_no)
             self.fe.alive_check = self.alive
+            self.fe.exit_wait = self._exits_within
             self.fe.run_handshake(startup_timeout or cfg.startup_timeout_s, cancel)
             if isinstance(self.handle, CommandPeer):
                 self.handle.note_family()  # its ranks are up: stopping it stops them wherever they run
@@ -146,6 +147,10 @@ class EngineUnderTest:
 
     def alive(self) -> bool:
         return not self.fe.engine_dead and (self.handle is None or self.handle.alive())
+
+    def _exits_within(self, seconds: float) -> bool:
+        """Whether the engine's process exits within ``seconds`` (waited on, not polled)."""
+        return self.handle is not None and self.handle.wait(seconds) is not None
 
     def _exit_detail(self, lines: int = 8) -> str:
         """Why a launched command died during the handshake: its exit status and last output lines."""

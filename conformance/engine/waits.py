@@ -20,6 +20,10 @@ from ..outcomes import CaseFailure, CaseTimeout, FailedClosed, PeerCrashed
 
 #: how long an engine that went away is given for its last frames (an ENGINE_CORE_DEAD) to arrive
 LAST_WORDS_S = 0.5
+#: how long an engine process that closed an input connection is given to exit before it is judged
+#: to run on without reading (a crashing process closes its sockets first and exits after: on a
+#: loaded machine, some hundreds of milliseconds later)
+EXIT_GRACE_S = 2.0
 
 
 class EngineStoppedReading(CaseFailure):
@@ -54,6 +58,9 @@ class Waits:
         self.deadline: float | None = None
         #: returns False once the engine process is gone (waits then fail fast with PeerCrashed)
         self.alive_check: Callable[[], bool] | None = None
+        #: waits at most the given seconds for the engine's process to exit; True once it has (None:
+        #: the engine has no process the harness can watch)
+        self.exit_wait: Callable[[float], bool] | None = None
         #: why the last liveness probe failed (the engine is not probed again after the case)
         self.stopped_serving: str | None = None
 
@@ -182,7 +189,18 @@ class Waits:
             return
         client, at = self.input_closed
         if time.monotonic() - max(at, self._last_output_at) >= self.quiet_window_s:
-            raise EngineStoppedReading(
-                f"no {what}: the engine closed its connection to input[{client}] -- it reads no more input, "
-                f"{'though its process is still running' if self.alive_check is None or self.alive_check() else 'and its process exited'}"
-                " and it sent no ENGINE_CORE_DEAD")
+            self._connection_closed(f"no {what}: the engine closed its connection to input[{client}]",
+                                    f"no {what}: the engine closed its connection to input[{client}] -- it reads "
+                                    "no more input")
+
+    def _connection_closed(self, gone: str, stopped: str) -> NoReturn:
+        """An engine closed an input connection: a crash if its process exits (within
+        :data:`EXIT_GRACE_S`), FailedClosed if it said ENGINE_CORE_DEAD first; otherwise it runs on
+        without reading, a FAIL with that evidence (:class:`EngineStoppedReading`)."""
+        self._read_last_words()
+        if self.alive_check is None:  # the case waits for the engine's exit itself (ENG-ROB-8)
+            raise EngineStoppedReading(f"{stopped} and it sent no ENGINE_CORE_DEAD")
+        if not self.alive_check() or (self.exit_wait is not None and self.exit_wait(EXIT_GRACE_S)):
+            self._process_gone(f"{gone}: its process exited")
+        raise EngineStoppedReading(f"{stopped}, though its process is still running and it sent no "
+                                   "ENGINE_CORE_DEAD")

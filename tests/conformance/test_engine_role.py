@@ -272,6 +272,15 @@ def test_scripted_engine_subprocess_crash_is_reported(run_ecp):
     assert "CRASH ENG-ROB-1" in stdout, stdout
 
 
+def test_a_crash_whose_process_exits_after_its_sockets_close_is_a_crash(run_ecp):
+    """The engine closes its connections, then its process exits a second later (past the quiet
+    window): still a CRASH, not an engine that stopped reading."""
+    code, stdout = run_ecp("conformance", "engine", "--case", "ENG-ROB-1", *FAST, "--",
+                           *SCRIPTED, "--bug", "crash-on-bad-frame", "--bug", "slow-exit")
+    assert code == 1
+    assert "CRASH ENG-ROB-1" in stdout, stdout
+
+
 def test_declared_missing_feature_is_unsupported(run_ecp):
     """An engine whose ready payload says enable_sleep_mode=false is not failed on sleep cases."""
     code, stdout = run_ecp("conformance", "engine", "--adapter", "scripted_engine:bug_no-sleep-mode",
