@@ -68,8 +68,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     rp = sub.add_parser(
         "replay", help="re-run an explorer reproducer file",
         description="Play the session of a reproducer file against a fresh launch of COMMAND (default: the "
-                    "command recorded in the file). Exit 1 while a violation shows (the recorded clause or "
-                    "another), 0 when none does, 2 on a harness or usage error.")
+                    "command recorded in the file), speaking and judging as the vLLM release the file records "
+                    "(--vllm: another). Exit 1 while a violation shows (the recorded clause or another), 0 when "
+                    "none does, 2 on a harness or usage error or when the file's release cannot be resolved.")
     rp.add_argument("file", type=Path)
     _replay_options(rp)
     rp.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... (default: the file's)")
@@ -106,18 +107,18 @@ def _common_options(p: argparse.ArgumentParser, *, engines_help: str, max_steps:
 
 def _release_option(p: argparse.ArgumentParser, default: str | None) -> None:
     """``--vllm``, as ``ecp conformance engine|frontend`` take it (without ``auto``: a session is drawn
-    for its release before anything is heard from the peer)."""
-    speaks = "the scripted engines speak and the frontend is judged as" if p.prog.endswith("frontend") else \
-        "the harness speaks and judges the engine as"
-    p.add_argument("--vllm", default=default, metavar="RELEASE|PATH",
-                   help=(f"the vLLM release {speaks}: a shipped release (`ecp spec release "
-                         "list`), a layout file, a vLLM checkout or wheel. Sessions hold only what that release "
-                         "has (its utility methods, request fields, type bytes), its codec writes and reads the "
-                         "frames, and a clause that needs a feature it lacks is not judged; reproducers record it "
-                         if default else
-                         "replay as this vLLM release (a shipped release, a layout file, a vLLM checkout or "
-                         "wheel) instead of the one the file records (default: the file's)")
-                   + (" (%(default)s)" if default else ""))
+    for its release before anything is heard from the peer); ``default`` None: replay's (the file's)."""
+    if default is None:
+        text = ("replay as this vLLM release (a shipped release, a layout file, a vLLM checkout or wheel) "
+                "instead of the one the file records (default: the file's)")
+    else:
+        speaks = "the scripted engines speak and the frontend is judged as" if p.prog.endswith("frontend") \
+            else "the harness speaks and judges the engine as"
+        text = (f"the vLLM release {speaks}: a shipped release (`ecp spec release list`), a layout file, a vLLM "
+                "checkout or wheel. Sessions hold only what that release has (its utility methods, request "
+                "fields, type bytes), its codec writes and reads the frames, and a clause that needs a feature "
+                "it lacks is not judged; reproducers record it (%(default)s)")
+    p.add_argument("--vllm", default=default, metavar="RELEASE|PATH", help=text)
 
 
 def _replay_options(parser: argparse.ArgumentParser) -> None:

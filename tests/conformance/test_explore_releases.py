@@ -5,6 +5,7 @@ that release without a finding, and as another one they are flagged."""
 import json
 import sys
 
+import msgspec
 import pytest
 
 from ecp.conformance.explore.frontend_generate import draw_frontend
@@ -58,9 +59,10 @@ def test_sessions_hold_only_what_their_release_has():
             assert s.topology.error_after is None
 
 
-def _explore(tmp_path, command, vllm, role="engine", max_steps=10, **kw):
-    opts = ExploreOptions(command=command, role=role, engine_count=2, budget_s=30, seed=11, max_steps=max_steps,
-                          out_dir=tmp_path, quiet_window_s=0.1, step_timeout_s=3.0, vllm=vllm, **kw)
+def _explore(tmp_path, command, vllm, role="engine", max_steps=10, engine_count=2, **kw):
+    opts = ExploreOptions(command=command, role=role, engine_count=engine_count, budget_s=30, seed=11,
+                          max_steps=max_steps, out_dir=tmp_path, quiet_window_s=0.1, step_timeout_s=3.0, vllm=vllm,
+                          **kw)
     return explore(opts, say=lambda line: None)
 
 
@@ -77,8 +79,8 @@ def test_an_engine_explored_as_another_release_is_flagged_and_its_reproducer_rep
     """vLLM 0.33's reference engine explored as the oldest release breaks its rules at once; the
     reproducer records the release, its replay speaks it by default (the violation again), and
     ``--vllm`` replays it as the engine's own release (none)."""
-    report = _explore(tmp_path, ENGINE, OLDEST, max_steps=3, max_sessions=1, max_findings=1, confirm_runs=0,
-                      shrink_runs=0)
+    report = _explore(tmp_path, ENGINE, OLDEST, max_steps=3, engine_count=1, max_sessions=1, max_findings=1,
+                      confirm_runs=0, shrink_runs=0)
     [found] = report.findings
     doc = read(found.path)
     assert (doc["vllm"], doc["release"]) == (OLDEST, OLDEST)
@@ -114,4 +116,27 @@ def test_a_reproducer_of_a_release_that_cannot_be_resolved_is_a_clear_error(tmp_
 def test_the_oldest_release_s_reference_frontend_explored_as_that_release_shows_nothing(tmp_path):
     report = _explore(tmp_path, [*SERVE, "--vllm", OLDEST], OLDEST, role="frontend", max_sessions=1)
     assert report.sessions == 1 and report.messages > 0 and report.release == OLDEST
+    assert report.findings == [], [(f.clause, f.message) for f in report.findings]
+
+
+def test_a_layout_file_is_a_release_named_as_it_states(tmp_path, monkeypatch):
+    """``--vllm FILE`` of a release ecp does not ship (the newest layout less ``abort_immediately``, named
+    0.99): its sessions set no ``abort_immediately``, its reproducers record the file by its absolute
+    path, reports name the release the file states, and the reference engine run with the same file
+    shows nothing."""
+    from ecp.spec.layout.resolve import load_shipped, shipped_names
+
+    data = msgspec.to_builtins(load_shipped(shipped_names()[-1]))
+    data["name"], data["vllm_version"] = "vllm-0.99", "0.99.0"
+    fields = [f for f in data["messages"]["EngineCoreRequest"]["fields"] if f["name"] != "abort_immediately"]
+    for i, f in enumerate(fields):
+        f["index"] = i
+    data["messages"]["EngineCoreRequest"]["fields"] = fields
+    (tmp_path / "next.json").write_text(json.dumps(data))
+    monkeypatch.chdir(tmp_path)
+    opts = ExploreOptions(command=[], vllm="next.json")
+    assert opts.profile.release == "0.99" and opts.recorded_vllm == str(tmp_path / "next.json")
+    assert not any(st.get("abort_immediately") for k in range(60) for st in draw(k, 2, profile=opts.profile).steps)
+    report = _explore(tmp_path, [*ENGINE, "--vllm", str(tmp_path / "next.json")], "next.json", max_sessions=1)
+    assert report.sessions == 1 and report.release == "0.99"
     assert report.findings == [], [(f.clause, f.message) for f in report.findings]
