@@ -112,9 +112,9 @@ class Speaks:
     """What the sessions drawn for one release may contain: only what its peers speak (its profile,
     :class:`ecp.spec.profile.Profile`). A utility method the release lacks is never called, a request
     field it lacks (``abort_immediately``, ``current_wave``) never set, a message it lacks
-    (``START_DP_WAVE``) never sent, and type bytes are the release's. Sessions of vLLM 0.33 are drawn
-    exactly as before releases were told apart: what is left out is still drawn and then dropped, so
-    the rest of a session is the same whatever the release."""
+    (``START_DP_WAVE``) never sent, and type bytes are the release's. What is left out is still drawn
+    and then dropped, so the rest of a session is the same whatever the release, and vLLM 0.33's
+    sessions are the draws of no profile at all."""
 
     #: the utility methods of :data:`UTILITIES` the release has
     utilities: frozenset[str]

@@ -114,6 +114,8 @@ def test_a_reproducer_of_a_release_that_cannot_be_resolved_is_a_clear_error(tmp_
 
 
 def test_the_oldest_release_s_reference_frontend_explored_as_that_release_shows_nothing(tmp_path):
+    """Scripted engines of vLLM 0.33 would see this frontend break ECP-REQ-1 in its first ADD (0.20's
+    EngineCoreRequest is not 0.33's); engines of its own release see no rule broken."""
     report = _explore(tmp_path, [*SERVE, "--vllm", OLDEST], OLDEST, role="frontend", max_sessions=1)
     assert report.sessions == 1 and report.messages > 0 and report.release == OLDEST
     assert report.findings == [], [(f.clause, f.message) for f in report.findings]
