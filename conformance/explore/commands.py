@@ -204,6 +204,11 @@ def _explore(args: argparse.Namespace, role: str, **extra) -> int:
 
     from .run import release_line
 
+    if args.vllm == "auto":
+        print(f"{name}: --vllm auto is not taken here: a session is drawn for its release before the peer says "
+              "anything; name the release (`ecp spec release list`) or a layout file, vLLM checkout or wheel",
+              file=sys.stderr)
+        return 2
     try:
         profile = opts.profile
     except LayoutError as exc:

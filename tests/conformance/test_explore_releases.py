@@ -113,6 +113,16 @@ def test_a_reproducer_of_a_release_that_cannot_be_resolved_is_a_clear_error(tmp_
     assert release_of_file(read(path), path).release == "0.33"
 
 
+@pytest.mark.parametrize("role", ["engine", "frontend"])
+def test_a_release_that_names_none_is_a_usage_error(capsys, role):
+    from ecp.spec.cli import main
+
+    assert main(["conformance", "explore", role, "--vllm", "0.9", "--", "true"]) == 2
+    assert "--vllm: no shipped layout named 'vllm-0.9'" in capsys.readouterr().err
+    assert main(["conformance", "explore", role, "--vllm", "auto", "--", "true"]) == 2
+    assert "--vllm auto is not taken here" in capsys.readouterr().err
+
+
 def test_the_oldest_release_s_reference_frontend_explored_as_that_release_shows_nothing(tmp_path):
     """Scripted engines of vLLM 0.33 would see this frontend break ECP-REQ-1 in its first ADD (0.20's
     EngineCoreRequest is not 0.33's); engines of its own release see no rule broken."""
