@@ -7,6 +7,8 @@ import re
 import sys
 from pathlib import Path
 
+from ecp.spec import VLLM_RELEASE
+
 _TIME = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -66,8 +68,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     rp = sub.add_parser(
         "replay", help="re-run an explorer reproducer file",
         description="Play the session of a reproducer file against a fresh launch of COMMAND (default: the "
-                    "command recorded in the file). Exit 1 while a violation shows (the recorded clause or "
-                    "another), 0 when none does, 2 on a harness or usage error.")
+                    "command recorded in the file), speaking and judging as the vLLM release the file records "
+                    "(--vllm: another). Exit 1 while a violation shows (the recorded clause or another), 0 when "
+                    "none does, 2 on a harness or usage error or when the file's release cannot be resolved.")
     rp.add_argument("file", type=Path)
     _replay_options(rp)
     rp.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... (default: the file's)")
@@ -99,12 +102,30 @@ def _common_options(p: argparse.ArgumentParser, *, engines_help: str, max_steps:
     p.add_argument("-q", "--quiet", action="store_true",
                    help="no progress line every 5 s (sessions, messages, findings); findings and the summary "
                         "are still printed")
+    _release_option(p, default=VLLM_RELEASE)
+
+
+def _release_option(p: argparse.ArgumentParser, default: str | None) -> None:
+    """``--vllm``, as ``ecp conformance engine|frontend`` take it (without ``auto``: a session is drawn
+    for its release before anything is heard from the peer); ``default`` None: replay's (the file's)."""
+    if default is None:
+        text = ("replay as this vLLM release (a shipped release, a layout file, a vLLM checkout or wheel) "
+                "instead of the one the file records (default: the file's)")
+    else:
+        speaks = "the scripted engines speak and the frontend is judged as" if p.prog.endswith("frontend") \
+            else "the harness speaks and judges the engine as"
+        text = (f"the vLLM release {speaks}: a shipped release (`ecp spec release list`), a layout file, a vLLM "
+                "checkout or wheel. Sessions hold only what that release has (its utility methods, request "
+                "fields, type bytes), its codec writes and reads the frames, and a clause that needs a feature "
+                "it lacks is not judged; reproducers record it (%(default)s)")
+    p.add_argument("--vllm", default=default, metavar="RELEASE|PATH", help=text)
 
 
 def _replay_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=1, help="replays; exit 1 if any shows a violation (1)")
     parser.add_argument("--step-timeout", type=parse_time, default=10.0, metavar="TIME")
     parser.add_argument("--startup-timeout", type=parse_time, default=60.0, metavar="TIME")
+    _release_option(parser, default=None)
 
 
 def _split_replay(args: argparse.Namespace) -> list[str]:
@@ -163,7 +184,7 @@ def _options(args: argparse.Namespace, role: str, **extra):
                           shrink_s=args.shrink_budget, step_timeout_s=args.step_timeout,
                           startup_timeout_s=args.startup_timeout, max_findings=args.max_findings,
                           quiet_window_s=args.quiet_window, progress_s=0.0 if args.quiet else PROGRESS_S,
-                          **extra)
+                          vllm=args.vllm, **extra)
 
 
 def _explore(args: argparse.Namespace, role: str, **extra) -> int:
@@ -179,6 +200,21 @@ def _explore(args: argparse.Namespace, role: str, **extra) -> int:
         print(f"{name}: --engine-count and --max-steps must be >= 1, --shrink-runs >= 0", file=sys.stderr)
         return 2
     opts = _options(args, role, **extra)
+    from ecp.spec.layout.model import LayoutError
+
+    from .run import release_line
+
+    if args.vllm == "auto":
+        print(f"{name}: --vllm auto is not taken here: a session is drawn for its release before the peer says "
+              "anything; name the release (`ecp spec release list`) or a layout file, vLLM checkout or wheel",
+              file=sys.stderr)
+        return 2
+    try:
+        profile = opts.profile
+    except LayoutError as exc:
+        print(f"{name}: --vllm: {exc}", file=sys.stderr)
+        return 2
+    print(release_line(profile, f"--vllm {args.vllm}"), flush=True)
     try:
         report = explore(opts, say=lambda line: print(line, flush=True))
     except LaunchFailed as exc:
@@ -189,8 +225,8 @@ def _explore(args: argparse.Namespace, role: str, **extra) -> int:
 
         ignore_further()  # its peers are stopped; a second signal must not cut the summary short
     cut = f" (interrupted by {report.interrupted})" if report.interrupted else ""
-    print(f"\n{report.sessions} session(s), {report.messages} message(s) judged in {report.elapsed_s:.1f}s{cut}; "
-          f"{len(report.findings)} finding(s)")
+    print(f"\n{report.sessions} session(s), {report.messages} message(s) judged as vLLM {report.release} in "
+          f"{report.elapsed_s:.1f}s{cut}; {len(report.findings)} finding(s)")
     for f in report.findings:
         steps = f"{f.steps_before} -> {f.steps_after} steps" if f.steps_after is not None else \
             f"{f.steps_before} steps, not shrunk"
@@ -205,9 +241,11 @@ def _explore(args: argparse.Namespace, role: str, **extra) -> int:
 def _replay(args: argparse.Namespace) -> int:
     import tempfile
 
+    from ecp.spec.layout.model import LayoutError
+
     from .execute import LaunchFailed
-    from .reproducer import ReproducerError, read
-    from .run import ExploreOptions, runner_for
+    from .reproducer import UNRECORDED_RELEASE, ReproducerError, read, release_of_file
+    from .run import ExploreOptions, release_line, runner_for
     from .session import describe
 
     try:
@@ -216,10 +254,22 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"ecp conformance replay: {exc}", file=sys.stderr)
         return 2
     command = _split_replay(args) or list(doc.get("command") or [])
+    try:
+        profile = release_of_file(doc, args.file, args.vllm)
+    except ReproducerError as exc:  # the file's release cannot be resolved here
+        print(f"ecp conformance replay: {exc}", file=sys.stderr)
+        return 2
+    except LayoutError as exc:
+        print(f"ecp conformance replay: --vllm: {exc}", file=sys.stderr)
+        return 2
+    recorded = doc.get("vllm", UNRECORDED_RELEASE)
+    vllm = args.vllm if args.vllm is not None else recorded
     if not command or args.runs < 1:
         print("ecp conformance replay: give -- COMMAND ... (the file records none) and --runs >= 1", file=sys.stderr)
         return 2
     session = doc["session"]
+    how = f"--vllm {args.vllm}; the file's is {recorded}" if args.vllm is not None else f"the file's: --vllm {recorded}"
+    print(release_line(profile, how))
     print(f"replaying {args.file}: {doc['clause']} ({len(session.steps)} step(s), {session.topology})")
     for step in session.steps:
         print(f"  {describe(step)}")
@@ -227,7 +277,7 @@ def _replay(args: argparse.Namespace) -> int:
                           engine_count=max(session.topology.engines, int(doc.get("engine_count", 1))),
                           transport=doc.get("transport", "ipc"), step_timeout_s=args.step_timeout,
                           startup_timeout_s=args.startup_timeout,
-                          engine_lacks=tuple(doc.get("engine_lacks") or ()))
+                          engine_lacks=tuple(doc.get("engine_lacks") or ()), vllm=vllm)
     shown = 0
     with tempfile.TemporaryDirectory(prefix="ecp-replay-") as workdir:
         runner = runner_for(opts, workdir)

@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 import zmq
 
-from ecp.spec import encode_start_dp_wave, recover_utility_frames
+from ecp.spec import recover_utility_frames
 from ecp.spec.enums import RequestType
 from ecp.spec.machine import SchedulerControl
 
@@ -37,8 +37,8 @@ from ..launch import PeerHandle
 from ..outcomes import CaseTimeout, FailedClosed, PeerCrashed, CaseFailure
 from ..transcript import Entry, Transcript
 from .oracle import (
-    ABORT_GRACE_S, CallRecord, Finding, History, RequestRecord, Stop, check_calls, check_errors, check_raw_outputs,
-    check_requests, own_outputs, own_terminals,
+    ABORT_GRACE_S, CallRecord, Finding, History, RequestRecord, Stop, binding, check_calls, check_errors,
+    check_raw_outputs, check_requests, own_outputs, own_terminals,
 )
 from .processes import rank_process, send
 from .session import PROCESS_FAULTS, Session
@@ -398,14 +398,17 @@ class _Play(_PlayState):
         exclude = s.get("exclude")
         if exclude is not None:
             exclude = self.fe.start_index + exclude % self.session.topology.engines
-        self.fe.send_raw(encode_start_dp_wave(self.wave_base + int(s["wave"]), exclude), engine=engine, client=client)
+        # written as the release under test writes it (its codec: the harness frontend's)
+        self.fe.send_raw(self.fe.codec.encode_start_dp_wave(self.wave_base + int(s["wave"]), exclude),
+                         engine=engine, client=client)
         self.sent += 1
         return True
 
     def _garbage(self, s: dict[str, Any]) -> bool:
         engine, client = self._where(s)
         frames = [bytes.fromhex(f) for f in s["frames"]]
-        recovered = recover_utility_frames(frames) if frames and frames[0] == RequestType.UTILITY.value else None
+        utility = self.fe.profile.request_types.get("UTILITY", RequestType.UTILITY.value)
+        recovered = recover_utility_frames(frames) if frames and frames[0] == utility else None
         if recovered is not None:  # a refused UTILITY whose call id can be read: its failure may answer it
             self.history.refused_ids.add(recovered.call_id)
         self.fe.send_raw(frames, engine=engine, client=client, decode=lambda: "(a malformed message, on purpose)")
@@ -580,13 +583,13 @@ def play_on(eut: EngineUnderTest, session: Session, step_timeout: float = 10.0, 
     except CaseFailure as exc:
         findings.append(Finding(exc.clause or "ECP-ROB-1", str(exc), run.step))
     findings += (check_calls(fe, run.history) + check_requests(fe, run.history) + check_errors(fe, run.history)
-                 + check_raw_outputs(fe) + _rules_of_the_cases(fe, fresh=not tag))
+                 + check_raw_outputs(fe, fe.profile) + _rules_of_the_cases(fe, fresh=not tag))
     machine = []
     for k in range(base, len(fe.machine.violations)):
         v = fe.machine.violations[k]
         step = next((s for n, s in reversed(marks) if n <= k), None)
         machine.append(Finding(v.clause, f"{v.socket}: {v.error}", step))
-    findings = machine + findings
+    findings = binding(machine + findings, fe.profile.layout)
     received = len(fe.raw_outputs) + len(fe.coordinator_messages)
     return SessionResult(findings, list(transcript.entries), played, run.sent, received,
                          0.0, time.monotonic() - launched, eut.log_tail() if findings else "",

@@ -39,7 +39,7 @@ from ..frontend.sse import DONE, SseStream, drop_all
 from ..outcomes import CaseTimeout, PeerCrashed, CaseFailure
 from ..transcript import HTTP_CHANNEL, Transcript
 from .execute import LaunchFailed, SessionResult
-from .oracle import Finding
+from .oracle import Finding, binding
 from .session import ROUTES, Session
 
 #: the id an explicit abort names for a request never sent (target -1)
@@ -530,6 +530,7 @@ def play_frontend(session: Session, manager: FrontendManager, step_timeout: floa
         manager.run(body)
     except CaseTimeout as exc:
         findings.append(Finding("ECP-HTTP-1", f"the session did not end within {bound:g}s: {exc}"))
+    findings = binding(findings, manager.release.layout)  # the rules of the release its engines speak
     entries = list(transcript.entries)
     # the harness's engines send outputs and receive the frontend's frames
     sent = sum(1 for e in entries if e.direction == "sent" and e.channel != HTTP_CHANNEL)

@@ -9,6 +9,12 @@ to act on (a drop of a request that is not a stream). Some requests are pinned t
 (``X-data-parallel-rank``), some sessions drop a crowd of streams at once, and in some the engines
 end every request longer than a few tokens with an ERROR output; these are drawn from a stream of
 their own, so the rest of the session is the same either way.
+
+Sessions are drawn for the release the scripted engines speak (``--vllm``): a utility route whose
+method the release lacks is not called, and engines that end requests with ERROR are drawn only
+where the release's ERROR output carries its RequestError (what the judge of such a session
+cites, ``ECP-OUT-5``). What is left out is drawn all the same, so vLLM 0.33's sessions are
+the same as before releases were told apart.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ from typing import Any
 from ..frontend.output_forms import FORMS
 from .session import ROUTES, Session, Topology
 
+#: the utility method each utility route makes the frontend call on its engines (the others call none)
+ROUTE_METHODS = {"is_sleeping": "is_sleeping", "reset_prefix_cache": "reset_prefix_cache"}
+
 MAX_TOKENS = (1, 2, 3, 8, 16, 64)
 PROMPT_LENS = (1, 3, 12, 40)
 LOGPROBS = (None, None, None, 0, 2)
@@ -29,8 +38,15 @@ DELAYS_MS = (0, 0, 1, 5, 20)
 HOLDS = (None, 2, 2, 4)
 
 
-def draw_frontend(seed: int, max_engines: int = 1, max_steps: int = 16) -> Session:
-    """The frontend-role session of ``seed`` for a frontend launched with up to ``max_engines`` engines."""
+def draw_frontend(seed: int, max_engines: int = 1, max_steps: int = 16, profile: Any = None) -> Session:
+    """The frontend-role session of ``seed`` for a frontend launched with up to ``max_engines`` engines
+    of ``profile``'s release (:class:`ecp.spec.profile.Profile`; ``None``: vLLM 0.33)."""
+    routes = sorted(ROUTES)
+    errors = True
+    if profile is not None:
+        routes = [name for name in routes
+                  if name not in ROUTE_METHODS or ROUTE_METHODS[name] in profile.utility_methods]
+        errors = profile.has_field("EngineCoreOutput", "error")
     r = random.Random(seed)
     engines = max_engines if max_engines == 1 or r.random() < 0.7 else r.randint(1, max_engines)
     topo = Topology(engines=engines, form=r.choice(sorted(FORMS)), delay_ms=r.choice(DELAYS_MS),
@@ -54,7 +70,8 @@ def draw_frontend(seed: int, max_engines: int = 1, max_steps: int = 16) -> Sessi
                 targets.append(-1)
             steps.append({"op": "abort", "targets": targets})
         elif roll < 0.82:
-            steps.append({"op": "route", "route": r.choice(sorted(ROUTES))})
+            route = r.choice(sorted(ROUTES))  # drawn either way: the rest of the session stays the same
+            steps.append({"op": "route", "route": route} if route in routes else {"op": "wait", "until": "idle"})
         else:
             until = r.choice(("first", "end", "end", "idle"))
             step = {"op": "wait", "until": until}
@@ -64,7 +81,9 @@ def draw_frontend(seed: int, max_engines: int = 1, max_steps: int = 16) -> Sessi
     forms = random.Random(f"frontend-forms-{seed}")
     _routing_and_crowds(forms, topo, steps)
     if forms.random() < ERROR_P:
-        topo = dataclasses.replace(topo, error_after=forms.choice(ERROR_AFTER))
+        error_after = forms.choice(ERROR_AFTER)
+        if errors:
+            topo = dataclasses.replace(topo, error_after=error_after)
     return Session(topo, steps, seed, role="frontend")
 
 

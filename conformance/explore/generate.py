@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable
 
 import msgspec
 
+from ecp.spec import VLLM_RELEASE
 from ecp.spec.machine import SchedulerControl
 
 from .session import Session, Topology
@@ -93,13 +96,63 @@ REFUSED_CALLS: tuple[tuple[str, list[Any]], ...] = (
 REFUSED_CALL_ID = 0x7EC0_0000
 
 #: malformed input messages (ECP-ROB-1: each is rejected and the engine keeps serving)
-#: (frames as hex, the type byte first)
+#: (frames as hex, the type byte first: vLLM 0.33's; :class:`Speaks` writes them with the release's bytes)
 GARBAGE = (
     ["ff", "90"],    # an unknown request type byte
     ["00", "c1"],    # ADD whose payload is not msgpack (0xc1 is never used)
     ["01", "92a161"],  # ABORT with a truncated array
     ["03"],          # UTILITY without its payload frame
 )
+#: the request type each of vLLM 0.33's type bytes above is
+_TYPE_NAMES = {"00": "ADD", "01": "ABORT", "02": "START_DP_WAVE", "03": "UTILITY"}
+
+
+@dataclass(frozen=True)
+class Speaks:
+    """What the sessions drawn for one release may contain: only what its peers speak (its profile,
+    :class:`ecp.spec.profile.Profile`). A utility method the release lacks is never called, a request
+    field it lacks (``abort_immediately``, ``current_wave``) never set, a message it lacks
+    (``START_DP_WAVE``) never sent, and type bytes are the release's. What is left out is still drawn
+    and then dropped, so the rest of a session is the same whatever the release, and vLLM 0.33's
+    sessions are the draws of no profile at all."""
+
+    #: the utility methods of :data:`UTILITIES` the release has
+    utilities: frozenset[str]
+    #: :data:`REFUSED_CALLS` that an engine of the release refuses (unknown, or surplus arguments)
+    refused: tuple[tuple[str, list[Any]], ...]
+    abort_immediately: bool
+    #: ADDs stamped ``current_wave`` and START_DP_WAVE messages
+    waves: bool
+    #: request type name -> its byte, as hex
+    type_bytes: dict[str, str]
+
+    def frames(self, frames: list[str]) -> list[str]:
+        """Malformed frames written with vLLM 0.33's type byte, with the release's."""
+        name = _TYPE_NAMES.get(frames[0]) if frames else None
+        if name is None or name not in self.type_bytes:
+            return list(frames)
+        return [self.type_bytes[name], *frames[1:]]
+
+
+def speaks(profile: Any = None) -> Speaks:
+    """What the sessions for ``profile``'s release may contain (``None``: vLLM 0.33, ecp.spec's own)."""
+    if profile is None:
+        from ecp.spec.profile import shipped_profile
+
+        profile = shipped_profile(VLLM_RELEASE)
+    return _speaks(profile)
+
+
+@lru_cache(maxsize=16)
+def _speaks(profile: Any) -> Speaks:
+    methods = profile.utility_methods
+    refused = tuple((m, args) for m, args in REFUSED_CALLS
+                    if m not in methods or not methods[m].accepts(len(args)))
+    return Speaks(utilities=frozenset(m for m in UTILITIES if m in methods), refused=refused,
+                  abort_immediately=profile.has_field("EngineCoreRequest", "abort_immediately"),
+                  waves=profile.has_field("EngineCoreRequest", "current_wave")
+                  and "START_DP_WAVE" in profile.request_types,
+                  type_bytes={name: b.hex() for name, b in profile.request_types.items()})
 
 
 #: the shares of a session's drawn steps that are ADDs and ABORTs; calls take the steps up to 0.70 (0.30:
@@ -116,13 +169,18 @@ STOP_MS = (20, 100, 400, 1500)
 
 
 def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool = True,
-         process_faults: bool = True, duplicates: bool = True) -> Session:
-    """The session of ``seed`` for a peer launched with up to ``max_engines`` ranks; without
+         process_faults: bool = True, duplicates: bool = True, profile: Any = None) -> Session:
+    """The session of ``seed`` for a peer of ``profile``'s release (:class:`Speaks`; ``None``: vLLM
+    0.33) launched with up to ``max_engines`` ranks; without
     ``malformed`` the steps that would send a malformed message wait for every reply instead, and
     without ``duplicates`` no ADD repeats an id in flight (the rest of the session is the same);
     with ``process_faults`` some sessions get one process fault (a SIGSTOP/SIGCONT of one rank, or
     a SIGKILL of one rank), drawn from a stream of its own so the rest of the session is the same
     either way."""
+    release = speaks(profile)
+    # the release's methods, in the tables' order: for vLLM 0.33 the very tables (the same draws)
+    modes = tuple(m for m in MODE_CALLS if m in release.utilities)
+    queries = tuple(m for m in QUERIES if m in release.utilities)
     r = random.Random(seed)
     engines = max_engines if max_engines == 1 or r.random() < 0.7 else r.randint(1, max_engines)
     topo = Topology(engines=engines, clients=r.choice((1, 1, 2)), coordinator=engines > 1 and r.random() < 0.5)
@@ -149,7 +207,7 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
         if roll < ADD_P or not refs:
             if topo.coordinator and r.random() < 0.3:
                 wave += r.choice((0, 1, 1, 5))
-            steps.append(_add(r, refs, engine, client, topo, wave))
+            steps.append(_add(r, refs, engine, client, topo, wave, release=release))
             refs += 1
         elif roll < ADD_P + ABORT_P:
             pick = r.sample(range(refs), k=min(refs, r.choice((1, 1, 2, 3))))
@@ -158,13 +216,14 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
             if r.random() < 0.2:
                 pick.append(-1)
             steps.append({"op": "abort", "client": client, "engine": engine, "targets": pick})
-        elif roll < 0.70:
+        elif roll < 0.70 and (modes or queries):
             rank = ranks[engine]
-            if r.random() < STATE_CALL_P:  # the change the rank's state allows: undo a sleep or pause, or make one
-                method = "wake_up" if rank.asleep else "resume_scheduler" if rank.paused else r.choice(MODE_CALLS)
+            # the change the rank's state allows: undo a sleep or pause, or make one
+            if (r.random() < STATE_CALL_P and (modes or rank.asleep or rank.paused)) or not queries:
+                method = "wake_up" if rank.asleep else "resume_scheduler" if rank.paused else r.choice(modes)
                 undo_in.pop(engine, None)
             else:
-                method = r.choice(QUERIES)
+                method = r.choice(queries)
             args = UTILITIES[method](r)
             rank.carried_out(method, args, True if method == "wake_up" else None)
             steps.append({"op": "call", "engine": engine, "client": client, "method": method, "args": args})
@@ -172,10 +231,10 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
             # with an abort_immediately ADD, which it never refuses (ECP-REJECT-5)
             if method in MODE_CALLS:
                 undo_in[engine] = r.choice(UNDO_AFTER)
-                steps.append(_add(r, refs, engine, client, topo, 0, abort_immediately=0.0))
+                steps.append(_add(r, refs, engine, client, topo, 0, abort_immediately=0.0, release=release))
                 refs += 1
-                if r.random() < ABORT_NOW_AFTER_P:
-                    steps.append(_add(r, refs, engine, client, topo, 0, abort_immediately=1.0))
+                if r.random() < ABORT_NOW_AFTER_P and release.abort_immediately:
+                    steps.append(_add(r, refs, engine, client, topo, 0, abort_immediately=1.0, release=release))
                     refs += 1
         elif roll < 0.93:
             until = r.choice(("running", "running", "terminal", "terminal", "idle", "replies"))
@@ -183,20 +242,22 @@ def draw(seed: int, max_engines: int = 1, max_steps: int = 24, malformed: bool =
             if until in ("running", "terminal"):
                 step["ref"] = r.randrange(refs)
             steps.append(step)
-        elif roll < 0.97 and topo.engines > 1:
+        elif roll < 0.97 and topo.engines > 1 and release.waves:
             wave += 1
             steps.append({"op": "start_wave", "engine": engine, "wave": wave,
                           "exclude": r.choice((None, r.randrange(topo.engines)))})
         else:
-            frames = r.choice(GARBAGE)  # drawn either way: the rest of the session stays the same
+            frames = release.frames(r.choice(GARBAGE))  # drawn either way: the rest of the session stays the same
             steps.append({"op": "garbage", "engine": engine, "client": client, "frames": frames} if malformed
                          else {"op": "wait", "until": "replies"})
     _stop_repeats(random.Random(f"stop-repeat-{seed}"), steps, refs)
     _busy_calls(random.Random(f"busy-call-{seed}"), steps)
     _busy_aborts(random.Random(f"busy-abort-{seed}"), steps)
-    _idle_reset(random.Random(f"idle-reset-{seed}"), topo, steps)
-    _refusals(random.Random(f"refusal-{seed}"), topo, steps, malformed)
-    _sleep_queries(steps)
+    if "reset_prefix_cache" in release.utilities:
+        _idle_reset(random.Random(f"idle-reset-{seed}"), topo, steps)
+    _refusals(random.Random(f"refusal-{seed}"), topo, steps, malformed, release)
+    if "is_sleeping" in release.utilities:
+        _sleep_queries(steps)
     if process_faults:  # (a SIGKILL lands in the last third of the steps)
         _process_fault(random.Random(f"process-fault-{seed}"), topo, steps)
     if duplicates:  # last: nothing comes between an ADD and its duplicate
@@ -332,7 +393,8 @@ def _idle_reset(r: random.Random, topo: Topology, steps: list[dict[str, Any]]) -
                      "method": "reset_prefix_cache", "args": r.choice([[], [False, False]])}]
 
 
-def _refusals(r: random.Random, topo: Topology, steps: list[dict[str, Any]], malformed: bool) -> None:
+def _refusals(r: random.Random, topo: Topology, steps: list[dict[str, Any]], malformed: bool,
+              release: Speaks) -> None:
     """In some sessions, one message the engine must refuse: a call of an unknown method or with surplus
     arguments (a failure answers it, ECP-UTIL-3), a malformed UTILITY whose call id can be read (a
     failure or nothing answers it, never a result: ECP-ROB-1), or an ADD with a mistyped field whose
@@ -345,14 +407,16 @@ def _refusals(r: random.Random, topo: Topology, steps: list[dict[str, Any]], mal
     kind = r.choice(("call", "utility", "add"))
     if malformed and kind == "utility":
         payload = msgspec.msgpack.encode([client, REFUSED_CALL_ID + at, "is_sleeping", "not an array"])
-        steps.insert(at, {"op": "garbage", "engine": engine, "client": client, "frames": ["03", payload.hex()]})
+        steps.insert(at, {"op": "garbage", "engine": engine, "client": client,
+                          "frames": release.frames(["03", payload.hex()])})
     elif malformed and kind == "add":
         # ten elements: no client_index (element 11), so the answer goes where the ADD came in
         payload = msgspec.msgpack.encode([f"refused-add-{at}", "not a token list", None, {"temperature": "hot"},
                                           *[None] * 6])
-        steps.insert(at, {"op": "garbage", "engine": engine, "client": client, "frames": ["00", payload.hex()]})
-    else:
-        method, args = r.choice(REFUSED_CALLS)
+        steps.insert(at, {"op": "garbage", "engine": engine, "client": client,
+                          "frames": release.frames(["00", payload.hex()])})
+    elif release.refused:
+        method, args = r.choice(release.refused)
         steps.insert(at, {"op": "call", "engine": engine, "client": client, "method": method, "args": list(args),
                           "refused": True})
 
@@ -370,8 +434,9 @@ def _process_fault(r: random.Random, topo: Topology, steps: list[dict[str, Any]]
 
 
 def _add(r: random.Random, ref: int, engine: int, client: int, topo: Topology, wave: int,
-         abort_immediately: float = 0.08) -> dict[str, Any]:
-    return {
+         abort_immediately: float = 0.08, release: Speaks | None = None) -> dict[str, Any]:
+    """An ADD step; what ``release`` lacks is drawn all the same and left out (the same draws)."""
+    step = {
         "op": "add", "ref": ref, "engine": engine, "client": client,
         "max_tokens": r.choice(MAX_TOKENS), "prompt_len": r.choice(PROMPT_LENS), "id_len": r.choice(ID_LENS),
         "temperature": r.choice((0.0, 0.0, 0.8)), "logprobs": r.choice(LOGPROBS),
@@ -380,3 +445,8 @@ def _add(r: random.Random, ref: int, engine: int, client: int, topo: Topology, w
         # a prompt longer than the engine allows: answered with an ERROR output (ECP-REQ-3)
         "oversize": r.random() < 0.04,
     }
+    if release is not None and not release.abort_immediately:
+        step["abort_immediately"] = False
+    if release is not None and not release.waves:
+        step["wave"] = None
+    return step

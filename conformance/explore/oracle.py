@@ -36,6 +36,12 @@ history of a session -- what was sent when, and in which state the session had p
   decoding cannot see;
 * the peer serves a fresh request on every rank after the session (``ECP-ROB-1``: no wedge).
 
+Releases: a session is judged by the rules of the release the harness speaks (``--vllm``; the
+harness frontend's ``profile``): a clause that does not bind that release (it needs a feature the
+release lacks, :meth:`ecp.spec.clauses.Clause.holds_in`) is no finding (:func:`binding`), array
+lengths are the release's, and a utility result's type is the release's where its method table
+differs from vLLM 0.33's (wake_up answers nil before 0.31).
+
 Process faults: the time a rank stood still (SIGSTOP to SIGCONT) is added to the bounds that
 measure it. After a SIGKILL the harness, as a frontend, fails closed (``ECP-ROB-3``): what the
 engines still owed (terminals, utility replies) is failed by the frontend, not asked of them.
@@ -46,7 +52,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ecp.spec import FinishReason
+from ecp.spec import VLLM_RELEASE, FinishReason
+from ecp.spec.clauses import CLAUSES
+from ecp.spec.profile import shipped_profile
 from ecp.spec.utility_methods import UTILITY_METHODS
 
 from ..engine.raw_outputs import misplaced_tensor, short_array
@@ -188,6 +196,24 @@ MODE_AT = {name: next((k, p.default) for k, p in enumerate(UTILITY_METHODS[name]
            for name in ("sleep", "pause_generation", "pause_scheduler")}
 
 
+def binding(findings: list[Finding], layout: Any) -> list[Finding]:
+    """The findings whose clause binds a peer of ``layout``'s release (every one for vLLM 0.33's
+    clauses; a clause that needs a feature the release lacks, ``ECP-OUT-5``'s RequestError before
+    0.33, cannot be broken by it)."""
+    return [f for f in findings if f.clause not in CLAUSES or CLAUSES[f.clause].holds_in(layout)]
+
+
+def result_kind(method: str, profile: Any = None) -> str:
+    """The result type a reply to ``method`` must have: the method table's (:data:`UTILITY_METHODS`),
+    or the release's where its layout says otherwise than vLLM 0.33's (``None``: vLLM 0.33)."""
+    kind = UTILITY_METHODS[method].result if method in UTILITY_METHODS else "any"
+    theirs = profile.utility_methods.get(method) if profile is not None else None
+    if theirs is None:
+        return kind
+    ours = shipped_profile(VLLM_RELEASE).utility_methods.get(method)
+    return theirs.result if ours is None or ours.result != theirs.result else kind
+
+
 def _type_ok(kind: str, value: Any) -> bool:
     """Whether ``value`` has the method table's result type ``kind`` (only the plain kinds are checked)."""
     if kind == "bool":
@@ -224,7 +250,7 @@ def check_calls(fe, history: History) -> list[Finding]:
             continue  # a failure (ECP-UTIL-3) is a legal answer; a missing envelope is the machine's
         found += _ended_before_reply(fe, history, call, replies[0])
         value = u.result.value
-        kind = UTILITY_METHODS[call.method].result if call.method in UTILITY_METHODS else "any"
+        kind = result_kind(call.method, getattr(fe, "profile", None))
         if not _type_ok(kind, value):
             found.append(Finding("ECP-UTIL-9", f"{name} returned {value!r}, not a {kind}", call.step))
         elif call.method == "get_supported_tasks" and "generate" not in value:
@@ -350,11 +376,13 @@ def _stop_and_logprobs(fe, rec: RequestRecord, terminals: list[Any]) -> list[Fin
     return found
 
 
-def check_raw_outputs(fe) -> list[Finding]:
-    """The first output message whose arrays are not full length, and the first with a misplaced tensor."""
+def check_raw_outputs(fe, profile: Any = None) -> list[Finding]:
+    """The first output message whose arrays are not full length (in ``profile``'s release; ``None``:
+    vLLM 0.33), and the first with a misplaced tensor."""
     found: dict[str, Finding] = {}
+    checks = (("ECP-FRAME-3", lambda frames: short_array(frames, profile)), ("ECP-FRAME-8", misplaced_tensor))
     for client, frames in fe.raw_outputs:
-        for clause, check in (("ECP-FRAME-3", short_array), ("ECP-FRAME-8", misplaced_tensor)):
+        for clause, check in checks:
             if clause not in found:
                 problem = check(frames)
                 if problem is not None:

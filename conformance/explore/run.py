@@ -15,10 +15,15 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
+from functools import cached_property
 from typing import Callable
 
 import zmq
 
+from ecp.spec import VLLM_RELEASE
+from ecp.spec.profile import Profile, resolve_profile, shipped_releases
+
+from ..engine.release_choice import ReleaseChoice
 from ..engine.session import EngineRunConfig, EngineUnderTest
 from ..interrupts import Interrupted, interruptible
 from . import reproducer
@@ -86,6 +91,30 @@ class ExploreOptions:
     #: seconds between two progress lines (sessions, messages, findings; replays while a finding is
     #: confirmed and shrunk); 0: none
     progress_s: float = PROGRESS_S
+    #: the vLLM release the harness speaks and judges the peer as (``--vllm RELEASE|PATH``: a shipped
+    #: release, a layout file, a vLLM checkout or wheel): the sessions are drawn for it, its codec
+    #: writes and reads the frames, and only its clauses are judged
+    vllm: str = VLLM_RELEASE
+
+    @cached_property
+    def profile(self) -> Profile:
+        """The release :attr:`vllm` names (``LayoutError`` when it names none), resolved once."""
+        return resolve_profile(self.vllm)
+
+    @property
+    def recorded_vllm(self) -> str:
+        """:attr:`vllm` as a reproducer records it: a shipped release by name, a path made absolute
+        (its replay may run elsewhere)."""
+        if self.vllm in shipped_releases() or not Path(self.vllm).exists():
+            return self.vllm
+        return str(Path(self.vllm).resolve())
+
+
+def release_line(profile: Profile, how: str) -> str:
+    """The first line of an exploration or a replay, worded as the conformance roles' reports word it:
+    the release the harness speaks and judges the peer as, and where that came from (``--vllm 0.20``;
+    a replay: the file's)."""
+    return f"judged as {profile.label} ({how})"
 
 
 @dataclass
@@ -112,6 +141,8 @@ class ExploreReport:
     findings: list[FindingReport] = field(default_factory=list)
     #: the signal that ended the exploration early ("SIGTERM", "SIGINT"), or None
     interrupted: str | None = None
+    #: the release the peer was judged as (``0.20``)
+    release: str = ""
 
 
 class Runner:
@@ -128,10 +159,12 @@ class Runner:
 
     def __init__(self, opts: ExploreOptions, workdir: str) -> None:
         self.opts = opts
+        # the harness frontend speaks the release (its codec at the wire's edge), as the engine role's does
         self.cfg = EngineRunConfig(command=list(opts.command), transport=opts.transport,
                                    engine_count=opts.engine_count, startup_timeout_s=opts.startup_timeout_s,
                                    quiet_window_s=opts.quiet_window_s, workdir=workdir,
-                                   lacks=list(opts.engine_lacks))
+                                   lacks=list(opts.engine_lacks), vllm=opts.vllm,
+                                   release=ReleaseChoice(opts.vllm))
         self.ctx = zmq.Context()
         self.launches = 0
         self.sessions = 0
@@ -144,7 +177,7 @@ class Runner:
     def draw(self, seed: int) -> Session:
         """Session ``seed``, its long requests sized to the engine's pace once it is known (:func:`.generate.paced`)."""
         return paced(draw(seed, self.opts.engine_count, self.opts.max_steps, self.opts.malformed,
-                          self.opts.process_faults, self.opts.duplicates), self.long_tokens())
+                          self.opts.process_faults, self.opts.duplicates, self.opts.profile), self.long_tokens())
 
     def _note_pace(self, eut: EngineUnderTest) -> None:
         """The engine's pace from the session just played: per request of :data:`PACE_MIN_TOKENS` or
@@ -235,13 +268,13 @@ class FrontendRunner:
         bound = opts.step_timeout_s * (opts.max_steps + 6)
         cfg = FrontendRunConfig(command=list(opts.command), engine_count=opts.engine_count,
                                 startup_timeout_s=opts.startup_timeout_s, case_timeout_s=bound,
-                                quiet_window_s=opts.quiet_window_s, workdir=workdir)
+                                quiet_window_s=opts.quiet_window_s, workdir=workdir, vllm=opts.vllm)
         self.manager = FrontendManager(cfg, Transcript())
 
     def draw(self, seed: int) -> Session:
         from .frontend_generate import draw_frontend
 
-        return draw_frontend(seed, self.opts.engine_count, self.opts.max_steps)
+        return draw_frontend(seed, self.opts.engine_count, self.opts.max_steps, self.opts.profile)
 
     def play(self, session: Session, reuse: bool = False) -> SessionResult:  # noqa: ARG002 - always a fresh launch
         from .frontend_execute import play_frontend
@@ -263,7 +296,7 @@ def explore(opts: ExploreOptions, say: Callable[[str], None] = print) -> Explore
     when the peer never comes up. SIGTERM, SIGINT or SIGHUP ends it early: the peers are stopped, a finding
     being confirmed or shrunk is written as far as it got, and the report says so
     (``report.interrupted``)."""
-    report = ExploreReport()
+    report = ExploreReport(release=opts.profile.release)
     by_clause: dict[str, FindingReport] = {}
     with interruptible(), tempfile.TemporaryDirectory(prefix="ecp-explore-") as workdir:
         runner = runner_for(opts, workdir)
@@ -395,4 +428,4 @@ def _write(opts: ExploreOptions, session: Session, clause: str, message: str, re
     return reproducer.write(path, role=opts.role, session=session, clause=clause, message=message,
                             command=opts.command, transport=opts.transport, engine_count=opts.engine_count,
                             entries=result.entries, recurrence=recurrence, peer_log=result.log_tail,
-                            engine_lacks=opts.engine_lacks)
+                            engine_lacks=opts.engine_lacks, vllm=opts.recorded_vllm, release=opts.profile.release)

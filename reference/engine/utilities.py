@@ -181,6 +181,9 @@ class PendingUtilities:
         if failure is not None:
             reply = UtilityOutput(call.call_id, failure, None)
         else:
+            sig = self.core.profile.utility_methods.get(call.method_name)
+            if sig is not None and sig.result == "nil":
+                value = None  # as the release's method answers (wake_up returns nothing before vLLM 0.31)
             reply = UtilityOutput(call.call_id, None, UtilityResult(None, value))
         self._send(client, reply)
 
