@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from ecp.spec import behaviour
+from ecp.spec import envelope
 from ecp.spec.tensors import Tensor
 
 #: the layout these types are generated from
@@ -121,7 +122,9 @@ class Ready(msgspec.Struct, tag_field="status", tag="READY", omit_defaults=True)
 
     local: bool
     headless: bool
-    parallel_config_hash: Any = None
+    #: Typed ``str | nil`` where the layout says ``any``: ``ParallelConfig.compute_hash()`` returns a SHA-256
+    #: hex digest.
+    parallel_config_hash: str | None = None
 
 
 class PlaceholderRange(msgspec.Struct, omit_defaults=False):
@@ -144,7 +147,9 @@ class MultiModalFeatureSpec(msgspec.Struct, omit_defaults=False):
     vLLM 0.20 wire: a map of 5 keys (4 required), frontend->engine (vllm/multimodal/inputs.py).
     """
 
-    data: Any
+    #: Typed ``map[str, any] | nil`` where the layout says ``any``: ``MultiModalKwargsItem`` is a UserDict
+    #: vLLM's encoder writes as a map (nil: cached in the engine).
+    data: dict[str, Any] | None
     modality: str
     identifier: str
     mm_position: PlaceholderRange
@@ -218,9 +223,12 @@ class SamplingParams(msgspec.Struct, omit_defaults=True):
     skip_clone: bool = False
     output_text_buffer_length: int = 0
     _eos_token_id: int | None = None
-    _all_stop_token_ids: list[int] = []
+    _all_stop_token_ids: set[int] = msgspec.field(default_factory=set)
     #: ``{json|regex|choice|grammar|json_object|structural_tag: ..., disable_*: ...}``.
-    structured_outputs: StructuredOutputsParams | None = None
+    #:
+    #: Received untyped (each message of its type as ``map[str, any]``): ``StructuredOutputsParams`` is a
+    #: dataclass, a msgpack map on the wire.
+    structured_outputs: dict[str, Any] | None = None
     logit_bias: dict[int, float] | None = None
     allowed_token_ids: list[int] | None = None
     #: Carries ``kv_transfer_params`` for P/D disaggregation.
@@ -230,7 +238,10 @@ class SamplingParams(msgspec.Struct, omit_defaults=True):
     skip_reading_prefix_cache: bool | None = None
     thinking_token_budget: int | None = None
     #: ``{max_pattern_size, min_pattern_size, min_count}``.
-    repetition_detection: RepetitionDetectionParams | None = None
+    #:
+    #: Received untyped (each message of its type as ``map[str, any]``): ``RepetitionDetectionParams`` is a
+    #: dataclass, a msgpack map on the wire.
+    repetition_detection: dict[str, Any] | None = None
 
 
 class LateInteractionParams(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -338,7 +349,9 @@ class UtilityRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     """
 
     client_idx: int
-    call_id: Any
+    #: Typed ``int`` where the layout says ``any``: the Python client's call id is ``uuid1().int >> 64``,
+    #: vllm-rs counts 1, 2, ...
+    call_id: int
     method_name: str
     #: Required: the engine unpacks exactly four items.
     args: list[Any]
@@ -531,13 +544,21 @@ class SchedulerStats(msgspec.Struct, omit_defaults=False):
     kv_cache_usage: float = 0.0
     prefix_cache_stats: PrefixCacheStats = msgspec.field(default_factory=lambda: PrefixCacheStats())
     connector_prefix_cache_stats: PrefixCacheStats | None = None
-    kv_cache_eviction_events: list[KVCacheEvictionEvent] = []
-    spec_decoding_stats: SpecDecodingStats | None = None
+    #: Received untyped (each message of its type as ``any``): typed statistics a receiver keeps as they come:
+    #: scheduler stats are optional for frontends and a receiver must not fail a step on them (ECP-OUT-7).
+    kv_cache_eviction_events: list[Any] = []
+    #: Received untyped (each message of its type as ``any``): typed statistics a receiver keeps as they come:
+    #: scheduler stats are optional for frontends and a receiver must not fail a step on them (ECP-OUT-7).
+    spec_decoding_stats: Any = None
     kv_connector_stats: dict[str, Any] | None = None
     waiting_lora_adapters: dict[str, int] = {}
     running_lora_adapters: dict[str, int] = {}
-    cudagraph_stats: CUDAGraphStat | None = None
-    perf_stats: PerfStats | None = None
+    #: Received untyped (each message of its type as ``any``): typed statistics a receiver keeps as they come:
+    #: scheduler stats are optional for frontends and a receiver must not fail a step on them (ECP-OUT-7).
+    cudagraph_stats: Any = None
+    #: Received untyped (each message of its type as ``any``): typed statistics a receiver keeps as they come:
+    #: scheduler stats are optional for frontends and a receiver must not fail a step on them (ECP-OUT-7).
+    perf_stats: Any = None
 
 
 class UtilityOutput(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -551,7 +572,10 @@ class UtilityOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     call_id: int
     failure_message: str | None = None
     #: The ``[type_info, value]`` envelope (ECP-UTIL-2).
-    result: Any = None
+    #:
+    #: Typed ``struct:UtilityResult | nil`` where the layout says ``any``: vLLM's ``UtilityResult`` is a plain
+    #: class its encoder writes as ``[type_info, value]``.
+    result: envelope.UtilityResult | None = None
 
 
 class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -568,7 +592,7 @@ class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True):
     scheduler_stats: SchedulerStats | None = None
     timestamp: float = 0.0
     utility_output: UtilityOutput | None = None
-    finished_requests: list[str] | None = None
+    finished_requests: set[str] | None = None
     #: DP control, meant for the coordinator only (ECP-OUT-6).
     wave_complete: int | None = None
     #: DP control, meant for the coordinator only (ECP-OUT-6).

@@ -5,6 +5,7 @@ imported for any other."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import inspect
 from pathlib import Path
 
@@ -167,6 +168,36 @@ def test_a_name_python_cannot_take_is_refused_or_renamed():
 
 def test_a_note_renders_its_doc_invariant_and_clause():
     assert Note("Doc.", clause="ECP-REQ-1", invariant="x > 0.").text() == "Doc.\n\nInvariant: x > 0.\n\nClause: ECP-REQ-1."
+
+
+def test_a_pin_replaces_only_an_any_and_a_decode_limit_keeps_messages_untyped(tmp_path):
+    # every pin of the overlay lands on a field some shipped layout types ``any`` (and render() refuses it
+    # on any other field: a pin is knowledge the extractor lacked, never a second opinion on a typed field)
+    pins = {k: n for k, n in OVERLAY.items() if n.pin}
+    assert pins and all(n.why for n in pins.values())
+    for key in pins:
+        message, field = key.split(".")
+        types = {str(f.wire_type) for n in shipped_names() for f in load_shipped(n).messages.get(
+            message, MessageLayout("map", "both", [])).fields if f.name == field}
+        assert types == {"any"}, key
+    layout = _layout_with({"pinned": "any", "typed": "int", "stats": "array[struct:PrefillStats] | nil",
+                           "ids": "array[str] | nil"})
+    overlay = {**OVERLAY, "Probe.pinned": Note(pin="struct:UtilityResult | nil"), "Probe.stats": Note(receive="any"),
+               "Probe.ids": Note(holds="set")}
+    source = render(layout, overlay)
+    assert "    pinned: envelope.UtilityResult | None\n" in source and "    stats: list[Any] | None\n" in source
+    assert "    ids: set[str] | None\n" in source
+    (tmp_path / "probe_overlay.py").write_text(source)
+    spec_ = importlib.util.spec_from_file_location("probe_overlay", tmp_path / "probe_overlay.py")
+    module = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(module)
+    probe = module.Probe
+    value = msgspec.msgpack.decode(msgspec.msgpack.encode(
+        {"pinned": [None, 7], "typed": 1, "stats": [{"num_prompt_tokens": "not checked"}], "ids": ["a", "a"]}),
+        type=probe)
+    assert value.pinned.value == 7 and value.stats == [{"num_prompt_tokens": "not checked"}] and value.ids == {"a"}
+    with pytest.raises(LayoutError, match="Probe.typed is typed int there.*may only replace any"):
+        render(layout, {**overlay, "Probe.typed": Note(pin="str")})
 
 
 #: ecp.spec's public classes that are the newest release's generated ones (no behaviour of their own)
