@@ -94,11 +94,12 @@ OVERLAY: dict[str, Note] = {
         receive="map", why="``KVEventsConfig`` is a config dataclass, a msgpack map on the wire; a receiver "
                            "checks only that it is a map."),
     "EngineCoreReadyResponse": Note("The ready payload on each input socket (a dataclass in vLLM: every key is "
-                                    "emitted).", clause="ECP-HS-3"),
+                                    "emitted); every required key with its declared type (ECP-HS-4).",
+                                    clause="ECP-HS-3"),
     # ------------------------------------------------------------------ requests
     "EngineCoreRequest": Note("The ADD payload. Field order is the wire order; senders emit every element "
                               "(ECP-FRAME-3), a decoder needs at least the required ones (ECP-FRAME-4).",
-                              clause="ECP-REQ-1"),
+                              clause="ECP-REQ-1", base="EngineCoreRequest"),
     "EngineCoreRequest.request_id": Note("The engine-internal request id every output and ABORT names."),
     "EngineCoreRequest.client_index": Note("The client (``output[i]``) the engine answers this request on."),
     "EngineCoreRequest.current_wave": Note("The DP wave the frontend believes current (ECP-DP-4)."),
@@ -121,7 +122,8 @@ OVERLAY: dict[str, Note] = {
     "MultiModalFeatureSpec": Note(
         "One multimodal item of ``mm_features``.\n\n``data`` maps kwarg name -> ``{data: nested tensors/numbers, "
         "field: [factory, kwargs]}`` (factory ``batched``/``flat``/``shared``) or is nil when the item is already "
-        "cached in the engine."),
+        "cached in the engine. Tensors inside an item's ``data`` (``[dtype, shape, ext 3 | frame index]``) are "
+        "decoded to ``Tensor``; everything else stays as plain values.", base="MultiModalFeatureSpec"),
     "MultiModalFeatureSpec.data": Note(
         pin="map[str, any] | nil",
         why="``MultiModalKwargsItem`` is a UserDict vLLM's encoder writes as a map (nil: cached in the engine)."),
@@ -133,7 +135,8 @@ OVERLAY: dict[str, Note] = {
         "decoded value re-encodes to the bytes it came from; a Python sender writes a map16 header, vllm-rs a "
         "fixmap, receivers accept both (ECP-FRAME-5, ECP-FRAME-6).",
         invariant="the value checks vLLM runs on decode (``n >= 1``, penalties in range, ...) are separate "
-                  "from decoding: an engine answers an invalid request with an ERROR output (ECP-REQ-3)."),
+                  "from decoding: an engine answers an invalid request with an ERROR output (ECP-REQ-3).",
+        base="SamplingParams"),
     "SamplingParams.structured_outputs": Note(
         "``{json|regex|choice|grammar|json_object|structural_tag: ..., disable_*: ...}``.", receive="map",
         why="``StructuredOutputsParams`` is a dataclass, a msgpack map on the wire."),
@@ -152,12 +155,13 @@ OVERLAY: dict[str, Note] = {
     "StartDPWave": Note("The START_DP_WAVE payload.", clause="ECP-DP-4"),
     "StartDPWave.exclude_eng_index": Note("Required: the engine unpacks exactly two items."),
     # ------------------------------------------------------------------ outputs
-    "EngineCoreOutputs": Note("Everything one engine sends one client in one message.", clause="ECP-FRAME-2"),
+    "EngineCoreOutputs": Note("Everything one engine sends one client in one message.", clause="ECP-FRAME-2",
+                              base="EngineCoreOutputs"),
     "EngineCoreOutputs.finished_requests": Note(holds="set"),
     "EngineCoreOutputs.wave_complete": Note("DP control, meant for the coordinator only (ECP-OUT-6)."),
     "EngineCoreOutputs.start_wave": Note("DP control, meant for the coordinator only (ECP-OUT-6)."),
     "EngineCoreOutput": Note("One request's progress in one step. A non-nil ``finish_reason`` marks the last "
-                             "output of the request.", clause="ECP-OUT-4"),
+                             "output of the request.", clause="ECP-OUT-4", base="EngineCoreOutput"),
     "EngineCoreOutput.spec_decode_metrics": Note(
         receive="map", why="``RequestSpecDecodeMetrics`` is a map-encoded msgspec Struct; a receiver checks only "
                            "that it is a map."),

@@ -95,7 +95,8 @@ class EngineHandshakeMetadata(msgspec.Struct, omit_defaults=False):
 
 
 class EngineCoreReadyResponse(msgspec.Struct, omit_defaults=False):
-    """The ready payload on each input socket (a dataclass in vLLM: every key is emitted).
+    """The ready payload on each input socket (a dataclass in vLLM: every key is emitted); every required key
+    with its declared type (ECP-HS-4).
 
     Clause: ECP-HS-3.
 
@@ -138,11 +139,13 @@ class PlaceholderRange(msgspec.Struct, omit_defaults=False):
     is_embed: Tensor | None = None
 
 
-class MultiModalFeatureSpec(msgspec.Struct, omit_defaults=False):
+class MultiModalFeatureSpec(behaviour.MultiModalFeatureSpec, msgspec.Struct, omit_defaults=False):
     """One multimodal item of ``mm_features``.
 
     ``data`` maps kwarg name -> ``{data: nested tensors/numbers, field: [factory, kwargs]}`` (factory
-    ``batched``/``flat``/``shared``) or is nil when the item is already cached in the engine.
+    ``batched``/``flat``/``shared``) or is nil when the item is already cached in the engine. Tensors
+    inside an item's ``data`` (``[dtype, shape, ext 3 | frame index]``) are decoded to ``Tensor``;
+    everything else stays as plain values.
 
     vLLM 0.20 wire: a map of 5 keys (4 required), frontend->engine (vllm/multimodal/inputs.py).
     """
@@ -184,7 +187,7 @@ class RepetitionDetectionParams(msgspec.Struct, omit_defaults=False):
     min_count: int = 0
 
 
-class SamplingParams(msgspec.Struct, omit_defaults=True):
+class SamplingParams(behaviour.SamplingParams, msgspec.Struct, omit_defaults=True):
     """Sampling parameters, a map keyed by field name.
 
     A key is omitted when its value is the default, so a decoded value re-encodes to the bytes it came
@@ -300,7 +303,7 @@ class LoRARequest(msgspec.Struct, array_like=True, omit_defaults=True):
     load_inplace: bool = False
 
 
-class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
+class EngineCoreRequest(behaviour.EngineCoreRequest, msgspec.Struct, array_like=True, omit_defaults=True):
     """The ADD payload. Field order is the wire order; senders emit every element (ECP-FRAME-3), a decoder
     needs at least the required ones (ECP-FRAME-4).
 
@@ -427,7 +430,7 @@ class PrefillStats(msgspec.Struct, omit_defaults=False):
     num_external_cached_tokens: int = 0
 
 
-class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
+class EngineCoreOutput(behaviour.EngineCoreOutput, msgspec.Struct, array_like=True, omit_defaults=True):
     """One request's progress in one step. A non-nil ``finish_reason`` marks the last output of the request.
 
     Clause: ECP-OUT-4.
@@ -578,7 +581,7 @@ class UtilityOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     result: envelope.UtilityResult | None = None
 
 
-class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True):
+class EngineCoreOutputs(behaviour.EngineCoreOutputs, msgspec.Struct, array_like=True, omit_defaults=True):
     """Everything one engine sends one client in one message.
 
     Clause: ECP-FRAME-2.

@@ -15,6 +15,7 @@ import pytest
 from ecp.spec import clauses, codec
 from ecp.spec.cli import main
 from ecp.spec.layout import types as wt
+from ecp.spec.layout import wire
 from ecp.spec.layout.codegen import _Types, render
 from ecp.spec.layout.model import FieldLayout, LayoutError, MessageLayout, encode_layout
 from ecp.spec.layout.resolve import load_shipped, shipped_names
@@ -200,8 +201,10 @@ def test_a_pin_replaces_only_an_any_and_a_decode_limit_keeps_messages_untyped(tm
         render(layout, {**overlay, "Probe.typed": Note(pin="str")})
 
 
-#: ecp.spec's public classes that are the newest release's generated ones (no behaviour of their own)
-GENERATED_API = ("Hello", "EngineCoreEvent", "RequestError", "PrefillStats", "LogprobsLists", "LogprobsTensors",
+#: ecp.spec's public wire types: every one is the newest release's generated class (what they do beyond their
+#: fields is a base of spec/behaviour.py the overlay names)
+GENERATED_API = ("EngineCoreRequest", "MultiModalFeatureSpec", "SamplingParams", "EngineCoreOutputs", "EngineCoreOutput",
+                 "SchedulerStats", "UtilityOutput", "Ready", "EngineCoreReadyResponse", "Hello", "EngineCoreEvent", "RequestError", "PrefillStats", "LogprobsLists", "LogprobsTensors",
                  "SamplingMaskLists", "LoRARequest", "LateInteractionParams", "LateChunkingParams", "PoolingParams",
                  "KvHintAction", "KvHintsEnvelope", "EngineZmqAddresses", "EngineHandshakeMetadata", "FinishReason",
                  "EngineCoreEventType", "RequestOutputKind")
@@ -216,7 +219,9 @@ def test_the_public_api_takes_the_newest_release_s_generated_classes():
     for name in GENERATED_API:
         cls = getattr(spec, name)
         assert cls is (newest.messages.get(name) or newest.enums.get(name)), name
-    # the hand-written parents hold them: one class per message, whichever codec decoded it
+    assert spec.UtilityResult is spec.envelope.UtilityResult  # the one message of ours a pin names
+    assert msgspec.inspect.type_info(spec.UtilityOutput).fields[2].type.types[0].cls is spec.UtilityResult
+    # one class per message, whichever codec decoded it
     out = spec.EngineCoreOutput("r", [1], events=[spec.EngineCoreEvent(spec.EngineCoreEventType.QUEUED, 1.0)])
     decoded = spec.decode_outputs(spec.encode_outputs(spec.EngineCoreOutputs(outputs=[out])))
     assert type(decoded.outputs[0].events[0]) is newest.messages["EngineCoreEvent"]
@@ -238,3 +243,16 @@ def test_a_base_an_overlay_note_names_is_behaviour_in_every_release_that_has_the
         with pytest.raises(RemoteProtocolError) as err:  # checked while it decodes, whichever release
             p.codec.decode_init(init)
         assert err.value.clause == "ECP-HS-2"
+        sampling = p.messages["SamplingParams"]  # normalised while it decodes, checked on demand
+        sp = msgspec.msgpack.decode(msgspec.msgpack.encode({"stop": "x", "stop_token_ids": [9], "n": 0}), type=sampling)
+        assert sp.stop == ["x"] and sp.bad_words == [] and sp.all_stop_token_ids == {9}
+        assert sp.validation_errors() == ["n must be at least 1, got 0"]
+        request = p.messages["EngineCoreRequest"]
+        add = wire.sample(p.layout, "EngineCoreRequest", "sparse")
+        add[request.__struct_fields__.index("sampling_params")] = {"extra_args": {"kv_transfer_params": {"k": 1}}}
+        add = msgspec.msgpack.decode(msgspec.msgpack.encode(add), type=request, dec_hook=codec._dec_hook)
+        assert add.kv_transfer_params == {"k": 1}
+        outputs = p.messages["EngineCoreOutputs"](wave_complete=3)
+        assert outputs.is_dp_control and not outputs.is_utility
+        assert p.messages["EngineCoreOutput"](request_id="r", new_token_ids=[],
+                                              finish_reason=p.enums["FinishReason"].STOP).finished
