@@ -84,15 +84,15 @@ OVERLAY: dict[str, Note] = {
     "EngineHandshakeMetadata.parallel_config": Note(
         "Empty, or the DP coordination keys (``data_parallel_master_ip``, ...)."),
     "Ready.parallel_config_hash": Note(
-        pin="str | nil", why="``ParallelConfig.compute_hash()`` returns a SHA-256 hex digest."),
+        pin="str | nil", why="``ParallelConfig.compute_hash()`` returns a SHA-256 hex digest (vllm/config/utils.py hash_factors)."),
     "Ready.coord_store_port": Note(pin="int | nil", why="``ParallelConfig._coord_store_port`` is declared int."),
     "Ready.elastic_ep_max_dp_size": Note(
         pin="int | nil", why="``ParallelConfig.elastic_ep_max_dp_size`` is declared int."),
     "Ready.num_redundant_experts": Note(
         pin="int | nil", why="``EPLBConfig.num_redundant_experts`` is declared int."),
     "EngineCoreReadyResponse.kv_events_config": Note(
-        receive="map", why="``KVEventsConfig`` is a config dataclass, a msgpack map on the wire; a receiver "
-                           "checks only that it is a map."),
+        receive="map", why="``KVEventsConfig`` is a config dataclass (vllm/config/kv_events.py), a msgpack map "
+                           "on the wire; a receiver checks only that it is a map."),
     "EngineCoreReadyResponse": Note("The ready payload on each input socket (a dataclass in vLLM: every key is "
                                     "emitted); every required key with its declared type (ECP-HS-4).",
                                     clause="ECP-HS-3"),
@@ -139,18 +139,19 @@ OVERLAY: dict[str, Note] = {
         base="SamplingParams"),
     "SamplingParams.structured_outputs": Note(
         "``{json|regex|choice|grammar|json_object|structural_tag: ..., disable_*: ...}``.", receive="map",
-        why="``StructuredOutputsParams`` is a dataclass, a msgpack map on the wire."),
+        why="``StructuredOutputsParams`` is a dataclass (vllm/sampling_params.py), a msgpack map on the wire."),
     "SamplingParams.extra_args": Note("Carries ``kv_transfer_params`` for P/D disaggregation."),
     "SamplingParams.repetition_detection": Note(
         "``{max_pattern_size, min_pattern_size, min_count}``.", receive="map",
-        why="``RepetitionDetectionParams`` is a dataclass, a msgpack map on the wire."),
+        why="``RepetitionDetectionParams`` is a dataclass (vllm/sampling_params.py), a msgpack map on the wire."),
     "SamplingParams._all_stop_token_ids": Note(holds="set"),
     # ------------------------------------------------------------------ control
     "UtilityRequest": Note(
         "The UTILITY payload.\n\n``call_id`` is any u64 (Python clients use ``uuid1().int >> 64``, vllm-rs counts "
         "1, 2, ...); the engine echoes it verbatim.", clause="ECP-UTIL-1"),
     "UtilityRequest.call_id": Note(
-        pin="int", why="the Python client's call id is ``uuid1().int >> 64``, vllm-rs counts 1, 2, ..."),
+        pin="int", why="the Python client's call id is ``uuid1().int >> 64`` (vllm/v1/engine/core_client.py), vllm-rs "
+                       "counts 1, 2, ..."),
     "UtilityRequest.args": Note("Required: the engine unpacks exactly four items."),
     "StartDPWave": Note("The START_DP_WAVE payload.", clause="ECP-DP-4"),
     "StartDPWave.exclude_eng_index": Note("Required: the engine unpacks exactly two items."),
@@ -163,8 +164,8 @@ OVERLAY: dict[str, Note] = {
     "EngineCoreOutput": Note("One request's progress in one step. A non-nil ``finish_reason`` marks the last "
                              "output of the request.", clause="ECP-OUT-4", base="EngineCoreOutput"),
     "EngineCoreOutput.spec_decode_metrics": Note(
-        receive="map", why="``RequestSpecDecodeMetrics`` is a map-encoded msgspec Struct; a receiver checks only "
-                           "that it is a map."),
+        receive="map", why="``RequestSpecDecodeMetrics`` is a map-encoded msgspec Struct (vllm/v1/metrics/stats.py); a "
+                           "receiver checks only that it is a map."),
     "EngineCoreEvent": Note("``{type, timestamp}``; the timestamp is the engine's monotonic clock."),
     "RequestError": Note("Why a request ended with ERROR.", clause="ECP-OUT-5"),
     "SchedulerStats": Note("Per-step scheduler snapshot. Optional for frontends.", clause="ECP-OUT-7"),

@@ -198,6 +198,8 @@ def _untyped(t: wt.WireType, how: str) -> wt.WireType:
             members.append(wt.Member(m.kind, tuple(_untyped(a, how) for a in m.args), m.name))
         else:
             members.append(m)
+    if any(m.kind == "any" for m in members):
+        return wt.WireType((wt.Member("any"),))  # any takes nil too
     return wt.WireType(tuple(dict.fromkeys(members)))
 
 

@@ -131,7 +131,7 @@ class Ready(msgspec.Struct, tag_field="status", tag="READY", omit_defaults=True)
     local: bool
     headless: bool
     #: Typed ``str | nil`` where the layout says ``any``: ``ParallelConfig.compute_hash()`` returns a SHA-256
-    #: hex digest.
+    #: hex digest (vllm/config/utils.py hash_factors).
     parallel_config_hash: str | None = None
 
 
@@ -237,7 +237,7 @@ class SamplingParams(behaviour.SamplingParams, msgspec.Struct, omit_defaults=Tru
     #: ``{json|regex|choice|grammar|json_object|structural_tag: ..., disable_*: ...}``.
     #:
     #: Received untyped (each message of its type as ``map[str, any]``): ``StructuredOutputsParams`` is a
-    #: dataclass, a msgpack map on the wire.
+    #: dataclass (vllm/sampling_params.py), a msgpack map on the wire.
     structured_outputs: dict[str, Any] | None = None
     logit_bias: dict[int, float] | None = None
     allowed_token_ids: list[int] | None = None
@@ -251,7 +251,7 @@ class SamplingParams(behaviour.SamplingParams, msgspec.Struct, omit_defaults=Tru
     #: ``{max_pattern_size, min_pattern_size, min_count}``.
     #:
     #: Received untyped (each message of its type as ``map[str, any]``): ``RepetitionDetectionParams`` is a
-    #: dataclass, a msgpack map on the wire.
+    #: dataclass (vllm/sampling_params.py), a msgpack map on the wire.
     repetition_detection: dict[str, Any] | None = None
 
 
@@ -364,8 +364,8 @@ class UtilityRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     """
 
     client_idx: int
-    #: Typed ``int`` where the layout says ``any``: the Python client's call id is ``uuid1().int >> 64``,
-    #: vllm-rs counts 1, 2, ...
+    #: Typed ``int`` where the layout says ``any``: the Python client's call id is ``uuid1().int >> 64``
+    #: (vllm/v1/engine/core_client.py), vllm-rs counts 1, 2, ...
     call_id: int
     method_name: str
     #: Required: the engine unpacks exactly four items.

@@ -138,7 +138,8 @@ class EngineCoreReadyResponse(msgspec.Struct, omit_defaults=False):
     kv_cache_size_tokens: int | None = None
     kv_cache_max_concurrency: float | None = None
     #: Received untyped (each message of its type as ``map[str, any]``): ``KVEventsConfig`` is a config
-    #: dataclass, a msgpack map on the wire; a receiver checks only that it is a map.
+    #: dataclass (vllm/config/kv_events.py), a msgpack map on the wire; a receiver checks only that it is a
+    #: map.
     kv_events_config: dict[str, Any] | None = None
     weight_transfer_backend: str | None = None
     enable_sleep_mode: bool = False
@@ -160,7 +161,7 @@ class Ready(msgspec.Struct, tag_field="status", tag="READY", omit_defaults=True)
     local: bool
     headless: bool
     #: Typed ``str | nil`` where the layout says ``any``: ``ParallelConfig.compute_hash()`` returns a SHA-256
-    #: hex digest.
+    #: hex digest (vllm/config/utils.py hash_factors).
     parallel_config_hash: str | None = None
 
 
@@ -267,7 +268,7 @@ class SamplingParams(behaviour.SamplingParams, msgspec.Struct, omit_defaults=Tru
     #: ``{json|regex|choice|grammar|json_object|structural_tag: ..., disable_*: ...}``.
     #:
     #: Received untyped (each message of its type as ``map[str, any]``): ``StructuredOutputsParams`` is a
-    #: dataclass, a msgpack map on the wire.
+    #: dataclass (vllm/sampling_params.py), a msgpack map on the wire.
     structured_outputs: dict[str, Any] | None = None
     logit_bias: dict[int, float] | None = None
     allowed_token_ids: list[int] | None = None
@@ -281,7 +282,7 @@ class SamplingParams(behaviour.SamplingParams, msgspec.Struct, omit_defaults=Tru
     #: ``{max_pattern_size, min_pattern_size, min_count}``.
     #:
     #: Received untyped (each message of its type as ``map[str, any]``): ``RepetitionDetectionParams`` is a
-    #: dataclass, a msgpack map on the wire.
+    #: dataclass (vllm/sampling_params.py), a msgpack map on the wire.
     repetition_detection: dict[str, Any] | None = None
 
 
@@ -395,8 +396,8 @@ class UtilityRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     """
 
     client_idx: int
-    #: Typed ``int`` where the layout says ``any``: the Python client's call id is ``uuid1().int >> 64``,
-    #: vllm-rs counts 1, 2, ...
+    #: Typed ``int`` where the layout says ``any``: the Python client's call id is ``uuid1().int >> 64``
+    #: (vllm/v1/engine/core_client.py), vllm-rs counts 1, 2, ...
     call_id: int
     method_name: str
     #: Required: the engine unpacks exactly four items.

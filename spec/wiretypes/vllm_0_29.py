@@ -141,7 +141,8 @@ class EngineCoreReadyResponse(msgspec.Struct, omit_defaults=False):
     kv_cache_size_tokens: int | None = None
     kv_cache_max_concurrency: float | None = None
     #: Received untyped (each message of its type as ``map[str, any]``): ``KVEventsConfig`` is a config
-    #: dataclass, a msgpack map on the wire; a receiver checks only that it is a map.
+    #: dataclass (vllm/config/kv_events.py), a msgpack map on the wire; a receiver checks only that it is a
+    #: map.
     kv_events_config: dict[str, Any] | None = None
     weight_transfer_backend: str | None = None
     enable_sleep_mode: bool = False
@@ -163,7 +164,7 @@ class Ready(msgspec.Struct, tag_field="status", tag="READY", omit_defaults=True)
     local: bool
     headless: bool
     #: Typed ``str | nil`` where the layout says ``any``: ``ParallelConfig.compute_hash()`` returns a SHA-256
-    #: hex digest.
+    #: hex digest (vllm/config/utils.py hash_factors).
     parallel_config_hash: str | None = None
 
 
@@ -270,7 +271,7 @@ class SamplingParams(behaviour.SamplingParams, msgspec.Struct, omit_defaults=Tru
     #: ``{json|regex|choice|grammar|json_object|structural_tag: ..., disable_*: ...}``.
     #:
     #: Received untyped (each message of its type as ``map[str, any]``): ``StructuredOutputsParams`` is a
-    #: dataclass, a msgpack map on the wire.
+    #: dataclass (vllm/sampling_params.py), a msgpack map on the wire.
     structured_outputs: dict[str, Any] | None = None
     logit_bias: dict[int, float] | None = None
     allowed_token_ids: list[int] | None = None
@@ -283,7 +284,7 @@ class SamplingParams(behaviour.SamplingParams, msgspec.Struct, omit_defaults=Tru
     #: ``{max_pattern_size, min_pattern_size, min_count}``.
     #:
     #: Received untyped (each message of its type as ``map[str, any]``): ``RepetitionDetectionParams`` is a
-    #: dataclass, a msgpack map on the wire.
+    #: dataclass (vllm/sampling_params.py), a msgpack map on the wire.
     repetition_detection: dict[str, Any] | None = None
     routed_experts_prompt_start: int = 0
     trace_decode_token_ids: list[int] | None = None
@@ -399,8 +400,8 @@ class UtilityRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     """
 
     client_idx: int
-    #: Typed ``int`` where the layout says ``any``: the Python client's call id is ``uuid1().int >> 64``,
-    #: vllm-rs counts 1, 2, ...
+    #: Typed ``int`` where the layout says ``any``: the Python client's call id is ``uuid1().int >> 64``
+    #: (vllm/v1/engine/core_client.py), vllm-rs counts 1, 2, ...
     call_id: int
     method_name: str
     #: Required: the engine unpacks exactly four items.
@@ -530,7 +531,7 @@ class EngineCoreOutput(behaviour.EngineCoreOutput, msgspec.Struct, array_like=Tr
     mm_cache_miss_hashes: list[str] | None = None
     new_sampling_mask: SamplingMaskLists | None = None
     #: Received untyped (each message of its type as ``map[str, any]``): ``RequestSpecDecodeMetrics`` is a
-    #: map-encoded msgspec Struct; a receiver checks only that it is a map.
+    #: map-encoded msgspec Struct (vllm/v1/metrics/stats.py); a receiver checks only that it is a map.
     spec_decode_metrics: dict[str, Any] | None = None
 
 
