@@ -11,8 +11,7 @@ ecp.spec's types are the generated 0.33 classes, so what differs is what the
 overlay (:mod:`ecp.spec.overlay`) says by hand: its pins and decode limits,
 whose findings are derived from the notes here, each with the note's ``why``
 (one place for the reason), and, listed by hand below, the messages of ours
-(``CoordinatorPublication``, the ``UtilityResult`` envelope), the three
-positions of tuple payloads ecp.spec still names unlike vLLM, and where the
+(``CoordinatorPublication``, the ``UtilityResult`` envelope) and where the
 UTILITY table (:mod:`ecp.spec.utility_methods`) differs from the wheel's.
 
 Kinds of deviation:
@@ -29,9 +28,6 @@ Kinds of deviation:
     A typed statistics struct inside ``SchedulerStats`` that ecp.spec keeps as
     ``any``: scheduler stats are optional for frontends (``ECP-OUT-7``) and a
     receiver must not fail a step on them.
-``name``
-    A position of a tuple payload that ecp.spec names differently in its
-    Python API; the bytes are the same (array positions carry no names).
 ``ecp``
     Something ecp.spec describes that the extracted layout does not: a type
     the extractor cannot see, or a method that is not vLLM 0.33's.
@@ -43,7 +39,7 @@ from dataclasses import dataclass
 from typing import Literal
 from ..version import VLLM_RELEASE
 
-Kind = Literal["unresolved", "map", "stats", "name", "ecp"]
+Kind = Literal["unresolved", "map", "stats", "ecp"]
 
 #: the shipped layout the deviations are relative to
 BASELINE = f"vllm-{VLLM_RELEASE}"
@@ -71,19 +67,11 @@ def _d(rule: str, subject: str, message: str, kind: Kind, reason: str) -> Deviat
 
 _MAP = "a msgpack map on the wire either way"
 
-#: what ecp.spec adds, names or narrows by hand outside the overlay: its own messages, the renamed positions
-#: and the UTILITY table
+#: what ecp.spec adds or narrows by hand outside the overlay: its own messages and the UTILITY table
 _LISTED: tuple[Deviation, ...] = (
     _d("DIFF-001", "CoordinatorPublication", "message CoordinatorPublication added", "ecp",
        "the coordinator's publication to frontends is not extracted from vLLM (the extractor covers "
        "frontend<->engine payloads only)"),
-    _d("DIFF-015", "UtilityRequest.client_index", "field renamed from 'client_idx' to 'client_index'", "name",
-       "position 0 of the UTILITY tuple; ecp's name is the one EngineCoreRequest uses for the same value"),
-    _d("DIFF-015", "StartDPWave.wave", "field renamed from 'new_wave' to 'wave'", "name",
-       "position 0 of the START_DP_WAVE tuple"),
-    _d("DIFF-015", "StartDPWave.exclude_engine_index",
-       "field renamed from 'exclude_eng_index' to 'exclude_engine_index'", "name",
-       "position 1 of the START_DP_WAVE tuple"),
     _d("DIFF-001", "UtilityResult", "message UtilityResult added", "ecp",
        "the [type_info, value] envelope of UtilityOutput.result (ECP-UTIL-2), spec/envelope.py: vLLM's "
        "UtilityResult is a plain class the extractor does not see as a message"),
