@@ -26,9 +26,9 @@ A second table has one row per release profile (:mod:`ecp.spec.profile`): an
 output step of 64 streams and an ADD in that release's own wire form (the
 layout's sparse sample; the ADD with a 512-token prompt), decoded through the profile's codec, against a bare
 ``msgspec`` decoder of the profile's generated classes (bounded, as above) and
-against the hand-written 0.33 types on the same bytes where those decode them
-(shown, not bounded: for 0.33 this is the cost of a generated profile against
-the hand-written API).
+against :mod:`ecp.spec.codec` (vLLM 0.33's typed API, the 0.33 module's classes) on the same bytes
+where it decodes them (shown, not bounded: for 0.33 this is the profile's generic codec against the
+tuned one on the same classes).
 
 A third table, when a vLLM 0.33 peer is installed (``--vllm-peer``, default ``$VLLM_PEER`` or
 ``~/.cache/vllm-peer-0.33``; ``none`` leaves it out), times ecp's decoder against vLLM's own
@@ -147,7 +147,7 @@ def cases() -> list[dict[str, Any]]:
 
 
 def profile_cases() -> list[dict[str, Any]]:
-    """Per shipped release: (release, message, frames, profile decode, bare decode, hand-written decode)."""
+    """Per shipped release: (release, message, frames, profile decode, bare decode, ecp.spec's decode)."""
     from ecp.spec.layout import wire
     from ecp.spec.profile import shipped_profile, shipped_releases
 
@@ -177,7 +177,7 @@ def profile_cases() -> list[dict[str, Any]]:
                 def bare_decode(fr: list[bytes], d: Callable = bare) -> Any:
                     return d(fr[0])
             out.append({"release": release, "message": name, "frames": frames, "bytes": sum(map(len, frames)),
-                        "profile": ours, "bare": bare_decode, "hand": hand})
+                        "profile": ours, "bare": bare_decode, "api": hand})
     return out
 
 
@@ -186,8 +186,8 @@ def measure_profiles(rounds: int, target_s: float) -> list[dict[str, Any]]:
     for c in profile_cases():
         row = {"release": c["release"], "message": c["message"], "bytes": c["bytes"],
                "decode": _pair(c["profile"], c["frames"], c["bare"], c["frames"], rounds, target_s)}
-        if c["hand"] is not None:
-            row["vs_hand_written"] = _pair(c["profile"], c["frames"], c["hand"], c["frames"], rounds, target_s)
+        if c["api"] is not None:
+            row["vs_api"] = _pair(c["profile"], c["frames"], c["api"], c["frames"], rounds, target_s)
         rows.append(row)
     return rows
 
@@ -385,11 +385,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{e['ecp_ns']:>9.0f} {e['bare_ns']:>9.0f} {e['ratio']:>5.2f}x")
         if profile_rows:
             print("\n# release profiles: decode through the profile's codec against msgspec on its classes "
-                  "(ratio, bounded) and against the hand-written 0.33 types on the same bytes (shown)")
+                  "(ratio, bounded) and against ecp.spec's codec on the same bytes (shown)")
             print(f"{'release':<8} {'message':<20} {'bytes':>6} | {'profile':>9} {'msgspec':>9} {'ratio':>6} | "
-                  f"{'hand-wr.':>9} {'ratio':>6}")
+                  f"{'ecp.spec':>9} {'ratio':>6}")
             for r in profile_rows:
-                d, h = r["decode"], r.get("vs_hand_written")
+                d, h = r["decode"], r.get("vs_api")
                 hand = f"{h['bare_ns']:>9.0f} {h['ratio']:>5.2f}x" if h else f"{'-':>9} {'-':>6}"
                 print(f"{r['release']:<8} {r['message']:<20} {r['bytes']:>6} | {d['ecp_ns']:>9.0f} "
                       f"{d['bare_ns']:>9.0f} {d['ratio']:>5.2f}x | {hand}")

@@ -287,7 +287,7 @@ _CLAUSES: tuple[Clause, ...] = (
        with mode ``abort``, shutdown) it emits an ABORT terminal output for each and lists them in
        ``finished_requests``."""),
     # ---------------------------------------------------------------- UTIL
-    _c("ECP-UTIL-1", "MUST", "UTILITY payload", """A UTILITY payload is ``[client_index, call_id,
+    _c("ECP-UTIL-1", "MUST", "UTILITY payload", """A UTILITY payload is ``[client_idx, call_id,
        method_name, args]``; ``call_id`` is any u64 and is echoed verbatim."""),
     _c("ECP-UTIL-2", "MUST", "Result envelope", """A successful reply carries ``result = [type_info, value]``
        (``type_info`` nil) even for methods returning None; a bare value is a decode error."""),
@@ -331,8 +331,8 @@ _CLAUSES: tuple[Clause, ...] = (
        (over HTTP: a 400 answer, ``ECP-HTTP-2``)."""),
     _c("ECP-DP-3", "SHOULD", "Load-aware routing", """Unpinned requests go to the least-loaded engine (in-flight
        count, refined by scheduler stats)."""),
-    _c("ECP-DP-4", "MUST", "START_DP_WAVE tolerated", """An engine accepts START_DP_WAVE ``[wave,
-       exclude_engine_index]`` at any time; a wave older than its own is ignored."""),
+    _c("ECP-DP-4", "MUST", "START_DP_WAVE tolerated", """An engine accepts START_DP_WAVE ``[new_wave,
+       exclude_eng_index]`` at any time; a wave older than its own is ignored."""),
     _c("ECP-DP-5", "MUST", "Waves", """``current_wave`` is stamped on ADD; an engine receiving a newer wave
        adopts it; ``wave_complete`` and ``start_wave`` go only to the coordinator; only global rank 0 sends
        ``wave_complete``, after an agreement among the ranks outside this protocol or, sharing none, when it

@@ -449,8 +449,8 @@ def encode_utility(client_index: int, call_id: int, method_name: str, args: Sequ
     return encode_input(UtilityRequest(client_index, call_id, method_name, list(args)))
 
 
-def encode_start_dp_wave(wave: int, exclude_engine_index: int | None = None) -> list[bytes]:
-    return encode_input(StartDPWave(wave, exclude_engine_index))
+def encode_start_dp_wave(new_wave: int, exclude_eng_index: int | None = None) -> list[bytes]:
+    return encode_input(StartDPWave(new_wave, exclude_eng_index))
 
 
 _INPUT_DECODERS = {

@@ -29,8 +29,8 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 MESSAGE_TYPES: dict[str, tuple[Any, str]] = {
     "add": (EngineCoreRequest, "input [0x00, payload, *aux]: EngineCoreRequest, array of 22 (>= 9)"),
     "abort": (list[str], "input [0x01, payload]: internal request ids"),
-    "start_dp_wave": (StartDPWave, "coordinator XPUB [0x02, payload]: [wave, exclude_engine_index]"),
-    "utility": (UtilityRequest, "input [0x03, payload]: [client_index, call_id, method_name, args]"),
+    "start_dp_wave": (StartDPWave, "coordinator XPUB [0x02, payload]: [new_wave, exclude_eng_index]"),
+    "utility": (UtilityRequest, "input [0x03, payload]: [client_idx, call_id, method_name, args]"),
     "outputs": (EngineCoreOutputs, "output [payload, *aux]: EngineCoreOutputs, array of 9"),
     "hello": (Hello, "handshake, engine -> frontend: HELLO map"),
     "ready": (Ready, "handshake, engine -> frontend: READY map"),

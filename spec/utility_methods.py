@@ -1,6 +1,6 @@
 """The UTILITY method table of vLLM 0.33, as data.
 
-A UTILITY call is ``[client_index, call_id, method_name, args]``; the engine
+A UTILITY call is ``[client_idx, call_id, method_name, args]``; the engine
 looks ``method_name`` up on itself and calls it with ``args`` *positionally*
 (``ECP-UTIL-1``). So on the wire a signature is an ordered list of argument
 types; argument names are documentation only (they are vLLM 0.33's parameter

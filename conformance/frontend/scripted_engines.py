@@ -83,7 +83,7 @@ class ScriptedEngine:
         self.machine = self.peer.machine
         self.io = AsyncEngineSockets(ctx, self.peer, linger_ms={"handshake": 0, "output": 0, "coordinator_output": 0},
                                      observe=self._observe)
-        #: every START_DP_WAVE the coordinator published after the gate, as (wave, exclude_engine_index)
+        #: every START_DP_WAVE the coordinator published after the gate, as (new_wave, exclude_eng_index)
         self.start_waves: list[tuple[int, int | None]] = []
         self._tasks: list[asyncio.Task] = []
         self._wake = asyncio.Event()
@@ -202,7 +202,7 @@ class ScriptedEngine:
 
     def _on_handshake_event(self, event: Any) -> None:
         if isinstance(event, StartWave):  # a wave the coordinator published before its READY
-            self.start_waves.append((event.wave.wave, event.wave.exclude_engine_index))
+            self.start_waves.append((event.wave.new_wave, event.wave.exclude_eng_index))
 
     def _observe(self, direction: str, socket: str, frames: list, outcome: Any) -> None:
         """Every message the handshake loop moves, into the recorder."""
@@ -250,7 +250,7 @@ class ScriptedEngine:
             wave, error = self._take("coordinator_input", frames)
             self._record("in", "coordinator", None, frames, message=wave, error=error)
             if isinstance(wave, StartDPWave):
-                self.start_waves.append((wave.wave, wave.exclude_engine_index))
+                self.start_waves.append((wave.new_wave, wave.exclude_eng_index))
 
     async def _receive(self, socket: str, sock: zmq.asyncio.Socket) -> None:
         index = parse_socket(socket)[1]
@@ -273,7 +273,7 @@ class ScriptedEngine:
         elif isinstance(message, UtilityRequest):
             call = message
             for notice_id in self.script.notice_call_ids:   # ECP-UTIL-12: replies nobody asked for
-                await self._send(call.client_index, EngineCoreOutputs(
+                await self._send(call.client_idx, EngineCoreOutputs(
                     engine_index=self.rank, timestamp=time.monotonic(),
                     utility_output=UtilityOutput(notice_id, None, UtilityResult(None, _notice(notice_id, self.rank)))))
             if call.method_name in self.script.silent_methods:
@@ -281,7 +281,7 @@ class ScriptedEngine:
             failure, value = self.script.answer(call.method_name, list(call.args))
             reply = UtilityOutput(call.call_id, failure,
                                   None if failure is not None else UtilityResult(None, value))
-            await self._send(call.client_index, EngineCoreOutputs(
+            await self._send(call.client_idx, EngineCoreOutputs(
                 engine_index=self.rank, utility_output=reply, timestamp=time.monotonic()))
 
     async def _generate(self) -> None:

@@ -439,9 +439,9 @@ class EngineCore:
     # ------------------------------------------------------------------ utilities
     def handle_utility(self, call: UtilityRequest, arrival_client: int = 0) -> None:
         """Run a UTILITY call (:mod:`.utilities`); the reply (or a deferred reply) goes to the outbox."""
-        client = call.client_index
+        client = call.client_idx
         if not self._valid_client(client):
-            log.warning("[ECP-ROB-4] UTILITY %s names client_index %d; replying on client %d",
+            log.warning("[ECP-ROB-4] UTILITY %s names client_idx %d; replying on client %d",
                         call.method_name, client, arrival_client)
             client = arrival_client
         self.utilities.handle(call, client)

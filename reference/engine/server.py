@@ -191,7 +191,7 @@ class EngineServer:
 
     def _before_ready(self, event: Event) -> None:
         if isinstance(event, StartWave):  # a wave published before the gate opened
-            self.core.start_dp_wave(event.wave.wave, event.wave.exclude_engine_index)
+            self.core.start_dp_wave(event.wave.new_wave, event.wave.exclude_eng_index)
 
     @staticmethod
     def _bad_coordinator_message(exc: RemoteProtocolError, socket: str) -> None:
@@ -340,7 +340,7 @@ class EngineServer:
         elif isinstance(event, UtilityCall):
             core.handle_utility(event.call, client)
         elif isinstance(event, StartWave):
-            core.start_dp_wave(event.wave.wave, event.wave.exclude_engine_index)
+            core.start_dp_wave(event.wave.new_wave, event.wave.exclude_eng_index)
 
     def _on_coordinator(self, frames: list[bytes]) -> None:
         try:
@@ -350,7 +350,7 @@ class EngineServer:
             return
         for event in events:
             if isinstance(event, StartWave):
-                self.core.start_dp_wave(event.wave.wave, event.wave.exclude_engine_index)
+                self.core.start_dp_wave(event.wave.new_wave, event.wave.exclude_eng_index)
 
     def _on_side_channel(self, frames: list[bytes]) -> None:
         try:

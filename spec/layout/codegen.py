@@ -12,6 +12,10 @@
   clause, invariants) as the class docstring and a ``#:`` comment above the field, and the base class
   of :mod:`ecp.spec.behaviour` a note names (its ``__post_init__`` checks, its ``__str__``), in every
   release that has it;
+- an overlay note's pin (the type vLLM's code sends where the layout can only say ``any``: ``int | nil``,
+  or ``struct:UtilityResult``, a hand-written envelope of :mod:`ecp.spec.envelope`), its decode limit
+  (``receive``: the messages of a field's type kept as ``map[str, any]`` or ``any``) and the container an
+  array decodes into (``holds="set"``), in every release that has the field (:func:`field_type`);
 - ``MESSAGES``, ``ENUMS`` (name -> class, layout order) and ``WIDENED``.
 
 Wire types map as ``array[X]`` -> ``list[X]``, ``map[K, V]`` -> ``dict[K, V]``, ``tensor`` ->
@@ -35,12 +39,13 @@ import textwrap
 import msgspec
 
 from . import types as wt
+from ..envelope import MESSAGES as ENVELOPES
 from ..overlay import OVERLAY, Note
 from .model import Layout, LayoutError, MessageLayout, encode_layout, release_of
 
 #: names the generated module binds itself: a message, enum or field may not take them
-RESERVED = frozenset({"annotations", "enum", "msgspec", "Any", "Tensor", "behaviour", "MESSAGES", "ENUMS", "WIDENED",
-                      "LAYOUT", "RELEASE"})
+RESERVED = frozenset({"annotations", "enum", "msgspec", "Any", "Tensor", "behaviour", "envelope", "MESSAGES", "ENUMS",
+                      "WIDENED", "LAYOUT", "RELEASE"})
 _WIDTH = 110
 
 
@@ -54,6 +59,8 @@ def module_name(layout: Layout) -> str:
 class _Types:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
+        #: the hand-written envelopes a ``struct:`` may name (only while rendering a pinned field)
+        self.envelopes: frozenset[str] = frozenset()
 
     def member(self, m: wt.Member) -> str:
         if m.kind in ("bool", "int", "float", "str", "bytes"):
@@ -69,13 +76,17 @@ class _Types:
         if m.kind == "map":
             return f"dict[{self.type(m.args[0])}, {self.type(m.args[1])}]"
         if m.kind == "struct":
-            return m.name if m.name in self.layout.messages else "Any"
+            if m.name in self.layout.messages:
+                return m.name
+            return f"envelope.{m.name}" if m.name in self.envelopes else "Any"
         if m.kind == "enum":
             return m.name if m.name in self.layout.enums else "int"
         raise LayoutError(f"{self.layout.name}: no Python type for {m}")
 
-    def type(self, t: wt.WireType) -> str:
-        rendered = list(dict.fromkeys(self.member(m) for m in t.members))
+    def type(self, t: wt.WireType, holds: str | None = None) -> str:
+        rendered = list(dict.fromkeys(
+            f"set[{self.type(m.args[0])}]" if holds == "set" and m.kind == "array" else self.member(m)
+            for m in t.members))
         if "Any" in rendered:
             return "Any"
         rendered = [r for r in rendered if r != "None"] + [r for r in rendered if r == "None"]
@@ -176,6 +187,41 @@ def _enum_member_ok(name: str) -> bool:
     return name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("_")
 
 
+# --------------------------------------------------------------------------- overlay on a field's type
+def _untyped(t: wt.WireType, how: str) -> wt.WireType:
+    """``t`` with every ``struct:`` member (nested ones included) as ``map[str, any]`` or ``any``."""
+    members = []
+    for m in t.members:
+        if m.kind == "struct":
+            members.append(wt.parse("map[str, any]").members[0] if how == "map" else wt.Member("any"))
+        elif m.args:
+            members.append(wt.Member(m.kind, tuple(_untyped(a, how) for a in m.args), m.name))
+        else:
+            members.append(m)
+    if any(m.kind == "any" for m in members):
+        return wt.WireType((wt.Member("any"),))  # any takes nil too
+    return wt.WireType(tuple(dict.fromkeys(members)))
+
+
+def field_type(layout: Layout, message: str, field: str, t: wt.WireType, note: Note | None) -> wt.WireType:
+    """The wire type a field is generated with: the layout's, with the overlay note's pin (only where the
+    layout says ``any``) or decode limit (``receive``) applied."""
+    if note is None:
+        return t
+    if note.pin:
+        if any(m.kind != "any" for m in t.members):
+            raise LayoutError(f"{layout.name}: {message}.{field} is typed {t} there; the overlay pins "
+                              f"{note.pin!r}, which may only replace any")
+        t = wt.parse(note.pin)
+    if note.receive:
+        if note.receive not in ("map", "any"):
+            raise LayoutError(f"overlay {message}.{field}: receive is 'map' or 'any', not {note.receive!r}")
+        t = _untyped(t, note.receive)
+    if note.holds not in (None, "set"):
+        raise LayoutError(f"overlay {message}.{field}: holds is 'set', not {note.holds!r}")
+    return t
+
+
 # --------------------------------------------------------------------------- rendering
 def _wrap(text: str, width: int) -> list[str]:
     """Paragraphs (blank-line separated) filled to ``width``, blank lines kept."""
@@ -261,8 +307,14 @@ def render(layout: Layout, overlay: dict[str, Note] | None = None, *, origin: st
         "Do not edit: ``ecp spec types`` rewrites this module and ``ecp spec types --check`` fails while it is "
         "stale. What is written by hand about a message or a field belongs in spec/overlay.py.", "")
     bases = sorted({n.base for k, n in overlay.items() if n.base and k in (*layout.messages, *layout.enums)})
+    pinned = {k: wt.parse(n.pin) for k, n in overlay.items() if n.pin and "." in k
+              and k.split(".", 1)[0] in layout.messages
+              and any(f.name == k.split(".", 1)[1] for f in layout.messages[k.split(".", 1)[0]].fields)}
+    envelopes = sorted({ref for t in pinned.values() for kind, ref in t.refs()
+                        if kind == "struct" and ref not in layout.messages and ref in ENVELOPES})
     out += ["", "import enum", "from typing import Any", "",
             "import msgspec", "", *(["from ecp.spec import behaviour"] if bases else []),
+            *(["from ecp.spec import envelope"] if envelopes else []),
             "from ecp.spec.tensors import Tensor", "",
             "#: the layout these types are generated from", f"LAYOUT = {_literal(layout.name)}",
             "#: the release's short name", f"RELEASE = {_literal(release)}"]
@@ -311,15 +363,17 @@ def render(layout: Layout, overlay: dict[str, Note] | None = None, *, origin: st
         out += _docstring(_message_doc(name, msg, overlay.get(name), release), "    ")
         out.append("")
         for f in msg.fields:
-            t = f.wire_type
-            annotation = types.type(t)
+            field_note = overlay.get(f"{name}.{f.name}")
+            t = field_type(layout, name, f.name, f.wire_type, field_note)
+            types.envelopes = frozenset(ENVELOPES) if field_note is not None and field_note.pin else frozenset()
+            holds = field_note.holds if field_note is not None else None
+            annotation = types.type(t, holds)
             note_text = []
             if annotation != "Any" and not types.decodable(t):
                 widened.append(f"{name}.{f.name}")
                 note_text.append(f"{f.type}: msgspec decodes no such union as one type, so it is taken as it "
                                  "comes (a receiver checks it).")
                 annotation = "Any"
-            field_note = overlay.get(f"{name}.{f.name}")
             if field_note is not None and field_note.text():
                 note_text.insert(0, field_note.text())
             if f.note:
@@ -338,7 +392,8 @@ def render(layout: Layout, overlay: dict[str, Note] | None = None, *, origin: st
                     line += f" = msgspec.field(name={_literal(f.name)})"
             else:
                 value = None if f.default is msgspec.UNSET else f.default
-                default = _default(layout, t, annotation, value)
+                default = ("msgspec.field(default_factory=set)" if holds == "set" and value == []
+                           else _default(layout, t, annotation, value))
                 if value is None and not t.nullable and annotation != "Any":
                     # vLLM's own default lies outside the field's type; kept as it writes it
                     default += "  # type: ignore[assignment]"
@@ -374,4 +429,4 @@ def layout_digest(layout: Layout) -> str:
     return hashlib.sha256(encode_layout(layout)).hexdigest()[:16]
 
 
-__all__ = ["Note", "RESERVED", "layout_digest", "module_name", "render"]
+__all__ = ["Note", "RESERVED", "field_type", "layout_digest", "module_name", "render"]

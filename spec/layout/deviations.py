@@ -7,6 +7,13 @@ the finding's exact message and the reason it is harmless on the wire; a
 finding that is not listed is a divergence to fix in ecp.spec (a test fails
 on it, and on an entry that no longer matches a finding).
 
+ecp.spec's types are the generated 0.33 classes, so what differs is what the
+overlay (:mod:`ecp.spec.overlay`) says by hand: its pins and decode limits,
+whose findings are derived from the notes here, each with the note's ``why``
+(one place for the reason), and, listed by hand below, the messages of ours
+(``CoordinatorPublication``, the ``UtilityResult`` envelope) and where the
+UTILITY table (:mod:`ecp.spec.utility_methods`) differs from the wheel's.
+
 Kinds of deviation:
 
 ``unresolved``
@@ -21,9 +28,6 @@ Kinds of deviation:
     A typed statistics struct inside ``SchedulerStats`` that ecp.spec keeps as
     ``any``: scheduler stats are optional for frontends (``ECP-OUT-7``) and a
     receiver must not fail a step on them.
-``name``
-    A position of a tuple payload that ecp.spec names differently in its
-    Python API; the bytes are the same (array positions carry no names).
 ``ecp``
     Something ecp.spec describes that the extracted layout does not: a type
     the extractor cannot see, or a method that is not vLLM 0.33's.
@@ -35,7 +39,7 @@ from dataclasses import dataclass
 from typing import Literal
 from ..version import VLLM_RELEASE
 
-Kind = Literal["unresolved", "map", "stats", "name", "ecp"]
+Kind = Literal["unresolved", "map", "stats", "ecp"]
 
 #: the shipped layout the deviations are relative to
 BASELINE = f"vllm-{VLLM_RELEASE}"
@@ -62,74 +66,15 @@ def _d(rule: str, subject: str, message: str, kind: Kind, reason: str) -> Deviat
 
 
 _MAP = "a msgpack map on the wire either way"
-_STATS = "typed statistics kept as any (optional for frontends, ECP-OUT-7)"
 
-DEVIATIONS: tuple[Deviation, ...] = (
-    # -- handshake
-    _d("DIFF-022", "EngineCoreReadyResponse.kv_events_config",
-       "type changed from struct:KVEventsConfig | nil to map[str, any] | nil", "map",
-       f"KVEventsConfig is a config dataclass (vllm/config/kv_events.py), {_MAP}"),
-    _d("DIFF-002", "KVEventsConfig", "message KVEventsConfig removed", "map",
-       "carried as map[str, any] in EngineCoreReadyResponse.kv_events_config"),
-    _d("DIFF-020", "Ready.parallel_config_hash", "type narrowed from any to str | nil", "unresolved",
-       "ParallelConfig.compute_hash() returns a SHA-256 hex digest (vllm/config/utils.py hash_factors)"),
-    _d("DIFF-020", "Ready.coord_store_port", "type narrowed from any to int | nil", "unresolved",
-       "ParallelConfig._coord_store_port is declared int"),
-    _d("DIFF-020", "Ready.elastic_ep_max_dp_size", "type narrowed from any to int | nil", "unresolved",
-       "ParallelConfig.elastic_ep_max_dp_size is declared int"),
-    _d("DIFF-020", "Ready.num_redundant_experts", "type narrowed from any to int | nil", "unresolved",
-       "EPLBConfig.num_redundant_experts is declared int"),
-    # -- requests
-    _d("DIFF-020", "MultiModalFeatureSpec.data", "type narrowed from any to map[str, any] | nil", "unresolved",
-       "MultiModalKwargsItem is a UserDict that vLLM's encoder writes as a map (nil: cached in the engine)"),
-    _d("DIFF-022", "SamplingParams.structured_outputs",
-       "type changed from struct:StructuredOutputsParams | nil to map[str, any] | nil", "map",
-       f"StructuredOutputsParams is a dataclass (vllm/sampling_params.py), {_MAP}"),
-    _d("DIFF-002", "StructuredOutputsParams", "message StructuredOutputsParams removed", "map",
-       "carried as map[str, any] in SamplingParams.structured_outputs"),
-    _d("DIFF-022", "SamplingParams.repetition_detection",
-       "type changed from struct:RepetitionDetectionParams | nil to map[str, any] | nil", "map",
-       f"RepetitionDetectionParams is a dataclass (vllm/sampling_params.py), {_MAP}"),
-    _d("DIFF-002", "RepetitionDetectionParams", "message RepetitionDetectionParams removed", "map",
-       "carried as map[str, any] in SamplingParams.repetition_detection"),
-    # -- control
-    _d("DIFF-015", "UtilityRequest.client_index", "field renamed from 'client_idx' to 'client_index'", "name",
-       "position 0 of the UTILITY tuple; ecp's name is the one EngineCoreRequest uses for the same value"),
-    _d("DIFF-020", "UtilityRequest.call_id", "type narrowed from any to int", "unresolved",
-       "the Python client's call id is uuid1().int >> 64 (vllm/v1/engine/core_client.py), vllm-rs counts 1, 2, ..."),
-    _d("DIFF-015", "StartDPWave.wave", "field renamed from 'new_wave' to 'wave'", "name",
-       "position 0 of the START_DP_WAVE tuple"),
-    _d("DIFF-015", "StartDPWave.exclude_engine_index",
-       "field renamed from 'exclude_eng_index' to 'exclude_engine_index'", "name",
-       "position 1 of the START_DP_WAVE tuple"),
+#: what ecp.spec adds or narrows by hand outside the overlay: its own messages and the UTILITY table
+_LISTED: tuple[Deviation, ...] = (
     _d("DIFF-001", "CoordinatorPublication", "message CoordinatorPublication added", "ecp",
        "the coordinator's publication to frontends is not extracted from vLLM (the extractor covers "
        "frontend<->engine payloads only)"),
-    # -- outputs
-    _d("DIFF-022", "EngineCoreOutput.spec_decode_metrics",
-       "type changed from struct:RequestSpecDecodeMetrics | nil to map[str, any] | nil", "map",
-       f"RequestSpecDecodeMetrics is a map-encoded msgspec Struct (vllm/v1/metrics/stats.py), {_MAP}"),
-    _d("DIFF-002", "RequestSpecDecodeMetrics", "message RequestSpecDecodeMetrics removed", "map",
-       "carried as map[str, any] in EngineCoreOutput.spec_decode_metrics"),
-    _d("DIFF-021", "SchedulerStats.iteration_details",
-       "type widened from struct:SchedulerIterationDetails | nil to any", "stats", _STATS),
-    _d("DIFF-002", "SchedulerIterationDetails", "message SchedulerIterationDetails removed", "stats", _STATS),
-    _d("DIFF-021", "SchedulerStats.kv_cache_eviction_events",
-       "type widened from array[struct:KVCacheEvictionEvent] to array[any]", "stats", _STATS),
-    _d("DIFF-002", "KVCacheEvictionEvent", "message KVCacheEvictionEvent removed", "stats", _STATS),
-    _d("DIFF-021", "SchedulerStats.spec_decoding_stats",
-       "type widened from struct:SpecDecodingStats | nil to any", "stats", _STATS),
-    _d("DIFF-002", "SpecDecodingStats", "message SpecDecodingStats removed", "stats", _STATS),
-    _d("DIFF-021", "SchedulerStats.cudagraph_stats",
-       "type widened from struct:CUDAGraphStat | nil to any", "stats", _STATS),
-    _d("DIFF-002", "CUDAGraphStat", "message CUDAGraphStat removed", "stats", _STATS),
-    _d("DIFF-021", "SchedulerStats.perf_stats", "type widened from struct:PerfStats | nil to any", "stats", _STATS),
-    _d("DIFF-002", "PerfStats", "message PerfStats removed", "stats", _STATS),
-    _d("DIFF-002", "DebugPerfStats", "message DebugPerfStats removed", "stats", _STATS + "; nested in PerfStats"),
-    _d("DIFF-020", "UtilityOutput.result", "type narrowed from any to struct:UtilityResult | nil", "unresolved",
-       "vLLM's UtilityResult is a plain class its encoder writes as [type_info, value] (ECP-UTIL-2)"),
-    _d("DIFF-001", "UtilityResult", "message UtilityResult added", "unresolved",
-       "the [type_info, value] envelope of UtilityOutput.result, typed by ecp.spec (ECP-UTIL-2)"),
+    _d("DIFF-001", "UtilityResult", "message UtilityResult added", "ecp",
+       "the [type_info, value] envelope of UtilityOutput.result (ECP-UTIL-2), spec/envelope.py: vLLM's "
+       "UtilityResult is a plain class the extractor does not see as a message"),
     # -- UTILITY methods
     _d("DIFF-056", "utility sleep", "result narrowed from any to nil", "unresolved",
        "the method returns None or a Future the engine core waits for; the reply's value is nil"),
@@ -158,3 +103,55 @@ DEVIATIONS: tuple[Deviation, ...] = (
     _d("DIFF-050", "utility add_remote_kv_handshake", "new utility method add_remote_kv_handshake", "ecp",
        "called by vLLM's Rust frontend source after 0.33; not in the 0.33.0 wheel (UtilityMethod.origin)"),
 )
+
+
+def _from_overlay() -> tuple[Deviation, ...]:
+    """The findings the overlay's pins and decode limits make, each with the note's reason: a pin narrows
+    ``any`` (DIFF-020), ``receive="map"`` changes a message to a map (DIFF-022), ``receive="any"`` widens it
+    (DIFF-021), and a message only such fields reached is gone from ecp.spec's layout (DIFF-002)."""
+    from ..overlay import OVERLAY
+    from .codegen import field_type
+    from .resolve import load_shipped
+
+    base = load_shipped(BASELINE)
+    out: list[Deviation] = []
+    typed: dict[str, list] = {}  # message -> its fields' types as ecp.spec has them
+    why: dict[str, tuple[str, Kind]] = {}  # message a decode limit untypes -> (reason, kind)
+    for name, msg in base.messages.items():
+        typed[name] = []
+        for f in msg.fields:
+            note = OVERLAY.get(f"{name}.{f.name}")
+            new = field_type(base, name, f.name, f.wire_type, note)
+            typed[name].append(new)
+            if note is None or new == f.wire_type:
+                continue
+            kind: Kind = "unresolved" if note.pin else "map" if note.receive == "map" else "stats"
+            rule, verb = {"unresolved": ("DIFF-020", "narrowed"), "map": ("DIFF-022", "changed"),
+                          "stats": ("DIFF-021", "widened")}[kind]
+            out.append(_d(rule, f"{name}.{f.name}", f"type {verb} from {f.wire_type} to {new}", kind, note.why or ""))
+            for k, ref in f.wire_type.refs():
+                if k == "struct":
+                    why.setdefault(ref, (f"carried untyped in {name}.{f.name}: {note.why}", kind))
+    reached = {name for name, msg in base.messages.items() if msg.frame}  # from the top-level payloads
+    todo = list(reached)
+    while todo:
+        for t in typed[todo.pop()]:
+            for k, ref in t.refs():
+                if k == "struct" and ref in base.messages and ref not in reached:
+                    reached.add(ref)
+                    todo.append(ref)
+    for name in base.messages:  # in layout order; a message nested in an untyped one is gone with it
+        if name in reached or name in why:
+            continue
+        parents = [p for p, msg in base.messages.items()
+                   if any(("struct", name) in f.wire_type.refs() for f in msg.fields) and p in why]
+        if parents:
+            reason, kind = why[parents[0]]
+            why[name] = (f"{reason} (nested in {parents[0]})", kind)
+    for name in base.messages:
+        if name not in reached and name in why:
+            out.append(_d("DIFF-002", name, f"message {name} removed", why[name][1], why[name][0]))
+    return tuple(out)
+
+
+DEVIATIONS: tuple[Deviation, ...] = _LISTED + _from_overlay()

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import msgspec
 
 from . import types as wt
+from ..overlay import OVERLAY
 from .model import Layout, MessageLayout
 
 IssueKind = Literal["rejected", "misaligned", "dropped", "defaulted", "unchecked"]
@@ -106,7 +107,7 @@ def _sample_member(layout: Layout, m: wt.Member, mode: Mode, depth: int) -> Any:
         msg = layout.messages.get(m.name)
         if msg is None or depth > _MAX_DEPTH:
             return {}  # undescribed: an empty map is the least a receiver could expect
-        return _sample_struct(layout, msg, mode, depth + 1)
+        return _sample_struct(layout, m.name, msg, mode, depth + 1)
     raise ValueError(f"no sample for {m}")
 
 
@@ -114,13 +115,23 @@ def _sample_type(layout: Layout, t: wt.WireType, mode: Mode, depth: int) -> Any:
     return _sample_member(layout, _pick(layout, t), mode, depth)
 
 
-def _sample_struct(layout: Layout, msg: MessageLayout, mode: Mode, depth: int) -> Any:
+def _sent_type(layout: Layout, message: str, field: str, t: wt.WireType) -> wt.WireType:
+    """What a sender writes in a field: the layout's type, or the overlay's pin where the layout can only
+    say ``any`` (what vLLM's code actually sends there, :mod:`ecp.spec.overlay`)."""
+    note = OVERLAY.get(f"{message}.{field}")
+    if note is None or not note.pin or any(m.kind != "any" for m in t.members):
+        return t
+    return wt.parse(note.pin)
+
+
+def _sample_struct(layout: Layout, name: str, msg: MessageLayout, mode: Mode, depth: int) -> Any:
     values = []
     for f in msg.fields:
         if mode == "sparse" and not f.required and not _lists_messages(layout, f.wire_type):
             values.append((f.name, f.default if f.default is not msgspec.UNSET else None, True))
         else:
-            values.append((f.name, _sample_type(layout, f.wire_type, mode, depth), False))
+            values.append((f.name, _sample_type(layout, _sent_type(layout, name, f.name, f.wire_type), mode, depth),
+                           False))
     if msg.encoding == "array":
         return [v for _, v, _ in values]
     out: dict[str, Any] = {}
@@ -135,7 +146,7 @@ def _sample_struct(layout: Layout, msg: MessageLayout, mode: Mode, depth: int) -
 
 def sample(layout: Layout, message: str, mode: Mode = "full") -> Any:
     """The builtins value a sender built against ``layout`` writes for ``message``."""
-    return _sample_struct(layout, layout.messages[message], mode, 0)
+    return _sample_struct(layout, message, layout.messages[message], mode, 0)
 
 
 def encode(value: Any) -> bytes:

@@ -356,7 +356,7 @@ class _Connection:
                 view.calls[cid].count += 1
             elif row.next is UtilityState.PENDING:
                 # refused messages of this id not answered yet may still be answered, each with its failure
-                view.calls[cid] = PendingCall(call.method_name, list(call.args), call.client_index,
+                view.calls[cid] = PendingCall(call.method_name, list(call.args), call.client_idx,
                                               count=1 + view.refused.pop(cid, 0))
         chk.step(UTILITY, view.call_state(cid), qualify.call(cid), f"UTILITY {call.method_name} (call_id {cid})",
                  effect)
@@ -375,8 +375,8 @@ class _Connection:
         def effect(row: Row) -> None:
             if row.next is not None:
                 view.wave_state = row.next
-                view.wave = wave.wave
-        chk.step(WAVE, view.wave_state, qualify.start_wave(view, wave), f"START_DP_WAVE {wave.wave}", effect)
+                view.wave = wave.new_wave
+        chk.step(WAVE, view.wave_state, qualify.start_wave(view, wave), f"START_DP_WAVE {wave.new_wave}", effect)
 
     # ------------------------------------------------------------------ shared rules: outputs
     def _check_outputs(self, chk: _Checker, view: EngineView, client: int, msg: EngineCoreOutputs) -> None:

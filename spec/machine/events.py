@@ -108,7 +108,7 @@ class Abort:
 
 @dataclass(frozen=True)
 class UtilityCall:
-    """UTILITY on input ``input`` (default: the call's ``client_index``, ``ECP-UTIL-1``)."""
+    """UTILITY on input ``input`` (default: the call's ``client_idx``, ``ECP-UTIL-1``)."""
 
     rank: int
     call: UtilityRequest
@@ -116,7 +116,7 @@ class UtilityCall:
 
     @property
     def client(self) -> int:
-        return self.call.client_index if self.input is None else self.input
+        return self.call.client_idx if self.input is None else self.input
 
 
 @dataclass(frozen=True)

@@ -244,7 +244,7 @@ class FrontendConnection(_Connection):
             self._on_utility_call(chk, view, call)
             if chk.errors:
                 raise chk.errors[0]
-            frames = [view.identity, *self.codec.encode_utility(call.client_index, call.call_id, call.method_name, call.args)]
+            frames = [view.identity, *self.codec.encode_utility(call.client_idx, call.call_id, call.method_name, call.args)]
         elif isinstance(event, StartWave):
             client = event.client
             self._check_input(chk, view, client, "START_DP_WAVE")

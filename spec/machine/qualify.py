@@ -163,7 +163,7 @@ def scheduler_reply(view: EngineView, call: PendingCall, value: Any) -> Schedule
 
 # ------------------------------------------------------------------------------ DP waves
 def start_wave(view: EngineView, wave: StartDPWave) -> WaveEvent:
-    newer = wave.wave >= view.wave and wave.exclude_engine_index != view.rank
+    newer = wave.new_wave >= view.wave and wave.exclude_eng_index != view.rank
     return WaveEvent.START_NEWER if newer else WaveEvent.START_STALE
 
 

@@ -6,7 +6,7 @@ their clause, limits checked before allocation, ext types 1/2 refused,
 ``ENGINE_CORE_DEAD`` recognised), but its decoders are built on the
 generated classes of one release. Its fast paths are compiled from the
 codec's own templates over the profile's decoders, so a message costs what
-the hand-written types cost (``benchmarks/bench_codec.py``, one row per
+it costs through :mod:`ecp.spec.codec` (``benchmarks/bench_codec.py``, one row per
 profile).
 
 Input messages are the payloads themselves, as in :mod:`ecp.spec.codec`: the
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 #: frame label of each input request type (ABORT's payload is a list of request ids, no message)
 _INPUT_FRAMES = ("ADD", "UTILITY", "START_DP_WAVE")
-#: the clause each input type's decoder cites, as the hand-written codec's
+#: the clause each input type's decoder cites, as :mod:`ecp.spec.codec`'s
 _INPUT_CLAUSES = {name: clause for _, clause, name in base._INPUT_TABLE.values()}
 
 

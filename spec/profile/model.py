@@ -5,9 +5,9 @@ its messages and enums as the generated classes of :mod:`ecp.spec.wiretypes`
 (the committed module of a shipped layout, or the same source generated for any
 other layout), its one-byte request types and its UTILITY methods with their
 arities. Its :attr:`Profile.codec` encodes and decodes frames as a peer of that
-release does (:mod:`.codec`). :mod:`ecp.spec`'s typed API is vLLM 0.33's: the
-messages whose layout types are its own are the 0.33 profile's classes, the
-others are still hand-written and wire-identical to them
+release does (:mod:`.codec`). :mod:`ecp.spec`'s typed API is vLLM 0.33's: its
+messages are the 0.33 profile's classes, and :mod:`ecp.spec.codec` (the tuned
+codec of that API) writes and reads the bytes the 0.33 profile's codec does
 (``tests/spec/test_profile_parity.py``).
 
 A caller asking for something the release lacks (a message, a utility method)

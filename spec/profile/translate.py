@@ -1,16 +1,13 @@
-"""Moving a message between vLLM 0.33's typed API and another release's generated classes.
+"""Moving a message between two releases of one generated family of classes.
 
-The reference peers, the harness and the monitor think in :mod:`ecp.spec`'s
-classes (vLLM 0.33, the fullest release). A peer of another release is spoken to
-by translating at the wire's edge: a message is rebuilt field by field, by the
-field's name in the layouts, recursively through nested messages, lists, maps
-and unions. Both sides are mostly one family: every release's classes are
-generated from its layout (:mod:`ecp.spec.wiretypes`), and so are the 0.33
-API's nested messages without a type or name of their own; the messages
-:mod:`ecp.spec` still writes by hand (the deviations of
-:mod:`ecp.spec.layout.deviations`: renamed positions, ``any`` pinned to a type,
-maps and stats kept untyped, and the messages carrying behaviour on them) are
-where this is also a conversion between two type systems.
+Every release's message types are generated from its layout with the same overlay
+(:mod:`ecp.spec.wiretypes`), and :mod:`ecp.spec`'s typed API is the newest
+release's generated module (vLLM 0.33). The reference peers, the harness and the
+monitor think in those classes; a peer of another release is spoken to by
+translating at the wire's edge: a message is rebuilt field by field, by the
+field's name (which is the layout's on both sides), recursively through nested
+messages, lists, maps and unions. Nothing here converts between two type
+systems: what differs is what differs between the releases' wires.
 
 The rules, which a receiver of a translated message can rely on:
 
@@ -29,11 +26,9 @@ The rules, which a receiver of a translated message can rely on:
   required field with nothing to fill it) raises
   :class:`~ecp.spec.errors.LocalProtocolError` citing ``ECP-COMPAT-1``.
 
-The hand-written classes name three fields unlike the layouts do
-(``UtilityRequest.client_index`` is vLLM's ``client_idx``, ``StartDPWave.wave``
-its ``new_wave``, ``StartDPWave.exclude_engine_index`` its ``exclude_eng_index``);
-all are array-encoded, so fields pair by position with the 0.33 layout, which is
-wire-identical to them (``tests/spec/test_profile_parity.py``).
+Where a release keeps a message untyped that another types (an overlay decode limit, or a
+release that had no such message), the message travels as its map, keyed by the layout's
+field names.
 """
 
 from __future__ import annotations
@@ -60,9 +55,9 @@ def _is_struct_type(typ: Any) -> bool:
 
 
 class Translator:
-    """Rebuilds messages as instances of another family of classes.
+    """Rebuilds messages as instances of another release's classes.
 
-    ``canon(cls)`` gives, for a class of either family, each field's attribute and
+    ``canon(cls)`` gives, for a class of either release, each field's attribute and
     its name in the layouts; ``label`` names the target release in errors."""
 
     def __init__(self, label: str, canon: Callable[[type], list[tuple[str, str]]], *,
@@ -74,7 +69,7 @@ class Translator:
 
     # ------------------------------------------------------------------ structs
     def struct(self, value: msgspec.Struct, target: type) -> Any:
-        """``value`` (a message of the other family) as an instance of ``target``."""
+        """``value`` (a message of the other release) as an instance of ``target``."""
         key = (value.__class__, target)
         plan = self._plans.get(key)
         if plan is None:
@@ -116,7 +111,7 @@ class Translator:
 
     # ------------------------------------------------------------------ any value
     def converter(self, typ: Any) -> Callable[[Any], Any]:
-        """A function turning a value of the other family into one ``typ`` holds
+        """A function turning a value of the other release into one ``typ`` holds
         (``None`` never reaches it)."""
         if typ is Any or typ is object:
             return _plain
@@ -147,7 +142,7 @@ class Translator:
     def _to_struct(self, value: Any, target: type) -> Any:
         if isinstance(value, msgspec.Struct):
             return value if value.__class__ is target else self.struct(value, target)
-        try:  # an untyped value (a list or map the other family kept as such)
+        try:  # an untyped value (a list or map the other release kept as such)
             return msgspec.convert(value, target)
         except (msgspec.ValidationError, TypeError) as exc:
             raise LocalProtocolError(f"{target.__name__} of {self.label} cannot hold {value!r:.80}: {exc}",

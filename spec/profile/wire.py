@@ -30,15 +30,14 @@ from ..outputs import EngineCoreOutputs
 from ..request import EngineCoreRequest
 from .translate import Translator
 from ..version import VLLM_RELEASE
-from ..wiretypes import is_generated
 
 if TYPE_CHECKING:
     from .model import Profile
 
 Frame = Union[bytes, bytearray, memoryview]
 
-#: frame label -> the class of vLLM 0.33's typed API a frame carries
-HAND_WRITTEN: dict[str, type] = {
+#: frame label -> the class of vLLM 0.33's typed API (ecp.spec's: the 0.33 module's) a frame carries
+API_CLASSES: dict[str, type] = {
     "ADD": EngineCoreRequest, "UTILITY": UtilityRequest, "START_DP_WAVE": StartDPWave,
     "outputs": EngineCoreOutputs, "HELLO": Hello, "READY": Ready, "INIT": EngineHandshakeMetadata,
     "ready payload": EngineCoreReadyResponse,
@@ -51,20 +50,9 @@ def _fields(cls: type) -> list[tuple[str, str]]:
 
 @lru_cache(maxsize=None)
 def layout_field_names(cls: type) -> list[tuple[str, str]]:
-    """Each field of ``cls`` as (attribute, name in the layouts). A generated class
-    carries the layout's names; a hand-written one takes them from the 0.33 layout's
-    class of the same name (by position where array-encoded)."""
-    own = _fields(cls)
-    if is_generated(cls):
-        return own
-    from .resolve import shipped_profile
-
-    twin = shipped_profile(VLLM_RELEASE).messages.get(cls.__name__)
-    if twin is None:
-        return own
-    if cls.__struct_config__.array_like:
-        return [(attr, name) for (attr, _), (_, name) in zip(own, _fields(twin))]
-    return own
+    """Each field of ``cls`` as (attribute, name in the layouts): every class translated is a generated one,
+    which carries the layout's names."""
+    return _fields(cls)
 
 
 def wire_codec(profile: "Profile") -> Any:
@@ -98,9 +86,9 @@ class ReleaseCodec:
         self._codec = profile.codec
         self._down = Translator(profile.label, layout_field_names)  # 0.33 -> this release
         self._up = Translator(f"vLLM {VLLM_RELEASE}", layout_field_names, fill_required=True)  # this release -> 0.33
-        self._theirs = {label: profile.frame_message(label) for label in HAND_WRITTEN if label in profile.frames}
-        self._ours_by_theirs = {cls: HAND_WRITTEN[label] for label, cls in self._theirs.items()}
-        self._theirs_by_ours = {HAND_WRITTEN[label]: cls for label, cls in self._theirs.items()}
+        self._theirs = {label: profile.frame_message(label) for label in API_CLASSES if label in profile.frames}
+        self._ours_by_theirs = {cls: API_CLASSES[label] for label, cls in self._theirs.items()}
+        self._theirs_by_ours = {API_CLASSES[label]: cls for label, cls in self._theirs.items()}
 
     def __repr__(self) -> str:
         return f"<ReleaseCodec {self.profile.label}>"
@@ -154,8 +142,8 @@ class ReleaseCodec:
         base.encode_utility(client_index, call_id, method_name, args)  # the same checks (u64 call id)
         return self.encode_input(UtilityRequest(client_index, call_id, method_name, list(args)))
 
-    def encode_start_dp_wave(self, wave: int, exclude_engine_index: int | None = None) -> list[bytes]:
-        return self.encode_input(StartDPWave(wave, exclude_engine_index))
+    def encode_start_dp_wave(self, new_wave: int, exclude_eng_index: int | None = None) -> list[bytes]:
+        return self.encode_input(StartDPWave(new_wave, exclude_eng_index))
 
     def encode_outputs(self, outputs: Any) -> list[bytes]:
         return base.encode_outputs(self.to_release(outputs))

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from ecp.spec import behaviour
+from ecp.spec import envelope
 from ecp.spec.tensors import Tensor
 
 #: the layout these types are generated from
@@ -110,7 +111,8 @@ class KVEventsConfig(msgspec.Struct, omit_defaults=False):
 
 
 class EngineCoreReadyResponse(msgspec.Struct, omit_defaults=False):
-    """The ready payload on each input socket (a dataclass in vLLM: every key is emitted).
+    """The ready payload on each input socket (a dataclass in vLLM: every key is emitted); every required key
+    with its declared type (ECP-HS-4).
 
     Clause: ECP-HS-3.
 
@@ -138,7 +140,10 @@ class EngineCoreReadyResponse(msgspec.Struct, omit_defaults=False):
     mamba_block_size: int | None = None
     kv_cache_size_tokens: int | None = None
     kv_cache_max_concurrency: float | None = None
-    kv_events_config: KVEventsConfig | None = None
+    #: Received untyped (each message of its type as ``map[str, any]``): ``KVEventsConfig`` is a config
+    #: dataclass (vllm/config/kv_events.py), a msgpack map on the wire; a receiver checks only that it is a
+    #: map.
+    kv_events_config: dict[str, Any] | None = None
     weight_transfer_backend: str | None = None
     enable_sleep_mode: bool = False
     supports_draft_weight_updates: bool = False
@@ -162,10 +167,18 @@ class Ready(msgspec.Struct, tag_field="status", tag="READY", omit_defaults=True)
 
     local: bool
     headless: bool
-    parallel_config_hash: Any = None
-    coord_store_port: Any = None
-    elastic_ep_max_dp_size: Any = None
-    num_redundant_experts: Any = None
+    #: Typed ``str | nil`` where the layout says ``any``: ``ParallelConfig.compute_hash()`` returns a SHA-256
+    #: hex digest (vllm/config/utils.py hash_factors).
+    parallel_config_hash: str | None = None
+    #: Typed ``int | nil`` where the layout says ``any``: ``ParallelConfig._coord_store_port`` is declared
+    #: int.
+    coord_store_port: int | None = None
+    #: Typed ``int | nil`` where the layout says ``any``: ``ParallelConfig.elastic_ep_max_dp_size`` is
+    #: declared int.
+    elastic_ep_max_dp_size: int | None = None
+    #: Typed ``int | nil`` where the layout says ``any``: ``EPLBConfig.num_redundant_experts`` is declared
+    #: int.
+    num_redundant_experts: int | None = None
 
 
 class PlaceholderRange(msgspec.Struct, omit_defaults=False):
@@ -179,16 +192,20 @@ class PlaceholderRange(msgspec.Struct, omit_defaults=False):
     is_embed: Tensor | None = None
 
 
-class MultiModalFeatureSpec(msgspec.Struct, omit_defaults=False):
+class MultiModalFeatureSpec(behaviour.MultiModalFeatureSpec, msgspec.Struct, omit_defaults=False):
     """One multimodal item of ``mm_features``.
 
     ``data`` maps kwarg name -> ``{data: nested tensors/numbers, field: [factory, kwargs]}`` (factory
-    ``batched``/``flat``/``shared``) or is nil when the item is already cached in the engine.
+    ``batched``/``flat``/``shared``) or is nil when the item is already cached in the engine. Tensors
+    inside an item's ``data`` (``[dtype, shape, ext 3 | frame index]``) are decoded to ``Tensor``;
+    everything else stays as plain values.
 
     vLLM 0.33 wire: a map of 5 keys (4 required), frontend->engine (vllm/multimodal/inputs.py).
     """
 
-    data: Any
+    #: Typed ``map[str, any] | nil`` where the layout says ``any``: ``MultiModalKwargsItem`` is a UserDict
+    #: vLLM's encoder writes as a map (nil: cached in the engine).
+    data: dict[str, Any] | None
     modality: str
     identifier: str
     mm_position: PlaceholderRange
@@ -223,7 +240,7 @@ class RepetitionDetectionParams(msgspec.Struct, omit_defaults=False):
     min_count: int = 0
 
 
-class SamplingParams(msgspec.Struct, omit_defaults=True):
+class SamplingParams(behaviour.SamplingParams, msgspec.Struct, omit_defaults=True):
     """Sampling parameters, a map keyed by field name.
 
     A key is omitted when its value is the default, so a decoded value re-encodes to the bytes it came
@@ -266,10 +283,13 @@ class SamplingParams(msgspec.Struct, omit_defaults=True):
     skip_clone: bool = False
     output_text_buffer_length: int = 0
     _eos_token_id: int | None = None
-    _all_stop_token_ids: list[int] = []
+    _all_stop_token_ids: set[int] = msgspec.field(default_factory=set)
     _watermarking_skipped: bool = False
     #: ``{json|regex|choice|grammar|json_object|structural_tag: ..., disable_*: ...}``.
-    structured_outputs: StructuredOutputsParams | None = None
+    #:
+    #: Received untyped (each message of its type as ``map[str, any]``): ``StructuredOutputsParams`` is a
+    #: dataclass (vllm/sampling_params.py), a msgpack map on the wire.
+    structured_outputs: dict[str, Any] | None = None
     logit_bias: dict[int, float] | None = None
     allowed_token_ids: list[int] | None = None
     #: Carries ``kv_transfer_params`` for P/D disaggregation.
@@ -279,7 +299,10 @@ class SamplingParams(msgspec.Struct, omit_defaults=True):
     skip_reading_prefix_cache: bool | None = None
     thinking_token_budget: int | None = None
     #: ``{max_pattern_size, min_pattern_size, min_count}``.
-    repetition_detection: RepetitionDetectionParams | None = None
+    #:
+    #: Received untyped (each message of its type as ``map[str, any]``): ``RepetitionDetectionParams`` is a
+    #: dataclass (vllm/sampling_params.py), a msgpack map on the wire.
+    repetition_detection: dict[str, Any] | None = None
     routed_experts_prompt_start: int = 0
     trace_decode_token_ids: list[int] | None = None
 
@@ -376,7 +399,7 @@ class KvHintsEnvelope(msgspec.Struct, omit_defaults=False):
     actions: list[KvHintAction]
 
 
-class EngineCoreRequest(msgspec.Struct, array_like=True, omit_defaults=True):
+class EngineCoreRequest(behaviour.EngineCoreRequest, msgspec.Struct, array_like=True, omit_defaults=True):
     """The ADD payload. Field order is the wire order; senders emit every element (ECP-FRAME-3), a decoder
     needs at least the required ones (ECP-FRAME-4).
 
@@ -430,7 +453,9 @@ class UtilityRequest(msgspec.Struct, array_like=True, omit_defaults=True):
     """
 
     client_idx: int
-    call_id: Any
+    #: Typed ``int`` where the layout says ``any``: the Python client's call id is ``uuid1().int >> 64``
+    #: (vllm/v1/engine/core_client.py), vllm-rs counts 1, 2, ...
+    call_id: int
     method_name: str
     #: Required: the engine unpacks exactly four items.
     args: list[Any]
@@ -547,7 +572,7 @@ class RequestError(msgspec.Struct, omit_defaults=False):
     retryable: bool = False
 
 
-class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
+class EngineCoreOutput(behaviour.EngineCoreOutput, msgspec.Struct, array_like=True, omit_defaults=True):
     """One request's progress in one step. A non-nil ``finish_reason`` marks the last output of the request.
 
     Clause: ECP-OUT-4.
@@ -571,7 +596,9 @@ class EngineCoreOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     num_nans_in_logits: int = 0
     mm_cache_miss_hashes: list[str] | None = None
     new_sampling_mask: SamplingMaskLists | None = None
-    spec_decode_metrics: RequestSpecDecodeMetrics | None = None
+    #: Received untyped (each message of its type as ``map[str, any]``): ``RequestSpecDecodeMetrics`` is a
+    #: map-encoded msgspec Struct (vllm/v1/metrics/stats.py); a receiver checks only that it is a map.
+    spec_decode_metrics: dict[str, Any] | None = None
     prompt_token_id_logprobs: Tensor | None = None
     error: RequestError | None = None
 
@@ -689,17 +716,27 @@ class SchedulerStats(msgspec.Struct, omit_defaults=False):
     step_counter: int = 0
     current_wave: int = 0
     kv_cache_usage: float = 0.0
-    iteration_details: SchedulerIterationDetails | None = None
+    #: Received untyped (each message of its type as ``any``): typed statistics a receiver keeps as they come:
+    #: scheduler stats are optional for frontends and a receiver must not fail a step on them (ECP-OUT-7).
+    iteration_details: Any = None
     prefix_cache_stats: PrefixCacheStats = msgspec.field(default_factory=lambda: PrefixCacheStats())
     connector_prefix_cache_stats: PrefixCacheStats | None = None
-    kv_cache_eviction_events: list[KVCacheEvictionEvent] = []
-    spec_decoding_stats: SpecDecodingStats | None = None
+    #: Received untyped (each message of its type as ``any``): typed statistics a receiver keeps as they come:
+    #: scheduler stats are optional for frontends and a receiver must not fail a step on them (ECP-OUT-7).
+    kv_cache_eviction_events: list[Any] = []
+    #: Received untyped (each message of its type as ``any``): typed statistics a receiver keeps as they come:
+    #: scheduler stats are optional for frontends and a receiver must not fail a step on them (ECP-OUT-7).
+    spec_decoding_stats: Any = None
     kv_connector_stats: dict[str, Any] | None = None
     ec_connector_stats: dict[str, Any] | None = None
     waiting_lora_adapters: dict[str, int] = {}
     running_lora_adapters: dict[str, int] = {}
-    cudagraph_stats: CUDAGraphStat | None = None
-    perf_stats: PerfStats | None = None
+    #: Received untyped (each message of its type as ``any``): typed statistics a receiver keeps as they come:
+    #: scheduler stats are optional for frontends and a receiver must not fail a step on them (ECP-OUT-7).
+    cudagraph_stats: Any = None
+    #: Received untyped (each message of its type as ``any``): typed statistics a receiver keeps as they come:
+    #: scheduler stats are optional for frontends and a receiver must not fail a step on them (ECP-OUT-7).
+    perf_stats: Any = None
 
 
 class UtilityOutput(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -713,10 +750,13 @@ class UtilityOutput(msgspec.Struct, array_like=True, omit_defaults=True):
     call_id: int
     failure_message: str | None = None
     #: The ``[type_info, value]`` envelope (ECP-UTIL-2).
-    result: Any = None
+    #:
+    #: Typed ``struct:UtilityResult | nil`` where the layout says ``any``: vLLM's ``UtilityResult`` is a plain
+    #: class its encoder writes as ``[type_info, value]``.
+    result: envelope.UtilityResult | None = None
 
 
-class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True):
+class EngineCoreOutputs(behaviour.EngineCoreOutputs, msgspec.Struct, array_like=True, omit_defaults=True):
     """Everything one engine sends one client in one message.
 
     Clause: ECP-FRAME-2.
@@ -730,7 +770,7 @@ class EngineCoreOutputs(msgspec.Struct, array_like=True, omit_defaults=True):
     scheduler_stats: SchedulerStats | None = None
     timestamp: float = 0.0
     utility_output: UtilityOutput | None = None
-    finished_requests: list[str] | None = None
+    finished_requests: set[str] | None = None
     #: DP control, meant for the coordinator only (ECP-OUT-6).
     wave_complete: int | None = None
     #: DP control, meant for the coordinator only (ECP-OUT-6).

@@ -38,7 +38,7 @@ def test_gate_then_wave_rebroadcast_and_stamping():
             for e in engines:
                 frames = await asyncio.wait_for(e.xsub.recv_multipart(), 10)
                 wave = decode_input(frames)
-                assert (wave.wave, wave.exclude_engine_index) == (4, 1)
+                assert (wave.new_wave, wave.exclude_eng_index) == (4, 1)
             assert client.current_wave == 4
             stream = await client.add(EngineCoreRequest("w", [1], None, SamplingParams(), None, time.time(), None,
                                                         None, 0))

@@ -78,7 +78,7 @@ SAMPLING_KEYS = {f.encode_name for f in msgspec.inspect.type_info(SamplingParams
 
 
 def as_release(value, cls):
-    """A hand-written message carried into a release's generated class: the fields both have."""
+    """A 0.33 message (ecp.spec's) carried into another release's class: the fields both have."""
     return cls(**{name: getattr(value, name) for name in cls.__struct_fields__ if hasattr(value, name)})
 
 
@@ -344,10 +344,10 @@ class Rank:
             cid = (cid + 1) % 2**64
 
         def ok(value=None) -> None:
-            self.emit(call.client_index, utility=UtilityOutput(cid, None, UtilityResult(None, value)))
+            self.emit(call.client_idx, utility=UtilityOutput(cid, None, UtilityResult(None, value)))
 
         def fail(message: str) -> None:
-            self.emit(call.client_index, utility=UtilityOutput(cid, message, None))
+            self.emit(call.client_idx, utility=UtilityOutput(cid, message, None))
 
         if method not in UTILITIES or (OLD_RELEASE in self.bugs and method == "pause_generation"):
             if "unknown-method-nil" in self.bugs:

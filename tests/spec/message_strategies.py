@@ -1,4 +1,4 @@
-"""Hypothesis strategies for valid messages of every kind, as the hand-written types of
+"""Hypothesis strategies for valid messages of every kind, as the types of
 :mod:`ecp.spec` build them (shared by the property tests and the profile parity tests)."""
 
 from __future__ import annotations

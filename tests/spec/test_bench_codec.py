@@ -34,7 +34,7 @@ def test_every_release_profile_has_rows_and_decodes_them_as_its_bare_classes(cap
     assert releases == set(shipped_releases())
     for c in cases:  # the profile's codec and a bare decoder of its classes agree on every frame
         assert c["profile"](c["frames"]) == c["bare"](c["frames"]), (c["release"], c["message"])
-    assert all(c["hand"] is not None for c in cases if c["release"] == "0.33")  # compared with the API
+    assert all(c["api"] is not None for c in cases if c["release"] == "0.33")  # compared with the API
     capsys.readouterr()
     assert bench.main(["--profiles", "only", "--rounds", "1", "--round-ms", "0.01", "--bound", "1000"]) == 0
     table = capsys.readouterr().out

@@ -42,7 +42,7 @@ def test_outputs_roundtrip(out):
 @given(st.integers(0, 8), u64, st.text(min_size=1, max_size=30), st.lists(json_like, max_size=4))
 def test_utility_roundtrip(client, call_id, method, args):
     msg = spec.decode_input(spec.encode_utility(client, call_id, method, args))
-    assert (msg.client_index, msg.call_id, msg.method_name, msg.args) == (
+    assert (msg.client_idx, msg.call_id, msg.method_name, msg.args) == (
         client, call_id, method, args)
 
 
@@ -51,7 +51,7 @@ def test_utility_roundtrip(client, call_id, method, args):
 def test_abort_and_wave_roundtrip(request_ids, wave, exclude):
     assert spec.decode_input(spec.encode_abort(request_ids)) == request_ids
     w = spec.decode_input(spec.encode_start_dp_wave(wave, exclude))
-    assert (w.wave, w.exclude_engine_index) == (wave, exclude)
+    assert (w.new_wave, w.exclude_eng_index) == (wave, exclude)
 
 
 @FAST

@@ -56,8 +56,8 @@ def test_what_a_release_can_hold_survives_its_wire(release, message):
 
 
 @pytest.mark.parametrize("release", RELEASES)
-def test_utility_and_wave_fields_pair_by_position(release):
-    # the layouts call them client_idx / new_wave; the hand-written types client_index / wave
+def test_utility_and_wave_fields_pair_by_name(release):
+    # every release's classes and ecp.spec's name them as vLLM does (client_idx, new_wave, exclude_eng_index)
     c = wire_codec(shipped_profile(release))
     assert c.decode_input(c.encode_utility(3, 7, "sleep", [1, "abort"])) == UtilityRequest(3, 7, "sleep", [1, "abort"])
     assert c.decode_input(c.encode_start_dp_wave(4, 1)) == StartDPWave(4, 1)

@@ -5,6 +5,7 @@ imported for any other."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 import inspect
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from ecp.spec import clauses, codec
 from ecp.spec.cli import main
 from ecp.spec.layout import types as wt
+from ecp.spec.layout import wire
 from ecp.spec.layout.codegen import _Types, render
 from ecp.spec.layout.model import FieldLayout, LayoutError, MessageLayout, encode_layout
 from ecp.spec.layout.resolve import load_shipped, shipped_names
@@ -169,8 +171,40 @@ def test_a_note_renders_its_doc_invariant_and_clause():
     assert Note("Doc.", clause="ECP-REQ-1", invariant="x > 0.").text() == "Doc.\n\nInvariant: x > 0.\n\nClause: ECP-REQ-1."
 
 
-#: ecp.spec's public classes that are the newest release's generated ones (no behaviour of their own)
-GENERATED_API = ("Hello", "EngineCoreEvent", "RequestError", "PrefillStats", "LogprobsLists", "LogprobsTensors",
+def test_a_pin_replaces_only_an_any_and_a_decode_limit_keeps_messages_untyped(tmp_path):
+    # every pin of the overlay lands on a field some shipped layout types ``any`` (and render() refuses it
+    # on any other field: a pin is knowledge the extractor lacked, never a second opinion on a typed field)
+    pins = {k: n for k, n in OVERLAY.items() if n.pin}
+    assert pins and all(n.why for n in pins.values())
+    for key in pins:
+        message, field = key.split(".")
+        types = {str(f.wire_type) for n in shipped_names() for f in load_shipped(n).messages.get(
+            message, MessageLayout("map", "both", [])).fields if f.name == field}
+        assert types == {"any"}, key
+    layout = _layout_with({"pinned": "any", "typed": "int", "stats": "array[struct:PrefillStats] | nil",
+                           "ids": "array[str] | nil"})
+    overlay = {**OVERLAY, "Probe.pinned": Note(pin="struct:UtilityResult | nil"), "Probe.stats": Note(receive="any"),
+               "Probe.ids": Note(holds="set")}
+    source = render(layout, overlay)
+    assert "    pinned: envelope.UtilityResult | None\n" in source and "    stats: list[Any] | None\n" in source
+    assert "    ids: set[str] | None\n" in source
+    (tmp_path / "probe_overlay.py").write_text(source)
+    spec_ = importlib.util.spec_from_file_location("probe_overlay", tmp_path / "probe_overlay.py")
+    module = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(module)
+    probe = module.Probe
+    value = msgspec.msgpack.decode(msgspec.msgpack.encode(
+        {"pinned": [None, 7], "typed": 1, "stats": [{"num_prompt_tokens": "not checked"}], "ids": ["a", "a"]}),
+        type=probe)
+    assert value.pinned.value == 7 and value.stats == [{"num_prompt_tokens": "not checked"}] and value.ids == {"a"}
+    with pytest.raises(LayoutError, match="Probe.typed is typed int there.*may only replace any"):
+        render(layout, {**overlay, "Probe.typed": Note(pin="str")})
+
+
+#: ecp.spec's public wire types: every one is the newest release's generated class (what they do beyond their
+#: fields is a base of spec/behaviour.py the overlay names)
+GENERATED_API = ("EngineCoreRequest", "MultiModalFeatureSpec", "SamplingParams", "EngineCoreOutputs", "EngineCoreOutput",
+                 "SchedulerStats", "UtilityOutput", "Ready", "EngineCoreReadyResponse", "Hello", "EngineCoreEvent", "RequestError", "PrefillStats", "LogprobsLists", "LogprobsTensors",
                  "SamplingMaskLists", "LoRARequest", "LateInteractionParams", "LateChunkingParams", "PoolingParams",
                  "KvHintAction", "KvHintsEnvelope", "EngineZmqAddresses", "EngineHandshakeMetadata", "FinishReason",
                  "EngineCoreEventType", "RequestOutputKind")
@@ -185,7 +219,9 @@ def test_the_public_api_takes_the_newest_release_s_generated_classes():
     for name in GENERATED_API:
         cls = getattr(spec, name)
         assert cls is (newest.messages.get(name) or newest.enums.get(name)), name
-    # the hand-written parents hold them: one class per message, whichever codec decoded it
+    assert spec.UtilityResult is spec.envelope.UtilityResult  # the one message of ours a pin names
+    assert msgspec.inspect.type_info(spec.UtilityOutput).fields[2].type.types[0].cls is spec.UtilityResult
+    # one class per message, whichever codec decoded it
     out = spec.EngineCoreOutput("r", [1], events=[spec.EngineCoreEvent(spec.EngineCoreEventType.QUEUED, 1.0)])
     decoded = spec.decode_outputs(spec.encode_outputs(spec.EngineCoreOutputs(outputs=[out])))
     assert type(decoded.outputs[0].events[0]) is newest.messages["EngineCoreEvent"]
@@ -207,3 +243,16 @@ def test_a_base_an_overlay_note_names_is_behaviour_in_every_release_that_has_the
         with pytest.raises(RemoteProtocolError) as err:  # checked while it decodes, whichever release
             p.codec.decode_init(init)
         assert err.value.clause == "ECP-HS-2"
+        sampling = p.messages["SamplingParams"]  # normalised while it decodes, checked on demand
+        sp = msgspec.msgpack.decode(msgspec.msgpack.encode({"stop": "x", "stop_token_ids": [9], "n": 0}), type=sampling)
+        assert sp.stop == ["x"] and sp.bad_words == [] and sp.all_stop_token_ids == {9}
+        assert sp.validation_errors() == ["n must be at least 1, got 0"]
+        request = p.messages["EngineCoreRequest"]
+        add = wire.sample(p.layout, "EngineCoreRequest", "sparse")
+        add[request.__struct_fields__.index("sampling_params")] = {"extra_args": {"kv_transfer_params": {"k": 1}}}
+        add = msgspec.msgpack.decode(msgspec.msgpack.encode(add), type=request, dec_hook=codec._dec_hook)
+        assert add.kv_transfer_params == {"k": 1}
+        outputs = p.messages["EngineCoreOutputs"](wave_complete=3)
+        assert outputs.is_dp_control and not outputs.is_utility
+        assert p.messages["EngineCoreOutput"](request_id="r", new_token_ids=[],
+                                              finish_reason=p.enums["FinishReason"].STOP).finished

@@ -45,8 +45,8 @@ def test_start_dp_wave_tolerated(engines):
     with engines.fresh(engine_count=n) as eut:
         fe = eut.fe
         for k in range(n):
-            fe.send_raw(encode_start_dp_wave(3, exclude_engine_index=0), engine=k)
-            fe.send_raw(encode_start_dp_wave(1, exclude_engine_index=None), engine=k)  # older: ignored
+            fe.send_raw(encode_start_dp_wave(3, exclude_eng_index=0), engine=k)
+            fe.send_raw(encode_start_dp_wave(1, exclude_eng_index=None), engine=k)  # older: ignored
         for k in range(n):
             fe.serves(engine=k, after="START_DP_WAVE", clause="ECP-DP-4")
 
