@@ -67,17 +67,23 @@ class HarnessSockets:
         # An engine that stops reading its input (vLLM 0.33 ends its input thread on a bad message)
         # closes its DEALER connection: the ROUTER's monitor sees it, so waits end at once with that
         # evidence instead of running out their timeout.
-        self._monitors: dict[zmq.Socket, int] = {}
-        for client, sock in enumerate(self.inputs):
-            # a name of our own: pyzmq's default (the socket's fd) is reused by the next launch's
-            # socket while the closed one's monitor endpoint may still be bound ("Address already in use")
-            mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED, addr=f"inproc://ecp-monitor-{next(_MONITOR_IDS)}")
-            self._monitors[mon] = client
-            self.poller.register(mon, zmq.POLLIN)
+        # The output connections are watched too: a process going away closes both, an engine that
+        # only stopped reading keeps its outputs (Waits tells the two apart by this).
+        self._monitors: dict[zmq.Socket, tuple[str, int]] = {}
+        for kind, socks in (("input", self.inputs), ("output", self.outputs)):
+            for client, sock in enumerate(socks):
+                # a name of our own: pyzmq's default (the socket's fd) is reused by the next launch's
+                # socket while the closed one's monitor endpoint may still be bound ("Address already in use")
+                mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED,
+                                              addr=f"inproc://ecp-monitor-{next(_MONITOR_IDS)}")
+                self._monitors[mon] = (kind, client)
+                self.poller.register(mon, zmq.POLLIN)
         #: False until the handshake is over: connection churn during start-up is no closed input
         self.watch_inputs = False
         #: (client, time) of the first input connection an engine closed after the handshake
         self.input_closed: tuple[int, float] | None = None
+        #: (client, time) of the first output connection an engine closed after the handshake
+        self.output_closed: tuple[int, float] | None = None
 
     def _bind(self, kind: int, address: str) -> zmq.Socket:
         sock = self.ctx.socket(kind)
@@ -112,9 +118,9 @@ class HarnessSockets:
         """What arrived until ``end`` (``RECV_BATCH`` messages per socket at most), in socket order."""
         ms = max(0, int((end - time.monotonic()) * 1000))
         events = dict(self.poller.poll(ms))
-        for mon, client in self._monitors.items():
+        for mon in self._monitors:
             if mon in events:
-                self._on_monitor(mon, client)
+                self._on_monitor(mon)
         got = []
         for sock in self._sockets:
             if sock in events:
@@ -128,22 +134,32 @@ class HarnessSockets:
     def watch_input_connections(self) -> None:
         """From now on a closed input connection is an engine that stopped reading (what the
         monitors saw during start-up is connection churn, read and left out)."""
-        for mon, client in self._monitors.items():
-            self._on_monitor(mon, client)
+        self.read_monitors()
         self.watch_inputs = True
 
-    def _on_monitor(self, mon: zmq.Socket, client: int) -> None:
+    def read_monitors(self) -> None:
+        """Take in the connection events the monitors hold now."""
+        for mon in self._monitors:
+            self._on_monitor(mon)
+
+    def _on_monitor(self, mon: zmq.Socket) -> None:
+        kind, client = self._monitors[mon]
         for _ in range(100):
             try:
                 event = recv_monitor_message(mon, zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if event["event"] == zmq.EVENT_DISCONNECTED and self.watch_inputs and self.input_closed is None:
+            if event["event"] != zmq.EVENT_DISCONNECTED or not self.watch_inputs:
+                continue
+            if kind == "input" and self.input_closed is None:
                 self.input_closed = (client, time.monotonic())
                 self.transcript.note(f"the engine closed its connection to input[{client}]")
+            elif kind == "output" and self.output_closed is None:
+                self.output_closed = (client, time.monotonic())
+                self.transcript.note(f"the engine closed its connection to output[{client}]")
 
     def close(self) -> None:
-        stop_monitors(self.inputs)  # before their readers close (stop_monitors says why)
+        stop_monitors([*self.inputs, *self.outputs])  # before their readers close (stop_monitors says why)
         for mon in self._monitors:
             mon.close(0)
         self._monitors.clear()

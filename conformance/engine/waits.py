@@ -20,9 +20,9 @@ from ..outcomes import CaseFailure, CaseTimeout, FailedClosed, PeerCrashed
 
 #: how long an engine that went away is given for its last frames (an ENGINE_CORE_DEAD) to arrive
 LAST_WORDS_S = 0.5
-#: how long an engine process that closed an input connection is given to exit before it is judged
-#: to run on without reading (a crashing process closes its sockets first and exits after: on a
-#: loaded machine, some hundreds of milliseconds later)
+#: how long an engine process that closed its input and output connections is given to exit before
+#: it is judged to run on without reading (a crashing process closes its sockets first and exits
+#: after: on a loaded machine, some hundreds of milliseconds later)
 EXIT_GRACE_S = 2.0
 
 
@@ -38,6 +38,8 @@ class Waits:
 
     outputs: list
     input_closed: tuple[int, float] | None
+    output_closed: tuple[int, float] | None
+    read_monitors: Callable[[], None]
     engine_dead: bool
     replies: dict
     sent_call_ids: set
@@ -194,13 +196,16 @@ class Waits:
                                     "no more input")
 
     def _connection_closed(self, gone: str, stopped: str) -> NoReturn:
-        """An engine closed an input connection: a crash if its process exits (within
-        :data:`EXIT_GRACE_S`), FailedClosed if it said ENGINE_CORE_DEAD first; otherwise it runs on
-        without reading, a FAIL with that evidence (:class:`EngineStoppedReading`)."""
+        """An engine closed an input connection: a crash if its process is gone, or exits within
+        :data:`EXIT_GRACE_S` after closing its outputs too; FailedClosed if it said ENGINE_CORE_DEAD
+        first; otherwise it runs on without reading, a FAIL with that evidence
+        (:class:`EngineStoppedReading`), at once when its outputs are still connected."""
         self._read_last_words()
         if self.alive_check is None:  # the case waits for the engine's exit itself (ENG-ROB-8)
             raise EngineStoppedReading(f"{stopped} and it sent no ENGINE_CORE_DEAD")
-        if not self.alive_check() or (self.exit_wait is not None and self.exit_wait(EXIT_GRACE_S)):
+        self.read_monitors()
+        leaving = self.output_closed is not None and self.exit_wait is not None
+        if not self.alive_check() or (leaving and self.exit_wait(EXIT_GRACE_S)):  # type: ignore[misc]
             self._process_gone(f"{gone}: its process exited")
         raise EngineStoppedReading(f"{stopped}, though its process is still running and it sent no "
                                    "ENGINE_CORE_DEAD")
