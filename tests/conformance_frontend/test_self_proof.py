@@ -8,17 +8,17 @@
 * every case is failed by some knob, but for the few in :data:`NOT_KILLED`,
   each with the reason.
 
-Each knob run selects only its named cases, against ``ecp serve`` launched as a
-process per launch (the form a user runs). The knob runs are mostly process
-start-up, so they run :data:`KNOB_WORKERS` at a time.
+Each knob run selects only its named cases, against ``ecp serve`` in a thread of
+the test process (``--adapter ecp.reference.frontend.in_thread:serve``) with the
+harness in-process: a knob run starts no process, and the runs are parametrized
+so the xdist workers share them. The launched form (a process per launch, frozen
+with SIGSTOP) is checked by :func:`test_reference_frontend_passes_as_a_process`.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -86,20 +86,26 @@ NOT_KILLED: dict[str, str] = {}
 #: The 2,000-stream bursts, which no knob run includes (each would cost a knob run seconds): judged by the
 #: same code as their 64-stream twins FE-ABORT-2/5, which the knobs fail.
 SLOW_CASES = ("FE-ABORT-3", "FE-ABORT-6")
-#: knob runs at a time (each is mostly two Python processes starting)
-KNOB_WORKERS = 4
+#: ecp serve in a thread of the harness's process (``--adapter``)
+ADAPTER = "ecp.reference.frontend.in_thread:serve"
+#: the cases the launched form runs: a handshake and the bursts small enough to be quick, which freeze the
+#: frontend's process (SIGSTOP) to drop their streams at once
+PROCESS_CASES = ("FE-HS-1", "FE-ABORT-1", "FE-ABORT-2", "FE-ABORT-4", "FE-ABORT-5")
 
 
-def run_frontend_role(tmp_path: Path, cases: list[str], extra: list[str] = ()) -> tuple[int, dict[str, dict], str]:
+def run_frontend_role(run_ecp, tmp_path: Path, cases: list[str], extra: list[str] = (), *,
+                      in_thread: bool = True) -> tuple[int, dict[str, dict], str]:
+    """The harness in this process against ``ecp serve ... EXTRA``: in a thread (``--adapter``) or launched as a
+    process per launch."""
     out = tmp_path / "results.json"
-    argv = [sys.executable, "-m", "ecp.spec.cli", "conformance", "frontend", "--json", str(out)]
+    argv = ["conformance", "frontend", "--json", str(out)]
     for c in cases:
         argv += ["--case", c]
-    argv += ["--", sys.executable, *SERVE, *extra]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=240)
-    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    argv += ["--adapter", ADAPTER, "--", *SERVE_ARGS] if in_thread else ["--", sys.executable, *SERVE]
+    code, stdout = run_ecp(*argv, *extra)
+    assert out.exists(), stdout[-3000:]
     results = {r["id"]: r for r in json.loads(out.read_text())["cases"]}
-    return proc.returncode, results, proc.stdout + proc.stderr
+    return code, results, stdout
 
 
 def test_knob_mapping_names_real_cases():
@@ -135,25 +141,18 @@ def test_every_case_is_killed_by_some_fault():
     assert not killed & set(NOT_KILLED)
 
 
-@pytest.fixture(scope="module")
-def knob_runs(tmp_path_factory) -> dict[str, tuple[int, dict[str, dict], str]]:
-    """Every knob's run against its named cases."""
-    # the knobs with the most cases (the longest runs) first, so they do not finish last
-    order = sorted(KNOB_CASES, key=lambda knob: -len(KNOB_CASES[knob]))
-    with ThreadPoolExecutor(KNOB_WORKERS) as pool:
-        runs = {knob: pool.submit(run_frontend_role, tmp_path_factory.mktemp(knob), list(KNOB_CASES[knob]),
-                                  ["--bug", knob]) for knob in order}
-        return {knob: run.result() for knob, run in runs.items()}
+def test_reference_frontend_passes_as_a_process(run_ecp, tmp_path):
+    """``ecp serve`` launched as a process per launch, the form a user runs: the handshake, and the bursts
+    that freeze its process group."""
+    code, results, output = run_frontend_role(run_ecp, tmp_path, list(PROCESS_CASES), in_thread=False)
+    assert {cid: r["outcome"] for cid, r in results.items()} == {cid: "PASS" for cid in PROCESS_CASES}, output[-3000:]
+    assert code == 0
 
 
-# one xdist worker computes the module fixture, once; it is 42 harness runs (about 60 s on two idle
-# cores, beside the other worker), which the first test's setup pays within its timeout
-@pytest.mark.xdist_group("frontend-knob-runs")
-@pytest.mark.timeout(600)
 @pytest.mark.parametrize("knob", sorted(KNOB_CASES))
-def test_bug_knob_fails_its_named_cases(knob_runs, knob):
+def test_bug_knob_fails_its_named_cases(run_ecp, tmp_path, knob):
     named = KNOB_CASES[knob]
-    code, results, output = knob_runs[knob]
+    code, results, output = run_frontend_role(run_ecp, tmp_path, list(named), ["--bug", knob])
     outcomes = {cid: results[cid]["outcome"] for cid in named}
     assert all(o == "FAIL" for o in outcomes.values()), (outcomes, output[-3000:])
     must = [cid for cid in named if next(c for c in CASES if c.id == cid).level == "MUST"]
