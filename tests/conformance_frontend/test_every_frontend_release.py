@@ -2,12 +2,12 @@
 and ``ecp serve`` speak the same release (``--vllm R`` on both sides), every case of the catalogue runs,
 and each is PASS or UNSUPPORTED, an UNSUPPORTED case naming what release R lacks.
 
-How CI affords thirteen full runs: ``ecp serve`` runs in a thread of the test process
+How CI affords a full run per release (14): ``ecp serve`` runs in a thread of the test process
 (``--adapter ecp.reference.frontend.in_thread:serve``), so a run starts no process: its dozen and a half
 launches of the frontend cost a fraction of a second each instead of a Python start-up each, and the harness
 itself runs in-process too. The bursts, which hold the frontend while they drop their streams, hold its
-event loop instead of its process (``ServeThread.frozen``), so no case is left to a process-bound run; the
-knob runs of ``test_self_proof.py`` keep the launched form (a process per launch, SIGSTOP) under test. The
+event loop instead of its process (``ServeThread.frozen``), so no case is left to a process-bound run;
+``test_self_proof.py`` keeps the launched form (a process per launch, SIGSTOP) under test. The
 releases are parametrized, so the xdist workers run them side by side.
 """
 
