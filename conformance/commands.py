@@ -78,9 +78,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fe_how.add_argument("--adapter", metavar="MODULE:FUNCTION",
                         help="in-process frontend: instead of launching COMMAND, call FUNCTION(argv) with COMMAND's "
                              "words (placeholders filled in) as argv, once per launch; it returns an object with "
-                             ".stop() (optionally .alive(), .exit_status(), .wait(timeout)). "
-                             "ecp.reference.frontend.in_thread:serve runs ecp serve so. Cases that freeze the "
-                             "frontend's process are then UNSUPPORTED"),
+                             ".stop(), optionally .alive(), .exit_status(), .wait(timeout) and .frozen() (holds the "
+                             "frontend while a burst case drops its streams; without it those cases are "
+                             "UNSUPPORTED). ecp.reference.frontend.in_thread:serve runs ecp serve so"),
     fe.add_argument("--http-url", metavar="URL", help="with --attach: the frontend's HTTP base URL")
     fe.add_argument("--no-kv-connector", action="store_true",
                     help="with --attach: the frontend has no KV connector configured (FE-REJECT-1/2 are then "
