@@ -13,7 +13,8 @@ Three launch modes:
   engine_count)`` (plus ``engine_start_index=K`` when K is not 0 and the
   function takes that keyword), a frontend's ``function(argv)`` (its command
   line's arguments, placeholders filled in); it returns an object with
-  ``.stop()`` (and optionally ``.alive()``, ``.exit_status()``, ``.wait(timeout)``).
+  ``.stop()`` (and optionally ``.alive()``, ``.exit_status()``, ``.wait(timeout)``,
+  ``.frozen()``).
 """
 
 from __future__ import annotations
