@@ -71,9 +71,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "with scripted engines and drive it over HTTP. Exit 0 pass, 1 conformance failures, "
                     "2 harness or usage error, 128+N when signal N (SIGTERM, SIGINT, SIGHUP) ended the run (its peers "
                     "stopped, no report).")
-    fe.add_argument("--attach", metavar="ADDRESS",
-                    help="the handshake address (tcp://HOST:PORT) of a frontend you started yourself; "
-                         "needs --http-url")
+    fe_how = fe.add_mutually_exclusive_group()
+    fe_how.add_argument("--attach", metavar="ADDRESS",
+                        help="the handshake address (tcp://HOST:PORT) of a frontend you started yourself; "
+                             "needs --http-url")
+    fe_how.add_argument("--adapter", metavar="MODULE:FUNCTION",
+                        help="in-process frontend: instead of launching COMMAND, call FUNCTION(argv) with COMMAND's "
+                             "words (placeholders filled in) as argv, once per launch; it returns an object with "
+                             ".stop(), optionally .alive(), .exit_status(), .wait(timeout) and .frozen() (holds the "
+                             "frontend while a burst case drops its streams; without it those cases are "
+                             "UNSUPPORTED). ecp.reference.frontend.in_thread:serve runs ecp serve so"),
     fe.add_argument("--http-url", metavar="URL", help="with --attach: the frontend's HTTP base URL")
     fe.add_argument("--no-kv-connector", action="store_true",
                     help="with --attach: the frontend has no KV connector configured (FE-REJECT-1/2 are then "
@@ -259,8 +266,8 @@ def _frontend(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     if bool(command) == bool(args.attach) or bool(args.attach) != bool(args.http_url):
-        print("ecp conformance frontend: give either -- COMMAND ... or --attach ADDRESS --http-url URL",
-              file=sys.stderr)
+        print("ecp conformance frontend: give either -- COMMAND ... (or --adapter M:F -- ARGS ...) or "
+              "--attach ADDRESS --http-url URL", file=sys.stderr)
         return 2
     if not 1 <= args.engine_count <= 0xFFFF:
         print("ecp conformance frontend: bad --engine-count", file=sys.stderr)
@@ -280,11 +287,13 @@ def _frontend(args: argparse.Namespace) -> int:
               "the KV connector options from the command line", file=sys.stderr)
         return 2
     role_config = {
-        "command": command, "attach": args.attach, "http_url": args.http_url, "engine_count": args.engine_count,
+        "command": command, "adapter": args.adapter, "attach": args.attach, "http_url": args.http_url,
+        "engine_count": args.engine_count,
         "attach_kv_connector": not args.no_kv_connector, "lacks": sorted(set(args.frontend_lacks)),
         "startup_timeout_s": args.startup_timeout, "quiet_window_s": args.quiet_window,
     }
-    target = shlex.join(command) if command else f"--attach {args.attach} --http-url {args.http_url}"
+    target = (f"--adapter {args.adapter} -- " if args.adapter else "") + shlex.join(command) if command else \
+        f"--attach {args.attach} --http-url {args.http_url}"
     reference = args.vllm
     if reference == "auto":
         from .frontend.auto_release import pick

@@ -9,9 +9,12 @@ Three launch modes:
 * :class:`AttachedPeer` -- the user started the peer (e.g. under a debugger);
   the harness only binds and waits, and cannot restart it;
 * :class:`AdapterPeer` -- an in-process Python adapter ``module:function``,
-  called as ``function(handshake_address, engine_count)`` (plus
-  ``engine_start_index=K`` when K is not 0 and the function takes that
-  keyword); it returns an object with ``.stop()`` (and optionally ``.alive()``).
+  called with the role's arguments: an engine's ``function(handshake_address,
+  engine_count)`` (plus ``engine_start_index=K`` when K is not 0 and the
+  function takes that keyword), a frontend's ``function(argv)`` (its command
+  line's arguments, placeholders filled in); it returns an object with
+  ``.stop()`` (and optionally ``.alive()``, ``.exit_status()``, ``.wait(timeout)``,
+  ``.frozen()``).
 """
 
 from __future__ import annotations
@@ -139,6 +142,13 @@ class PeerHandle:
 
     restartable = True
     log_path: Path | None = None
+    #: whether :meth:`frozen` holds the peer (a process the harness started, an adapter that can)
+    can_freeze = False
+
+    @contextlib.contextmanager
+    def frozen(self):
+        """Hold the peer for the body, then let it go on (nothing where it cannot be: ``can_freeze``)."""
+        yield
 
     def alive(self) -> bool:
         return True
@@ -175,6 +185,8 @@ class PeerHandle:
 
 
 class CommandPeer(PeerHandle):
+    can_freeze = True   # its process group: SIGSTOP, SIGCONT
+
     def __init__(self, command: Sequence[str], values: Mapping[str, Any], log_path: Path,
                  env: Mapping[str, str] | None = None) -> None:
         if not command:
@@ -337,7 +349,7 @@ class AttachedPeer(PeerHandle):
 
 
 class AdapterPeer(PeerHandle):
-    def __init__(self, spec: str, handshake_address: str, engine_count: int, engine_start_index: int = 0) -> None:
+    def __init__(self, spec: str, *call_args: Any, engine_start_index: int = 0) -> None:
         module_name, _, func_name = spec.partition(":")
         if not module_name or not func_name:
             raise LaunchError(f"--adapter wants module:function, got {spec!r}")
@@ -359,7 +371,7 @@ class AdapterPeer(PeerHandle):
             kwargs["engine_start_index"] = engine_start_index
         before = set(threading.enumerate())
         try:
-            self.obj = func(handshake_address, engine_count, **kwargs)
+            self.obj = func(*call_args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - any adapter failure is a launch failure
             raise LaunchError(f"adapter {spec!r} failed to start: {exc!r}") from exc
         #: the threads the adapter started (its engines, when it runs them in this process)
@@ -370,6 +382,22 @@ class AdapterPeer(PeerHandle):
     def alive(self) -> bool:
         probe = getattr(self.obj, "alive", None)
         return bool(probe()) if callable(probe) else True
+
+    @property
+    def can_freeze(self) -> bool:  # type: ignore[override]
+        return callable(getattr(self.obj, "frozen", None))
+
+    def frozen(self):
+        """The adapter's own ``frozen()`` (holding what it runs in this process), where it has one."""
+        return self.obj.frozen() if self.can_freeze else super().frozen()
+
+    def exit_status(self) -> int | None:
+        status = getattr(self.obj, "exit_status", None)
+        return status() if callable(status) else None
+
+    def wait(self, timeout: float) -> int | None:
+        wait = getattr(self.obj, "wait", None)
+        return wait(timeout) if callable(wait) else self.exit_status()
 
     def stall_detail(self) -> str:
         """The innermost frames of each thread the adapter started, so that an engine that never

@@ -1,4 +1,4 @@
-"""What every test folder shares: the torch tests' place and the browser's. (The scripts of
+"""What every test folder shares: the torch tests' place and the browser's, and ``run_ecp``. (The scripts of
 ``benchmarks/``, ``campaigns/`` and ``lab/`` are imported by module name; pyproject.toml puts the
 repository root on the tests' path.)
 
@@ -59,3 +59,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             where = "tests/gpu/ and " if marker == "torch" else ""
             terminalreporter.write_line(f"{missing} is not installed: {where}{len(_left_out[marker])} test(s) "
                                         f"marked '{marker}' were not run; to run them: {hint}")
+
+
+@pytest.fixture
+def run_ecp(capsys):
+    """Run the ``ecp`` CLI in-process; return (exit code, stdout)."""
+    from ecp.spec.cli import main
+
+    def run(*argv: str) -> tuple[int, str]:
+        code = main(list(argv))
+        return code, capsys.readouterr().out
+
+    return run

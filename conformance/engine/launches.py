@@ -134,7 +134,7 @@ class EngineUnderTest:
         if self.cfg.attach:
             return AttachedPeer(hs)
         if self.cfg.adapter:
-            return AdapterPeer(self.cfg.adapter, hs, self.engine_count, self.cfg.engine_start_index)
+            return AdapterPeer(self.cfg.adapter, hs, self.engine_count, engine_start_index=self.cfg.engine_start_index)
         host, _, port = hs.rpartition(":") if hs.startswith("tcp://") else ("", "", "")
         values = {
             "handshake_address": hs,

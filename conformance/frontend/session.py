@@ -28,7 +28,7 @@ import zmq
 import zmq.asyncio
 
 from ..interrupts import deferred
-from ..launch import CommandPeer, LaunchError, PeerHandle
+from ..launch import AdapterPeer, CommandPeer, LaunchError, PeerHandle, fill_template
 from ..outcomes import CaseTimeout, PeerCrashed, PeerNeverStarted, Unsupported, CaseFailure
 from ..pace import STARTUP_TIMEOUT_S, LaunchRecord, Pace
 from ..release import VERSION_CHANNEL
@@ -58,6 +58,9 @@ class FrontendRunConfig:
     """
 
     command: list[str] = field(default_factory=list)
+    #: ``MODULE:FUNCTION``: the frontend runs in this process, ``FUNCTION(argv)`` with ``command`` filled in
+    #: as its arguments (``--adapter``); it returns an object with ``stop()``
+    adapter: str | None = None
     attach: str | None = None
     http_url: str | None = None
     #: with ``attach``: whether the attached frontend has a KV connector (the harness cannot see its command)
@@ -220,7 +223,9 @@ class FrontendUnderTest:
         handshake itself (a frontend that must refuse it may exit at once)."""
         for engine in self.engines:
             engine.start(self.cfg.startup_timeout_s)
-        if not self.cfg.attach:
+        if self.cfg.adapter:
+            self.handle = AdapterPeer(self.cfg.adapter, fill_template(self.argv, self.placeholders.values()))
+        elif not self.cfg.attach:
             log = Path(self.cfg.workdir or ".") / f"frontend-{self.launch_no}.log"
             self.handle = CommandPeer(self.argv, self.placeholders.values(), log)
         self.transcript.note(f"launch {self.launch_no}: {self.engine_count} engine(s) joining "
@@ -314,14 +319,15 @@ class FrontendUnderTest:
         Used to drop a crowd of streams *at once* as the frontend sees it: the
         disconnects queue up in the kernel and reach its event loop in one
         batch, instead of the first few waking it while the harness is still
-        closing the rest. Without a process of its own (``--attach``) this
-        does nothing.
+        closing the rest. An in-process frontend (``--adapter``) is held by its
+        adapter's ``frozen()`` (``ecp serve`` in a thread: its event loop), where
+        it has one (:meth:`require_freeze`). Without a peer the harness started
+        (``--attach``) this does nothing.
         """
-        freeze = getattr(self.handle, "frozen", None)  # a CommandPeer's process group
-        if freeze is None:
+        if self.handle is None:
             yield
             return
-        with freeze():
+        with self.handle.frozen():
             yield
 
     def log_tail(self) -> str:
@@ -419,6 +425,13 @@ class FrontendUnderTest:
     def require_engines(self, n: int) -> None:
         if self.engine_count < n:
             raise Unsupported(f"needs at least {n} engines (--engine-count {n})")
+
+    def require_freeze(self) -> None:
+        """A case that drops streams at once (:meth:`frozen`) cannot judge an in-process frontend whose
+        adapter cannot hold it."""
+        if self.handle is not None and not self.handle.can_freeze:
+            raise Unsupported("needs a frontend the harness can hold while it drops streams at once: the "
+                              "adapter's object has no frozen() (run with -- COMMAND)")
 
     def require_collective_rpc(self) -> None:
         if not (self.caps and self.caps.collective_rpc):

@@ -13,5 +13,7 @@ Layers, one concept per module:
 * :mod:`.app` -- the Starlette routes; :mod:`.http_server` -- uvicorn on a bound socket;
 * :mod:`.launch` -- arguments, engine processes and the app, shared by :mod:`.server` (``serve()``)
   and :mod:`.api_servers` (``--api-server-count N``);
+* :mod:`.in_thread` -- ``serve()`` in a thread of the calling process (the conformance harness's
+  ``--adapter`` form);
 * :mod:`.bench` -- ``ecp bench serve``.
 """

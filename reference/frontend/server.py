@@ -17,7 +17,9 @@ from .launch import (
 )
 
 
-async def serve(args: argparse.Namespace) -> int:
+async def serve(args: argparse.Namespace, stop: asyncio.Event | None = None) -> int:
+    """Serve until SIGINT/SIGTERM, or until ``stop`` is set where given (a server in a thread of a process
+    that is not its own: no signal handlers, and the process's garbage collector left as it is)."""
     from ecp.reference.client import EngineCoreClient
 
     from ..tokenizer import load_tokenizer
@@ -32,7 +34,8 @@ async def serve(args: argparse.Namespace) -> int:
         return await serve_api_servers(args)
     external = external_engines(args)
     dp = args.data_parallel_size
-    stop = stop_event()
+    own_process = stop is None
+    stop = stop_event() if stop is None else stop
     tokenizer = load_tokenizer(args.tokenizer)
     client = EngineCoreClient(client_config(args))
     await client.bind()
@@ -52,7 +55,8 @@ async def serve(args: argparse.Namespace) -> int:
         except OSError as exc:  # port taken, unknown host: a usage error, not a crash
             print(f"ecp serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
             return 2
-        tune_gc_for_serving()
+        if own_process:
+            tune_gc_for_serving()
         print(f"ecp serve: serving {args.model!r} on {http.url} with {dp} engine(s)"
               f"{' (dev mode)' if dev_mode else ''}", file=sys.stderr, flush=True)
         await until_stopped(stop, asyncio.shield(http.task))

@@ -1,25 +1,24 @@
 """Self-proof of the frontend role against the reference frontend (``ecp serve``).
 
-* the reference frontend passes every case it is run on;
+* the reference frontend passes every case: the whole role, in every shipped release
+  (``test_every_frontend_release.py``, with ``ecp serve`` in a thread);
 * each ``--bug`` knob of the reference client/frontend fails exactly the
   cases named for it in :data:`KNOB_CASES` (the mapping is data) and nothing
   else among them;
 * every case is failed by some knob, but for the few in :data:`NOT_KILLED`,
   each with the reason.
 
-The full run including the 2,000-stream burst is the CLI run documented in
-``docs/conformance.md``; here the passing run leaves out that burst
-(FE-ABORT-3/6, ~10 s on 2 cores) to keep the suite short, and each knob run
-selects only its named cases. The knob runs are mostly process start-up, so
-they run :data:`KNOB_WORKERS` at a time.
+Each knob run selects only its named cases, against ``ecp serve`` in a thread of
+the test process (``--adapter ecp.reference.frontend.in_thread:serve``) with the
+harness in-process: a knob run starts no process, and the runs are parametrized
+so the xdist workers share them. The launched form (a process per launch, frozen
+with SIGSTOP) is checked by :func:`test_reference_frontend_passes_as_a_process`.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -28,9 +27,11 @@ from ecp.conformance.frontend.catalog import CASES
 
 pytestmark = pytest.mark.slow
 
-SERVE = ["-m", "ecp.spec.cli", "serve", "--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
-         "--data-parallel-rpc-port", "{handshake_port}", "--data-parallel-size", "{engine_count}",
-         "--port", "{http_port}", "--dev-mode", "--kv-connector", "reference", "--trust-request-kv-params"]
+#: ``ecp serve``'s arguments for the frontend role: external engines on the harness's ports, dev mode, a KV connector
+SERVE_ARGS = ["--data-parallel-size-local", "0", "--data-parallel-address", "127.0.0.1",
+              "--data-parallel-rpc-port", "{handshake_port}", "--data-parallel-size", "{engine_count}",
+              "--port", "{http_port}", "--dev-mode", "--kv-connector", "reference", "--trust-request-kv-params"]
+SERVE = ["-m", "ecp.spec.cli", "serve", *SERVE_ARGS]
 
 #: knob -> the cases that must FAIL with it (issue 7's "named cases").
 KNOB_CASES: dict[str, tuple[str, ...]] = {
@@ -82,23 +83,29 @@ KNOB_CASES: dict[str, tuple[str, ...]] = {
 #: cases no knob fails, and why (every other case is failed by at least one knob)
 NOT_KILLED: dict[str, str] = {}
 
-#: Left out of the in-suite passing run (the 2,000-stream burst); covered by the documented CLI run,
-#: and judged by the same code as their 64-stream twins FE-ABORT-2/5, which the knobs fail.
+#: The 2,000-stream bursts, which no knob run includes (each would cost a knob run seconds): judged by the
+#: same code as their 64-stream twins FE-ABORT-2/5, which the knobs fail.
 SLOW_CASES = ("FE-ABORT-3", "FE-ABORT-6")
-#: knob runs at a time (each is mostly two Python processes starting)
-KNOB_WORKERS = 4
+#: ecp serve in a thread of the harness's process (``--adapter``)
+ADAPTER = "ecp.reference.frontend.in_thread:serve"
+#: the cases the launched form runs: a handshake and the bursts small enough to be quick, which freeze the
+#: frontend's process (SIGSTOP) to drop their streams at once
+PROCESS_CASES = ("FE-HS-1", "FE-ABORT-1", "FE-ABORT-2", "FE-ABORT-4", "FE-ABORT-5")
 
 
-def run_frontend_role(tmp_path: Path, cases: list[str], extra: list[str] = ()) -> tuple[int, dict[str, dict], str]:
+def run_frontend_role(run_ecp, tmp_path: Path, cases: list[str], extra: list[str] = (), *,
+                      in_thread: bool = True) -> tuple[int, dict[str, dict], str]:
+    """The harness in this process against ``ecp serve ... EXTRA``: in a thread (``--adapter``) or launched as a
+    process per launch."""
     out = tmp_path / "results.json"
-    argv = [sys.executable, "-m", "ecp.spec.cli", "conformance", "frontend", "--json", str(out)]
+    argv = ["conformance", "frontend", "--json", str(out)]
     for c in cases:
         argv += ["--case", c]
-    argv += ["--", sys.executable, *SERVE, *extra]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=240)
-    assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
+    argv += ["--adapter", ADAPTER, "--", *SERVE_ARGS] if in_thread else ["--", sys.executable, *SERVE]
+    code, stdout = run_ecp(*argv, *extra)
+    assert out.exists(), stdout[-3000:]
     results = {r["id"]: r for r in json.loads(out.read_text())["cases"]}
-    return proc.returncode, results, proc.stdout + proc.stderr
+    return code, results, stdout
 
 
 def test_knob_mapping_names_real_cases():
@@ -134,96 +141,70 @@ def test_every_case_is_killed_by_some_fault():
     assert not killed & set(NOT_KILLED)
 
 
-def test_reference_frontend_passes(tmp_path):
-    selected = [c.id for c in CASES if c.id not in SLOW_CASES]
-    code, results, output = run_frontend_role(tmp_path, selected)
-    assert set(results) == set(selected), output[-2000:]
-    not_passed = {cid: (r["outcome"], r["message"][:300]) for cid, r in results.items() if r["outcome"] != "PASS"}
-    assert not not_passed, output[-3000:]
+def test_reference_frontend_passes_as_a_process(run_ecp, tmp_path):
+    """``ecp serve`` launched as a process per launch, the form a user runs: the handshake, and the bursts
+    that freeze its process group."""
+    code, results, output = run_frontend_role(run_ecp, tmp_path, list(PROCESS_CASES), in_thread=False)
+    assert {cid: r["outcome"] for cid, r in results.items()} == {cid: "PASS" for cid in PROCESS_CASES}, output[-3000:]
     assert code == 0
 
 
-@pytest.fixture(scope="module")
-def knob_runs(tmp_path_factory) -> dict[str, tuple[int, dict[str, dict], str]]:
-    """Every knob's run against its named cases."""
-    # the knobs with the most cases (the longest runs) first, so they do not finish last
-    order = sorted(KNOB_CASES, key=lambda knob: -len(KNOB_CASES[knob]))
-    with ThreadPoolExecutor(KNOB_WORKERS) as pool:
-        runs = {knob: pool.submit(run_frontend_role, tmp_path_factory.mktemp(knob), list(KNOB_CASES[knob]),
-                                  ["--bug", knob]) for knob in order}
-        return {knob: run.result() for knob, run in runs.items()}
-
-
-# one xdist worker computes the module fixture, once; it is 42 harness runs (about 60 s on two idle
-# cores, beside the other worker), which the first test's setup pays within its timeout
-@pytest.mark.xdist_group("frontend-knob-runs")
-@pytest.mark.timeout(600)
 @pytest.mark.parametrize("knob", sorted(KNOB_CASES))
-def test_bug_knob_fails_its_named_cases(knob_runs, knob):
+def test_bug_knob_fails_its_named_cases(run_ecp, tmp_path, knob):
     named = KNOB_CASES[knob]
-    code, results, output = knob_runs[knob]
+    code, results, output = run_frontend_role(run_ecp, tmp_path, list(named), ["--bug", knob])
     outcomes = {cid: results[cid]["outcome"] for cid in named}
     assert all(o == "FAIL" for o in outcomes.values()), (outcomes, output[-3000:])
     must = [cid for cid in named if next(c for c in CASES if c.id == cid).level == "MUST"]
     assert code == (1 if must else 0)   # SHOULD failures do not fail a non-strict run
 
 
-def test_attach_to_a_frontend_started_by_the_user(tmp_path):
+def _serve_in_thread(args: list[str]):
+    """``ecp serve ARGS`` in a thread of this process, on fresh ports: (handshake port, HTTP port, handle)."""
     from ecp.conformance.frontend.launcher import free_port
+    from ecp.reference.frontend.in_thread import serve
 
     hs, http = free_port(), free_port()
-    argv = [a.replace("{handshake_port}", str(hs)).replace("{http_port}", str(http))
-            .replace("{engine_count}", "2") for a in SERVE]
-    frontend = subprocess.Popen([sys.executable, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+    return hs, http, serve([a.replace("{handshake_port}", str(hs)).replace("{http_port}", str(http))
+                            .replace("{engine_count}", "2") for a in args])
+
+
+def test_attach_to_a_frontend_started_by_the_user(tmp_path, run_ecp):
+    hs, http, frontend = _serve_in_thread(SERVE_ARGS)
     try:
         out = tmp_path / "results.json"
-        proc = subprocess.run(
-            [sys.executable, "-m", "ecp.spec.cli", "conformance", "frontend", "--json", str(out),
-             "--attach", f"tcp://127.0.0.1:{hs}", "--http-url", f"http://127.0.0.1:{http}",
-             "--case", "FE-REQ-*", "--case", "FE-HS-2"],
-            capture_output=True, text=True, timeout=120)
+        code, stdout = run_ecp("conformance", "frontend", "--json", str(out), "--attach", f"tcp://127.0.0.1:{hs}",
+                               "--http-url", f"http://127.0.0.1:{http}", "--case", "FE-REQ-*", "--case", "FE-HS-2")
     finally:
-        frontend.kill()
-        frontend.wait(10)
+        frontend.stop()
     results = {r["id"]: r["outcome"] for r in json.loads(out.read_text())["cases"]}
     assert results.pop("FE-HS-2") == "UNSUPPORTED"      # needs a relaunch
-    assert results and set(results.values()) == {"PASS"}, proc.stdout[-2000:]
-    assert proc.returncode == 0
+    assert results and set(results.values()) == {"PASS"}, stdout[-2000:]
+    assert code == 0
 
 
-def test_attach_to_a_frontend_without_kv_connector(tmp_path):
+def test_attach_to_a_frontend_without_kv_connector(tmp_path, run_ecp):
     """The harness cannot read an attached frontend's command line: --no-kv-connector says it has
     no connector, so the notice cases are UNSUPPORTED (not FAIL) and FE-REJECT-4 runs on it."""
-    from ecp.conformance.frontend.launcher import free_port, without_kv_connector
+    from ecp.conformance.frontend.launcher import without_kv_connector
 
-    hs, http = free_port(), free_port()
-    argv = [a.replace("{handshake_port}", str(hs)).replace("{http_port}", str(http))
-            .replace("{engine_count}", "2") for a in without_kv_connector(SERVE)]
-    frontend = subprocess.Popen([sys.executable, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+    hs, http, frontend = _serve_in_thread(without_kv_connector(SERVE_ARGS))
     try:
         out = tmp_path / "results.json"
-        proc = subprocess.run(
-            [sys.executable, "-m", "ecp.spec.cli", "conformance", "frontend", "--json", str(out),
-             "--attach", f"tcp://127.0.0.1:{hs}", "--http-url", f"http://127.0.0.1:{http}", "--no-kv-connector",
-             "--case", "FE-REJECT-*"],
-            capture_output=True, text=True, timeout=120)
+        code, stdout = run_ecp("conformance", "frontend", "--json", str(out), "--attach", f"tcp://127.0.0.1:{hs}",
+                               "--http-url", f"http://127.0.0.1:{http}", "--no-kv-connector", "--case", "FE-REJECT-*")
     finally:
-        frontend.kill()
-        frontend.wait(10)
+        frontend.stop()
     results = {r["id"]: r["outcome"] for r in json.loads(out.read_text())["cases"]}
     assert results == {"FE-REJECT-1": "UNSUPPORTED", "FE-REJECT-2": "UNSUPPORTED", "FE-REJECT-3": "PASS",
-                       "FE-REJECT-4": "PASS"}, proc.stdout[-2000:]
-    assert proc.returncode == 0
+                       "FE-REJECT-4": "PASS"}, stdout[-2000:]
+    assert code == 0
 
 
-def test_a_frontend_that_exits_at_once_is_a_crash_not_a_hang(tmp_path):
+def test_a_frontend_that_exits_at_once_is_a_crash_not_a_hang(tmp_path, run_ecp):
     out = tmp_path / "results.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "ecp.spec.cli", "conformance", "frontend", "--json", str(out), "--case", "FE-REQ-1",
-         "--", sys.executable, "-c", "import sys; sys.exit(3)", "{handshake_port}", "{http_port}"],
-        capture_output=True, text=True, timeout=60)
+    code, _ = run_ecp("conformance", "frontend", "--json", str(out), "--case", "FE-REQ-1",
+                      "--", sys.executable, "-c", "import sys; sys.exit(3)", "{handshake_port}", "{http_port}")
     results = {r["id"]: r for r in json.loads(out.read_text())["cases"]}
     assert results["FE-REQ-1"]["outcome"] == "CRASH" and "status 3" in results["FE-REQ-1"]["message"]
-    assert proc.returncode == 1
+    assert code == 1

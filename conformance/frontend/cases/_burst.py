@@ -42,6 +42,7 @@ async def _run_burst(m: FrontendManager, k: int) -> BurstResult:
         raise Unsupported(f"{k} open streams need more file descriptors than this process may open "
                           f"(ulimit -n is {m.open_file_limit}); raise it")
     fe = await m.shared()
+    fe.require_freeze()
     earlier = {e.rank: set(e.generation.seen_ids) for e in fe.engines}
     program(fe, held_script())
     # Requests that finish before the drop: their ids must never be aborted.
