@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from ecp.spec.profile.option import add_release_option
+
 from .pace import STARTUP_TIMEOUT_S
-from ecp.spec import VLLM_RELEASE
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,11 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           " (repeatable). Its cases are then UNSUPPORTED; an undeclared capability that a case "
                           "finds missing is a FAIL. Sleep mode is declared in the ready payload "
                           "(enable_sleep_mode) where the release has that key (vLLM 0.28 on), here before")
-    eng.add_argument("--vllm", default=VLLM_RELEASE, metavar="RELEASE|PATH|auto",
-                     help="the vLLM release the harness speaks and judges: a shipped release (`ecp spec release list`), a "
-                          "layout file, a vLLM checkout or wheel, or auto (the release the first ready payload's "
-                          "vllm_version names; the report says which). A case that needs what the release lacks "
-                          "is UNSUPPORTED")
+    add_release_option(eng, "the vLLM release the harness speaks and judges",
+                       auto="the release the first ready payload's vllm_version names; the report says which",
+                       effect="A case that needs what the release lacks is UNSUPPORTED.")
     add_common_options(eng)
     eng.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the engine")
     eng.set_defaults(func=_engine)
@@ -96,10 +95,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="declare a capability the frontend lacks, one of: " + ", ".join(flag_choices("frontend")) +
                          " (repeatable; vLLM 0.33 runs DP waves for MoE models only). Its cases are then "
                          "UNSUPPORTED; an undeclared capability that a case finds missing is a FAIL")
-    fe.add_argument("--vllm", default=VLLM_RELEASE, metavar="RELEASE|PATH|auto",
-                    help="the vLLM release the scripted engines speak and the frontend is judged as: a shipped "
-                         "release (`ecp spec release list`), a layout file, a vLLM checkout or wheel, or auto (one request "
-                         "case first; the release the frontend's traffic fits is named, then used) (%(default)s)")
+    add_release_option(fe, "the vLLM release the scripted engines speak and the frontend is judged as",
+                       auto="one request case first; the release the frontend's traffic fits is named, then used")
     add_common_options(fe)
     fe.set_defaults(case_timeout=30.0)
     fe.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ... that starts the frontend")

@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from .diff.commands import register_spec
+from .profile.option import add_release_option
 from .version import VLLM_RELEASE, VLLM_VERSION
 
 DIRECTIONS = ("auto", "input", "output", "handshake", "init", "ready", "coordinator")
@@ -37,11 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--compact", action="store_true", help="one JSON object per line")
     p.add_argument("--wire", action="store_true",
                    help="print array-like structs as arrays in wire order (default: maps keyed by field name)")
-    p.add_argument("--vllm", metavar="RELEASE|PATH|auto",
-                   help="decode as this vLLM release speaks: a shipped release (`ecp spec release list`), a layout file, "
-                        "a vLLM checkout or wheel, or auto (the release the frames fit best). Without it, "
-                        f"frames decode as vLLM {VLLM_RELEASE}. When the frames fit another release better, stderr "
-                        "says which and why.")
+    add_release_option(p, "decode as this vLLM release speaks", auto="the release the frames fit best",
+                       default=None, effect=f"Without it, frames decode as vLLM {VLLM_RELEASE}. When the frames "
+                                            "fit another release better, stderr says which and why.")
     p.set_defaults(func=_decode)
 
     p = subparsers.add_parser("schema", help="write (or --check) the JSON Schema of every message kind")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ecp.spec import VLLM_RELEASE
+from ecp.spec.profile.option import add_release_option
 
 _TIME = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -109,16 +110,15 @@ def _release_option(p: argparse.ArgumentParser, default: str | None) -> None:
     """``--vllm``, as ``ecp conformance engine|frontend`` take it (without ``auto``: a session is drawn
     for its release before anything is heard from the peer); ``default`` None: replay's (the file's)."""
     if default is None:
-        text = ("replay as this vLLM release (a shipped release, a layout file, a vLLM checkout or wheel) "
-                "instead of the one the file records (default: the file's)")
-    else:
-        speaks = "the scripted engines speak and the frontend is judged as" if p.prog.endswith("frontend") \
-            else "the harness speaks and judges the engine as"
-        text = (f"the vLLM release {speaks}: a shipped release (`ecp spec release list`), a layout file, a vLLM "
-                "checkout or wheel. Sessions hold only what that release has (its utility methods, request "
-                "fields, type bytes), its codec writes and reads the frames, and a clause that needs a feature "
-                "it lacks is not judged; reproducers record it (%(default)s)")
-    p.add_argument("--vllm", default=default, metavar="RELEASE|PATH", help=text)
+        add_release_option(p, "replay as this vLLM release", default=None,
+                           effect="Without it, the release the file records.")
+        return
+    speaks = "the scripted engines speak and the frontend is judged as" if p.prog.endswith("frontend") \
+        else "the harness speaks and judges the engine as"
+    add_release_option(p, f"the vLLM release {speaks}", default=default,
+                       effect="Sessions hold only what that release has (its utility methods, request fields, type "
+                              "bytes), its codec writes and reads the frames, and a clause that needs a feature it "
+                              "lacks is not judged; reproducers record it.")
 
 
 def _replay_options(parser: argparse.ArgumentParser) -> None:

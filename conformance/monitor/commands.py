@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ecp.spec import VLLM_RELEASE
+from ecp.spec.profile.option import add_release_option
 
 DESCRIPTION = """\
 Sit between a frontend and its engines and check every message against the protocol.
@@ -44,16 +45,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--fail-closed", action="store_true",
                    help="check each message before relaying it and stop relaying at the first MUST violation")
     g.add_argument("--strict", action="store_true", help="SHOULD/MAY violations also fail (exit 1)")
-    g.add_argument("--vllm", metavar="RELEASE|PATH|auto",
-                   help="the vLLM release both sides speak: a shipped release (`ecp spec release list`), a layout file, "
-                        "a vLLM checkout or wheel, or auto (the release each side's traffic fits best); "
-                        f"default: {VLLM_RELEASE}")
-    g.add_argument("--frontend-vllm", metavar="RELEASE|PATH|auto", dest="frontend_vllm",
-                   help="the frontend's release (overrides --vllm for that side)")
-    g.add_argument("--engine-vllm", metavar="RELEASE|PATH|auto", dest="engine_vllm",
-                   help="the engines' release (overrides --vllm for that side). Each side's messages are "
-                        "decoded with its own release; one the other side's release refuses is a finding "
-                        "naming the `ecp spec diff` rule (DIFF-nnn) and the message it shows in")
+    add_release_option(g, "the vLLM release both sides speak", auto="the release each side's traffic fits best",
+                       default=None, effect=f"Without it, both sides speak vLLM {VLLM_RELEASE}.")
+    add_release_option(g, "the frontend's release", flag="--frontend-vllm", dest="frontend_vllm", default=None,
+                       auto="the release its traffic fits best", effect="It overrides --vllm for that side.")
+    add_release_option(g, "the engines' release", flag="--engine-vllm", dest="engine_vllm", default=None,
+                       auto="the release their traffic fits best",
+                       effect="It overrides --vllm for that side. Each side's messages are decoded with its own "
+                              "release; one the other side's release refuses is a finding naming the `ecp spec "
+                              "diff` rule (DIFF-nnn) and the message it shows in.")
     g = p.add_argument_group("output")
     g.add_argument("--record", metavar="FILE", help="write a capture of every message (readable by ecp decode --file)")
     g.add_argument("--events", metavar="FILE", help="write a JSON-lines event log")

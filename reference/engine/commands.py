@@ -7,7 +7,9 @@ handler (:func:`ecp.reference.engine.main.run`).
 from __future__ import annotations
 
 import argparse
+
 from ecp.spec import VLLM_RELEASE
+from ecp.spec.profile.option import add_release_option
 
 
 def add_engine_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,10 +26,9 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="say HELLO local=true, headless=false (default: a remote headless engine)")
     g.add_argument("--in-process", action="store_true",
                    help="run all ranks as threads of one process instead of one OS process per rank")
-    g.add_argument("--vllm", default=VLLM_RELEASE, metavar="RELEASE|PATH",
-                   help="the vLLM release to speak: a shipped release (`ecp spec release list`), a layout file or a vLLM "
-                        "checkout/wheel; sets the wire codec, the ready payload's fields and vllm_version, and the "
-                        "UTILITY methods and arities served (a method the release lacks is answered as unknown)")
+    add_release_option(g, "the vLLM release to speak",
+                       effect="It sets the wire codec, the ready payload's fields and vllm_version, and the UTILITY "
+                              "methods and arities served (a method the release lacks is answered as unknown).")
     g.add_argument("--handshake-timeout-s", type=float, default=300.0,
                    help="give up (exit 1) when INIT or the input connection has not come in this time")
     g.add_argument("--coordinator-timeout-s", type=float, default=300.0,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from ecp.spec import VLLM_RELEASE
+
+from ecp.spec.profile.option import add_release_option
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -63,10 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--http", choices=("auto", "httptools", "h11"), default="auto",
                    help="HTTP/1.1 implementation: httptools (C parser, lean response path; the 'serve' extra "
                         "installs it) or h11 (pure Python); auto = httptools when installed (default)")
-    p.add_argument("--vllm", default=VLLM_RELEASE, metavar="RELEASE|PATH",
-                   help="the vLLM release the engines speak: a shipped release (`ecp spec release list`), a layout file or a "
-                        "vLLM checkout or wheel (default %(default)s). Frames are written and read as that release "
-                        "does; a dev route whose utility method the release lacks answers 501 naming the release")
+    add_release_option(p, "the vLLM release the engines speak",
+                       effect="Frames are written and read as that release does; a dev route whose utility method "
+                              "the release lacks answers 501 naming the release.")
     p.add_argument("--log-level", default="warning")
     p.set_defaults(func=_serve)
 
