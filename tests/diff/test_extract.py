@@ -328,6 +328,22 @@ def test_the_command_writes_checks_and_reports_warnings(tmp_path, capsys):
     capsys.readouterr()
 
 
+@pytest.mark.parametrize("where, text", [
+    ("vllm/_version.py", "version: str\n__version__: str\n__version__ = version = '0.34.0'\n"
+                         "__version_tuple__ = version_tuple = (0, 34, 0)\n"),  # setuptools-scm, vcs-versioning
+    ("vllm/_version.py", '__version__ = "0.34.0"\n'),
+    ("PKG-INFO", "Metadata-Version: 2.1\nName: vllm\nVersion: 0.34.0\n"),        # an unpacked sdist
+])
+def test_a_tree_is_named_by_the_version_it_states(tmp_path, where, text):
+    """A built checkout or an unpacked sdist states its version: the layout carries it as its name."""
+    tree = tmp_path / "vllm-src"
+    shutil.copytree(FIXTURE, tree)
+    (tree / "vllm" / "_version.py").unlink(missing_ok=True)
+    (tree / where).write_text(text)
+    layout = extract(tree).layout
+    assert layout.name == "vllm-0.34" and layout.vllm_version == "0.34.0", (layout.name, layout.vllm_version)
+
+
 def test_a_checkout_without_a_version_is_named_by_its_commit(tmp_path):
     """Never ``vllm-unknown``: a git checkout that records no version carries its commit as its name."""
     import subprocess

@@ -26,7 +26,10 @@ class SourceError(LayoutError):
 #: how long reading a checkout's commit may take
 GIT_TIMEOUT_S = 10
 _WHEEL_NAME = re.compile(r"^vllm-(?P<version>[^-]+)(?:-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
-_VERSION_ASSIGN = re.compile(r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", re.M)
+#: ``__version__ = '0.33.0'``, ``version: str = ...``, and the chained form setuptools-scm and
+#: vcs-versioning write into a built tree's ``vllm/_version.py``: ``__version__ = version = '0.33.0'``
+_VERSION_ASSIGN = re.compile(
+    r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*(?:(?:__version__|version)\s*=\s*)?['"]([^'"]+)['"]""", re.M)
 
 
 @dataclass
@@ -130,6 +133,8 @@ def _open_dir(path: Path) -> SourceTree:
     if dist_infos:
         meta = dist_infos[0] / "METADATA"
         version = _metadata_version(meta.read_text(errors="replace")) if meta.is_file() else None
+    elif (root / "PKG-INFO").is_file():  # an unpacked sdist states its version as a wheel's METADATA does
+        version = _metadata_version((root / "PKG-INFO").read_text(errors="replace"))
     if version is None:
         version = _version_from_text((root / "vllm" / "_version.py").read_text(errors="replace")
                                      if (root / "vllm" / "_version.py").is_file() else None)
