@@ -3,9 +3,11 @@ with the same ``--vllm FILE``: every case that depends on a shape, a field or a 
 release under test, and one whose feature the release lacks is UNSUPPORTED naming the feature and the
 release.
 
-Two synthetic releases, written from the newest shipped layout: a *next* one (one optional field appended
-to ``EngineCoreRequest``, as vLLM adds them) and an *older* one (``abort_immediately`` taken out, as
-before vLLM 0.21). Only the release-sensitive cases run (the rest does not read the layout).
+Three synthetic releases, written from the newest shipped layout: a *next* one (one optional field appended
+to ``EngineCoreRequest``, as vLLM adds them), an *older* one (``abort_immediately`` taken out, as
+before vLLM 0.21), and a next one with a new UTILITY method, which the reference engine cannot serve
+(ENG-WIRE-1 names it). Only the release-sensitive cases run (the rest does not read the layout; the
+whole of both roles runs against a source tree by hand, docs/architecture.md "Add a vLLM release").
 """
 
 from __future__ import annotations
@@ -50,9 +52,9 @@ def _builtins(layout):
     return msgspec.to_builtins(layout)
 
 
-def _run(tmp: Path, role: str, layout: Path) -> tuple[int, dict[str, str], dict, str]:
+def _run(tmp: Path, role: str, layout: Path, cases: tuple[str, ...] | None = None) -> tuple[int, dict[str, str], dict, str]:
     report = tmp / f"{layout.stem}-{role}.json"
-    cases = ENGINE_CASES if role == "engine" else FRONTEND_CASES
+    cases = cases or (ENGINE_CASES if role == "engine" else FRONTEND_CASES)
     peer = (["engine", "--vllm", str(layout), "--handshake-address", "{handshake_address}"] if role == "engine"
             else [*SERVE, "--vllm", str(layout)])
     argv = [*ECP, "conformance", role, "--vllm", str(layout), "--json", str(report), *FAST,
@@ -69,11 +71,18 @@ def runs(tmp_path_factory):
     nxt = _layout(tmp, "9.1", "9.1.0", lambda fs: [*fs, {"index": 0, "name": "ecp_next_hint", "type": "str | nil",
                                                           "required": False, "default": None}])
     old = _layout(tmp, "0.9", "0.9.3", lambda fs: [f for f in fs if f["name"] != "abort_immediately"])
+    # a next release with a new UTILITY method, which no layout can tell the reference engine how to serve
+    method = _layout(tmp, "9.2", "9.2.0", lambda fs: fs)
+    data = json.loads(method.read_text())
+    data["utility_methods"]["ecp_next_method"] = {"result": "bool", "params": [
+        {"name": "level", "type": "int", "required": False}]}
+    method.write_text(json.dumps(data))
     # the older release in the engine role only: the frontend role reports a missing feature through the
     # same plugin step, and shipped vLLM 0.20 (no abort_immediately) runs there in test_every_frontend_release
-    jobs = [("engine", "9.1", nxt), ("frontend", "9.1", nxt), ("engine", "0.9", old)]
+    jobs = [("engine", "9.1", nxt, None), ("frontend", "9.1", nxt, None), ("engine", "0.9", old, None),
+            ("engine", "9.2", method, ("ENG-WIRE-1",))]
     with ThreadPoolExecutor(len(jobs)) as pool:
-        futures = {(role, rel): pool.submit(_run, tmp, role, path) for role, rel, path in jobs}
+        futures = {(role, rel): pool.submit(_run, tmp, role, path, cases) for role, rel, path, cases in jobs}
         return {key: f.result() for key, f in futures.items()}
 
 
@@ -102,3 +111,13 @@ def test_an_older_release_without_a_feature_is_unsupported_naming_it(runs, role)
     if role == "engine":  # vllm-rs's recorded ADD has abort_immediately where this release has session_id
         assert outcomes["ENG-REQ-13"] == "UNSUPPORTED"
         assert "UNSUPPORTED ENG-REQ-13: the vllm-rs ADD was recorded from vLLM " in stdout
+
+
+def test_a_new_utility_method_the_reference_engine_lacks_is_named(runs):
+    """What a method does is not in a layout: the reference engine answers a method of its release that
+    it does not implement as unknown, and ENG-WIRE-1 says so by name (not as a refusal of its shape)."""
+    code, outcomes, data, stdout = runs[("engine", "9.2")]
+    assert code == 1 and outcomes == {"ENG-WIRE-1": "FAIL"}, stdout[-3000:]
+    [case] = data["cases"]
+    assert "vLLM 9.2's own UTILITY methods answered as unknown methods" in case["message"], case["message"]
+    assert "ecp_next_method" in case["message"] and "refused by their shape" not in case["message"]

@@ -72,20 +72,28 @@ def test_utility_call_shapes(engine, engines):
     fe = engine
     profile = fe.profile
     engines.mark_dirty()  # pauses, weight versions: relaunched (or checked) before the next case
-    refused = []
+    refused, missing = [], []
     for name in sorted(profile.utility_methods):
         if name in NOT_CALLED:
             continue
         for label, args in _calls(profile, name):
             u = fe.call(name, args).utility
             failure = u.failure_message or ""
-            if f"has no attribute '{name}'" in failure or _SHAPE.search(failure):
+            if f"has no attribute '{name}'" in failure:
+                missing.append(f"{name} with {label} {args!r}: {failure!r}")
+            elif _SHAPE.search(failure):
                 refused.append(f"{name} with {label} {args!r}: {failure!r}")
         if name in ("pause_generation", "pause_scheduler"):
             fe.call("resume_scheduler", [])
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} call(s) of {profile.label}'s own UTILITY methods answered as unknown "
+                        "methods (the engine does not have them): " + "; ".join(missing[:4]))
     if refused:
-        raise CaseFailure(f"{len(refused)} call(s) of {profile.label}'s own UTILITY methods refused by their shape: "
+        problems.append(f"{len(refused)} call(s) of {profile.label}'s own UTILITY methods refused by their shape: "
                         + "; ".join(refused[:4]))
+    if problems:
+        raise CaseFailure(" | ".join(problems))
 
 
 def _int_tensor(values: list[int]) -> Tensor:
